@@ -1,0 +1,13 @@
+#!/usr/bin/env python3
+"""vllm-forge entry point. `python build.py --help` lists the commands.
+
+    python build.py --target gb10 --vllm 0.27.1     build the serving image
+    python build.py patches --vllm 0.25.0           patch status for a release
+    python build.py apply                           patch the vLLM installed here
+"""
+import sys
+
+from forge.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""The argument parser behind build.py.
+
+Each command names its handler as "module:function"; the module is imported only when that
+command runs, so `build.py apply` inside an image needs neither the Docker SDK nor requests.
+A handler takes the parsed arguments and returns an exit code (None means 0).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from forge.errors import ForgeError
+
+# Typing `python build.py --target gb10 --vllm 0.27.1` means "build": no command word needed.
+DEFAULT_COMMAND = "build"
+
+
+def _add_build(commands) -> None:
+    p = commands.add_parser("build", help="build a serving image for a target (the default command)")
+    p.add_argument("--target", required=True, help="hardware target from images/targets.yaml")
+    p.add_argument("--vllm", required=True, metavar="VERSION", help="vLLM release, e.g. 0.27.1")
+    p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
+    p.add_argument("--push", action="store_true", help="push the immutable and the moving tag")
+    p.add_argument("--plan", action="store_true", help="print the resolved plan; build nothing")
+    p.add_argument("--allow-unlocked", action="store_true",
+                   help="build from a base that images/lock.yaml does not pin (not reproducible)")
+    p.add_argument("--base-image", help="override the target's base image (e.g. a local stand-in)")
+    p.add_argument("--json", action="store_true", help="with --plan: print the plan as JSON")
+    p.set_defaults(handler="forge.images:cmd_build")
+
+
+def _add_patches(commands) -> None:
+    p = commands.add_parser("patches", help="status of every patch against vLLM release sources")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--vllm", metavar="VERSION", help="one release")
+    which.add_argument("--all", action="store_true", help="every release from 0.21.0 to the newest")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--offline", action="store_true", help="use only cached index and sources")
+    p.set_defaults(handler="forge.patches:cmd_patches")
+
+
+def _add_apply(commands) -> None:
+    p = commands.add_parser("apply", help="apply (or --revert) the patch series to an installed vLLM")
+    p.add_argument("--site-packages", metavar="DIR",
+                   help="directory holding the vllm package (default: found on sys.path)")
+    p.add_argument("--vllm", metavar="VERSION",
+                   help="expected installed version (refuse if the install differs)")
+    p.add_argument("--revert", action="store_true", help="restore every patched file byte for byte")
+    p.set_defaults(handler="forge.patches:cmd_apply")
+
+
+def _add_lock(commands) -> None:
+    p = commands.add_parser("lock", help="pin every base image tag to its registry digest")
+    p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--target", action="append", help="only these targets (repeatable)")
+    p.set_defaults(handler="forge.images:cmd_lock")
+
+
+def _add_bake(commands) -> None:
+    p = commands.add_parser("bake", help="write a docker buildx bake file for every target")
+    p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
+    p.add_argument("--output", "-o", default="docker-bake.json", help="file to write")
+    p.set_defaults(handler="forge.images:cmd_bake")
+
+
+def _add_serve(commands) -> None:
+    p = commands.add_parser("serve", help="print (or --run) the docker command that serves a recipe")
+    p.add_argument("--recipe", required=True, help="recipe name from recipes/")
+    p.add_argument("--target", required=True)
+    p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--hf-cache", default="~/.cache/huggingface", help="Hugging Face cache to mount")
+    p.add_argument("--run", action="store_true", help="run the command instead of printing it")
+    p.set_defaults(handler="forge.recipes:cmd_serve")
+
+
+def _add_tune_moe(commands) -> None:
+    p = commands.add_parser("tune-moe", help="tune fused-MoE Triton configs on this GPU")
+    p.add_argument("--dtype", required=True, choices=["bf16", "fp8_w8a8"])
+    p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")],
+                   help="token counts to tune, comma-separated")
+    p.set_defaults(handler="forge.moe_tune:cmd_tune_moe")
+
+
+COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,
+                    _add_tune_moe]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="build.py",
+        description="vllm-forge: patched, verified vLLM serving images per GPU target.",
+        epilog="Without a command, build.py builds: python build.py --target gb10 --vllm 0.27.1")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add_command in COMMAND_BUILDERS:
+        add_command(commands)
+    return parser
+
+
+def _with_default_command(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    known = set(parser._subparsers._group_actions[0].choices)  # noqa: SLF001 (argparse has no API)
+    if argv and argv[0] not in known and argv[0] not in ("-h", "--help"):
+        return [DEFAULT_COMMAND, *argv]
+    return argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        parser.print_help()
+        return 2
+    args = parser.parse_args(_with_default_command(argv, parser))
+    module_name, function_name = args.handler.split(":")
+    try:
+        handler = getattr(importlib.import_module(module_name), function_name)
+        return handler(args) or 0
+    except ForgeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130

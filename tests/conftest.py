@@ -1,0 +1,12 @@
+"""Shared test setup. Fixtures that start real services live in their own modules, listed here."""
+import pytest
+
+from forge import releases
+
+pytest_plugins = ["tests.fixtures_docker"]
+
+
+@pytest.fixture(scope="session")
+def release_tree():
+    """Real vLLM release package trees from PyPI sdists (downloaded once, cached, sha256-checked)."""
+    return releases.release_tree

@@ -1,0 +1,1 @@
+"""Real Docker engine, local registry and locally made base images (filled in by the images work)."""
