@@ -162,7 +162,10 @@ def fetch_sdist(version: str, offline: bool = False) -> Path:
     import requests
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".part")
+    # A private partial file per download: concurrent fetches of one release never share bytes.
+    handle, partial_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".part", dir=target.parent)
+    os.close(handle)
+    partial = Path(partial_name)
     try:
         with requests.get(info.url, stream=True, timeout=300) as response:
             response.raise_for_status()
@@ -202,8 +205,13 @@ def release_tree(version: str, offline: bool = False) -> Path:
             archive.extractall(staging, members=members, filter="data")
         if not (staging / "vllm" / "__init__.py").exists():
             raise ForgeError(f"vLLM {parsed}'s sdist {sdist} holds no vllm/ package")
-        shutil.rmtree(tree, ignore_errors=True)
-        os.replace(staging, tree)
+        shutil.rmtree(tree, ignore_errors=True)  # a half-made tree from an interrupted run
+        try:
+            os.replace(staging, tree)
+        except OSError:
+            # Another process extracted the same release meanwhile: its complete tree wins.
+            if not (tree / "vllm" / "__init__.py").exists():
+                raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return tree
