@@ -25,10 +25,15 @@ from packaging.version import InvalidVersion, Version
 
 from forge.errors import ForgeError
 
-INDEX_URL = os.environ.get("VLLM_FORGE_INDEX", "https://pypi.org/simple/vllm/")
+DEFAULT_INDEX_URL = "https://pypi.org/simple/vllm/"
 SDIST_NAME = re.compile(r"^vllm-(?P<version>[^/]+)\.tar\.gz$")
 # The index is re-read when the cached copy is older than this, unless offline.
 INDEX_MAX_AGE_S = 6 * 3600
+
+
+def index_url() -> str:
+    """The PEP 503 simple-index page listing vLLM's files ($VLLM_FORGE_INDEX overrides PyPI)."""
+    return os.environ.get("VLLM_FORGE_INDEX") or DEFAULT_INDEX_URL
 
 
 def cache_dir() -> Path:
@@ -59,7 +64,7 @@ class _LinkParser(HTMLParser):
             self.links.append((attributes.get("href", ""), "data-yanked" in attributes))
 
 
-def parse_simple_index(html: str, base_url: str = INDEX_URL) -> dict[str, dict]:
+def parse_simple_index(html: str, base_url: str) -> dict[str, dict]:
     """Map version -> {url, sha256} for every non-yanked final-release sdist on the page."""
     parser = _LinkParser()
     parser.feed(html)
@@ -92,7 +97,10 @@ def _read_cached_index() -> dict | None:
 
 def load_index(offline: bool = False, refresh: bool = False) -> dict[str, dict]:
     """The release -> sdist map, from the cache when fresh (or when offline), else from PyPI."""
+    url = index_url()
     cached = _read_cached_index()
+    if cached and cached.get("index_url", DEFAULT_INDEX_URL) != url:
+        cached = None  # read from another index: not this one's answer
     fresh = cached and time.time() - cached.get("fetched_at", 0) < INDEX_MAX_AGE_S
     if cached and (offline or (fresh and not refresh)):
         return cached["releases"]
@@ -101,17 +109,17 @@ def load_index(offline: bool = False, refresh: bool = False) -> dict[str, dict]:
     import requests  # late: the apply path inside images never needs the network
 
     try:
-        response = requests.get(INDEX_URL, timeout=60, headers={"Accept": "text/html"})
+        response = requests.get(url, timeout=60, headers={"Accept": "text/html"})
         response.raise_for_status()
     except requests.RequestException as exc:
         if cached:
             return cached["releases"]
-        raise ForgeError(f"cannot read the vLLM release index {INDEX_URL}: {exc}") from exc
-    releases = parse_simple_index(response.text, INDEX_URL)
+        raise ForgeError(f"cannot read the vLLM release index {url}: {exc}") from exc
+    releases = parse_simple_index(response.text, url)
     if not releases:
-        raise ForgeError(f"the index {INDEX_URL} lists no vLLM sdists")
-    _atomic_write_text(_index_file(), json.dumps({"fetched_at": time.time(), "releases": releases},
-                                                 indent=1, sort_keys=True))
+        raise ForgeError(f"the index {url} lists no vLLM sdists")
+    _atomic_write_text(_index_file(), json.dumps(
+        {"fetched_at": time.time(), "index_url": url, "releases": releases}, indent=1, sort_keys=True))
     return releases
 
 
@@ -130,7 +138,7 @@ def sdist_info(version: str, offline: bool = False) -> Sdist:
     if entry is None and not offline:
         entry = load_index(refresh=True).get(str(parsed))
     if entry is None:
-        raise ForgeError(f"vLLM {version} has no sdist on PyPI ({INDEX_URL})")
+        raise ForgeError(f"vLLM {version} has no sdist on the index {index_url()}")
     return Sdist(parsed, entry["url"], entry["sha256"])
 
 
