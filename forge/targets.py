@@ -1,0 +1,174 @@
+"""Hardware targets (images/targets.yaml): platform, CUDA, device names, environment, recipes and the
+upstream base image for each range of vLLM releases.
+
+    targets = load_targets()
+    targets["gb10"].base_for("0.27.1")   # BaseImage(repo="vllm/vllm-openai", tag="v0.27.1")
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from forge.errors import ForgeError
+from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TARGETS_FILE = REPO_ROOT / "images" / "targets.yaml"
+PLATFORMS = ("linux/amd64", "linux/arm64")
+# A mirror that serves upstream's bases under another registry (same digests), e.g. 127.0.0.1:5000
+BASE_MIRROR_ENV = "VLLM_FORGE_BASE_MIRROR"
+
+
+def _cuda_version(value: str) -> str | None:
+    return None if re.fullmatch(r"\d+\.\d+", value) else f"must look like 13.0 (got {value!r})"
+
+
+def _image_template(value: str) -> str | None:
+    if ":" not in value.rsplit("/", 1)[-1]:
+        return f"must name a tag, e.g. vllm/vllm-openai:v{{version}} (got {value!r})"
+    if "@" in value:
+        return "must be a tag, not a digest (digests live in images/lock.yaml)"
+    return None
+
+
+def _env_mapping(value: dict) -> str | None:
+    for key, val in value.items():
+        if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            return f"{key!r} is not an environment variable name"
+        if not isinstance(val, str):
+            return f"{key}: value must be a string (quote it)"
+    return None
+
+
+def _positive(value: float) -> str | None:
+    return None if value > 0 else "must be positive"
+
+
+BASE_SCHEMA = {
+    "releases": Field(str, check=pep440_specifier),
+    "image": Field(str, check=_image_template),
+}
+
+TARGET_SCHEMA = {
+    "description": Field(str),
+    "platform": Field(str, choices=PLATFORMS),
+    "cuda": Field(str, check=_cuda_version),
+    "cuda_arch": Field(str, check=_cuda_version),
+    "device_names": Field(ListOf(str, min_items=1)),
+    "moe_device_name": Field(str, check=lambda v: None if re.fullmatch(r"[A-Za-z0-9_.\-]+", v)
+                             else f"must be a file-name form without spaces or '/' (got {v!r})"),
+    "gpu_memory_gib": Field(float, check=_positive),
+    "env": Field(dict, required=False, default={}, check=_env_mapping),
+    "recipes": Field(ListOf(str), required=False, default=[]),
+    "bases": Field(ListOf(BASE_SCHEMA, min_items=1)),
+}
+
+FILE_SCHEMA = {
+    "env": Field(dict, required=False, default={}, check=_env_mapping),
+    "targets": Field(dict),
+}
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    repo: str
+    tag: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.repo}:{self.tag}"
+
+    def __str__(self) -> str:
+        return self.ref
+
+
+@dataclass(frozen=True)
+class BaseRule:
+    releases: SpecifierSet
+    image: str  # "repo:tag" with {version}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    description: str
+    platform: str
+    cuda: str
+    cuda_arch: str
+    device_names: list[str]
+    moe_device_name: str
+    gpu_memory_gib: float
+    env: dict[str, str]
+    recipes: list[str]
+    bases: list[BaseRule] = field(repr=False)
+    source: str = field(default=str(DEFAULT_TARGETS_FILE), repr=False)
+
+    @property
+    def arch(self) -> str:
+        return self.platform.split("/", 1)[1]
+
+    def base_for(self, vllm_version: str) -> BaseImage:
+        """The upstream base image for a release; ForgeError naming the file and target if none fits."""
+        try:
+            version = Version(str(vllm_version))
+        except InvalidVersion as exc:
+            raise ForgeError(f"not a vLLM version: {vllm_version!r}") from exc
+        for rule in self.bases:
+            if rule.releases.contains(version, prereleases=True):
+                repo, tag = rule.image.format(version=version).rsplit(":", 1)
+                return BaseImage(_mirrored(repo), tag)
+        ranges = ", ".join(str(rule.releases) for rule in self.bases)
+        raise ForgeError(f"{self.source}: targets.{self.name}.bases: no base image for vLLM "
+                         f"{version} (ranges: {ranges})")
+
+
+def _mirrored(repo: str) -> str:
+    mirror = os.environ.get(BASE_MIRROR_ENV, "").strip().rstrip("/")
+    return f"{mirror}/{repo}" if mirror else repo
+
+
+def targets_file() -> Path:
+    return Path(os.environ.get("VLLM_FORGE_TARGETS") or DEFAULT_TARGETS_FILE)
+
+
+def load_targets(path: Path | str | None = None) -> dict[str, Target]:
+    """Every target in images/targets.yaml (or `path`), validated; keyed by target name."""
+    path = Path(path) if path else targets_file()
+    source = str(path)
+    data = validate(load_yaml(path), FILE_SCHEMA, source)
+    if not data["targets"]:
+        raise ForgeError(f"{source}: targets: must name at least one target")
+    targets = {}
+    for name, body in data["targets"].items():
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", str(name)):
+            raise ForgeError(f"{source}: targets.{name}: target names are lowercase letters, "
+                             f"digits and '-'")
+        item = validate(body, TARGET_SCHEMA, source, f"targets.{name}")
+        rules = [BaseRule(SpecifierSet(b["releases"]), b["image"]) for b in item.pop("bases")]
+        _check_no_overlap(rules, source, name)
+        item["env"] = {**data["env"], **item["env"]}
+        targets[name] = Target(name=name, bases=rules, source=source, **item)
+    return targets
+
+
+def _check_no_overlap(rules: list[BaseRule], source: str, name: str) -> None:
+    # Probe every version mentioned in any range: two rules that both contain one overlap.
+    probes = {Version(spec.version) for rule in rules for spec in rule.releases}
+    for probe in sorted(probes):
+        matching = [i for i, rule in enumerate(rules) if rule.releases.contains(probe, True)]
+        if len(matching) > 1:
+            raise ForgeError(f"{source}: targets.{name}.bases[{matching[1]}].releases: overlaps "
+                             f"bases[{matching[0]}] at vLLM {probe}")
+
+
+def get_target(name: str, path: Path | str | None = None) -> Target:
+    targets = load_targets(path)
+    if name not in targets:
+        raise ForgeError(f"{path or targets_file()}: unknown target {name!r} "
+                         f"(known: {', '.join(sorted(targets))})")
+    return targets[name]

@@ -1,0 +1,45 @@
+"""Repository and tag naming (forge.images) that recipes, CI and the build share."""
+import pytest
+
+from forge import images
+from forge.errors import ForgeError
+
+
+def test_tags():
+    assert images.moving_tag("gb10", "0.27.1") == "vllm0.27.1-gb10"
+    assert images.immutable_tag("gb10", "0.27.1", "3f2a9c1b7d4e") == "vllm0.27.1-gb10-3f2a9c1b7d4e"
+    assert images.image_ref("a100", "0.25.0", "127.0.0.1:5000/forge") == "127.0.0.1:5000/forge:vllm0.25.0-a100"
+
+
+@pytest.mark.parametrize("call", [
+    lambda: images.moving_tag("GB 10", "0.27.1"),
+    lambda: images.moving_tag("gb10", "latest"),
+    lambda: images.immutable_tag("gb10", "0.27.1", "XYZ"),
+])
+def test_bad_names_refused(call):
+    with pytest.raises(ForgeError):
+        call()
+
+
+def test_default_repository_env_wins(monkeypatch):
+    monkeypatch.setenv("VLLM_FORGE_REPOSITORY", "registry.example/team/forge")
+    assert images.default_repository() == "registry.example/team/forge"
+    assert images.image_ref("h200", "0.33.0") == "registry.example/team/forge:vllm0.33.0-h200"
+
+
+def test_default_repository_owner_from_github_env(monkeypatch):
+    monkeypatch.delenv("VLLM_FORGE_REPOSITORY", raising=False)
+    monkeypatch.setenv("GITHUB_REPOSITORY_OWNER", "Acme-Labs")
+    assert images.default_repository() == "ghcr.io/acme-labs/vllm-forge"
+
+
+def test_default_repository_owner_from_git_remote(monkeypatch, tmp_path):
+    monkeypatch.delenv("VLLM_FORGE_REPOSITORY", raising=False)
+    monkeypatch.delenv("GITHUB_REPOSITORY_OWNER", raising=False)
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text(
+        '[core]\n\tbare = false\n[remote "origin"]\n\turl = git@github.com:someone/vllm-forge.git\n')
+    monkeypatch.setattr(images, "REPO_ROOT", tmp_path)
+    assert images.default_repository() == "ghcr.io/someone/vllm-forge"
+    (tmp_path / ".git" / "config").write_text("[core]\n\tbare = false\n")
+    assert images.default_repository() == images.FALLBACK_REPOSITORY

@@ -1,0 +1,94 @@
+"""images/targets.yaml and forge.targets: the real file loads; bad files fail with one line naming file+field."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from forge.errors import ForgeError
+from forge.targets import BaseImage, get_target, load_targets
+
+REPO = Path(__file__).resolve().parents[1]
+REAL = REPO / "images" / "targets.yaml"
+
+
+def test_real_targets_load_with_the_expected_hardware():
+    targets = load_targets()
+    assert set(targets) == {"gb10", "a100", "h100", "h200"}
+    gb10 = targets["gb10"]
+    assert (gb10.platform, gb10.cuda, gb10.cuda_arch) == ("linux/arm64", "13.0", "12.1")
+    assert gb10.device_names == ["NVIDIA GB10"] and gb10.moe_device_name == "NVIDIA_GB10"
+    assert targets["a100"].cuda_arch == "8.0" and "NVIDIA A100-SXM4-80GB" in targets["a100"].device_names
+    assert {targets[t].cuda_arch for t in ("h100", "h200")} == {"9.0"}
+    assert targets["h200"].moe_device_name == "NVIDIA_H200"
+    for target in targets.values():
+        assert target.env["VLLM_TUNED_CONFIG_FOLDER"] == "/opt/vllm-forge/moe-configs"
+        assert target.env["VLLM_FORGE_TARGET"] == target.name
+        assert {"gemma-4-26b-a4b-it", "gemma-4-31b-it", "gemma-4-e4b-it"} <= set(target.recipes)
+        assert target.gpu_memory_gib > 10
+
+
+@pytest.mark.parametrize("target, version, expected", [
+    ("gb10", "0.27.1", BaseImage("vllm/vllm-openai", "v0.27.1")),
+    ("gb10", "0.20.0", BaseImage("vllm/vllm-openai", "v0.20.0")),
+    ("gb10", "0.19.1", BaseImage("vllm/vllm-openai", "v0.19.1-cu130")),
+    ("a100", "0.25.0", BaseImage("vllm/vllm-openai", "v0.25.0")),
+    ("h200", "0.33.0", BaseImage("vllm/vllm-openai", "v0.33.0")),
+])
+def test_base_per_release_range(target, version, expected):
+    assert load_targets()[target].base_for(version) == expected
+
+
+def test_base_mirror_prefixes_the_repository(monkeypatch):
+    monkeypatch.setenv("VLLM_FORGE_BASE_MIRROR", "127.0.0.1:5000/")
+    assert load_targets()["a100"].base_for("0.25.0").ref == "127.0.0.1:5000/vllm/vllm-openai:v0.25.0"
+
+
+def test_release_without_base_names_file_and_target():
+    with pytest.raises(ForgeError, match=r"targets\.yaml: targets\.gb10\.bases: no base image for vLLM 0\.10\.0"):
+        load_targets()["gb10"].base_for("0.10.0")
+
+
+def test_unknown_target_lists_known_ones():
+    with pytest.raises(ForgeError, match=r"unknown target 'tpu' \(known: a100, gb10, h100, h200\)"):
+        get_target("tpu")
+
+
+def _write(tmp_path, mutate):
+    data = yaml.safe_load(REAL.read_text())
+    mutate(data)
+    path = tmp_path / "targets.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["targets"]["gb10"].update(platform="linux/riscv64"),
+     r"targets\.gb10\.platform: must be one of linux/amd64, linux/arm64"),
+    (lambda d: d["targets"]["a100"].pop("cuda_arch"), r"targets\.a100\.cuda_arch: required field is missing"),
+    (lambda d: d["targets"]["h100"].update(gpus=8), r"targets\.h100\.gpus: unknown field"),
+    (lambda d: d["targets"]["h200"]["bases"][0].update(releases="latest"),
+     r"targets\.h200\.bases\[0\]\.releases: not a PEP 440 version specifier"),
+    (lambda d: d["targets"]["h200"]["bases"][0].update(image="vllm/vllm-openai"),
+     r"targets\.h200\.bases\[0\]\.image: must name a tag"),
+    (lambda d: d["targets"]["gb10"]["bases"].append({"releases": ">=0.27", "image": "x/y:v{version}"}),
+     r"targets\.gb10\.bases\[2\]\.releases: overlaps bases\[1\]"),
+    (lambda d: d["targets"]["gb10"].update(moe_device_name="NVIDIA GB10"),
+     r"targets\.gb10\.moe_device_name: must be a file-name form"),
+    (lambda d: d["targets"]["a100"]["env"].update(BAD=1), r"targets\.a100\.env: BAD: value must be a string"),
+    (lambda d: d["targets"].update(GB10=d["targets"]["gb10"]), r"targets\.GB10: target names are lowercase"),
+])
+def test_bad_targets_file_is_one_line_naming_file_and_field(tmp_path, mutate, message):
+    path = _write(tmp_path, mutate)
+    with pytest.raises(ForgeError, match=message) as caught:
+        load_targets(path)
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_cli_unknown_target_is_one_line_exit_2_and_builds_nothing():
+    result = subprocess.run([sys.executable, "build.py", "--target", "tpu", "--vllm", "0.25.0", "--plan"],
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "unknown target 'tpu'" in result.stderr
