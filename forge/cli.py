@@ -47,6 +47,9 @@ def _add_apply(commands) -> None:
     p.add_argument("--vllm", metavar="VERSION",
                    help="expected installed version (refuse if the install differs)")
     p.add_argument("--revert", action="store_true", help="restore every patched file byte for byte")
+    p.add_argument("--moe-config-dir", metavar="DIR",
+                   help="install the series' tuned fused-MoE configs here "
+                        "(images export it as VLLM_TUNED_CONFIG_FOLDER)")
     p.set_defaults(handler="forge.patches:cmd_apply")
 
 

@@ -1,0 +1,225 @@
+"""Status of every patch in patches/series.yaml against a vLLM tree, and the `patches` / `apply`
+commands of build.py.
+
+Statuses (the same engine for a release's sdist tree and for an installed site-packages):
+  not-needed        outside the patch's `releases`, a target file absent, the code it fixes absent
+                    (`fixes_marker` not in the file), or retired and the reverse does not apply
+  applies           every hunk fits exactly one place (forge.diffs); moe-config: vLLM bundles no
+                    file of that name
+  already-upstream  the reverse applies (upstream holds the change); moe-config: bundled
+  conflict          in range, the code it fixes is there, and neither forward nor reverse fits
+
+Public API (other modules import these names): load_series, save_series, release_status,
+matrix, patch_set_hash, apply_series, find_vllm, Series, Patch, PatchStatus, ApplyReport,
+InstalledVllm.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from packaging.version import Version
+
+from forge import diffs
+from forge.errors import ConflictError, ForgeError
+from forge.installed import InstalledVllm, find_vllm
+from forge.patch_series import Patch, Series, load_series, save_series
+
+__all__ = ["load_series", "save_series", "release_status", "matrix", "patch_set_hash",
+           "apply_series", "find_vllm", "Series", "Patch", "PatchStatus", "ApplyReport",
+           "InstalledVllm", "status_of", "tree_status", "MOE_CONFIGS_DIR"]
+
+MOE_CONFIGS_DIR = "vllm/model_executor/layers/fused_moe/configs"
+STATUSES = ("applies", "already-upstream", "not-needed", "conflict")
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    id: str
+    kind: str
+    status: str
+    detail: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --- status of one patch on one tree ---------------------------------------------------------
+
+def status_of(patch: Patch, root: Path, version: Version) -> PatchStatus:
+    """Status of `patch` on the tree `root` (the directory holding vllm/) of release `version`."""
+    def status(name: str, detail: str) -> PatchStatus:
+        return PatchStatus(patch.id, patch.kind, name, detail)
+
+    if not patch.in_range(version):
+        return status("not-needed", f"{version} is outside releases {patch.releases}")
+    if patch.kind == "moe-config":
+        return _moe_status(patch, root, status)
+    if patch.retired_for(version):
+        if _fits(patch, root, reverse=True):
+            return status("already-upstream", f"retired in {patch.retired_in}; reverse applies")
+        return status("not-needed", f"retired in {patch.retired_in}")
+    missing = [d.old_path for d in patch.diffs if d.old_path and not (root / d.old_path).is_file()]
+    if missing:
+        return status("not-needed", f"{missing[0]} is absent")
+    try:
+        diffs.plan_diff(root, patch.diffs)
+        hunks = sum(len(d.hunks) for d in patch.diffs)
+        return status("applies", f"{hunks} hunk(s) fit in {_files(patch)}")
+    except diffs.HunkError as forward_error:
+        if _fits(patch, root, reverse=True):
+            return status("already-upstream", f"reverse applies to {_files(patch)}")
+        if patch.fixes_marker and not _marker_present(patch, root):
+            return status("not-needed", f"the code it fixes is absent "
+                                        f"({patch.fixes_marker!r} not in {_files(patch)})")
+        return status("conflict", f"neither forward nor reverse applies: {forward_error}")
+
+
+def _fits(patch: Patch, root: Path, reverse: bool) -> bool:
+    try:
+        diffs.plan_diff(root, patch.diffs, reverse=reverse)
+        return True
+    except diffs.HunkError:
+        return False
+
+
+def _marker_present(patch: Patch, root: Path) -> bool:
+    marker = patch.fixes_marker.encode()
+    return any(marker in (root / rel).read_bytes()
+               for rel in diffs.target_paths(patch.diffs) if (root / rel).is_file())
+
+
+def _files(patch: Patch) -> str:
+    return ", ".join(diffs.target_paths(patch.diffs))
+
+
+def _moe_status(patch: Patch, root: Path, status) -> PatchStatus:
+    bundled = [f.name for f in patch.files if (root / MOE_CONFIGS_DIR / f.name).is_file()]
+    if len(bundled) == len(patch.files):
+        return status("already-upstream", f"vLLM bundles {', '.join(bundled)}")
+    detail = f"vLLM bundles no {patch.files[0].name}" if len(patch.files) == 1 else \
+        f"vLLM bundles {len(bundled)} of {len(patch.files)} configs"
+    return status("applies", detail + "; delivered through VLLM_TUNED_CONFIG_FOLDER")
+
+
+def tree_status(series: Series, root: Path, version: Version) -> list[PatchStatus]:
+    return [status_of(patch, root, version) for patch in series.patches]
+
+
+# --- statuses of releases from their real sdist trees, cached ---------------------------------
+
+def _engine_digest() -> str:
+    """Changes to the status engine invalidate cached statuses as surely as manifest changes."""
+    digest = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for name in ("diffs.py", "patches.py", "patch_series.py"):
+        digest.update((here / name).read_bytes())
+    return digest.hexdigest()
+
+
+def _status_cache_file(series: Series, version: str) -> Path:
+    from forge.releases import cache_dir
+
+    key = hashlib.sha256((series.digest + _engine_digest()).encode()).hexdigest()[:20]
+    return cache_dir() / "patch-status" / key / f"{version}.json"
+
+
+def release_status(version: str, offline: bool = False, series: Series | None = None
+                   ) -> list[PatchStatus]:
+    """Status of every patch against release `version`'s real source tree (sdist from PyPI)."""
+    from forge import releases
+
+    series = series or load_series()
+    parsed = Version(str(releases.sdist_info(version, offline=offline).version))
+    cached = _status_cache_file(series, str(parsed))
+    try:
+        return [PatchStatus(**entry) for entry in json.loads(cached.read_text())]
+    except (OSError, ValueError, TypeError):
+        pass
+    statuses = tree_status(series, releases.release_tree(str(parsed), offline=offline), parsed)
+    _write_json_atomically(cached, [s.to_dict() for s in statuses])
+    return statuses
+
+
+def matrix(versions, offline: bool = False, series: Series | None = None
+           ) -> dict[str, list[PatchStatus]]:
+    series = series or load_series()
+    return {str(v): release_status(str(v), offline=offline, series=series) for v in versions}
+
+
+def patch_set_hash(statuses: list[PatchStatus], series: Series | None = None) -> str:
+    """12 hex chars naming exactly which patch files an image applies (for immutable tags)."""
+    series = series or load_series()
+    digest = hashlib.sha256()
+    for status in statuses:
+        if status.status == "applies":
+            for f in series.get(status.id).files:
+                digest.update(f"{status.id}\0{f.sha256}\n".encode())
+    return digest.hexdigest()[:12]
+
+
+def raise_on_conflict(statuses: list[PatchStatus], where: str) -> None:
+    for s in statuses:
+        if s.status == "conflict":
+            raise ConflictError(f"{where}: patch {s.id}: {s.detail}")
+
+
+def _write_json_atomically(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
+        json.dump(data, tmp, indent=1)
+    os.replace(tmp.name, path)
+
+
+# --- apply (the implementation lives in forge.patch_apply) ------------------------------------
+
+def apply_series(site_packages=None, expected_version=None, revert=False, moe_config_dir=None,
+                 series_path=None):
+    from forge.patch_apply import apply_series as _apply
+
+    return _apply(site_packages=site_packages, expected_version=expected_version, revert=revert,
+                  moe_config_dir=moe_config_dir, series_path=series_path)
+
+
+def __getattr__(name):   # ApplyReport lives with the apply code; keep it importable from here
+    if name == "ApplyReport":
+        from forge.patch_apply import ApplyReport
+        return ApplyReport
+    raise AttributeError(name)
+
+
+# --- build.py commands --------------------------------------------------------------------------
+
+def cmd_patches(args) -> int:
+    from forge.patch_report import print_matrix, print_release
+
+    series = load_series()
+    if args.vllm:
+        statuses = release_status(args.vllm, offline=args.offline, series=series)
+        print_release(args.vllm, statuses, series, as_json=args.json)
+        results = {args.vllm: statuses}
+    else:
+        from forge import releases
+
+        versions = releases.list_releases(minimum=series.checked_from, offline=args.offline)
+        results = matrix(versions, offline=args.offline, series=series)
+        print_matrix(results, series, as_json=args.json)
+    conflicts = [(v, s) for v, statuses in results.items() for s in statuses
+                 if s.status == "conflict"]
+    if conflicts:
+        version, s = conflicts[0]
+        raise ConflictError(f"vLLM {version}: patch {s.id}: {s.detail}"
+                            + (f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""))
+    return 0
+
+
+def cmd_apply(args) -> int:
+    report = apply_series(site_packages=args.site_packages, expected_version=args.vllm,
+                          revert=args.revert, moe_config_dir=getattr(args, "moe_config_dir", None))
+    for line in report.lines():
+        print(line)
+    return 0
