@@ -88,8 +88,54 @@ def _add_tune_moe(commands) -> None:
     p.set_defaults(handler="forge.moe_tune:cmd_tune_moe")
 
 
+def _add_publish(commands) -> None:
+    p = commands.add_parser("publish", help="record a pushed image in images/published.json; "
+                                            "move its moving tag when verify passed")
+    p.add_argument("--target", required=True)
+    p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--immutable-tag", required=True, help="the tag the build was pushed under")
+    p.add_argument("--digest", required=True, help="the pushed image's sha256:... digest")
+    p.add_argument("--verify-report", metavar="JSON", help="verify/ report (none: not verified)")
+    p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
+    p.add_argument("--index", default="images/published.json", help="the known-good index file")
+    p.add_argument("--github-output", metavar="FILE",
+                   help="append moving_ref= and source_ref= (a GitHub Actions step output file)")
+    p.set_defaults(handler="forge.published:cmd_publish")
+
+
+def _add_published(commands) -> None:
+    p = commands.add_parser("published", help="list the known-good (verified) image per target and release")
+    p.add_argument("--target")
+    p.add_argument("--vllm", metavar="VERSION")
+    p.add_argument("--index", default="images/published.json", help="the known-good index file")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler="forge.published:cmd_published")
+
+
+def _add_upstream_watch(commands) -> None:
+    p = commands.add_parser("upstream-watch", help="check vLLM releases newer than the manifest's "
+                                                   "checked_through; propose the manifest edits")
+    p.add_argument("--series", default="patches/series.yaml", help="the patch manifest")
+    p.add_argument("--write", action="store_true", help="apply the proposed edits to the manifest")
+    p.add_argument("--json", action="store_true", help="print the proposal as JSON")
+    p.add_argument("--pr-body", metavar="FILE", help="write the pull request title and body here")
+    p.add_argument("--github-output", metavar="FILE",
+                   help="append newest=, changed= and conflicts= (a GitHub Actions step output file)")
+    p.add_argument("--offline", action="store_true", help="use only the cached release index and sources")
+    p.set_defaults(handler="forge.upstream:cmd_upstream_watch")
+
+
+def _add_readme_table(commands) -> None:
+    p = commands.add_parser("readme-table", help="regenerate README.md's per-release patch status table")
+    p.add_argument("--readme", default="README.md")
+    p.add_argument("--check", action="store_true", help="exit 1 if the table is stale; write nothing")
+    p.add_argument("--offline", action="store_true", help="use only the cached release index and sources")
+    p.set_defaults(handler="forge.readme_table:cmd_readme_table")
+
+
 COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,
-                    _add_tune_moe]
+                    _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
+                    _add_readme_table]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,173 @@
+"""The known-good index (images/published.json) and tag immutability, through the real CLI."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from forge import published
+from forge.errors import ForgeError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+REPOSITORY = "ghcr.io/example/vllm-forge"
+DIGEST_A = "sha256:" + "a" * 64
+DIGEST_B = "sha256:" + "b" * 64
+TAG = "vllm0.27.1-gb10-3f2a9c1b7d4e"
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "build.py", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def write_report(tmp_path: Path, passed: bool, name: str = "report.json") -> Path:
+    report = tmp_path / name
+    report.write_text(json.dumps({"passed": passed, "summary": {
+        "acceptance_rate": 0.71 if passed else 0.0, "mean_acceptance_length": 3.1,
+        "tok_per_s": 57.0}}))
+    return report
+
+
+def publish(index: Path, *, tag=TAG, digest=DIGEST_A, report=None, target="gb10", vllm="0.27.1",
+            extra=()):
+    args = ["publish", "--index", str(index), "--repository", REPOSITORY, "--target", target,
+            "--vllm", vllm, "--immutable-tag", tag, "--digest", digest, *extra]
+    if report is not None:
+        args += ["--verify-report", str(report)]
+    return run_cli(*args)
+
+
+def test_committed_index_is_valid():
+    index = published.load_index(REPO_ROOT / "images" / "published.json")
+    assert index["schema_version"] == published.SCHEMA_VERSION
+    for entry in index["known_good"]:
+        build = published.find_build(index, entry["repository"], entry["immutable_tag"])
+        assert build["verify"]["passed"] is True
+
+
+def test_passed_build_moves_the_moving_tag(tmp_path):
+    index_file = tmp_path / "published.json"
+    outputs = tmp_path / "github_output"
+    result = publish(index_file, report=write_report(tmp_path, True),
+                     extra=["--github-output", str(outputs)])
+    assert result.returncode == 0, result.stderr
+    assert f"move {REPOSITORY}:vllm0.27.1-gb10 -> {REPOSITORY}:{TAG}@{DIGEST_A}" in result.stdout
+    index = published.load_index(index_file)
+    entry = published.known_good(index, "gb10", "0.27.1")
+    assert (entry["moving_tag"], entry["immutable_tag"], entry["digest"]) == (
+        "vllm0.27.1-gb10", TAG, DIGEST_A)
+    assert index["builds"][0]["verify"]["summary"]["acceptance_rate"] == 0.71
+    assert outputs.read_text().splitlines() == [
+        f"moving_ref={REPOSITORY}:vllm0.27.1-gb10", f"source_ref={REPOSITORY}@{DIGEST_A}"]
+
+
+def test_failed_verify_records_the_build_but_keeps_the_moving_tag(tmp_path):
+    index_file = tmp_path / "published.json"
+    assert publish(index_file, report=write_report(tmp_path, True)).returncode == 0
+    newer_tag = "vllm0.27.1-gb10-0123456789ab"
+    result = publish(index_file, tag=newer_tag, digest=DIGEST_B,
+                     report=write_report(tmp_path, False, "bad.json"))
+    assert result.returncode == 1
+    assert "moving tag vllm0.27.1-gb10 not moved" in result.stdout
+    index = published.load_index(index_file)
+    assert published.find_build(index, REPOSITORY, newer_tag)["verify"]["passed"] is False
+    assert published.known_good(index, "gb10", "0.27.1")["digest"] == DIGEST_A
+
+
+def test_unverified_build_never_moves_the_tag(tmp_path):
+    index_file = tmp_path / "published.json"
+    result = publish(index_file)  # no --verify-report
+    assert result.returncode == 1
+    index = published.load_index(index_file)
+    assert index["builds"][0]["verify"]["passed"] is False
+    assert published.known_good(index, "gb10", "0.27.1") is None
+
+
+def test_republishing_an_immutable_tag_with_another_digest_is_refused(tmp_path):
+    index_file = tmp_path / "published.json"
+    assert publish(index_file, report=write_report(tmp_path, True)).returncode == 0
+    before = index_file.read_bytes()
+    result = publish(index_file, digest=DIGEST_B, report=write_report(tmp_path, True))
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"error: immutable tag {REPOSITORY}:{TAG} already names {DIGEST_A}")
+    assert index_file.read_bytes() == before  # nothing lost, nothing re-pointed
+
+
+def test_republishing_the_same_digest_refreshes_its_verify_result(tmp_path):
+    index_file = tmp_path / "published.json"
+    assert publish(index_file).returncode == 1  # pushed, not yet verified
+    assert publish(index_file, report=write_report(tmp_path, True)).returncode == 0
+    index = published.load_index(index_file)
+    assert len(index["builds"]) == 1
+    assert published.known_good(index, "gb10", "0.27.1")["digest"] == DIGEST_A
+
+
+def test_tag_of_another_target_or_release_is_refused(tmp_path):
+    index_file = tmp_path / "published.json"
+    result = publish(index_file, target="h200", report=write_report(tmp_path, True))
+    assert result.returncode == 2
+    assert "--immutable-tag 'vllm0.27.1-gb10-3f2a9c1b7d4e' is not a h200 vLLM 0.27.1 tag" in result.stderr
+    assert not index_file.exists()
+
+
+def test_bad_digest_names_the_field(tmp_path):
+    result = publish(tmp_path / "published.json", digest="sha256:1234")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: build: digest: not a sha256 image digest: 'sha256:1234'"
+
+
+def test_damaged_index_names_file_and_field(tmp_path):
+    index_file = tmp_path / "published.json"
+    assert publish(index_file, report=write_report(tmp_path, True)).returncode == 0
+    data = json.loads(index_file.read_text())
+    data["builds"][0]["digest"] = "md5:0"
+    index_file.write_text(json.dumps(data))
+    result = run_cli("published", "--index", str(index_file))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (f"error: {index_file}: builds[0].digest: "
+                                     "not a sha256 image digest: 'md5:0'")
+
+
+def test_hand_edited_moving_tag_to_a_failed_build_is_rejected(tmp_path):
+    index_file = tmp_path / "published.json"
+    assert publish(index_file, report=write_report(tmp_path, True)).returncode == 0
+    data = json.loads(index_file.read_text())
+    data["builds"][0]["verify"]["passed"] = False
+    index_file.write_text(json.dumps(data))
+    with pytest.raises(ForgeError, match=r"known_good\[0\]\.immutable_tag: its verify report did not pass"):
+        published.load_index(index_file)
+
+
+def test_hand_edited_duplicate_immutable_tag_is_rejected(tmp_path):
+    index_file = tmp_path / "published.json"
+    assert publish(index_file).returncode == 1
+    data = json.loads(index_file.read_text())
+    data["builds"].append(dict(data["builds"][0], digest=DIGEST_B))
+    index_file.write_text(json.dumps(data))
+    with pytest.raises(published.ImmutableTagError, match=r"builds\[1\]\.digest"):
+        published.load_index(index_file)
+
+
+def test_verify_report_without_passed_is_refused(tmp_path):
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"acceptance_rate": 0.8}))
+    result = publish(tmp_path / "published.json", report=report)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (f"error: {report}: passed: the verify report must say "
+                                     "passed: true or false")
+
+
+def test_published_lists_known_good_images(tmp_path):
+    index_file = tmp_path / "published.json"
+    assert publish(index_file, report=write_report(tmp_path, True)).returncode == 0
+    assert publish(index_file, target="h200", tag="vllm0.27.1-h200-3f2a9c1b7d4e", digest=DIGEST_B,
+                   report=write_report(tmp_path, True)).returncode == 0
+    result = run_cli("published", "--index", str(index_file), "--json")
+    assert result.returncode == 0, result.stderr
+    listed = {(e["target"], e["digest"]) for e in json.loads(result.stdout)}
+    assert listed == {("gb10", DIGEST_A), ("h200", DIGEST_B)}
+    result = run_cli("published", "--index", str(index_file), "--target", "a100")
+    assert result.returncode == 1
+    assert "no verified image published yet for a100" in result.stdout
