@@ -77,7 +77,7 @@ def _add_serve(commands) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--hf-cache", default="~/.cache/huggingface", help="Hugging Face cache to mount")
     p.add_argument("--run", action="store_true", help="run the command instead of printing it")
-    p.set_defaults(handler="forge.recipes:cmd_serve")
+    p.set_defaults(handler="forge.serve:cmd_serve")
 
 
 def _add_tune_moe(commands) -> None:

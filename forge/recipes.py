@@ -344,19 +344,6 @@ def _moe_device_name(target: str) -> str | None:
 
 
 def _load_targets() -> dict:
-    try:
-        from forge.targets import load_targets
-    except ImportError:  # TODO(recipes): drop once forge/targets.py (images engineer) lands
-        return _INTERIM_TARGETS
+    from forge.targets import load_targets
+
     return load_targets()
-
-
-@dataclass(frozen=True)
-class _InterimTarget:
-    name: str
-    moe_device_name: str
-
-
-_INTERIM_TARGETS = {t.name: t for t in (
-    _InterimTarget("gb10", "NVIDIA_GB10"), _InterimTarget("a100", "NVIDIA_A100-SXM4-80GB"),
-    _InterimTarget("h100", "NVIDIA_H100_80GB_HBM3"), _InterimTarget("h200", "NVIDIA_H200"))}
