@@ -25,9 +25,12 @@ def _add_build(commands) -> None:
     p.add_argument("--plan", action="store_true", help="print the resolved plan; build nothing")
     p.add_argument("--allow-unlocked", action="store_true",
                    help="build from a base that images/lock.yaml does not pin (not reproducible)")
-    p.add_argument("--base-image", help="override the target's base image (e.g. a local stand-in)")
+    p.add_argument("--allow-base-change", action="store_true",
+                   help="build from the locked digest even though the base tag has moved since")
+    p.add_argument("--base-image", help="override the target's base image tag (repo:tag)")
+    p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
     p.add_argument("--json", action="store_true", help="with --plan: print the plan as JSON")
-    p.set_defaults(handler="forge.images:cmd_build")
+    p.set_defaults(handler="forge.build:cmd_build")
 
 
 def _add_patches(commands) -> None:
@@ -57,15 +60,18 @@ def _add_lock(commands) -> None:
     p = commands.add_parser("lock", help="pin every base image tag to its registry digest")
     p.add_argument("--vllm", required=True, metavar="VERSION")
     p.add_argument("--target", action="append", help="only these targets (repeatable)")
-    p.set_defaults(handler="forge.images:cmd_lock")
+    p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
+    p.set_defaults(handler="forge.lock:cmd_lock")
 
 
 def _add_bake(commands) -> None:
     p = commands.add_parser("bake", help="write a docker buildx bake file for every target")
     p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--target", action="append", help="only these targets (repeatable)")
     p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
+    p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
     p.add_argument("--output", "-o", default="docker-bake.json", help="file to write")
-    p.set_defaults(handler="forge.images:cmd_bake")
+    p.set_defaults(handler="forge.bake:cmd_bake")
 
 
 def _add_serve(commands) -> None:
@@ -82,9 +88,17 @@ def _add_serve(commands) -> None:
 
 def _add_tune_moe(commands) -> None:
     p = commands.add_parser("tune-moe", help="tune fused-MoE Triton configs on this GPU")
-    p.add_argument("--dtype", required=True, choices=["bf16", "fp8_w8a8"])
+    p.add_argument("--dtype", choices=["bf16", "fp8_w8a8"],
+                   help="weight dtype to tune (required unless --import-results)")
     p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")],
-                   help="token counts to tune, comma-separated")
+                   help="token counts to tune, comma-separated (default: every count a server runs)")
+    p.add_argument("--space", default="small", choices=["small", "full"],
+                   help="kernel config search space (default small)")
+    p.add_argument("--results", metavar="FILE",
+                   help="where the GPU run writes its results JSON (default tune-moe-DTYPE.json)")
+    p.add_argument("--import-results", metavar="FILE",
+                   help="no GPU: write a GPU run's tuned JSON into patches/moe-configs and "
+                        "register it in patches/series.yaml")
     p.set_defaults(handler="forge.moe_tune:cmd_tune_moe")
 
 

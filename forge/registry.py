@@ -1,0 +1,142 @@
+"""The container registry HTTP API (distribution spec v2), just what forge needs: the digest a tag
+points to. Anonymous bearer tokens (Docker Hub, GHCR public images) are fetched when a registry asks
+for them; $VLLM_FORGE_REGISTRY_USER / $VLLM_FORGE_REGISTRY_TOKEN give credentials where needed.
+
+Loopback registries (127.0.0.0/8, localhost, ::1) speak plain http, as the Docker engine allows;
+add others to $VLLM_FORGE_INSECURE_REGISTRIES (comma-separated host[:port]).
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from forge.errors import ForgeError
+
+DOCKER_HUB = "docker.io"
+DOCKER_HUB_API = "registry-1.docker.io"
+MANIFEST_TYPES = ", ".join([
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+])
+TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A parsed image reference: registry host, repository path, tag."""
+    registry: str
+    repository: str
+    tag: str
+
+    @property
+    def api_host(self) -> str:
+        return DOCKER_HUB_API if self.registry == DOCKER_HUB else self.registry
+
+    @property
+    def name(self) -> str:
+        """The repository as the engine spells it (docker.io names stay short)."""
+        if self.registry == DOCKER_HUB:
+            return self.repository.removeprefix("library/")
+        return f"{self.registry}/{self.repository}"
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.tag}"
+
+
+def parse_reference(ref: str) -> Reference:
+    """Split `[registry/]repo[:tag]` the way the Docker engine does (first part with '.', ':' or
+    'localhost' is a registry; otherwise Docker Hub, with `library/` for one-part names)."""
+    if "@" in ref:
+        raise ForgeError(f"expected a tag reference, got a digest reference: {ref}")
+    name, tag = ref, "latest"
+    last = ref.rsplit("/", 1)[-1]
+    if ":" in last:
+        name, tag = ref.rsplit(":", 1)
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        registry, repository = first, rest
+    else:
+        registry, repository = DOCKER_HUB, name if "/" in name else f"library/{name}"
+    if not re.fullmatch(r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*", repository):
+        raise ForgeError(f"not a valid image repository: {ref}")
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", tag):
+        raise ForgeError(f"not a valid image tag: {ref}")
+    return Reference(registry, repository, tag)
+
+
+def _scheme(host: str) -> str:
+    hostname = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+    insecure = {h.strip() for h in os.environ.get("VLLM_FORGE_INSECURE_REGISTRIES", "").split(",")}
+    loopback = hostname in ("localhost", "[::1]") or hostname.startswith("127.")
+    return "http" if loopback or host in insecure else "https"
+
+
+def _credentials():
+    user = os.environ.get("VLLM_FORGE_REGISTRY_USER")
+    token = os.environ.get("VLLM_FORGE_REGISTRY_TOKEN")
+    return (user, token) if user and token else None
+
+
+def _bearer_token(challenge: str, session) -> str | None:
+    """Answer a `WWW-Authenticate: Bearer realm=...,service=...,scope=...` challenge."""
+    import requests
+
+    fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+    if not challenge.lower().startswith("bearer") or "realm" not in fields:
+        return None
+    params = {k: v for k, v in fields.items() if k in ("service", "scope")}
+    try:
+        response = session.get(fields["realm"], params=params, auth=_credentials(), timeout=TIMEOUT_S)
+        response.raise_for_status()
+    except requests.RequestException as exc:
+        raise ForgeError(f"cannot get a registry token from {fields['realm']}: {exc}") from exc
+    body = response.json()
+    return body.get("token") or body.get("access_token")
+
+
+def manifest_digest(ref: str | Reference) -> str | None:
+    """The digest `ref` points to now (an index digest for multi-platform tags), or None when the
+    registry has no such tag. ForgeError when the registry cannot be reached or refuses us."""
+    import requests
+
+    reference = ref if isinstance(ref, Reference) else parse_reference(ref)
+    url = (f"{_scheme(reference.api_host)}://{reference.api_host}/v2/"
+           f"{reference.repository}/manifests/{reference.tag}")
+    headers = {"Accept": MANIFEST_TYPES}
+    with requests.Session() as session:
+        try:
+            response = session.head(url, headers=headers, timeout=TIMEOUT_S)
+            if response.status_code == 401:
+                token = _bearer_token(response.headers.get("WWW-Authenticate", ""), session)
+                if token:
+                    headers["Authorization"] = f"Bearer {token}"
+                response = session.head(url, headers=headers, timeout=TIMEOUT_S)
+            if response.status_code == 200 and not response.headers.get("Docker-Content-Digest"):
+                # Some registries answer HEAD without the digest: hash the manifest bytes ourselves.
+                response = session.get(url, headers=headers, timeout=TIMEOUT_S)
+                return _sha256_digest(response.content)
+        except requests.RequestException as exc:
+            raise ForgeError(f"registry {reference.registry} unreachable while reading {reference}: "
+                             f"{_short(exc)}") from exc
+    if response.status_code == 404:
+        return None
+    if response.status_code != 200:
+        raise ForgeError(f"registry {reference.registry} answered HTTP {response.status_code} "
+                         f"for {reference}")
+    return response.headers["Docker-Content-Digest"]
+
+
+def _sha256_digest(data: bytes) -> str:
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _short(exc: Exception) -> str:
+    # requests' connection errors nest several reprs; the innermost reason is what users need.
+    text = str(exc)
+    match = re.search(r"\[Errno -?\d+\] [^'\"\)]+", text)
+    return match.group(0) if match else text.splitlines()[0][:200]
