@@ -88,17 +88,9 @@ def _add_serve(commands) -> None:
 
 def _add_tune_moe(commands) -> None:
     p = commands.add_parser("tune-moe", help="tune fused-MoE Triton configs on this GPU")
-    p.add_argument("--dtype", choices=["bf16", "fp8_w8a8"],
-                   help="weight dtype to tune (required unless --import-results)")
+    p.add_argument("--dtype", required=True, choices=["bf16", "fp8_w8a8"])
     p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")],
-                   help="token counts to tune, comma-separated (default: every count a server runs)")
-    p.add_argument("--space", default="small", choices=["small", "full"],
-                   help="kernel config search space (default small)")
-    p.add_argument("--results", metavar="FILE",
-                   help="where the GPU run writes its results JSON (default tune-moe-DTYPE.json)")
-    p.add_argument("--import-results", metavar="FILE",
-                   help="no GPU: write a GPU run's tuned JSON into patches/moe-configs and "
-                        "register it in patches/series.yaml")
+                   help="token counts to tune, comma-separated")
     p.set_defaults(handler="forge.moe_tune:cmd_tune_moe")
 
 
