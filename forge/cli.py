@@ -88,9 +88,17 @@ def _add_serve(commands) -> None:
 
 def _add_tune_moe(commands) -> None:
     p = commands.add_parser("tune-moe", help="tune fused-MoE Triton configs on this GPU")
-    p.add_argument("--dtype", required=True, choices=["bf16", "fp8_w8a8"])
+    p.add_argument("--dtype", choices=["bf16", "fp8_w8a8"],
+                   help="weight dtype to tune (required unless --import-results)")
     p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")],
-                   help="token counts to tune, comma-separated")
+                   help="token counts to tune, comma-separated (default: every count a server runs)")
+    p.add_argument("--space", default="small", choices=["small", "full"],
+                   help="kernel config search space (default small)")
+    p.add_argument("--results", metavar="FILE",
+                   help="where the GPU run writes its results JSON (default tune-moe-DTYPE.json)")
+    p.add_argument("--import-results", metavar="FILE",
+                   help="no GPU: write a GPU run's tuned JSON into patches/moe-configs and "
+                        "register it in patches/series.yaml")
     p.set_defaults(handler="forge.moe_tune:cmd_tune_moe")
 
 
@@ -124,7 +132,7 @@ def _add_upstream_watch(commands) -> None:
     p.add_argument("--series", default="patches/series.yaml", help="the patch manifest")
     p.add_argument("--write", action="store_true", help="apply the proposed edits to the manifest")
     p.add_argument("--json", action="store_true", help="print the proposal as JSON")
-    p.add_argument("--pr-body", metavar="FILE", help="write the pull request title and body here")
+    p.add_argument("--pr-body", metavar="FILE", help="write the pull request (or issue) body here")
     p.add_argument("--github-output", metavar="FILE",
                    help="append newest=, changed= and conflicts= (a GitHub Actions step output file)")
     p.add_argument("--offline", action="store_true", help="use only the cached release index and sources")

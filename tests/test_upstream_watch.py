@@ -1,0 +1,139 @@
+"""upstream-watch on real release data: PyPI's vLLM release list and the releases' real sources.
+
+Each test works on a copy of the real manifest (patches/) in a temporary directory and runs the
+real `build.py upstream-watch` command.
+"""
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from forge import releases, upstream
+from forge.patch_series import load_series
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+EMBEDDING_PATCH = "gemma4-mtp-share-embeddings"
+
+
+@pytest.fixture(scope="module")
+def newest_release() -> str:
+    return str(releases.list_releases()[-1])
+
+
+def manifest_copy(tmp_path: Path, checked_through: str, **patch_edits) -> Path:
+    """A copy of patches/ whose series.yaml says `checked_through` and carries `patch_edits`
+    (field -> value, None deletes) on the embedding patch."""
+    shutil.copytree(REPO_ROOT / "patches", tmp_path / "patches")
+    series_file = tmp_path / "patches" / "series.yaml"
+    text = series_file.read_text()
+    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    data = yaml.safe_load(text)
+    data["checked_through"] = checked_through
+    patch = next(p for p in data["patches"] if p["id"] == EMBEDDING_PATCH)
+    for name, value in patch_edits.items():
+        if value is None:
+            patch.pop(name, None)
+        else:
+            patch[name] = value
+    series_file.write_text(header + yaml.safe_dump(data, sort_keys=False))
+    return series_file
+
+
+def watch(series_file: Path, *extra: str):
+    return subprocess.run([sys.executable, "build.py", "upstream-watch", "--series", str(series_file),
+                           *extra], cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800)
+
+
+def read_outputs(path: Path) -> dict:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines())
+
+
+def test_new_releases_retire_the_embedding_patch_at_0_27_0(tmp_path, newest_release):
+    series_file = manifest_copy(tmp_path, "0.26.0", retired_in=None)
+    assert load_series(series_file).get(EMBEDDING_PATCH).retired_in is None
+    outputs, body = tmp_path / "github_output", tmp_path / "body.md"
+
+    result = watch(series_file, "--write", "--pr-body", str(body), "--github-output", str(outputs))
+
+    assert result.returncode == 0, result.stderr
+    series = load_series(series_file)
+    assert series.checked_through == newest_release
+    assert series.get(EMBEDDING_PATCH).retired_in == "0.27.0"
+    assert series.header.startswith("# vllm-forge patch series")
+    assert read_outputs(outputs) == {
+        "newest": newest_release, "changed": "true", "conflicts": "false",
+        "title": f"upstream-watch: check patches through vLLM {newest_release}; "
+                 f"retire {EMBEDDING_PATCH} (upstream in 0.27.0)"}
+    text = body.read_text()
+    assert f"- `{EMBEDDING_PATCH}`: `retired_in: 0.27.0` (already upstream from 0.27.0)" in text
+    assert "| 0.27.0 | already-upstream |" in text
+    assert f"python build.py lock --vllm {newest_release}" in text
+
+
+def test_a_manifest_at_the_newest_release_proposes_nothing(tmp_path, newest_release):
+    series_file = manifest_copy(tmp_path, newest_release)
+    before = series_file.read_bytes()
+    outputs = tmp_path / "github_output"
+
+    result = watch(series_file, "--write", "--github-output", str(outputs))
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"upstream-watch: nothing new after vLLM {newest_release}")
+    assert read_outputs(outputs)["changed"] == "false"
+    assert series_file.read_bytes() == before
+
+
+def test_second_run_after_writing_proposes_nothing(tmp_path, newest_release):
+    series_file = manifest_copy(tmp_path, "0.26.0", retired_in=None)
+    assert watch(series_file, "--write").returncode == 0
+    written = series_file.read_bytes()
+    proposal = upstream.propose(load_series(series_file))
+    assert proposal.new_releases == [] and proposal.retire == {}
+    assert watch(series_file, "--write").returncode == 0
+    assert series_file.read_bytes() == written
+
+
+def test_a_retired_patch_is_not_retired_again_and_fixed_in_is_filled(tmp_path, newest_release):
+    series_file = manifest_copy(tmp_path, "0.26.0", retired_in=None,
+                                upstream={"issue": 47794, "pr": 47953})
+    proposal = upstream.propose(load_series(series_file))
+    assert proposal.retire == {EMBEDDING_PATCH: "0.27.0"}
+    assert proposal.set_fixed_in == {EMBEDDING_PATCH: "0.27.0"}
+    assert proposal.new_releases[0] == "0.27.0" and proposal.newest == newest_release
+
+    retired = manifest_copy(tmp_path / "retired", "0.26.0", retired_in="0.27.0")
+    proposal = upstream.propose(load_series(retired))
+    assert proposal.retire == {} and proposal.set_fixed_in == {}
+    assert proposal.changes_manifest
+
+
+def test_a_conflict_fails_loudly_and_changes_nothing(tmp_path):
+    series_file = manifest_copy(tmp_path, "0.26.0", retired_in=None)
+    # Damage one context line: the diff then fits neither forward nor reverse on any release,
+    # while the code it fixes ("differs from draft") is still there from 0.27.0 on.
+    diff_file = tmp_path / "patches" / "source" / f"{EMBEDDING_PATCH}.diff"
+    diff_file.write_text(diff_file.read_text().replace(
+        '"Sharing target model embedding weights with the draft model."',
+        '"Sharing target model embedding weights with the draft (edited)."'))
+    data = yaml.safe_load(series_file.read_text())
+    data["patches"][0]["files"][0]["sha256"] = hashlib.sha256(diff_file.read_bytes()).hexdigest()
+    series_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    before = series_file.read_bytes()
+    outputs, body = tmp_path / "github_output", tmp_path / "body.md"
+
+    result = watch(series_file, "--write", "--pr-body", str(body), "--github-output", str(outputs))
+
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"error: vLLM 0.27.0: patch {EMBEDDING_PATCH} conflicts: "
+                                    "neither forward nor reverse applies")
+    assert series_file.read_bytes() == before
+    assert read_outputs(outputs)["conflicts"] == "true"
+    assert read_outputs(outputs)["title"].startswith(
+        f"upstream-watch: patch {EMBEDDING_PATCH} conflicts with vLLM 0.27.0–")
+    assert "**Conflicts: the manifest was not changed.**" in body.read_text()
+    assert "| 0.27.0 | **CONFLICT** |" in body.read_text()
