@@ -118,7 +118,8 @@ class Series:
 
 def load_series(path: str | Path | None = None) -> Series:
     """Read, validate and hash-check the manifest. Errors name the file and the field."""
-    path = Path(path) if path else DEFAULT_SERIES
+    # VLLM_FORGE_SERIES points every command (and image build) at another manifest.
+    path = Path(path or os.environ.get("VLLM_FORGE_SERIES") or DEFAULT_SERIES)
     data = validate(load_yaml(path), SERIES_SCHEMA, str(path))
     base = path.parent
     digest = hashlib.sha256(path.read_bytes())

@@ -1,0 +1,137 @@
+"""patches/series.yaml: validated on load, hash-checked, written back without losing comments."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from forge.errors import ForgeError
+from forge.patch_series import render_series
+from forge.patches import load_series, save_series
+from tests.fixtures_patches import REAL_SERIES, real_patch_entry, write_series
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_build(*args: str, series: Path | None = None, **env) -> subprocess.CompletedProcess:
+    environment = {**os.environ, **env}
+    if series is not None:
+        environment["VLLM_FORGE_SERIES"] = str(series)
+    return subprocess.run([sys.executable, "build.py", *args], cwd=REPO, capture_output=True,
+                          text=True, env=environment)
+
+
+def test_the_committed_manifest_loads_with_its_first_patch():
+    series = load_series()
+    patch = series.get("gemma4-mtp-share-embeddings")
+    assert patch.kind == "source" and patch.releases == ">=0.21.0"
+    assert patch.upstream == {"issue": 47794, "pr": 47953, "fixed_in": "0.27.0",
+                              "introduced_by": 43957}
+    assert [d.path for d in patch.diffs] == ["vllm/v1/spec_decode/llm_base_proposer.py"]
+    assert len(series.digest) == 64
+
+
+def test_each_diff_header_carries_the_manifest_provenance():
+    for patch in load_series().patches:
+        for f in patch.files:
+            if patch.kind != "source":
+                continue
+            header = f.absolute.read_text().split("\n--- ", 1)[0]
+            assert f"vllm-forge patch: {patch.id}" in header
+            assert f"issues/{patch.upstream['issue']}" in header
+            assert f"pull/{patch.upstream['pr']}" in header
+
+
+def test_load_then_save_reproduces_the_committed_file_byte_for_byte():
+    assert render_series(load_series()) == REAL_SERIES.read_text()
+
+
+def test_save_series_keeps_the_comment_block_and_writes_valid_yaml(tmp_path):
+    entry, diff = real_patch_entry()
+    path = write_series(tmp_path, [entry], {"source/p.diff": diff})
+    path.write_text("# my comment\n# second line\n" + path.read_text())
+    series = load_series(path)
+    series.checked_through = "0.34.0"
+    series.patches[0].retired_in = "0.27.0"
+    save_series(series)
+    text = path.read_text()
+    assert text.startswith("# my comment\n# second line\n")
+    again = load_series(path)
+    assert (again.checked_through, again.patches[0].retired_in) == ("0.34.0", "0.27.0")
+
+
+BAD_CASES = [
+    ("unknown field", {"colour": "red"}, "patches[0].colour: unknown field"),
+    ("bad kind", {"kind": "diff"}, "patches[0].kind: must be one of source, moe-config"),
+    ("bad specifier", {"releases": ">=banana"}, "patches[0].releases: not a PEP 440"),
+    ("bad id", {"id": "has space"}, "patches[0].id: must be letters"),
+    ("no upstream", {"upstream": None}, "patches[0].upstream: a source patch names"),
+    ("bad fixed_in", {"upstream": {"pr": 1, "fixed_in": "soon"}},
+     "patches[0].upstream.fixed_in: not a PEP 440 version"),
+    ("missing why", {"why": None}, "patches[0].why: required field is missing"),
+]
+
+
+@pytest.mark.parametrize("name, change, message", BAD_CASES, ids=[c[0] for c in BAD_CASES])
+def test_bad_manifest_is_a_one_line_error_naming_file_and_field(tmp_path, name, change, message):
+    entry, diff = real_patch_entry(**change)
+    path = write_series(tmp_path, [entry], {"source/p.diff": diff})
+    before = path.read_bytes()
+    result = run_build("patches", "--vllm", "0.25.0", "--offline", series=path)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"error: {path}: ") and message in result.stderr
+    assert path.read_bytes() == before      # nothing lost
+
+
+def test_hash_mismatch_is_refused_by_patches_and_by_apply(tmp_path):
+    entry, diff = real_patch_entry()
+    path = write_series(tmp_path, [entry], {"source/p.diff": diff})
+    (tmp_path / "source" / "p.diff").write_bytes(diff.replace(b"MTP drafts", b"MTP drafters"))
+    for command in (["patches", "--vllm", "0.25.0", "--offline"],
+                    ["apply", "--site-packages", str(tmp_path)]):
+        if command[0] == "apply":
+            (tmp_path / "vllm").mkdir(exist_ok=True)
+            (tmp_path / "vllm" / "__init__.py").write_text("")
+            (tmp_path / "vllm" / "_version.py").write_text("__version__ = '0.25.0'\n")
+        result = run_build(*command, series=path)
+        assert result.returncode == 2, result
+        assert "patches[0].files[0].sha256: source/p.diff has sha256" in result.stderr
+        assert result.stderr.count("\n") == 1
+
+
+def test_duplicate_ids_missing_files_and_broken_yaml(tmp_path):
+    entry, diff = real_patch_entry()
+    twin = dict(entry, files=[{"path": "source/p.diff"}])
+    path = write_series(tmp_path, [entry, twin], {"source/p.diff": diff})
+    with pytest.raises(ForgeError, match=r"patches\[1\]\.id: duplicate patch id"):
+        load_series(path)
+    gone = write_series(tmp_path / "gone", [real_patch_entry()[0]], {"source/p.diff": diff})
+    (tmp_path / "gone" / "source" / "p.diff").unlink()
+    with pytest.raises(ForgeError, match=r"patches\[0\]\.files\[0\]\.path: cannot read"):
+        load_series(gone)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("patches: [\n")
+    with pytest.raises(ForgeError, match="broken.yaml: line .* not valid YAML"):
+        load_series(broken)
+
+
+def test_a_malformed_diff_names_the_diff_file(tmp_path):
+    entry, diff = real_patch_entry()
+    bad = diff.replace(b"@@ -1468,7 +1468,11 @@", b"@@ -1468,7 +1468,12 @@")
+    path = write_series(tmp_path, [entry], {"source/p.diff": bad})
+    with pytest.raises(ForgeError, match=r"p\.diff: hunk at line \d+: ends early"):
+        load_series(path)
+
+
+def test_moe_config_files_must_be_named_like_vllm_configs(tmp_path):
+    entry = {"id": "moe", "title": "t", "kind": "moe-config", "releases": ">=0.24",
+             "why": "w", "files": [{"path": "moe-configs/tuned.json"}]}
+    path = write_series(tmp_path, [entry], {"moe-configs/tuned.json": b"{}"})
+    with pytest.raises(ForgeError, match=r"patches\[0\]\.files: .*not named like a fused-MoE"):
+        load_series(path)
+    assert yaml.safe_load(path.read_text())["patches"][0]["id"] == "moe"
