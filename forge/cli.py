@@ -83,6 +83,8 @@ def _add_serve(commands) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--hf-cache", default="~/.cache/huggingface", help="Hugging Face cache to mount")
     p.add_argument("--run", action="store_true", help="run the command instead of printing it")
+    p.add_argument("--recipes-dir", metavar="DIR",
+                   help="read recipes from DIR/<recipe>/<target>.yaml (default: recipes/)")
     p.set_defaults(handler="forge.serve:cmd_serve")
 
 

@@ -231,6 +231,8 @@ def recipe_path(model: str, target: str, root: Path | None = None) -> Path:
 
 def recipe_names(root: Path | None = None) -> list[str]:
     root = root or RECIPES_DIR
+    if not root.is_dir():
+        raise ForgeError(f"{root}: no such recipes directory")
     return sorted(p.name for p in root.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
 
 
@@ -239,7 +241,8 @@ def load_recipe(model: str, target: str, root: Path | None = None) -> Recipe:
     if not path.exists():
         known = recipe_names(root)
         if model not in known:
-            raise ForgeError(f"unknown recipe {model!r} (recipes: {', '.join(known)})")
+            raise ForgeError(f"unknown recipe {model!r} "
+                             f"(recipes: {', '.join(known) or f'none in {root or RECIPES_DIR}'})")
         targets = sorted(p.stem for p in path.parent.glob("*.yaml"))
         raise ForgeError(f"recipe {model!r} has no file for target {target!r} "
                          f"(targets: {', '.join(targets)}; {path} does not exist)")

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
@@ -35,10 +36,11 @@ class ServePlan:
 
 
 def plan_serve(recipe_name: str, target: str, vllm: str, repository: str | None = None,
-               port: int = 8000, hf_cache: str = "~/.cache/huggingface") -> ServePlan:
+               port: int = 8000, hf_cache: str = "~/.cache/huggingface",
+               recipes_dir: str | None = None) -> ServePlan:
     version = _version(vllm)
     _check_target(target)
-    recipe = load_recipe(recipe_name, target)
+    recipe = load_recipe(recipe_name, target, Path(recipes_dir) if recipes_dir else None)
     if not recipe.admits(version):
         raise ForgeError(f"{_where(recipe)}: vllm: the recipe is for vLLM {recipe.vllm}, "
                          f"not {version}")
@@ -46,7 +48,7 @@ def plan_serve(recipe_name: str, target: str, vllm: str, repository: str | None 
 
     release = release_args(version)
     env, notes = _runner_env(recipe, release)
-    _check_flags(recipe, release)
+    check_for_release(recipe, release)
     from forge.images import image_ref
 
     argv = docker_argv(image_ref(target, version, repository), recipe, env, port, hf_cache)
@@ -82,15 +84,49 @@ def _runner_env(recipe: Recipe, release) -> tuple[dict[str, str], list[str]]:
     return env, [f"note: vLLM {release.version} has no {RUNNER_ENV} (V1 only); not set"]
 
 
+def check_for_release(recipe: Recipe, release) -> None:
+    """Refuse (one line naming the recipe field) anything the release's parser would reject:
+    a missing flag, a value outside the flag's Literal choices, an unknown speculative key or
+    method, an engine keyword vllm.LLM would not accept."""
+    _check_flags(recipe, release)
+    _check_speculative(recipe, release)
+    for name in recipe.engine_kwargs():
+        if name != "model" and name not in release.engine_fields:
+            raise ForgeError(f"{_where(recipe)}: serve: {name} is not an EngineArgs field in "
+                             f"vLLM {release.version}")
+
+
 def _check_flags(recipe: Recipe, release) -> None:
     for setting in ENGINE_SETTINGS:
-        if setting.value(recipe) is not None and not release.has_flag(setting.flag):
-            raise ForgeError(f"{_where(recipe)}: serve.{setting.kwarg}: needs {setting.flag}, "
+        value = setting.value(recipe)
+        if value is None:
+            continue
+        field_name = _recipe_field(setting.kwarg)
+        if not release.has_flag(setting.flag):
+            raise ForgeError(f"{_where(recipe)}: {field_name}: needs {setting.flag}, "
                              f"which vLLM {release.version}'s `vllm serve` does not have")
+        allowed = release.choices.get(setting.flag)
+        if allowed and str(value) not in allowed:
+            raise ForgeError(f"{_where(recipe)}: {field_name}: vLLM {release.version} accepts "
+                             f"{setting.flag} {' | '.join(sorted(allowed))}, not {value!r}")
     for index, token in enumerate(recipe.serve.extra_args):
         if token.startswith("-") and not release.has_flag(token):
             raise ForgeError(f"{_where(recipe)}: serve.extra_args[{index}]: {token} is not a "
                              f"`vllm serve` flag in vLLM {release.version}")
+
+
+def _check_speculative(recipe: Recipe, release) -> None:
+    for key in recipe.speculative_config():
+        if key not in release.speculative_fields:
+            raise ForgeError(f"{_where(recipe)}: speculative: vLLM {release.version}'s "
+                             f"SpeculativeConfig has no field {key!r}")
+    if recipe.speculative.method not in release.speculative_methods:
+        raise ForgeError(f"{_where(recipe)}: speculative.method: vLLM {release.version} has no "
+                         f"speculative method {recipe.speculative.method!r}")
+
+
+def _recipe_field(kwarg: str) -> str:
+    return "speculative" if kwarg == "speculative_config" else f"serve.{kwarg}"
 
 
 def _where(recipe: Recipe) -> str:
@@ -121,7 +157,7 @@ def _host_path(path: str) -> str:
 
 def cmd_serve(args) -> int:
     plan = plan_serve(args.recipe, args.target, args.vllm, args.repository, args.port,
-                      args.hf_cache)
+                      args.hf_cache, args.recipes_dir)
     for note in plan.notes:
         print(note, file=sys.stderr)
     if not args.run:

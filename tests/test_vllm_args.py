@@ -1,0 +1,84 @@
+"""forge.vllm_args reads `vllm serve`'s flags from real vLLM release sources (PyPI sdists)."""
+import ast
+
+import pytest
+
+from forge import vllm_args
+from forge.vllm_args import release_args
+
+RELEASES = ["0.25.0", "0.27.1", "0.33.0"]
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_serve_flags_hold_engine_frontend_and_parser_flags(version):
+    args = release_args(version)
+    # engine flags (arg_utils.py add_argument literals)
+    for flag in ("--model", "--speculative-config", "-sc", "--max-model-len", "--quantization",
+                 "-q", "--kv-cache-dtype", "--gpu-memory-utilization", "--max-num-seqs",
+                 "--moe-backend", "--enforce-eager", "--enable-prefix-caching"):
+        assert flag in args.serve_flags, flag
+    # frontend dataclass fields (one --field-name each) and make_arg_parser literals
+    for flag in ("--port", "--host", "--api-key", "--headless", "--api-server-count"):
+        assert flag in args.serve_flags, flag
+    # BooleanOptionalAction flags accept --no-<flag>; value flags do not
+    assert "--no-enable-prefix-caching" in args.serve_flags
+    assert "--no-enforce-eager" in args.serve_flags
+    assert "--no-max-model-len" not in args.serve_flags
+    assert "--enforce-eagerly" not in args.serve_flags
+    assert not args.has_flag("--speculative-cfg")
+    assert args.has_flag("--max_model_len")       # FlexibleArgumentParser accepts underscores
+    assert args.has_flag("--max-model-len=4096")
+
+
+def test_make_arg_parser_moved_in_0_33():
+    # 0.33 moved the serve parser out of the openai package; the reader follows serve.py's import.
+    def module_of(version):
+        from forge import releases
+        return vllm_args._make_arg_parser_module(vllm_args._SourceIndex(releases.release_tree(version)))
+
+    assert module_of("0.25.0") == "vllm/entrypoints/openai/cli_args.py"
+    assert module_of("0.33.0") == "vllm/entrypoints/common/cli_args.py"
+    assert "--port" in release_args("0.33.0").serve_flags
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_literal_choices_follow_type_aliases(version):
+    args = release_args(version)
+    assert {"triton", "auto", "flashinfer_cutlass"} <= args.choices["--moe-backend"]
+    assert {"auto", "fp8", "bfloat16"} <= args.choices["--kv-cache-dtype"]
+    assert "fp8" in args.choices["--quantization"]
+    assert "trion" not in args.choices["--moe-backend"]
+    # SpeculativeMethod nests EagleModelTypes, which nests MTPModelTypes ("mtp", "gemma4_mtp")
+    assert {"mtp", "gemma4_mtp", "eagle3", "ngram"} <= args.speculative_methods
+    assert {"model", "method", "num_speculative_tokens"} <= args.speculative_fields
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_engine_fields_and_env_vars(version):
+    args = release_args(version)
+    assert {"model", "speculative_config", "max_num_seqs", "kv_cache_dtype", "moe_backend",
+            "gpu_memory_utilization", "quantization", "max_model_len"} <= args.engine_fields
+    assert "enforce_eagerly" not in args.engine_fields
+    assert "VLLM_USE_V2_MODEL_RUNNER" in args.env_vars
+    assert "VLLM_TUNED_CONFIG_FOLDER" in args.env_vars
+
+
+def test_every_literal_engine_flag_in_arg_utils_is_found(release_tree):
+    # Cross-check by a second route: every "--x" string passed to add_argument anywhere in
+    # arg_utils.py must be among the flags the reader attributes to `vllm serve`.
+    source = (release_tree("0.27.1") / "vllm/engine/arg_utils.py").read_text()
+    literals = {node.value for call in ast.walk(ast.parse(source))
+                if isinstance(call, ast.Call) and getattr(call.func, "attr", "") == "add_argument"
+                for node in call.args
+                if isinstance(node, ast.Constant) and str(node.value).startswith("--")}
+    assert len(literals) > 150
+    assert literals <= release_args("0.27.1").serve_flags
+
+
+def test_older_releases_lack_what_they_lack():
+    # Real older releases: --moe-backend arrived after 0.14.0; the V2-runner switch after 0.10.0.
+    assert not release_args("0.14.0").has_flag("--moe-backend")
+    assert release_args("0.14.0").has_flag("--speculative-config")
+    old = release_args("0.10.0")          # vllm/config.py was still one module then
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in old.env_vars
+    assert old.has_flag("--speculative-config") and not old.has_flag("--moe-backend")
