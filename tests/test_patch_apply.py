@@ -1,0 +1,235 @@
+"""`build.py apply`: patch an installed vLLM (a real release tree copied into a site-packages
+directory with pip's dist-info), all or nothing, and revert byte for byte."""
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from forge.errors import ConflictError, ForgeError
+from forge.patch_apply import FAIL_AFTER_ENV, RECORD_DIR
+from forge.patches import apply_series, find_vllm, load_series
+from tests.fixtures_patches import (real_patch_entry, snapshot, vllm_site,  # noqa: F401
+                                    write_dist_info, write_series)
+from tests.test_patch_series import REPO, run_build
+
+TARGET = "vllm/v1/spec_decode/llm_base_proposer.py"
+FIXED_LINE = b'            if share_embeddings and hasattr(self.model, "has_own_embed_tokens"):\n'
+
+
+def test_apply_then_revert_restores_the_tree_byte_for_byte(vllm_site):
+    site = vllm_site("0.25.0")
+    original = snapshot(site)
+    applied = run_build("apply", "--site-packages", str(site), "--vllm", "0.25.0")
+    assert applied.returncode == 0, applied.stderr
+    assert "applied 1 patch(es)" in applied.stdout and "gemma4-mtp-share-embeddings" in applied.stdout
+    patched = (site / TARGET).read_bytes()
+    assert FIXED_LINE in patched and b"# Only share when both models use the same" not in patched
+    changed = {k for k, v in snapshot(site).items() if original.get(k) != v}
+    assert changed == {TARGET, f"vllm/{RECORD_DIR}/applied.json", f"vllm/{RECORD_DIR}/originals/0"}
+    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    assert record["applied"] == ["gemma4-mtp-share-embeddings"] and record["vllm"] == "0.25.0"
+    reverted = run_build("apply", "--site-packages", str(site), "--revert")
+    assert reverted.returncode == 0, reverted.stderr
+    assert "restored byte for byte" in reverted.stdout
+    assert snapshot(site) == original
+    assert not list(site.rglob("*vllm-forge*"))     # no temp files, no record left behind
+
+
+def test_patched_file_matches_git_apply_and_upstreams_fix(vllm_site, tmp_path):
+    site = vllm_site("0.26.0")
+    reference = tmp_path / "git"
+    (reference / TARGET).parent.mkdir(parents=True)
+    (reference / TARGET).write_bytes((site / TARGET).read_bytes())
+    diff_file = load_series().get("gemma4-mtp-share-embeddings").files[0].absolute
+    subprocess.run(["git", "apply", str(diff_file)], cwd=reference, check=True)
+    apply_series(site_packages=site)
+    assert (site / TARGET).read_bytes() == (reference / TARGET).read_bytes()
+
+
+def test_second_apply_is_a_no_op_that_says_so(vllm_site):
+    site = vllm_site("0.25.1")
+    assert apply_series(site_packages=site).action == "applied"
+    after_first = snapshot(site)
+    second = run_build("apply", "--site-packages", str(site))
+    assert second.returncode == 0
+    assert "already carries this patch series" in second.stdout and "nothing to do" in second.stdout
+    assert snapshot(site) == after_first
+
+
+def test_release_that_needs_nothing_is_left_untouched(vllm_site):
+    site = vllm_site("0.27.0")
+    original = snapshot(site)
+    result = run_build("apply", "--site-packages", str(site))
+    assert result.returncode == 0 and "nothing to apply" in result.stdout
+    assert "already-upstream" in result.stdout
+    assert snapshot(site) == original
+    assert "nothing to revert" in run_build("apply", "--site-packages", str(site),
+                                            "--revert").stdout
+
+
+def test_edited_install_is_a_conflict_and_nothing_is_written(vllm_site):
+    site = vllm_site("0.25.0")
+    text = (site / TARGET).read_bytes()
+    (site / TARGET).write_bytes(text.replace(b"            if share_embeddings:\n",
+                                             b"            if share_embeddings:  # local edit\n"))
+    before = snapshot(site)
+    result = run_build("apply", "--site-packages", str(site))
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1
+    assert f"{TARGET}: hunk 1 (line 1468): its old lines match nowhere" in result.stderr
+    assert "nothing changed" in result.stderr
+    assert snapshot(site) == before
+
+
+@pytest.mark.parametrize("renames_before_failure", [0, 1])
+def test_failure_in_the_middle_of_apply_leaves_the_tree_untouched(vllm_site, renames_before_failure):
+    """1: the patched file is already renamed into place when the record's rename fails."""
+    site = vllm_site("0.25.0")
+    original = snapshot(site)
+    result = run_build("apply", "--site-packages", str(site),
+                       **{FAIL_AFTER_ENV: str(renames_before_failure)})
+    assert result.returncode == 2
+    assert f"injected failure after {renames_before_failure} rename(s)" in result.stderr
+    assert f"rolled back {renames_before_failure} file(s), nothing changed" in result.stderr
+    assert snapshot(site) == original
+    assert apply_series(site_packages=site).action == "applied"   # and a clean retry works
+
+
+def test_failure_in_the_middle_of_revert_keeps_the_patched_tree(vllm_site):
+    site = vllm_site("0.25.0")
+    apply_series(site_packages=site)
+    patched = snapshot(site)
+    result = run_build("apply", "--site-packages", str(site), "--revert", **{FAIL_AFTER_ENV: "1"})
+    assert result.returncode == 2 and "rolled back 1 file(s)" in result.stderr
+    assert snapshot(site) == patched
+
+
+@contextlib.contextmanager
+def read_only_bind_mount(path: Path):
+    subprocess.run(["mount", "--bind", str(path), str(path)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(path)], check=True)
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_read_only_site_packages_is_refused_with_nothing_changed(vllm_site):
+    site = vllm_site("0.25.0")
+    original = snapshot(site)
+    with read_only_bind_mount(site):
+        with pytest.raises(OSError) as refused:   # root ignores modes; the mount really refuses
+            (site / TARGET).open("ab").close()
+        assert refused.value.errno == errno.EROFS
+        result = run_build("apply", "--site-packages", str(site))
+        assert result.returncode == 2
+        assert result.stderr.count("\n") == 1
+        assert "Read-only file system; nothing changed" in result.stderr
+        assert str(site / "vllm" / "v1" / "spec_decode") in result.stderr
+    assert snapshot(site) == original
+
+
+def test_missing_or_empty_site_packages_and_no_vllm_on_sys_path(tmp_path):
+    missing = run_build("apply", "--site-packages", str(tmp_path / "nope"))
+    assert (missing.returncode, missing.stderr) == (
+        2, f"error: --site-packages {tmp_path / 'nope'}: no such directory\n")
+    empty = run_build("apply", "--site-packages", str(tmp_path))
+    assert empty.returncode == 2 and "no vllm package in it" in empty.stderr
+    assert subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True).returncode
+    nowhere = run_build("apply")
+    assert nowhere.returncode == 2
+    assert nowhere.stderr == ("error: no vLLM found: no vllm/__init__.py on sys.path "
+                              "(pass --site-packages DIR)\n")
+
+
+def test_vllm_is_found_on_sys_path_without_importing_it(vllm_site):
+    site = vllm_site("0.26.0")
+    # vllm/__init__.py imports torch, which this host lacks: finding it must not import it.
+    result = subprocess.run([sys.executable, "build.py", "apply"], cwd=REPO, capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(site)})
+    assert result.returncode == 0, result.stderr
+    assert f"vLLM 0.26.0 at {site / 'vllm'}" in result.stdout
+    assert FIXED_LINE in (site / TARGET).read_bytes()
+
+
+def test_version_comes_from_dist_info_then_from_version_file(vllm_site, tmp_path):
+    with_metadata = vllm_site("0.25.0")
+    assert find_vllm(with_metadata).version == Version("0.25.0")
+    bare = vllm_site("0.25.1", dist_info=False)
+    assert find_vllm(bare).version == Version("0.25.1")       # vllm/_version.py
+    local = vllm_site("0.26.0", dist_info=False)
+    write_dist_info(local, "0.26.0+cu130")
+    assert find_vllm(local).version == Version("0.26.0+cu130")
+    assert apply_series(site_packages=local).applied == ["gemma4-mtp-share-embeddings"]
+
+
+def test_uncovered_or_unexpected_version_is_refused(vllm_site):
+    site = vllm_site("0.33.0", dist_info=False)
+    write_dist_info(site, "0.34.0")        # newer than checked_through: unchecked
+    before = snapshot(site)
+    result = run_build("apply", "--site-packages", str(site))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "vLLM 0.34.0" in result.stderr and "not covered by the manifest" in result.stderr
+    assert snapshot(site) == before
+    other = vllm_site("0.25.0")
+    mismatch = run_build("apply", "--site-packages", str(other), "--vllm", "0.26.0")
+    assert mismatch.returncode == 2
+    assert "--vllm 0.26.0: the vLLM installed at" in mismatch.stderr and "is 0.25.0" in mismatch.stderr
+
+
+def test_revert_refuses_a_file_changed_since_apply(vllm_site):
+    site = vllm_site("0.25.0")
+    apply_series(site_packages=site)
+    (site / TARGET).write_bytes((site / TARGET).read_bytes() + b"# edited later\n")
+    before = snapshot(site)
+    with pytest.raises(ForgeError, match="changed since vllm-forge patched it; not reverting"):
+        apply_series(site_packages=site, revert=True)
+    assert snapshot(site) == before
+
+
+def test_moe_configs_go_to_the_config_dir_and_revert_removes_them(vllm_site, tmp_path):
+    name = "E=128,N=704,device_name=NVIDIA_H200.json"
+    config = b'{"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, ' \
+             b'"GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3}}\n'
+    source, diff = real_patch_entry()
+    moe = {"id": "h200-bf16", "title": "t", "kind": "moe-config", "releases": ">=0.24.0",
+           "why": "w", "files": [{"path": f"moe-configs/{name}"}]}
+    series = write_series(tmp_path / "series", [source, moe],
+                          {"source/p.diff": diff, f"moe-configs/{name}": config})
+    site = vllm_site("0.25.0")
+    original = snapshot(site)
+    without = apply_series(site_packages=site, series_path=series)
+    assert without.applied == ["gemma4-mtp-share-embeddings"]
+    assert "h200-bf16: not installed: pass --moe-config-dir" in "\n".join(without.lines())
+    apply_series(site_packages=site, revert=True)
+    moe_dir = tmp_path / "moe"
+    report = apply_series(site_packages=site, series_path=series, moe_config_dir=moe_dir)
+    assert report.applied == ["gemma4-mtp-share-embeddings", "h200-bf16"]
+    assert (moe_dir / name).read_bytes() == config
+    apply_series(site_packages=site, revert=True)
+    assert not (moe_dir / name).exists() and snapshot(site) == original
+
+
+def test_apply_with_another_series_is_refused_until_reverted(vllm_site, tmp_path):
+    site = vllm_site("0.25.0")
+    apply_series(site_packages=site)
+    entry, diff = real_patch_entry()
+    other = write_series(tmp_path / "other", [entry], {"source/p.diff": diff + b"\n"})
+    with pytest.raises(ForgeError, match="patched by a different patch series"):
+        apply_series(site_packages=site, series_path=other)
+
+
+def test_conflict_error_type_and_exit_code(vllm_site):
+    site = vllm_site("0.26.0")
+    (site / TARGET).write_bytes(b"# emptied\n" + b"differs from draft\n")
+    with pytest.raises(ConflictError) as caught:
+        apply_series(site_packages=site)
+    assert caught.value.exit_code == 3
