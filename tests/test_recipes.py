@@ -1,0 +1,219 @@
+"""Recipes: every file validates, names a real target, and states honest, derived thresholds;
+a malformed recipe gives one line naming the file and field (through build.py, exit 2)."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from forge import recipes
+from forge.errors import ForgeError
+from forge.recipes import ENGINE_SETTINGS, load_all, load_recipe, moe_config_name
+from forge.targets import load_targets
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = {"gemma-4-26b-a4b-it": "google/gemma-4-26B-A4B-it",
+          "gemma-4-31b-it": "google/gemma-4-31B-it",
+          "gemma-4-e4b-it": "google/gemma-4-E4B-it"}
+
+
+def test_every_model_has_a_recipe_on_every_target_that_lists_it():
+    targets = load_targets()
+    found = {(r.name, r.target) for r in load_all()}
+    expected = {(name, t.name) for t in targets.values() for name in t.recipes}
+    assert expected == found
+    assert {name for name, _ in found} == set(MODELS)
+
+
+@pytest.mark.parametrize("recipe", load_all(), ids=lambda r: f"{r.name}/{r.target}")
+def test_recipe_is_consistent(recipe):
+    targets = load_targets()
+    assert recipe.target in targets and recipe.name in targets[recipe.target].recipes
+    assert recipe.model == MODELS[recipe.name]
+    assert recipe.drafter == recipe.model + "-assistant"
+    assert recipe.speculative.method == "mtp"
+    # The releases the tests check are all admitted.
+    assert all(recipe.admits(v) for v in ("0.25.0", "0.27.1", "0.33.0"))
+    assert not recipe.admits("0.24.0")
+    if recipe.target == "a100":
+        assert not recipe.serve.kv_cache_dtype.startswith("fp8")
+    # Every reference figure says where it comes from.
+    for ref in recipe.reference:
+        assert "REFERENCE.md" in ref["source"], ref
+    assert recipe.reference, "each recipe carries figures users compare against"
+
+
+@pytest.mark.parametrize("recipe", load_all(), ids=lambda r: f"{r.name}/{r.target}")
+def test_thresholds_are_derived_from_the_step_cost(recipe):
+    t, k = recipe.thresholds, recipe.speculative.num_speculative_tokens
+    # passing the acceptance gate implies the speedup gate: length / step cost >= min_speedup
+    assert t.min_mean_acceptance_length / t.step_cost_ratio >= t.min_speedup - 1e-9
+    assert t.min_acceptance_rate == pytest.approx((t.min_mean_acceptance_length - 1) / k, abs=0.011)
+    # a healthy drafter (field: ~87% acceptance on coherent prose at k=3) passes; the
+    # random-token figure (39%, which was a 0.85x loss) fails.
+    assert t.min_acceptance_rate < 0.87
+    assert t.min_acceptance_rate > 0.39
+    assert t.min_speedup >= 1.0
+    assert "REFERENCE.md" in t.step_cost_source
+
+
+def test_moe_model_runs_v2_and_names_vllms_config_file():
+    targets = load_targets()
+    for recipe in load_all():
+        if recipe.name == "gemma-4-26b-a4b-it":
+            assert recipe.serve.model_runner == "v2"
+            assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+            device = targets[recipe.target].moe_device_name
+            dtype = ",dtype=fp8_w8a8" if recipe.serve.quantization == "fp8" else ""
+            assert recipe.moe_config.name == f"E=128,N=704,device_name={device}{dtype}.json"
+            assert recipe.moe_config.expected in (True, False)
+        else:
+            assert recipe.moe_config is None
+            assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    assert moe_config_name("h200", None) == "E=128,N=704,device_name=NVIDIA_H200.json"
+
+
+def test_engine_kwargs_and_cli_args_come_from_one_table():
+    for recipe in load_all():
+        kwargs, argv = recipe.engine_kwargs(), recipe.cli_args()
+        assert kwargs["model"] == recipe.model
+        cli = dict(zip(argv[::2], argv[1::2]))
+        for setting in ENGINE_SETTINGS:
+            if setting.kwarg in kwargs:
+                value = kwargs[setting.kwarg]
+                expected = json.dumps(value, separators=(",", ":")) if isinstance(value, dict) \
+                    else str(value)
+                assert cli[setting.flag] == expected
+            else:
+                assert setting.flag not in cli
+        assert kwargs["speculative_config"] == {"model": recipe.drafter, "method": "mtp",
+                                                "num_speculative_tokens": 3}
+        # CUDA graphs always: nothing turns on eager mode.
+        assert "enforce_eager" not in kwargs and "--enforce-eager" not in argv
+        baseline = recipe.engine_kwargs(speculative=False)
+        assert "speculative_config" not in baseline
+        assert {k: v for k, v in kwargs.items() if k != "speculative_config"} == baseline
+
+
+def test_extra_args_become_engine_kwargs():
+    assert recipes.extra_args_as_kwargs(
+        ["--limit-mm-per-prompt", '{"image": 0}', "--no-enable-prefix-caching",
+         "--async-scheduling", "--reasoning-parser", "gemma4"]) == {
+        "limit_mm_per_prompt": {"image": 0}, "enable_prefix_caching": False,
+        "async_scheduling": True, "reasoning_parser": "gemma4"}
+
+
+def test_unknown_recipe_and_target_name_what_exists():
+    with pytest.raises(ForgeError, match=r"unknown recipe 'gemma-5' \(recipes: gemma-4-26b"):
+        load_recipe("gemma-5", "h200")
+    with pytest.raises(ForgeError, match=r"has no file for target 'h300' \(targets: a100, gb10"):
+        load_recipe("gemma-4-31b-it", "h300")
+
+
+# --- malformed recipes, through build.py ------------------------------------------------------
+
+def _copy_recipes(tmp_path: Path) -> Path:
+    root = tmp_path / "recipes"
+    shutil.copytree(REPO / "recipes", root, ignore=shutil.ignore_patterns("*.md"))
+    return root
+
+
+def _edit(root: Path, edit, name="gemma-4-26b-a4b-it", target="h200") -> Path:
+    path = root / name / f"{target}.yaml"
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _serve(root: Path, name="gemma-4-26b-a4b-it", target="h200", vllm="0.25.0"):
+    return subprocess.run(
+        [sys.executable, "build.py", "serve", "--recipe", name, "--target", target,
+         "--vllm", vllm, "--recipes-dir", str(root)],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def _rename(section, old, new):
+    def edit(data):
+        data[section][new] = data[section].pop(old)
+    return edit
+
+
+def _set(section, key, value):
+    def edit(data):
+        (data[section] if section else data)[key] = value
+    return edit
+
+
+MALFORMED = [
+    ("misspelled field", _rename("serve", "max_model_len", "max_model_length"),
+     "serve.max_model_length: unknown field"),
+    ("eager mode is not a recipe field", _set("serve", "enforce_eager", True),
+     "serve.enforce_eager: unknown field"),
+    ("share over 1", _set("serve", "gpu_memory_utilization", 1.5),
+     "serve.gpu_memory_utilization: must be in (0, 1] (got 1.5)"),
+    ("runner", _set("serve", "model_runner", "v3"), "serve.model_runner: must be one of v1, v2"),
+    ("text for a number", _set("serve", "max_num_seqs", "many"),
+     "serve.max_num_seqs: must be an integer (got a string)"),
+    ("bad specifier", _set(None, "vllm", "0.25.0"), "vllm: not a PEP 440 version specifier"),
+    ("missing drafter", lambda d: d.pop("drafter"), "drafter: required field is missing"),
+    ("foreign drafter", _set(None, "drafter", "google/gemma-4-31B-it-assistant"),
+     "drafter: must be the model's own drafter"),
+    ("target of another file", _set(None, "target", "h100"),
+     "target: must match the file name 'h200'"),
+    ("threshold not derived", _set("thresholds", "min_mean_acceptance_length", 2.0),
+     "thresholds.min_mean_acceptance_length: must be at least min_speedup x step_cost_ratio"),
+    ("rate disagrees with length", _set("thresholds", "min_acceptance_rate", 0.9),
+     "thresholds.min_acceptance_rate: must be (min_mean_acceptance_length - 1)"),
+    ("wrong MoE file name", _set("moe_config", "name", "E=128,N=704.json"),
+     "moe_config.name: vLLM looks for 'E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json'"),
+    ("reference without source", lambda d: d["reference"][0].pop("source"),
+     "reference[0].source: required field is missing"),
+]
+
+
+@pytest.mark.parametrize("label,edit,message", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_recipe_gives_one_line_naming_file_and_field(tmp_path, label, edit, message):
+    root = _copy_recipes(tmp_path)
+    path = _edit(root, edit)
+    before = path.read_text()
+    result = _serve(root)
+    assert result.returncode == 2, result
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"error: {root}/gemma-4-26b-a4b-it/h200.yaml: "), lines[0]
+    assert message in lines[0]
+    assert path.read_text() == before     # nothing lost or rewritten
+
+
+def test_fp8_kv_cache_refused_on_a100(tmp_path):
+    root = _copy_recipes(tmp_path)
+    _edit(root, _set("serve", "kv_cache_dtype", "fp8"), target="a100")
+    result = _serve(root, target="a100")
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith(
+        "a100.yaml: serve.kv_cache_dtype: no FP8 KV cache on a100 (no FP8 hardware)")
+
+
+def test_broken_yaml_names_the_file_and_line(tmp_path):
+    root = _copy_recipes(tmp_path)
+    path = root / "gemma-4-31b-it" / "h100.yaml"
+    path.write_text(path.read_text().replace("serve:\n", "serve: [\n", 1))
+    result = _serve(root, name="gemma-4-31b-it", target="h100")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: {path}: line ")
+    assert "not valid YAML" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_recipe_and_target_through_build_py():
+    for argv, message in (
+            (["--recipe", "gemma-5", "--target", "h200"], "error: unknown recipe 'gemma-5'"),
+            (["--recipe", "gemma-4-31b-it", "--target", "tpu"], "error: --target: unknown target 'tpu'")):
+        result = subprocess.run([sys.executable, "build.py", "serve", *argv, "--vllm", "0.25.0"],
+                                cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2
+        assert result.stderr.startswith(message) and len(result.stderr.strip().splitlines()) == 1
