@@ -111,7 +111,8 @@ def _add_publish(commands) -> None:
     p.add_argument("--vllm", required=True, metavar="VERSION")
     p.add_argument("--immutable-tag", required=True, help="the tag the build was pushed under")
     p.add_argument("--digest", required=True, help="the pushed image's sha256:... digest")
-    p.add_argument("--verify-report", metavar="JSON", help="verify/ report (none: not verified)")
+    p.add_argument("--verify-report", metavar="JSON", action="append",
+                   help="verify/ report, one per recipe (repeatable; none: not verified)")
     p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
     p.add_argument("--index", default="images/published.json", help="the known-good index file")
     p.add_argument("--github-output", metavar="FILE",
@@ -149,9 +150,23 @@ def _add_readme_table(commands) -> None:
     p.set_defaults(handler="forge.readme_table:cmd_readme_table")
 
 
+def _add_release_matrix(commands) -> None:
+    p = commands.add_parser("release-matrix", help="the release workflow's per-target job matrix (JSON)")
+    p.add_argument("--tag", help="release tag: vllm-<version>[-r<N>]")
+    p.add_argument("--vllm", metavar="VERSION", help="vLLM release (instead of --tag)")
+    p.add_argument("--target", action="append", help="only these targets (repeatable)")
+    p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
+    p.add_argument("--runner", action="append", metavar="PLATFORM=RUNNER",
+                   help="runner label for a platform (default linux/amd64=ubuntu-24.04, "
+                        "linux/arm64=ubuntu-24.04-arm)")
+    p.add_argument("--pretty", action="store_true", help="indented JSON")
+    p.add_argument("--github-output", metavar="FILE", help="append vllm= and matrix= lines")
+    p.set_defaults(handler="forge.release:cmd_release_matrix")
+
+
 COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,
                     _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
-                    _add_readme_table]
+                    _add_readme_table, _add_release_matrix]
 
 
 def build_parser() -> argparse.ArgumentParser:

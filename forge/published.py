@@ -208,14 +208,23 @@ def promote(index: dict, build: dict, moving_tag: str) -> dict | None:
     return entry
 
 
-def verify_result(report_path: Path | str | None) -> dict:
-    """Read a verify report (JSON written by verify/) into the index's verify record.
+def verify_result(report_paths: list | None) -> dict:
+    """Read verify reports (JSON written by verify/, one per recipe) into the index's verify record.
 
-    No report means not verified: the build is recorded, the moving tag does not move.
+    Passed only when every report passed; no report means not verified: the build is recorded and
+    the moving tag does not move.
     """
-    if report_path is None:
+    if not report_paths:
         return {"passed": False, "report": "", "checked_at": "", "summary": {"note": "not verified"}}
-    path = Path(report_path)
+    reports = [_read_report(Path(p)) for p in report_paths]
+    summary = {_report_name(path, report): _report_summary(report) for path, report in reports}
+    return {"passed": all(report["passed"] for _, report in reports),
+            "report": ", ".join(str(report.get("report_url") or path.name) for path, report in reports),
+            "checked_at": max(str(report.get("checked_at") or now_utc()) for _, report in reports),
+            "summary": summary}
+
+
+def _read_report(path: Path) -> tuple[Path, dict]:
     try:
         report = json.loads(path.read_text())
     except OSError as exc:
@@ -224,13 +233,29 @@ def verify_result(report_path: Path | str | None) -> dict:
         raise ForgeError(f"{path}: the verify report is not valid JSON: {exc}") from exc
     if not isinstance(report, dict) or not isinstance(report.get("passed"), bool):
         raise ForgeError(f"{path}: passed: the verify report must say passed: true or false")
-    summary = report.get("summary")
-    if not isinstance(summary, dict):
-        # Keep the headline scalars of a report that has no summary of its own.
-        summary = {k: v for k, v in report.items()
-                   if k != "passed" and isinstance(v, (str, int, float, bool))}
-    return {"passed": report["passed"], "report": str(report.get("report_url") or path.name),
-            "checked_at": str(report.get("checked_at") or now_utc()), "summary": summary}
+    return path, report
+
+
+def _report_name(path: Path, report: dict) -> str:
+    return str(report.get("recipe") or path.stem)
+
+
+def _report_summary(report: dict) -> dict:
+    """The headline of one report: its verdict, its own summary or scalars, and failed checks."""
+    summary = {"passed": report["passed"]}
+    own = report.get("summary")
+    if isinstance(own, dict):
+        summary.update(own)
+    else:
+        summary.update({k: v for k, v in report.items()
+                        if k not in ("passed", "checks") and isinstance(v, (str, int, float, bool))})
+    checks = report.get("checks")
+    if isinstance(checks, list):
+        statuses = [c.get("status") for c in checks if isinstance(c, dict)]
+        summary["checks_passed"] = statuses.count("PASS")
+        summary["checks_failed"] = [c.get("name") for c in checks
+                                    if isinstance(c, dict) and c.get("status") == "FAIL"]
+    return summary
 
 
 def cmd_publish(args) -> int:

@@ -57,7 +57,7 @@ def test_passed_build_moves_the_moving_tag(tmp_path):
     entry = published.known_good(index, "gb10", "0.27.1")
     assert (entry["moving_tag"], entry["immutable_tag"], entry["digest"]) == (
         "vllm0.27.1-gb10", TAG, DIGEST_A)
-    assert index["builds"][0]["verify"]["summary"]["acceptance_rate"] == 0.71
+    assert index["builds"][0]["verify"]["summary"]["report"]["acceptance_rate"] == 0.71
     assert outputs.read_text().splitlines() == [
         f"moving_ref={REPOSITORY}:vllm0.27.1-gb10", f"source_ref={REPOSITORY}@{DIGEST_A}"]
 
@@ -171,3 +171,32 @@ def test_published_lists_known_good_images(tmp_path):
     result = run_cli("published", "--index", str(index_file), "--target", "a100")
     assert result.returncode == 1
     assert "no verified image published yet for a100" in result.stdout
+
+
+def smoke_report(tmp_path: Path, recipe: str, failed_check: str | None = None) -> Path:
+    """A report in verify/mtp_smoke.py's layout: verdict, named checks, recipe and target."""
+    checks = [{"name": "drafter loads", "status": "PASS", "detail": "Gemma4MTPModel"},
+              {"name": "acceptance rate", "status": "PASS", "detail": "0.74 >= 0.5"}]
+    if failed_check:
+        checks.append({"name": failed_check, "status": "FAIL", "detail": "1.02 < 1.5"})
+    report = tmp_path / f"{recipe}.json"
+    report.write_text(json.dumps({"passed": failed_check is None, "checks": checks,
+                                  "recipe": recipe, "target": "gb10"}))
+    return report
+
+
+def test_every_recipe_report_must_pass(tmp_path):
+    index_file = tmp_path / "published.json"
+    good = smoke_report(tmp_path, "gemma-4-26b-a4b-it")
+    bad = smoke_report(tmp_path, "gemma-4-31b-it", failed_check="mean acceptance length")
+    result = run_cli("publish", "--index", str(index_file), "--repository", REPOSITORY,
+                     "--target", "gb10", "--vllm", "0.27.1", "--immutable-tag", TAG,
+                     "--digest", DIGEST_A, "--verify-report", str(good), "--verify-report", str(bad))
+    assert result.returncode == 1
+    verify = published.load_index(index_file)["builds"][0]["verify"]
+    assert verify["passed"] is False
+    assert verify["summary"]["gemma-4-26b-a4b-it"] == {
+        "passed": True, "recipe": "gemma-4-26b-a4b-it", "target": "gb10",
+        "checks_passed": 2, "checks_failed": []}
+    assert verify["summary"]["gemma-4-31b-it"]["checks_failed"] == ["mean acceptance length"]
+    assert published.known_good(published.load_index(index_file), "gb10", "0.27.1") is None
