@@ -217,3 +217,13 @@ def test_unknown_recipe_and_target_through_build_py():
                                 cwd=REPO, capture_output=True, text=True, timeout=120)
         assert result.returncode == 2
         assert result.stderr.startswith(message) and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_readme_threshold_table_matches_the_recipe_files():
+    text = (REPO / "recipes" / "README.md").read_text()
+    for r in load_all():
+        t = r.thresholds
+        row = (f"| {r.name} | {r.target} | {r.serve.model_runner} | {r.serve.quantization or 'bf16'} "
+               f"| {t.step_cost_ratio} | {t.min_speedup} | {t.min_mean_acceptance_length} "
+               f"| {t.min_acceptance_rate} |")
+        assert row in text, row
