@@ -17,8 +17,9 @@ APPLY_CONFLICT_EXIT = 3  # `build.py apply` exits 3 on a conflict; the engine re
 
 
 def cmd_build(args) -> int:
+    # A plan shows an unlocked base (and says a build would refuse it) rather than failing.
     plan = resolve_plan(args.target, args.vllm, repository=args.repository,
-                        base_image=args.base_image, allow_unlocked=args.allow_unlocked,
+                        base_image=args.base_image, allow_unlocked=args.allow_unlocked or args.plan,
                         lock_path=args.lock)
     if args.plan:
         if args.json:
@@ -28,12 +29,20 @@ def cmd_build(args) -> int:
         return 0
     client = connect()
     check_base(plan, allow_change=args.allow_base_change)
+    # Before building: the push registry must answer, and we learn what the immutable tag names now.
+    pushed_before = immutable_digest(plan) if args.push else None
     print(format_plan(plan), flush=True)
     image_id = build_image(client, plan)
     print(f"built {image_id} as {', '.join(plan.tags)}", flush=True)
     if args.push:
-        push(client, plan, image_id)
+        push(client, plan, image_id, pushed_before)
     return 0
+
+
+def immutable_digest(plan: Plan) -> str | None:
+    from forge.registry import manifest_digest
+
+    return manifest_digest(plan.tags[0])
 
 
 def connect():
@@ -115,13 +124,12 @@ def _check_platform(client, image_id: str, plan: Plan) -> None:
                          f"{plan.target.platform} (base {plan.from_image})")
 
 
-def push(client, plan: Plan, image_id: str) -> None:
+def push(client, plan: Plan, image_id: str, existing: str | None) -> None:
     """Push the immutable tag then the moving one; refuse (before pushing anything) if the immutable
-    tag already names a different digest in the registry."""
-    from forge.registry import manifest_digest, parse_reference
+    tag already names a different digest in the registry (`existing`, read before the build)."""
+    from forge.registry import parse_reference
 
     immutable = parse_reference(plan.tags[0])
-    existing = manifest_digest(immutable)
     if existing:
         local = client.api.inspect_image(image_id).get("RepoDigests") or []
         if f"{immutable.name}@{existing}" not in local:
@@ -143,8 +151,9 @@ def _push_one(client, tag: str) -> str:
                 raise ForgeError(f"push of {tag} failed: {_one_line(chunk['error'])}")
             if chunk.get("aux", {}).get("Digest"):
                 digest = chunk["aux"]["Digest"]
-            elif chunk.get("status") and not chunk.get("progressDetail"):
-                print(f"  {chunk.get('id', '')} {chunk['status']}".rstrip(), flush=True)
+            elif chunk.get("status") in ("Pushed", "Layer already exists") or \
+                    str(chunk.get("status", "")).startswith("Mounted"):
+                print(f"  {chunk.get('id', '')} {chunk['status']}", flush=True)
     except docker.errors.APIError as exc:
         raise ForgeError(f"push of {tag} failed: {_one_line(exc)}") from exc
     if not digest:

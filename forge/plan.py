@@ -8,7 +8,7 @@ Resolving a plan reads only local files (targets, lock, patch series, the cached
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from forge import context
@@ -152,14 +152,14 @@ def finish(plan: Plan) -> Plan:
 def labels_for(plan: Plan) -> dict[str, str]:
     created = datetime.fromtimestamp(plan.source.epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     patch_summary = ",".join(f"{p['id']}={p['status']}" for p in plan.patches)
-    return {
+    source = {"org.opencontainers.image.source": _source_url()} if _source_url() else {}
+    return {**source,
         "org.opencontainers.image.title": f"vllm-forge {plan.target.name}",
         "org.opencontainers.image.description":
             f"vLLM {plan.vllm} for {plan.target.description}, with the vllm-forge patch series",
         "org.opencontainers.image.version": plan.immutable_tag,
         "org.opencontainers.image.revision": plan.source.revision,
         "org.opencontainers.image.created": created,
-        "org.opencontainers.image.source": _source_url(),
         "org.opencontainers.image.base.name": plan.base.ref,
         "org.opencontainers.image.base.digest": plan.base_digest or "",
         LABEL_PREFIX + "target": plan.target.name,
@@ -183,7 +183,9 @@ def _source_url() -> str:
 
 def format_plan(plan: Plan) -> str:
     t = plan.target
-    digest = plan.base_digest or "unlocked: resolved from the registry at build time"
+    digest = plan.base_digest or (f"not locked: a build refuses it unless --allow-unlocked "
+                                  f"(then it takes the registry's digest); `python build.py lock "
+                                  f"--vllm {plan.vllm}` pins it")
     lines = [f"plan: vLLM {plan.vllm} for {t.name} ({t.platform}, CUDA {t.cuda}, sm {t.cuda_arch})",
              f"  base        {plan.base.ref}",
              f"  digest      {digest}",
@@ -198,9 +200,3 @@ def format_plan(plan: Plan) -> str:
     lines += ["  labels"] + [f"    {k}={v}" for k, v in plan.labels.items()]
     return "\n".join(lines)
 
-
-def plan_json(plan: Plan) -> dict:
-    return plan.to_dict()
-
-
-__all__ = ["Plan", "resolve_plan", "finish", "format_plan", "plan_json", "asdict"]

@@ -1,1 +1,279 @@
-"""Real Docker engine, local registry and locally made base images (filled in by the images work)."""
+"""Real Docker engine, local registry and locally made base images (no mocks, no skips).
+
+Session fixtures start what is missing and leave the machine as they found it:
+  docker_engine     a Docker engine answering on /var/run/docker.sock (started with
+                    tests/infra/start-dockerd.sh when none answers; stopped again at the end if so)
+  local_registry    Debian's docker-registry on a free 127.0.0.1 port, storage in a temp dir
+  arm64_emulation   qemu-aarch64 through binfmt_misc (tests/infra/enable-binfmt.sh)
+  standin_base      the stand-in for upstream's vllm/vllm-openai:v0.25.0 in the local registry: a
+                    multi-platform index (amd64 + arm64) of Debian bookworm + python3, python3-yaml,
+                    python3-packaging + the real vLLM 0.25.0 package tree from its PyPI sdist, with a
+                    dist-info like pip writes. Rootfs tarballs are cached in ~/.cache/vllm-forge/bases.
+The helper functions are plain so benchmarks/image_build.py can use them outside pytest.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+INFRA = REPO / "tests" / "infra"
+STANDIN_VERSION = "0.25.0"          # the patch applies here: images must show the patched file
+STANDIN_REPO = "vllm/vllm-openai"   # same path as upstream, under the local registry as a mirror
+PLATFORMS = ("linux/amd64", "linux/arm64")
+MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
+MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+
+
+def bases_cache() -> Path:
+    from forge.releases import cache_dir
+
+    path = cache_dir() / "bases"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _run(script: str, *args: str, timeout: int = 1800) -> str:
+    result = subprocess.run(["bash", str(INFRA / script), *args], capture_output=True, text=True,
+                            timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"{script} {' '.join(args)} failed ({result.returncode}):\n"
+                           f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+# --- engine -----------------------------------------------------------------------------------
+
+def engine_client():
+    import docker
+
+    return docker.from_env(timeout=900)
+
+
+def engine_answers() -> bool:
+    import docker
+
+    try:
+        engine_client().ping()
+        return True
+    except docker.errors.DockerException:
+        return False
+
+
+def start_engine() -> bool:
+    """Start dockerd if none answers; True when this call started it."""
+    if engine_answers():
+        return False
+    _run("start-dockerd.sh", timeout=600)
+    for _ in range(60):
+        if engine_answers():
+            return True
+        time.sleep(0.5)
+    raise RuntimeError("dockerd started but does not answer")
+
+
+# --- registry ---------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Registry:
+    host: str                      # 127.0.0.1:PORT
+    process: subprocess.Popen
+    root: Path
+
+    def url(self, path: str) -> str:
+        return f"http://{self.host}/v2/{path}"
+
+    def digest(self, repository: str, tag: str, accept: str = f"{MANIFEST_LIST}, {MANIFEST_V2}"):
+        response = requests.head(self.url(f"{repository}/manifests/{tag}"),
+                                 headers={"Accept": accept}, timeout=10)
+        return response.headers.get("Docker-Content-Digest") if response.status_code == 200 else None
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def start_registry() -> Registry:
+    if not shutil.which("docker-registry"):
+        subprocess.run(["apt-get", "install", "-y", "-qq", "docker-registry"], check=True,
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, capture_output=True)
+    root = Path(tempfile.mkdtemp(prefix="vllm-forge-registry-"))
+    host = f"127.0.0.1:{_free_port()}"
+    config = root / "config.yml"
+    config.write_text(f"version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem:\n"
+                      f"    rootdirectory: {root / 'data'}\n  delete: {{enabled: true}}\n"
+                      f"http:\n  addr: {host}\n")
+    log = open(root / "registry.log", "w")
+    process = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=log)
+    registry = Registry(host, process, root)
+    for _ in range(100):
+        try:
+            if requests.get(registry.url(""), timeout=2).status_code == 200:
+                return registry
+        except requests.ConnectionError:
+            pass
+        if process.poll() is not None:
+            break
+        time.sleep(0.1)
+    registry.stop()
+    raise RuntimeError(f"docker-registry did not start on {host}: {(root / 'registry.log').read_text()}")
+
+
+# --- stand-in base images ---------------------------------------------------------------------
+
+def rootfs_tarball(arch: str) -> Path:
+    """Debian bookworm + python3, python3-yaml, python3-packaging for `arch`, made once and cached."""
+    path = bases_cache() / f"bookworm-python-{arch}.tar"
+    if not path.exists():
+        if arch != "amd64":
+            _run("enable-binfmt.sh")
+        _run("make-rootfs.sh", arch, str(path))
+    return path
+
+
+def _dist_info(version: str) -> dict[str, bytes]:
+    # What pip writes for an installed distribution, enough for importlib.metadata.version("vllm").
+    name = f"vllm-{version}.dist-info"
+    return {f"{name}/METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode(),
+            f"{name}/INSTALLER": b"pip\n",
+            f"{name}/RECORD": b""}
+
+
+def _standin_context(arch: str, version: str) -> tuple[bytes, str]:
+    from forge.releases import release_tree
+
+    tree = release_tree(version)
+    dockerfile = (
+        "FROM scratch\n"
+        "ADD rootfs.tar /\n"
+        # Debian's python3 looks in /usr/local/lib/python3.X/dist-packages for what pip installs.
+        "COPY site/ /usr/local/lib/python3.11/dist-packages/\n"
+        "ENV LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+        'CMD ["/usr/bin/python3"]\n')
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        def add_bytes(name, data):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            archive.addfile(info, io.BytesIO(data))
+        add_bytes("Dockerfile", dockerfile.encode())
+        archive.add(rootfs_tarball(arch), "rootfs.tar")
+        archive.add(tree / "vllm", "site/vllm", filter=lambda i: None if "__pycache__" in i.name else i)
+        for name, data in _dist_info(version).items():
+            add_bytes(f"site/{name}", data)
+    data = buffer.getvalue()
+    return data, hashlib.sha256(data[:1 << 20] + str(len(data)).encode()).hexdigest()[:12]
+
+
+def standin_image(client, arch: str, version: str = STANDIN_VERSION) -> str:
+    """Build (once per content) the single-platform stand-in; returns its local tag."""
+    tag = f"vllm-forge-test/standin:v{version}-{arch}"
+    try:
+        client.images.get(tag)
+        return tag
+    except Exception:  # noqa: BLE001 (docker.errors.ImageNotFound: build it)
+        pass
+    context, _ = _standin_context(arch, version)
+    for chunk in client.api.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag,
+                                  platform=f"linux/{arch}", rm=True, decode=True):
+        if "error" in chunk:
+            raise RuntimeError(f"stand-in base build failed: {chunk['error']}")
+    return tag
+
+
+def push(client, local_tag: str, remote: str) -> None:
+    repo, tag = remote.rsplit(":", 1)
+    client.api.tag(local_tag, repo, tag)
+    for chunk in client.api.push(repo, tag=tag, stream=True, decode=True):
+        if "error" in chunk:
+            raise RuntimeError(f"push of {remote} failed: {chunk['error']}")
+
+
+def publish_standin(client, registry: Registry, version: str = STANDIN_VERSION) -> str:
+    """Push both single-platform stand-ins and a manifest list over them at `v<version>`, like
+    upstream's multi-platform release tags. Returns the list's digest."""
+    manifests = []
+    for platform in PLATFORMS:
+        arch = platform.split("/")[1]
+        push(client, standin_image(client, arch, version),
+             f"{registry.host}/{STANDIN_REPO}:v{version}-{arch}")
+        response = requests.get(registry.url(f"{STANDIN_REPO}/manifests/v{version}-{arch}"),
+                                headers={"Accept": MANIFEST_V2}, timeout=10)
+        response.raise_for_status()
+        manifests.append({"mediaType": MANIFEST_V2, "size": len(response.content),
+                          "digest": response.headers["Docker-Content-Digest"],
+                          "platform": {"os": "linux", "architecture": arch}})
+    index = json.dumps({"schemaVersion": 2, "mediaType": MANIFEST_LIST, "manifests": manifests})
+    response = requests.put(registry.url(f"{STANDIN_REPO}/manifests/v{version}"), data=index,
+                            headers={"Content-Type": MANIFEST_LIST}, timeout=30)
+    response.raise_for_status()
+    return response.headers["Docker-Content-Digest"]
+
+
+# --- fixtures ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    started = start_engine()
+    client = engine_client()
+    yield client
+    client.close()
+    if started:
+        _run("stop-dockerd.sh", timeout=120)
+
+
+@pytest.fixture(scope="session")
+def local_registry(docker_engine):
+    registry = start_registry()
+    yield registry
+    registry.stop()
+
+
+@pytest.fixture(scope="session")
+def arm64_emulation():
+    _run("enable-binfmt.sh")
+    return "linux/arm64"
+
+
+@dataclass
+class Standin:
+    registry: Registry
+    version: str
+    digest: str                 # the manifest list's digest
+
+    @property
+    def mirror(self) -> str:
+        return self.registry.host
+
+    @property
+    def ref(self) -> str:
+        return f"{self.registry.host}/{STANDIN_REPO}:v{self.version}"
+
+
+@pytest.fixture(scope="session")
+def standin_base(docker_engine, local_registry, arm64_emulation):
+    digest = publish_standin(docker_engine, local_registry)
+    return Standin(local_registry, STANDIN_VERSION, digest)

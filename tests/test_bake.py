@@ -1,0 +1,88 @@
+"""`build.py bake`: a buildx bake file for every target, checked by the real `docker buildx bake --print`."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from forge.lock import save_lock
+
+pytestmark = [pytest.mark.docker]
+
+REPO = Path(__file__).resolve().parents[1]
+INFRA = REPO / "tests" / "infra"
+VERSION = "0.25.0"
+
+
+@pytest.fixture(scope="module")
+def buildx():
+    """The real buildx CLI plugin (Debian 13's, unpacked by tests/infra/install-buildx.sh)."""
+    result = subprocess.run(["bash", str(INFRA / "install-buildx.sh")], capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr
+    return "docker"
+
+
+def bake(tmp_path, standin, *extra, lock=None):
+    env = {**os.environ, "VLLM_FORGE_BASE_MIRROR": standin.mirror,
+           "VLLM_FORGE_REPOSITORY": "ghcr.io/acme/vllm-forge"}
+    if lock:
+        env["VLLM_FORGE_LOCK"] = str(lock)
+    output = tmp_path / "docker-bake.json"
+    result = subprocess.run([sys.executable, str(REPO / "build.py"), "bake", "--vllm", VERSION,
+                             "-o", str(output), *extra], cwd=REPO, capture_output=True, text=True,
+                            env=env, timeout=300)
+    return result, output
+
+
+def test_bake_file_covers_every_target_with_attestations(standin_base, buildx, tmp_path):
+    lock = tmp_path / "lock.yaml"
+    save_lock({standin_base.ref: standin_base.digest}, lock)
+    result, output = bake(tmp_path, standin_base, lock=lock)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(output.read_text())
+    assert sorted(data["group"]["default"]["targets"]) == ["a100", "gb10", "h100", "h200"]
+    for name, target in data["target"].items():
+        assert target["platforms"] == [{"gb10": "linux/arm64"}.get(name, "linux/amd64")]
+        assert "type=sbom" in target["attest"] and "type=provenance,mode=max" in target["attest"]
+        assert target["args"]["BASE_IMAGE"] == f"{standin_base.mirror}/vllm/vllm-openai@{standin_base.digest}"
+        assert target["args"]["SOURCE_DATE_EPOCH"].isdigit()
+        assert target["tags"][1] == f"ghcr.io/acme/vllm-forge:vllm{VERSION}-{name}"
+        assert target["labels"]["io.vllm-forge.target"] == name
+        context = tmp_path / target["context"]
+        record = json.loads((context / "build-record.json").read_text())
+        assert record["target"] == name and record["base"]["digest"] == standin_base.digest
+        assert (context / "Dockerfile").read_text() == (REPO / "images/Dockerfile").read_text()
+        assert (context / "forge" / "patches.py").exists() and (context / "patches" / "series.yaml").exists()
+    # The real tool reads it back: the same targets, platforms, args and attestations.
+    printed = subprocess.run([buildx, "buildx", "bake", "-f", output.name, "--print"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+    assert printed.returncode == 0, printed.stderr
+    seen = json.loads(printed.stdout)["target"]
+    assert set(seen) == {"a100", "gb10", "h100", "h200"}
+    assert seen["gb10"]["platforms"] == ["linux/arm64"]
+    assert seen["a100"]["args"]["BASE_IMAGE"].endswith(standin_base.digest)
+    assert any("sbom" in str(a) for a in seen["h200"].get("attest", [])), seen["h200"]
+
+
+def test_bake_same_commit_and_lock_gives_same_contexts(standin_base, tmp_path):
+    lock = tmp_path / "lock.yaml"
+    save_lock({standin_base.ref: standin_base.digest}, lock)
+    first_dir, second_dir = tmp_path / "a", tmp_path / "b"
+    first_dir.mkdir(), second_dir.mkdir()
+    r1, out1 = bake(first_dir, standin_base, lock=lock)
+    r2, out2 = bake(second_dir, standin_base, lock=lock)
+    assert r1.returncode == r2.returncode == 0
+    t1, t2 = json.loads(out1.read_text())["target"], json.loads(out2.read_text())["target"]
+    assert {n: t["labels"] for n, t in t1.items()} == {n: t["labels"] for n, t in t2.items()}
+    assert len({t["labels"]["io.vllm-forge.context-sha256"] for t in t1.values()}) == 4
+
+
+def test_bake_refuses_an_unlocked_base_and_writes_nothing(standin_base, tmp_path):
+    result, output = bake(tmp_path, standin_base, lock=tmp_path / "empty.yaml")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and "is not locked" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not output.exists() and not (tmp_path / "build-context").exists()

@@ -1,0 +1,264 @@
+"""Real image builds: a real Docker engine, a real local registry serving a stand-in for upstream's
+multi-platform vllm/vllm-openai:v0.25.0 (Debian + the real vLLM 0.25.0 tree), amd64 natively and arm64
+under qemu; `build.py` run as users run it, as a subprocess."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from forge.lock import load_lock, save_lock
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+VERSION = "0.25.0"
+PATCHED_FILE = "/usr/local/lib/python3.11/dist-packages/vllm/v1/spec_decode/llm_base_proposer.py"
+PATCHED_LINE = 'if share_embeddings and hasattr(self.model, "has_own_embed_tokens"):'
+DEAD_PORT = "127.0.0.1:9"   # discard port: nothing listens there
+DEAD_ENGINE = "unix:///tmp/vllm-forge-no-such-engine.sock"
+
+
+def forge(*args, env=None, cwd=REPO, timeout=900):
+    result = subprocess.run([sys.executable, "build.py", *args], cwd=cwd, capture_output=True,
+                            text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return result
+
+
+def one_line_error(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-3000:]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def setup(standin_base, tmp_path_factory, docker_engine):
+    """Environment that points forge at the local registry (as a mirror of upstream) and a lock file
+    made by `build.py lock` against it."""
+    work = tmp_path_factory.mktemp("images")
+    repository = f"{standin_base.mirror}/forge-test"
+    env = {"VLLM_FORGE_BASE_MIRROR": standin_base.mirror, "VLLM_FORGE_LOCK": str(work / "lock.yaml"),
+           "VLLM_FORGE_REPOSITORY": repository}
+    result = forge("lock", "--vllm", VERSION, env=env)
+    assert result.returncode == 0, result.stderr
+    yield {"env": env, "work": work, "repository": repository, "standin": standin_base}
+    for image in docker_engine.images.list():
+        for tag in image.tags:
+            if tag.startswith(repository):
+                docker_engine.images.remove(tag, force=True)
+
+
+def _run_in(client, image: str, command: str, platform: str | None = None) -> str:
+    return client.containers.run(image, ["sh", "-c", command], remove=True,
+                                 platform=platform).decode()
+
+
+def test_lock_pins_the_multi_platform_index_digest(setup):
+    standin = setup["standin"]
+    assert load_lock(setup["env"]["VLLM_FORGE_LOCK"]) == {standin.ref: standin.digest}
+    again = forge("lock", "--vllm", VERSION, "--target", "gb10", env=setup["env"])
+    assert again.returncode == 0 and f"{standin.ref} -> {standin.digest} (unchanged)" in again.stdout
+
+
+def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
+    attrs = client.api.inspect_image(tag)
+    assert attrs["Architecture"] == arch
+    labels = attrs["Config"]["Labels"]
+    assert labels["io.vllm-forge.target"] == target
+    assert labels["io.vllm-forge.vllm-version"] == VERSION
+    assert labels["io.vllm-forge.patches"] == "gemma4-mtp-share-embeddings=applies"
+    assert labels["org.opencontainers.image.base.digest"] == setup["standin"].digest
+    assert labels["org.opencontainers.image.revision"]
+    out = _run_in(client, tag, f"uname -m; cat /opt/vllm-forge/build-record.json; "
+                               f"grep -c '{PATCHED_LINE}' {PATCHED_FILE}; echo $VLLM_TUNED_CONFIG_FOLDER",
+                  platform=f"linux/{arch}")
+    machine, rest = out.split("\n", 1)
+    assert machine == {"amd64": "x86_64", "arm64": "aarch64"}[arch]
+    record_text, count, folder = rest.rsplit("\n", 3)[0], rest.split("\n")[-3], rest.split("\n")[-2]
+    record = json.loads(record_text)
+    assert (record["target"], record["vllm_version"]) == (target, VERSION)
+    assert record["base"]["digest"] == setup["standin"].digest
+    assert [(p["id"], p["status"]) for p in record["patches"]] == [("gemma4-mtp-share-embeddings", "applies")]
+    assert record["patch_set_hash"] == labels["io.vllm-forge.patch-set-hash"]
+    assert record["source"]["revision"] == labels["org.opencontainers.image.revision"]
+    assert count == "1", "the patched line must be in the image's vLLM exactly once"
+    assert folder == "/opt/vllm-forge/moe-configs"
+    return record
+
+
+def test_build_amd64_target_runs_patched(setup, docker_engine):
+    result = forge("--target", "a100", "--vllm", VERSION, env=setup["env"])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert "Step " in result.stdout, "the build shows the engine's progress"
+    plan = json.loads(forge("--target", "a100", "--vllm", VERSION, "--plan", "--json", env=setup["env"]).stdout)
+    immutable, moving = plan["tags"]
+    assert immutable.endswith(f"vllm{VERSION}-a100-{plan['patch_set_hash']}") and moving.endswith(f"vllm{VERSION}-a100")
+    _check_image(docker_engine, immutable, "a100", "amd64", setup)
+    assert docker_engine.images.get(immutable).id == docker_engine.images.get(moving).id
+
+
+def test_build_arm64_target_under_qemu(setup, docker_engine, arm64_emulation):
+    result = forge("--target", "gb10", "--vllm", VERSION, env=setup["env"])
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    tag = f"{setup['repository']}:vllm{VERSION}-gb10"
+    record = _check_image(docker_engine, tag, "gb10", "arm64", setup)
+    assert record["platform"] == "linux/arm64" and record["cuda_arch"] == "12.1"
+
+
+def test_push_both_tags_then_rebuild_from_lock_is_identical(setup, docker_engine):
+    registry = setup["standin"].registry
+    first = forge("--target", "a100", "--vllm", VERSION, "--push", env=setup["env"])
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr
+    plan = json.loads(forge("--target", "a100", "--vllm", VERSION, "--plan", "--json", env=setup["env"]).stdout)
+    immutable, moving = (t.rsplit(":", 1)[1] for t in plan["tags"])
+    pushed = registry.digest("forge-test", immutable)
+    assert pushed and pushed == registry.digest("forge-test", moving)
+    # Rebuild from the same commit and lock: same context, same labels, same image, same digest.
+    again = forge("--target", "a100", "--vllm", VERSION, "--push", env=setup["env"])
+    assert again.returncode == 0, again.stderr
+    plan_again = json.loads(forge("--target", "a100", "--vllm", VERSION, "--plan", "--json", env=setup["env"]).stdout)
+    assert plan_again["context"]["sha256"] == plan["context"]["sha256"]
+    assert plan_again["labels"] == plan["labels"]
+    assert registry.digest("forge-test", immutable) == pushed
+
+
+def _repo_copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "repo"
+    ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
+    for name in ("forge", "patches", "verify", "recipes", "images"):
+        shutil.copytree(REPO / name, copy / name, ignore=ignore)
+    shutil.copy2(REPO / "build.py", copy / "build.py")
+    return copy
+
+
+def _edit_patch(copy: Path, old: str, new: str) -> None:
+    """Change the patch file and keep the manifest's sha256 honest, as a maintainer would."""
+    diff = copy / "patches/source/gemma4-mtp-share-embeddings.diff"
+    text = diff.read_text()
+    assert old in text
+    diff.write_text(text.replace(old, new))
+    series = copy / "patches/series.yaml"
+    old_sha = hashlib.sha256(text.encode()).hexdigest()
+    new_sha = hashlib.sha256(diff.read_bytes()).hexdigest()
+    series.write_text(series.read_text().replace(old_sha, new_sha))
+
+
+def test_push_refuses_to_repoint_an_immutable_tag(setup, docker_engine, tmp_path):
+    registry = setup["standin"].registry
+    assert forge("--target", "a100", "--vllm", VERSION, "--push", env=setup["env"]).returncode == 0
+    plan = json.loads(forge("--target", "a100", "--vllm", VERSION, "--plan", "--json", env=setup["env"]).stdout)
+    immutable, moving = (t.rsplit(":", 1)[1] for t in plan["tags"])
+    before = registry.digest("forge-test", immutable)
+    # Same patch set (so the same immutable tag), different content: a new verify script.
+    copy = _repo_copy(tmp_path)
+    (copy / "verify" / "extra_check.py").write_text("print('a different image')\n")
+    result = forge("--target", "a100", "--vllm", VERSION, "--push", env=setup["env"], cwd=copy)
+    assert result.returncode == 2
+    assert f"refusing to push {setup['repository']}:{immutable}" in one_line_error(result)
+    assert registry.digest("forge-test", immutable) == before
+    assert registry.digest("forge-test", moving) == before, "the moving tag must not move either"
+
+
+def test_base_whose_tag_moved_is_refused_unless_allowed(setup, docker_engine, tmp_path):
+    standin = setup["standin"]
+    # Pin the tag to another real digest in the registry (the amd64 manifest): the tag has "moved".
+    other = standin.registry.digest("vllm/vllm-openai", f"v{VERSION}-amd64",
+                                    accept="application/vnd.docker.distribution.manifest.v2+json")
+    lock = tmp_path / "lock.yaml"
+    save_lock({standin.ref: other}, lock)
+    repository = f"{standin.mirror}/forge-moved"
+    env = {**setup["env"], "VLLM_FORGE_LOCK": str(lock), "VLLM_FORGE_REPOSITORY": repository}
+    result = forge("--target", "a100", "--vllm", VERSION, env=env)
+    assert result.returncode == 2
+    assert f"base {standin.ref} moved: locked {other}, registry now {standin.digest}" in one_line_error(result)
+    assert not docker_engine.images.list(name=repository), "nothing may be built"
+    allowed = forge("--target", "a100", "--vllm", VERSION, "--allow-base-change", env=env)
+    assert allowed.returncode == 0, allowed.stderr
+    attrs = docker_engine.api.inspect_image(f"{repository}:vllm{VERSION}-a100")
+    assert attrs["Config"]["Labels"]["org.opencontainers.image.base.digest"] == other
+    docker_engine.images.remove(f"{repository}:vllm{VERSION}-a100", force=True)
+
+
+def test_unlocked_base_is_refused(setup, tmp_path):
+    env = {**setup["env"], "VLLM_FORGE_LOCK": str(tmp_path / "empty-lock.yaml")}
+    result = forge("--target", "a100", "--vllm", VERSION, env=env)
+    assert result.returncode == 2
+    assert f"{tmp_path / 'empty-lock.yaml'}: bases: {setup['standin'].ref} is not locked" in one_line_error(result)
+    planned = forge("--target", "a100", "--vllm", VERSION, "--plan", env=env)
+    assert planned.returncode == 0 and "not locked: a build refuses it" in planned.stdout
+
+
+def test_plan_needs_no_network_nor_engine(setup):
+    dead = {"DOCKER_HOST": DEAD_ENGINE, "HTTP_PROXY": f"http://{DEAD_PORT}", "HTTPS_PROXY": f"http://{DEAD_PORT}",
+            "http_proxy": f"http://{DEAD_PORT}", "https_proxy": f"http://{DEAD_PORT}", "NO_PROXY": ""}
+    result = forge("--target", "gb10", "--vllm", VERSION, "--plan", "--json", env={**setup["env"], **dead})
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["base"] == {"image": setup["standin"].ref, "digest": setup["standin"].digest, "locked": True}
+    assert plan["build_args"]["BASE_IMAGE"] == f"{setup['standin'].mirror}/vllm/vllm-openai@{setup['standin'].digest}"
+    assert plan["labels"]["io.vllm-forge.platform"] == "linux/arm64"
+    assert re.fullmatch(r"[0-9a-f]{64}", plan["context"]["sha256"])
+    human = forge("--target", "gb10", "--vllm", VERSION, "--plan", env={**setup["env"], **dead})
+    assert "gemma4-mtp-share-embeddings" in human.stdout and "applies" in human.stdout
+
+
+# --- bad input: one line, non-zero, nothing built ---------------------------------------------
+
+def test_release_without_base_is_refused_before_the_engine(setup):
+    result = forge("--target", "gb10", "--vllm", "0.10.0", env={**setup["env"], "DOCKER_HOST": DEAD_ENGINE})
+    assert result.returncode == 2
+    assert "targets.gb10.bases: no base image for vLLM 0.10.0" in one_line_error(result)
+
+
+def test_conflicting_patch_is_caught_before_the_engine(setup, docker_engine, tmp_path):
+    copy = _repo_copy(tmp_path)
+    _edit_patch(copy, '"Sharing target model embedding weights with the draft model."',
+                '"Sharing the embedding of the target with the draft."')
+    env = {**setup["env"], "DOCKER_HOST": DEAD_ENGINE, "VLLM_FORGE_REPOSITORY": f"{setup['standin'].mirror}/forge-conflict"}
+    result = forge("--target", "a100", "--vllm", VERSION, cwd=copy, env=env)
+    assert result.returncode == 3, result.stderr
+    line = one_line_error(result)
+    assert "gemma4-mtp-share-embeddings" in line and "Docker engine" not in line
+    assert not docker_engine.images.list(name=f"{setup['standin'].mirror}/forge-conflict")
+
+
+def test_unreachable_engine(setup):
+    result = forge("--target", "a100", "--vllm", VERSION, env={**setup["env"], "DOCKER_HOST": DEAD_ENGINE})
+    assert result.returncode == 2
+    assert f"cannot reach the Docker engine at {DEAD_ENGINE}" in one_line_error(result)
+
+
+def test_registry_down_for_lock_keeps_the_lock(setup, tmp_path):
+    lock = tmp_path / "lock.yaml"
+    shutil.copy(setup["env"]["VLLM_FORGE_LOCK"], lock)
+    before = lock.read_bytes()
+    result = forge("lock", "--vllm", VERSION, env={**setup["env"], "VLLM_FORGE_BASE_MIRROR": DEAD_PORT,
+                                                   "VLLM_FORGE_LOCK": str(lock)})
+    assert result.returncode == 2
+    assert f"registry {DEAD_PORT} unreachable" in one_line_error(result)
+    assert lock.read_bytes() == before
+
+
+def test_registry_down_for_build_builds_nothing(setup, docker_engine, tmp_path):
+    lock = tmp_path / "lock.yaml"
+    save_lock({f"{DEAD_PORT}/vllm/vllm-openai:v{VERSION}": setup["standin"].digest}, lock)
+    repository = f"{setup['standin'].mirror}/forge-down"
+    env = {**setup["env"], "VLLM_FORGE_BASE_MIRROR": DEAD_PORT, "VLLM_FORGE_LOCK": str(lock),
+           "VLLM_FORGE_REPOSITORY": repository}
+    result = forge("--target", "a100", "--vllm", VERSION, env=env)
+    assert result.returncode == 2
+    assert f"registry {DEAD_PORT} unreachable" in one_line_error(result)
+    pushing = forge("--target", "a100", "--vllm", VERSION, "--push",
+                    env={**setup["env"], "VLLM_FORGE_REPOSITORY": f"{DEAD_PORT}/forge-down"})
+    assert pushing.returncode == 2
+    assert f"registry {DEAD_PORT} unreachable" in one_line_error(pushing)
+    assert not docker_engine.images.list(name=repository)
+    assert not docker_engine.images.list(name=f"{DEAD_PORT}/forge-down")

@@ -1,0 +1,68 @@
+"""The build context is byte-reproducible and carries only what the image needs."""
+import io
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+from forge import context
+
+REPO = Path(__file__).resolve().parents[1]
+RECORD = {"target": "a100", "vllm_version": "0.25.0"}
+
+
+def _copy(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    for name in ("forge", "patches", "images"):
+        shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "build.py", root / "build.py")
+    return root
+
+
+def _git(root: Path, *args: str, env=None) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout
+
+
+def test_same_inputs_same_bytes_and_normalized_entries(tmp_path):
+    root = _copy(tmp_path)
+    first, digest = context.build_context(RECORD, 1700000000, root)
+    second, digest_again = context.build_context(RECORD, 1700000000, root)
+    assert first == second and digest == digest_again
+    other, other_digest = context.build_context(RECORD, 1700000001, root)
+    assert other_digest != digest, "SOURCE_DATE_EPOCH is part of the context"
+    with tarfile.open(fileobj=io.BytesIO(first)) as archive:
+        members = archive.getmembers()
+    names = [m.name for m in members]
+    assert names == sorted(names)
+    assert {"Dockerfile", "build-record.json", "build.py", "forge/plan.py", "verify", "recipes"} <= set(names)
+    assert all(m.uid == 0 and m.gid == 0 and m.mtime == 1700000000 for m in members)
+
+
+def test_caches_and_untracked_ignored_files_stay_out(tmp_path):
+    root = _copy(tmp_path)
+    (root / "forge" / "__pycache__").mkdir()
+    (root / "forge" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    (root / ".gitignore").write_text("*.log\n")
+    (root / "patches" / "debug.log").write_text("noise")
+    _git(root, "init", "-q")
+    names = context.context_files(root)
+    assert "forge/plan.py" in names and "build.py" in names
+    assert not any("__pycache__" in n or n.endswith(".log") for n in names)
+    assert not any(n.startswith("images/") for n in names), "only the context paths are sent"
+
+
+def test_source_revision_epoch_and_dirty(tmp_path):
+    root = _copy(tmp_path)
+    _git(root, "init", "-q")
+    _git(root, "add", ".")
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "GIT_COMMITTER_DATE": "1700000000 +0000",
+           "GIT_AUTHOR_DATE": "1700000000 +0000", "PATH": "/usr/bin:/bin"}
+    _git(root, "commit", "-q", "-m", "x", env=env)
+    head = _git(root, "rev-parse", "HEAD").strip()
+    source = context.source_info(root)
+    assert (source.revision, source.epoch, source.dirty) == (head, 1700000000, False)
+    (root / "forge" / "plan.py").write_text("# changed\n")
+    dirty = context.source_info(root)
+    assert dirty.revision == head + "+dirty" and dirty.dirty

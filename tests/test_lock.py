@@ -1,0 +1,87 @@
+"""images/lock.yaml and the registry digest lookup (against the real local registry)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from forge.errors import ForgeError
+from forge.lock import DEFAULT_LOCK_FILE, load_lock, save_lock
+from forge.registry import manifest_digest, parse_reference
+
+REPO = Path(__file__).resolve().parents[1]
+DIGEST = "sha256:" + "ab" * 32
+
+
+def test_committed_lock_file_is_valid():
+    pins = load_lock(DEFAULT_LOCK_FILE)
+    assert DEFAULT_LOCK_FILE.exists()
+    assert all(ref.startswith("vllm/vllm-openai:v") for ref in pins)
+
+
+def test_save_then_load_round_trips_sorted_with_header(tmp_path):
+    path = save_lock({"vllm/vllm-openai:v0.27.1": DIGEST, "vllm/vllm-openai:v0.25.0": DIGEST}, tmp_path / "l.yaml")
+    text = path.read_text()
+    assert text.startswith("# Base image pins")
+    assert text.index("v0.25.0") < text.index("v0.27.1")
+    assert load_lock(path) == {"vllm/vllm-openai:v0.25.0": DIGEST, "vllm/vllm-openai:v0.27.1": DIGEST}
+
+
+def test_missing_lock_is_empty(tmp_path):
+    assert load_lock(tmp_path / "none.yaml") == {}
+
+
+@pytest.mark.parametrize("body, message", [
+    ("bases:\n  vllm/vllm-openai:v0.25.0: latest\n", r"bases\.vllm/vllm-openai:v0\.25\.0: must be a digest"),
+    ("pins: {}\n", r"\(top level\): must be a mapping with only `bases`"),
+    ("bases: [1, 2]\n", r"bases: must be a mapping"),
+    ("bases: {a: [\n", r"not valid YAML"),
+])
+def test_bad_lock_is_one_line_naming_file_and_field(tmp_path, body, message):
+    path = tmp_path / "lock.yaml"
+    path.write_text(body)
+    with pytest.raises(ForgeError, match=message) as caught:
+        load_lock(path)
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("ref, registry, repository, tag", [
+    ("vllm/vllm-openai:v0.27.1", "docker.io", "vllm/vllm-openai", "v0.27.1"),
+    ("debian", "docker.io", "library/debian", "latest"),
+    ("127.0.0.1:5000/vllm/vllm-openai:v0.25.0", "127.0.0.1:5000", "vllm/vllm-openai", "v0.25.0"),
+    ("localhost/forge:x", "localhost", "forge", "x"),
+    ("ghcr.io/owner/vllm-forge:vllm0.27.1-gb10", "ghcr.io", "owner/vllm-forge", "vllm0.27.1-gb10"),
+])
+def test_parse_reference_like_the_engine(ref, registry, repository, tag):
+    parsed = parse_reference(ref)
+    assert (parsed.registry, parsed.repository, parsed.tag) == (registry, repository, tag)
+
+
+@pytest.mark.parametrize("ref", ["Vllm/Openai:v1", "x/y@sha256:" + "0" * 64, "x/y:bad tag"])
+def test_bad_references_refused(ref):
+    with pytest.raises(ForgeError):
+        parse_reference(ref)
+
+
+@pytest.mark.docker
+def test_digest_of_a_real_registry_tag(standin_base):
+    assert manifest_digest(standin_base.ref) == standin_base.digest
+    assert manifest_digest(f"{standin_base.mirror}/vllm/vllm-openai:v9.9.9") is None
+
+
+@pytest.mark.docker
+def test_lock_for_a_tag_the_registry_lacks_writes_nothing(standin_base, tmp_path):
+    lock = tmp_path / "lock.yaml"
+    result = subprocess.run([sys.executable, "build.py", "lock", "--vllm", "0.27.1", "--target", "a100"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120,
+                            env={**__import__("os").environ, "VLLM_FORGE_BASE_MIRROR": standin_base.mirror,
+                                 "VLLM_FORGE_LOCK": str(lock)})
+    assert result.returncode == 2
+    assert f"error: registry has no tag {standin_base.mirror}/vllm/vllm-openai:v0.27.1" in result.stderr
+    assert not lock.exists()
+
+
+def test_lock_unknown_target_is_one_line():
+    result = subprocess.run([sys.executable, "build.py", "lock", "--vllm", "0.27.1", "--target", "tpu"],
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.startswith("error: unknown target 'tpu'")
