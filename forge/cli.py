@@ -112,7 +112,8 @@ def _add_publish(commands) -> None:
     p.add_argument("--immutable-tag", required=True, help="the tag the build was pushed under")
     p.add_argument("--digest", required=True, help="the pushed image's sha256:... digest")
     p.add_argument("--verify-report", metavar="JSON", action="append",
-                   help="verify/ report, one per recipe (repeatable; none: not verified)")
+                   help="verify/ report, one per recipe, or a directory of them "
+                        "(repeatable; none: not verified)")
     p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
     p.add_argument("--index", default="images/published.json", help="the known-good index file")
     p.add_argument("--github-output", metavar="FILE",

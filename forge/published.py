@@ -216,12 +216,26 @@ def verify_result(report_paths: list | None) -> dict:
     """
     if not report_paths:
         return {"passed": False, "report": "", "checked_at": "", "summary": {"note": "not verified"}}
-    reports = [_read_report(Path(p)) for p in report_paths]
+    reports = [_read_report(path) for path in _report_files(report_paths)]
     summary = {_report_name(path, report): _report_summary(report) for path, report in reports}
     return {"passed": all(report["passed"] for _, report in reports),
             "report": ", ".join(str(report.get("report_url") or path.name) for path, report in reports),
             "checked_at": max(str(report.get("checked_at") or now_utc()) for _, report in reports),
             "summary": summary}
+
+
+def _report_files(report_paths: list) -> list[Path]:
+    """Report files as given; a directory stands for every *.json report below it."""
+    files = []
+    for given in map(Path, report_paths):
+        if given.is_dir():
+            found = sorted(given.rglob("*.json"))
+            if not found:
+                raise ForgeError(f"{given}: no verify report (*.json) in this directory")
+            files.extend(found)
+        else:
+            files.append(given)
+    return files
 
 
 def _read_report(path: Path) -> tuple[Path, dict]:

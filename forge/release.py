@@ -75,5 +75,6 @@ def cmd_release_matrix(args) -> int:
     print(text if not args.pretty else json.dumps(matrix, indent=1, sort_keys=True))
     if args.github_output:
         with open(args.github_output, "a") as out:
-            out.write(f"vllm={vllm}\nmatrix={text}\n")
+            # A job matrix takes only the include list; every other key would become a dimension.
+            out.write(f"vllm={vllm}\nmatrix={json.dumps({'include': matrix['include']})}\n")
     return 0

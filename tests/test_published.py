@@ -200,3 +200,20 @@ def test_every_recipe_report_must_pass(tmp_path):
         "checks_passed": 2, "checks_failed": []}
     assert verify["summary"]["gemma-4-31b-it"]["checks_failed"] == ["mean acceptance length"]
     assert published.known_good(published.load_index(index_file), "gb10", "0.27.1") is None
+
+
+def test_a_directory_of_reports_stands_for_every_report_in_it(tmp_path):
+    reports = tmp_path / "verify-reports"
+    for recipe in ("gemma-4-26b-a4b-it", "gemma-4-e4b-it"):
+        (reports / recipe).mkdir(parents=True)
+        smoke_report(reports / recipe, recipe).rename(reports / recipe / "mtp_smoke.json")
+    index_file = tmp_path / "published.json"
+    result = publish(index_file, report=reports)
+    assert result.returncode == 0, result.stderr
+    verify = published.load_index(index_file)["builds"][0]["verify"]
+    assert verify["passed"] is True
+    assert sorted(verify["summary"]) == ["gemma-4-26b-a4b-it", "gemma-4-e4b-it"]
+    (tmp_path / "empty").mkdir()
+    result = publish(tmp_path / "other.json", report=tmp_path / "empty")
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: {tmp_path / 'empty'}: no verify report (*.json) in this directory"
