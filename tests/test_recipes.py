@@ -227,3 +227,21 @@ def test_readme_threshold_table_matches_the_recipe_files():
                f"| {t.step_cost_ratio} | {t.min_speedup} | {t.min_mean_acceptance_length} "
                f"| {t.min_acceptance_rate} |")
         assert row in text, row
+
+
+def test_recipes_load_inside_an_image_without_images_dir(monkeypatch, tmp_path):
+    # A built image carries forge/ and recipes/ but not images/targets.yaml: verify still loads
+    # its recipe there (the cross-file checks ran in the repository).
+    monkeypatch.setenv("VLLM_FORGE_TARGETS", str(tmp_path / "absent.yaml"))
+    recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
+    assert recipe.moe_config.name == "E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    assert recipe.engine_kwargs()["quantization"] == "fp8"
+
+
+def test_tuned_moe_config_expected_exactly_where_patches_ship_one():
+    shipped = {p.name for p in (REPO / "patches" / "moe-configs").glob("*.json")}
+    for recipe in load_all():
+        if recipe.moe_config is not None:
+            assert recipe.moe_config.expected == (recipe.moe_config.name in shipped), (
+                f"{recipe.path}: moe_config.expected must say whether patches/moe-configs/ "
+                f"ships {recipe.moe_config.name}")
