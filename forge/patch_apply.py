@@ -6,10 +6,13 @@ memory; stage every output in a temp file next to its target (a read-only target
 with nothing changed); then atomic renames; a failure mid-way renames nothing more and puts
 back what was already renamed. The record `vllm/.vllm-forge/applied.json` plus the original
 bytes of every file (`vllm/.vllm-forge/originals/N`) make a second apply a no-op and let
---revert restore every file byte for byte.
+--revert restore every file byte for byte. The record goes in first (state "applying") and is
+marked "applied" last, so even a killed process leaves what --revert needs.
 
-Fault injection (for tests, and for anyone who wants to watch the rollback work): set
-VLLM_FORGE_FAIL_AFTER_RENAMES=N and the renaming loop raises a real OSError before rename N+1.
+Fault injection (for tests, and for anyone who wants to watch the rollback work): with
+VLLM_FORGE_FAIL_AFTER_RENAMES=N the renaming sequence raises a real OSError before rename N+1
+(record in place = rename 1, each target, record marked applied = the last); with
+VLLM_FORGE_KILL_AFTER_RENAMES=N the process SIGKILLs itself there instead.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
 import tempfile
 import time
@@ -35,6 +39,7 @@ from forge.patches import PatchStatus, tree_status
 RECORD_DIR = ".vllm-forge"
 RECORD_FILE = "applied.json"
 FAIL_AFTER_ENV = "VLLM_FORGE_FAIL_AFTER_RENAMES"
+KILL_AFTER_ENV = "VLLM_FORGE_KILL_AFTER_RENAMES"
 
 
 @dataclass
@@ -86,6 +91,9 @@ def apply_series(site_packages=None, expected_version=None, revert=False, moe_co
         return _revert(installed, record)
     series = load_series(series_path)
     if record is not None:
+        if record.get("state") != "applied":
+            raise ForgeError(f"{_record_path(installed)}: an earlier apply was interrupted; "
+                             "run `build.py apply --revert` first")
         if record.get("series") == series.digest:
             return ApplyReport(installed, "already-applied", applied=record.get("applied", []))
         raise ForgeError(f"{_record_path(installed)}: vLLM was patched by a different patch "
@@ -153,6 +161,8 @@ def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
         target = Path(entry["path"])
         target = target if target.is_absolute() else installed.site_dir / target
         current = target.read_bytes() if target.is_file() else None
+        if _sha(current) == entry["original_sha256"]:
+            continue    # never patched (an interrupted apply) or already restored
         if _sha(current) != entry["patched_sha256"]:
             raise ForgeError(f"{target}: changed since vllm-forge patched it; not reverting "
                              "(nothing changed)")
@@ -185,7 +195,12 @@ def _read_record(installed: InstalledVllm) -> dict | None:
 # --- the transaction ---------------------------------------------------------------------------
 
 def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | None) -> None:
-    """Stage everything, then rename; on any failure restore what was renamed."""
+    """Stage everything, then rename; on any failure undo every step already taken.
+
+    Apply puts the record (state "applying", originals inside) in place BEFORE the first target
+    and marks it "applied" last, so even a process killed mid-way leaves what --revert needs.
+    Revert removes the record last, and skips files already back to their original bytes.
+    """
     record_dir = installed.package_dir / RECORD_DIR
     staged_record = None
     try:
@@ -198,33 +213,39 @@ def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | N
         _discard(writes, staged_record)
         raise ForgeError(f"cannot write {exc.filename or installed.package_dir}: "
                          f"{exc.strerror or exc}; nothing changed") from exc
-    done: list[_Write] = []
-    record_moved = None
+    undo: list = []
     try:
+        if new_record is not None:
+            _maybe_inject_failure(len(undo))
+            os.replace(staged_record, record_dir)
+            undo.append(lambda: shutil.rmtree(record_dir))
         for w in writes:
-            _maybe_inject_failure(len(done))
+            _maybe_inject_failure(len(undo))
             if w.new is None:
                 os.unlink(w.target)
             else:
                 os.replace(w.temp, w.target)
-            done.append(w)
-        _maybe_inject_failure(len(done))
+            undo.append(lambda w=w: _restore(w))
+        _maybe_inject_failure(len(undo))
         if new_record is not None:
-            os.replace(staged_record, record_dir)
-        else:   # revert: the record goes last, so a failure above leaves it in place
-            record_moved = record_dir.with_name(f"{RECORD_DIR}.removing-{os.getpid()}")
-            os.replace(record_dir, record_moved)
+            _write_record(record_dir, dict(new_record, state="applied"))
+        else:
+            trash = record_dir.with_name(f"{RECORD_DIR}.removing-{os.getpid()}")
+            os.replace(record_dir, trash)
+            shutil.rmtree(trash, ignore_errors=True)
     except OSError as exc:
-        _roll_back(done)
+        for step in reversed(undo):
+            step()
         _discard(writes, staged_record)
         raise ForgeError(f"failed while writing {exc.filename or 'the patched files'}: "
-                         f"{exc.strerror or exc}; rolled back {len(done)} file(s), "
+                         f"{exc.strerror or exc}; rolled back {len(undo)} step(s), "
                          "nothing changed") from exc
-    if record_moved is not None:
-        shutil.rmtree(record_moved, ignore_errors=True)
 
 
 def _maybe_inject_failure(renames_done: int) -> None:
+    kill_at = os.environ.get(KILL_AFTER_ENV)
+    if kill_at is not None and renames_done >= int(kill_at):
+        os.kill(os.getpid(), signal.SIGKILL)     # a real crash: no handler, no cleanup runs
     limit = os.environ.get(FAIL_AFTER_ENV)
     if limit is not None and renames_done >= int(limit):
         raise OSError(errno.EIO, f"injected failure after {renames_done} rename(s) "
@@ -256,16 +277,22 @@ def _stage_record(record_dir: Path, writes: list[_Write], record: dict) -> Path:
         record["files"].append({"path": w.label, "original": original,
                                 "original_sha256": _sha(w.original),
                                 "patched_sha256": _sha(w.new)})
-    (staging / RECORD_FILE).write_text(json.dumps(record, indent=1) + "\n")
+    record["state"] = "applying"
+    _write_record(staging, record)
     return staging
 
 
-def _roll_back(done: list[_Write]) -> None:
-    for w in reversed(done):
-        if w.original is None:
-            w.target.unlink(missing_ok=True)
-        else:
-            os.replace(_stage(w.target, w.original), w.target)
+def _write_record(record_dir: Path, record: dict) -> None:
+    temp = record_dir / f"{RECORD_FILE}.tmp"
+    temp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(temp, record_dir / RECORD_FILE)
+
+
+def _restore(w: _Write) -> None:
+    if w.original is None:
+        w.target.unlink(missing_ok=True)
+    else:
+        os.replace(_stage(w.target, w.original), w.target)
 
 
 def _discard(writes: list[_Write], staged_record: Path | None) -> None:

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from packaging.version import Version
 
 from forge.errors import ConflictError, ForgeError
-from forge.patch_apply import FAIL_AFTER_ENV, RECORD_DIR
+from forge.patch_apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR
 from forge.patches import apply_series, find_vllm, load_series
 from tests.fixtures_patches import (real_patch_entry, snapshot, vllm_site,  # noqa: F401
                                     write_dist_info, write_series)
@@ -89,18 +90,32 @@ def test_edited_install_is_a_conflict_and_nothing_is_written(vllm_site):
     assert snapshot(site) == before
 
 
-@pytest.mark.parametrize("renames_before_failure", [0, 1])
+@pytest.mark.parametrize("renames_before_failure", [0, 1, 2])
 def test_failure_in_the_middle_of_apply_leaves_the_tree_untouched(vllm_site, renames_before_failure):
-    """1: the patched file is already renamed into place when the record's rename fails."""
+    """Renames: 1 puts the record in place, 2 the patched file, 3 marks the record applied."""
     site = vllm_site("0.25.0")
     original = snapshot(site)
     result = run_build("apply", "--site-packages", str(site),
                        **{FAIL_AFTER_ENV: str(renames_before_failure)})
     assert result.returncode == 2
     assert f"injected failure after {renames_before_failure} rename(s)" in result.stderr
-    assert f"rolled back {renames_before_failure} file(s), nothing changed" in result.stderr
+    assert f"rolled back {renames_before_failure} step(s), nothing changed" in result.stderr
+    assert result.stderr.count("\n") == 1
     assert snapshot(site) == original
     assert apply_series(site_packages=site).action == "applied"   # and a clean retry works
+
+
+def test_apply_killed_mid_way_is_refused_then_reverted_byte_for_byte(vllm_site):
+    site = vllm_site("0.25.0")
+    original = snapshot(site)
+    killed = run_build("apply", "--site-packages", str(site), **{KILL_AFTER_ENV: "2"})
+    assert killed.returncode == -signal.SIGKILL
+    assert FIXED_LINE in (site / TARGET).read_bytes()          # the kill hit after the rename
+    again = run_build("apply", "--site-packages", str(site))
+    assert again.returncode == 2 and "an earlier apply was interrupted" in again.stderr
+    reverted = run_build("apply", "--site-packages", str(site), "--revert")
+    assert reverted.returncode == 0, reverted.stderr
+    assert snapshot(site) == original
 
 
 def test_failure_in_the_middle_of_revert_keeps_the_patched_tree(vllm_site):
@@ -108,7 +123,7 @@ def test_failure_in_the_middle_of_revert_keeps_the_patched_tree(vllm_site):
     apply_series(site_packages=site)
     patched = snapshot(site)
     result = run_build("apply", "--site-packages", str(site), "--revert", **{FAIL_AFTER_ENV: "1"})
-    assert result.returncode == 2 and "rolled back 1 file(s)" in result.stderr
+    assert result.returncode == 2 and "rolled back 1 step(s)" in result.stderr
     assert snapshot(site) == patched
 
 
