@@ -36,8 +36,9 @@ class ReleaseArgs:
     speculative_methods: frozenset[str] = frozenset()  # SpeculativeConfig.method values
 
     def has_flag(self, flag: str) -> bool:
-        # FlexibleArgumentParser also accepts --flag=value and underscores for dashes.
-        name = flag.split("=", 1)[0]
+        # FlexibleArgumentParser also accepts --flag=value, underscores for dashes, and
+        # --json-flag.key value (one key of a JSON-valued flag).
+        name = flag.split("=", 1)[0].split(".", 1)[0]
         return name in self.serve_flags or name.replace("_", "-") in self.serve_flags
 
 

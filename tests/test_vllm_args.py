@@ -28,6 +28,8 @@ def test_serve_flags_hold_engine_frontend_and_parser_flags(version):
     assert not args.has_flag("--speculative-cfg")
     assert args.has_flag("--max_model_len")       # FlexibleArgumentParser accepts underscores
     assert args.has_flag("--max-model-len=4096")
+    assert args.has_flag("--limit-mm-per-prompt.audio")   # one key of a JSON-valued flag
+    assert not args.has_flag("--limit-mm-per-promt.audio")
 
 
 def test_make_arg_parser_moved_in_0_33():
