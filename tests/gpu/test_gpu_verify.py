@@ -1,0 +1,49 @@
+"""GPU-host tests: run with `python -m pytest tests/gpu` where torch, a CUDA GPU and a vLLM with
+this project's patches applied (`build.py apply`) are installed. The default CI run does not
+collect this directory (pyproject norecursedirs). Nothing here skips: a missing GPU or vLLM fails.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(args, timeout):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_gpu_and_vllm_are_present():
+    import torch
+    import vllm
+
+    assert torch.cuda.is_available(), "no CUDA GPU visible"
+    assert vllm.__version__
+
+
+def test_patched_smoke_starts_under_cuda_graphs_and_gate_catches_a_collapsed_drafter(tmp_path):
+    proc = run(["verify/mtp_smoke.py", "--recipe", "gemma-4-26b-a4b-it", "--dummy", "--layers", "6",
+                "--runner", "v1", "--attention-backend", "TRITON_ATTN", "--max-model-len", "4096",
+                "--gpu-memory-utilization", "0.4", "--out", str(tmp_path)], timeout=900)
+    report = json.loads((tmp_path / "mtp_smoke.json").read_text())
+    status = {c["name"]: c for c in report["checks"]}
+    assert status["engine started"]["status"] == "PASS", status["engine started"]["detail"]
+    assert status["CUDA graphs"]["status"] == "PASS"
+    assert status["architectures"]["status"] == "PASS"
+    # Dummy weights: the drafter's proposals are all rejected, and the gate says so.
+    assert status["acceptance (temperature 0)"]["status"] == "FAIL"
+    assert "rejected" in status["acceptance (temperature 0)"]["detail"]
+    assert proc.returncode == 1
+
+
+def test_tune_moe_writes_a_vllm_named_config(tmp_path):
+    results = tmp_path / "tune.json"
+    proc = run(["build.py", "tune-moe", "--dtype", "bf16", "--batch-sizes", "1,8",
+                "--results", str(results)], timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(results.read_text())
+    assert data["file_name"].startswith("E=128,N=704,device_name=")
+    assert [d["M"] for d in data["decisions"]] == [1, 8]
+    assert all(d["tuned_us"] > 0 and d["default_us"] > 0 for d in data["decisions"])

@@ -1,0 +1,108 @@
+"""The gate's checks, as pure functions of what the engine log and the metrics said."""
+from __future__ import annotations
+
+from verify.metrics import SpecCounters
+from verify.report import INFO, NOT_CHECKED, Check, failed, passed
+from verify.vllm_logs import EngineLogFacts
+
+DRAFT_ARCH = "Gemma4MTPModel"
+
+
+def check_engine_started(started: bool, facts: EngineLogFacts, error: str | None) -> Check:
+    if started:
+        return passed("engine started", "vLLM engine up with the recipe's settings")
+    cause = facts.root_cause or error or "no error line in the log"
+    hint = ""
+    if facts.root_cause and "same reduction dim" in facts.root_cause:
+        hint = (" (vLLM #47794: the MTP draft kept its own embedding; "
+                "apply the patch series: build.py apply)")
+    return failed("engine started", f"engine failed to start: {cause}{hint}")
+
+
+def check_architectures(facts: EngineLogFacts) -> Check:
+    targets = [a for a in facts.architectures if a.startswith("Gemma4") and a != DRAFT_ARCH]
+    if targets and DRAFT_ARCH in facts.architectures:
+        return passed("architectures", f"target {targets[0]}, draft {DRAFT_ARCH}")
+    return failed("architectures", f"need a Gemma 4 target and {DRAFT_ARCH}; log resolved "
+                                   f"{', '.join(facts.architectures) or 'nothing'}")
+
+
+def check_shared_embedding(facts: EngineLogFacts, v2_runner: bool) -> Check:
+    name = "draft shares target embedding"
+    if facts.separate_embedding_lines:
+        return failed(name, f"draft keeps its own embedding: {facts.separate_embedding_lines[0]}")
+    if facts.mtp_shares_embedding:
+        return passed(name, "log: Detected MTP model. Sharing target model embedding weights")
+    if v2_runner:
+        # The V2 runner's Gemma 4 speculator always shares and logs nothing about it.
+        return passed(name, "V2 model runner: the Gemma 4 speculator always shares "
+                            "(no 'Keeping separate embedding weights' line)")
+    return failed(name, "no 'Sharing target model embedding weights' line in the log")
+
+
+def check_cuda_graphs(facts: EngineLogFacts, reported_mode: str | None) -> Check:
+    mode = reported_mode or facts.cudagraph_mode
+    if facts.enforce_eager:
+        return failed("CUDA graphs", "engine ran eager (enforce_eager=True)")
+    if not mode or mode == "NONE":
+        return failed("CUDA graphs", f"cudagraph mode {mode or 'unknown'}: no graphs")
+    if facts.graph_capture_s is None:
+        return failed("CUDA graphs", f"cudagraph mode {mode}, but no 'Graph capturing finished' line")
+    return passed("CUDA graphs", f"mode {mode}, captured in {facts.graph_capture_s:.0f} s")
+
+
+def check_moe_config(facts: EngineLogFacts, expected_name: str | None, expected: bool) -> Check:
+    name = "tuned MoE config"
+    backend = ", ".join(facts.moe_backends) or "no MoE backend line"
+    used = [p for p in facts.moe_config_used if expected_name and p.endswith(expected_name)]
+    if expected:
+        if used:
+            return passed(name, f"{expected_name} used; backend {backend}")
+        missing = " (log: Config file not found)" if facts.moe_config_missing else ""
+        return failed(name, f"expected {expected_name}, not used{missing}; backend {backend}")
+    state = ("default config (Config file not found)" if facts.moe_config_missing
+             else ", ".join(facts.moe_config_used) or "no MoE config line")
+    return Check(name, INFO, f"none expected by the recipe; {state}; backend {backend}")
+
+
+def check_acceptance(window: SpecCounters | None, min_rate: float, min_length: float,
+                     label: str = "acceptance (temperature 0)") -> Check:
+    if window is None:
+        return Check(label, NOT_CHECKED, "no metrics window (engine did not run the prompts)")
+    if not window.drafts:
+        return failed(label, "no drafts proposed in the window: speculative decoding is not running")
+    rate, length = window.acceptance_rate, window.mean_acceptance_length
+    positions = ", ".join(f"{r:.0%}" for r in window.per_position_rates or [])
+    figures = (f"rate {rate:.1%} (min {min_rate:.0%}), mean length {length:.2f} "
+               f"(min {min_length:.2f}), per position [{positions}], "
+               f"{int(window.accepted)}/{int(window.draft_tokens)} draft tokens accepted")
+    if window.accepted == 0:
+        return failed(label, f"the drafter's proposals were all rejected: {figures}; a collapsed "
+                             "drafter (dummy weights, a broken draft load, or vLLM #41789)")
+    if rate < min_rate or length < min_length:
+        return failed(label, f"below the recipe's thresholds: {figures}")
+    return passed(label, figures)
+
+
+def report_sampling(window: SpecCounters | None, sampling: dict) -> Check:
+    label = "acceptance (recipe sampling)"
+    settings = ", ".join(f"{k}={v}" for k, v in sampling.items() if k != "source")
+    if window is None or not window.drafts:
+        return Check(label, NOT_CHECKED, f"{settings}: no drafts in the window")
+    return Check(label, INFO, f"{settings}: rate {window.acceptance_rate:.1%}, mean length "
+                              f"{window.mean_acceptance_length:.2f} (reported, not gated)")
+
+
+def check_lossless(with_draft: list[list[int]] | None, without: list[list[int]] | None) -> Check:
+    label = "lossless (greedy, draft vs none)"
+    if with_draft is None or without is None:
+        return failed(label, "one of the two greedy runs produced no output")
+    for index, (a, b) in enumerate(zip(with_draft, without)):
+        if a != b:
+            at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            return failed(label, f"prompt {index}: outputs differ from token {at} "
+                                 f"({len(a)} vs {len(b)} tokens)")
+    if len(with_draft) != len(without):
+        return failed(label, f"{len(with_draft)} vs {len(without)} outputs")
+    tokens = sum(len(a) for a in with_draft)
+    return passed(label, f"{len(with_draft)} prompts, {tokens} tokens identical")

@@ -1,0 +1,214 @@
+"""One vLLM engine in its own process: start it, run the measured windows a spec asks for, write
+the results as JSON. mtp_smoke.py and bench.py launch it with `python engine_worker.py SPEC.json`
+and capture its output (vLLM's log) to a file, so a failed start is read from the log as a
+named root cause rather than raised as a traceback in the caller.
+
+Spec (JSON): env, engine_kwargs, windows [{name, prompts, sampling, repeat, warmup,
+keep_token_ids, kind}], result_file, prometheus_dir, barrier {dir, name, count, timeout_s},
+lock_file. Prompts are strings or lists of token ids. Timed windows run under an exclusive
+flock on lock_file, after every engine of the barrier has started (or failed), so measurements
+of engines sharing one GPU never overlap each other or another engine's start-up.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def main(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    os.environ.update(spec.get("env", {}))
+    result: dict = {"name": spec.get("name"), "engine": {"started": False}, "windows": {}}
+    result_file = Path(spec["result_file"])
+    try:
+        llm, info = start_engine(spec["engine_kwargs"])
+        result["engine"] = {"started": True, **info}
+        _write(result_file, result)
+        _arrive(spec.get("barrier"), "ready")
+        _wait_for_all(spec.get("barrier"))
+        with _exclusive(spec.get("lock_file")):
+            for window in spec.get("windows", []):
+                try:
+                    result["windows"][window["name"]] = run_window(llm, window, spec)
+                except Exception as exc:  # noqa: BLE001 (one broken window keeps the others)
+                    traceback.print_exc()
+                    result.setdefault("window_errors", {})[window["name"]] = \
+                        f"{type(exc).__name__}: {exc}"
+                _write(result_file, result)
+    except Exception as exc:  # noqa: BLE001 (reported, then the process fails)
+        traceback.print_exc()
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        _write(result_file, result)
+        _arrive(spec.get("barrier"), "failed")
+        return 1
+    return 0
+
+
+def start_engine(engine_kwargs: dict):
+    import torch
+    import vllm
+    from vllm import LLM
+
+    started = time.perf_counter()
+    llm = LLM(**engine_kwargs)
+    init_s = time.perf_counter() - started
+    info = {"init_s": round(init_s, 1), "vllm": vllm.__version__, "torch": torch.__version__,
+            "device": torch.cuda.get_device_name(), "cudagraph_mode": None}
+    try:
+        config = llm.llm_engine.vllm_config
+        info["cudagraph_mode"] = str(config.compilation_config.cudagraph_mode).split(".")[-1]
+        info["enforce_eager"] = bool(config.model_config.enforce_eager)
+    except AttributeError:
+        pass  # older engines: the log's config line still says it
+    return llm, info
+
+
+def run_window(llm, window: dict, spec: dict) -> dict:
+    if window.get("kind") == "followup":
+        return run_followup(llm, window)
+    from vllm import SamplingParams
+
+    prompts = [_prompt(p) for p in window["prompts"]]
+    sampling = SamplingParams(**window["sampling"])
+    if window.get("warmup"):
+        llm.generate(prompts, sampling, use_tqdm=False)
+    before = metrics_snapshot(llm)
+    prom_before = prometheus_text()
+    # sequential: one request at a time (batch 1); else all prompts at once (concurrency).
+    batches = [[p] for p in prompts] if window.get("sequential") else [prompts]
+    walls, outputs = [], []
+    for _ in range(window.get("repeat", 1)):
+        for batch in batches:
+            started = time.perf_counter()
+            outputs += llm.generate(batch, sampling, use_tqdm=False)
+            walls.append(time.perf_counter() - started)
+    after = metrics_snapshot(llm)
+    prom_dir = spec.get("prometheus_dir")
+    if prom_dir and window.get("save_prometheus"):
+        Path(prom_dir).mkdir(parents=True, exist_ok=True)
+        Path(prom_dir, f"{window['name']}.before.prom").write_text(prom_before)
+        Path(prom_dir, f"{window['name']}.after.prom").write_text(prometheus_text())
+    return {"wall_s": walls, "repeat": window.get("repeat", 1),
+            "concurrency": 1 if window.get("sequential") else len(prompts),
+            "requests": [request_figures(o, window.get("keep_token_ids", False)) for o in outputs],
+            "metrics_before": before, "metrics_after": after}
+
+
+def run_followup(llm, window: dict) -> dict:
+    """TTFT of a second turn whose prefix (the first turn and its answer) is cached, against a
+    cold prompt of the same length that shares no prefix with anything served before."""
+    from vllm import SamplingParams
+
+    first = _token_ids(llm, window["prompts"][0])
+    second = _token_ids(llm, window["prompts"][1], special_tokens=False)
+    reply = SamplingParams(**window["sampling"])
+    one_token = SamplingParams(**{**window["sampling"], "max_tokens": 1})
+    turn1 = llm.generate([_prompt(first)], reply, use_tqdm=False)[0]
+    history = list(first) + list(turn1.outputs[0].token_ids) + list(second)
+    cold = [history[0], history[1] + 1] + [t + 1 for t in history[2:]]
+    figures = {}
+    for label, ids in (("cold", cold), ("cached", history)):
+        started = time.perf_counter()
+        out = llm.generate([{"prompt_token_ids": ids}], one_token, use_tqdm=False)[0]
+        figures[f"{label}_wall_s"] = time.perf_counter() - started
+        figures[f"{label}_ttft_s"] = request_figures(out, False)["ttft_s"]
+        figures[f"{label}_cached_tokens"] = getattr(out, "num_cached_tokens", None)
+    figures["prompt_tokens"] = len(history)
+    return figures
+
+
+def request_figures(output, keep_token_ids: bool) -> dict:
+    generated = output.outputs[0].token_ids
+    figures = {"prompt_tokens": len(output.prompt_token_ids or []), "tokens": len(generated),
+               "ttft_s": None, "tpot_s": None}
+    stats = getattr(output, "metrics", None)
+    if stats is not None:
+        figures["ttft_s"] = getattr(stats, "first_token_latency", None) or None
+        first, last = getattr(stats, "first_token_ts", 0), getattr(stats, "last_token_ts", 0)
+        if len(generated) > 1 and last > first > 0:
+            figures["tpot_s"] = (last - first) / (len(generated) - 1)
+    if keep_token_ids:
+        figures["token_ids"] = list(generated)
+    return figures
+
+
+def metrics_snapshot(llm) -> dict:
+    """{name: total} of every counter (summed over label sets) and {name: [..]} of vectors."""
+    snapshot: dict = {}
+    for metric in llm.get_metrics():
+        if hasattr(metric, "values"):
+            values, old = list(metric.values), snapshot.get(metric.name, [])
+            size = max(len(values), len(old))
+            snapshot[metric.name] = [(values[i] if i < len(values) else 0)
+                                     + (old[i] if i < len(old) else 0) for i in range(size)]
+        elif hasattr(metric, "value") and metric.name.startswith("vllm:"):
+            snapshot[metric.name] = snapshot.get(metric.name, 0) + metric.value
+    return snapshot
+
+
+def prometheus_text() -> str:
+    """The process's Prometheus registry as a server's /metrics would serve it (vllm: series)."""
+    try:
+        from prometheus_client import REGISTRY, generate_latest
+    except ImportError:
+        return ""
+    lines = generate_latest(REGISTRY).decode().splitlines()
+    return "\n".join(line for line in lines if "vllm:" in line) + "\n"
+
+
+def _token_ids(llm, prompt, special_tokens: bool = True) -> list[int]:
+    if isinstance(prompt, list):
+        return prompt
+    return llm.get_tokenizer().encode(prompt, add_special_tokens=special_tokens)
+
+
+def _prompt(prompt):
+    return {"prompt_token_ids": prompt} if isinstance(prompt, list) else prompt
+
+
+def _write(path: Path, result: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.replace(path)
+
+
+def _arrive(barrier: dict | None, state: str) -> None:
+    if barrier:
+        Path(barrier["dir"]).mkdir(parents=True, exist_ok=True)
+        Path(barrier["dir"], f"{barrier['name']}.{state}").touch()
+
+
+def _wait_for_all(barrier: dict | None) -> None:
+    if not barrier:
+        return
+    deadline = time.monotonic() + barrier.get("timeout_s", 600)
+    directory = Path(barrier["dir"])
+    while time.monotonic() < deadline:
+        arrived = len(list(directory.glob("*.ready")) + list(directory.glob("*.failed")))
+        if arrived >= barrier["count"]:
+            return
+        time.sleep(0.5)
+
+
+@contextmanager
+def _exclusive(lock_file: str | None):
+    if not lock_file:
+        yield
+        return
+    with open(lock_file, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

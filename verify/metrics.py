@@ -1,0 +1,105 @@
+"""Speculative-decoding counters and the figures derived from them, over a measured window.
+
+Sources: Prometheus text from a server's /metrics, or the snapshot of `LLM.get_metrics()` taken
+in-process (names without `_total`; the per-position counter is a Vector). Figures are always a
+delta between two readings: a server's lifetime totals include warm-up and other users' traffic.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+DRAFTS = "vllm:spec_decode_num_drafts"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+# One Prometheus exposition sample: name{labels} value [timestamp]
+SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+"
+                    r"(?P<value>\S+)(?:\s+\S+)?$")
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+class MetricsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    drafts: float = 0
+    draft_tokens: float = 0
+    accepted: float = 0
+    accepted_per_position: tuple = ()
+
+    def __sub__(self, earlier: "SpecCounters") -> "SpecCounters":
+        positions = max(len(self.accepted_per_position), len(earlier.accepted_per_position))
+        mine = _pad(self.accepted_per_position, positions)
+        theirs = _pad(earlier.accepted_per_position, positions)
+        delta = SpecCounters(self.drafts - earlier.drafts, self.draft_tokens - earlier.draft_tokens,
+                             self.accepted - earlier.accepted,
+                             tuple(a - b for a, b in zip(mine, theirs)))
+        if min(delta.drafts, delta.draft_tokens, delta.accepted, *delta.accepted_per_position,
+               0) < 0:
+            raise MetricsError("a counter went down between the two readings "
+                               "(the server restarted during the window?)")
+        return delta
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        # One token from the target per step, plus the accepted drafts.
+        return 1 + self.accepted / self.drafts if self.drafts else None
+
+    @property
+    def per_position_rates(self) -> list[float] | None:
+        if not self.drafts:
+            return None
+        return [count / self.drafts for count in self.accepted_per_position]
+
+    def summary(self) -> dict:
+        return {**asdict(self), "accepted_per_position": list(self.accepted_per_position),
+                "acceptance_rate": self.acceptance_rate,
+                "mean_acceptance_length": self.mean_acceptance_length,
+                "per_position_rates": self.per_position_rates}
+
+
+def _pad(values: tuple, length: int) -> tuple:
+    return tuple(values) + (0,) * (length - len(values))
+
+
+def parse_prometheus(text: str) -> dict[str, list[tuple[dict, float]]]:
+    """name -> [(labels, value)] for every sample in Prometheus text exposition format."""
+    samples: dict[str, list[tuple[dict, float]]] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = SAMPLE.match(line)
+        if not match:
+            raise MetricsError(f"not a Prometheus sample line: {line[:80]!r}")
+        labels = dict(LABEL.findall(match["labels"] or ""))
+        samples.setdefault(match["name"], []).append((labels, float(match["value"])))
+    return samples
+
+
+def counters_from_prometheus(text: str) -> SpecCounters:
+    """Sum each spec-decode counter over label sets (model, engine) into one reading."""
+    samples = parse_prometheus(text)
+
+    def total(name: str) -> float:
+        return sum(value for _, value in samples.get(name + "_total", []))
+
+    per_position: dict[int, float] = {}
+    for labels, value in samples.get(ACCEPTED_PER_POS + "_total", []):
+        position = int(labels["position"])
+        per_position[position] = per_position.get(position, 0) + value
+    ordered = tuple(per_position.get(i, 0) for i in range(max(per_position, default=-1) + 1))
+    return SpecCounters(total(DRAFTS), total(DRAFT_TOKENS), total(ACCEPTED), ordered)
+
+
+def counters_from_snapshot(snapshot: dict) -> SpecCounters:
+    """From {name: value or [values]} as verify's engine worker records `LLM.get_metrics()`."""
+    return SpecCounters(snapshot.get(DRAFTS, 0), snapshot.get(DRAFT_TOKENS, 0),
+                        snapshot.get(ACCEPTED, 0), tuple(snapshot.get(ACCEPTED_PER_POS, ())))

@@ -1,0 +1,99 @@
+"""Read what a vLLM engine did from its log text: the facts mtp_smoke checks, and the root-cause
+line of a failed start. Patterns are vLLM's own messages (0.24-0.33), quoted in REFERENCE.md."""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+RESOLVED_ARCH = re.compile(r"Resolved architecture: (\w+)")
+MTP_SHARING = "Detected MTP model. Sharing target model embedding weights with the draft model."
+SEPARATE_EMBEDDINGS = re.compile(r"[^\n]*Keeping separate embedding weights[^\n]*")
+# The engine's config line: "... 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>".
+CUDAGRAPH_MODE = re.compile(r"cudagraph_mode'?\"?[:=]\s*<?(?:CUDAGraphMode\.)?([A-Z_]+)")
+ENFORCE_EAGER = re.compile(r"enforce_eager=(True|False)")
+GRAPH_CAPTURED = re.compile(r"Graph capturing finished in (\d+(?:\.\d+)?) secs")
+MOE_CONFIG_USED = re.compile(r"Using configuration from (\S+) for MoE layer")
+MOE_CONFIG_MISSING = re.compile(r"Using default MoE config\. Performance might be sub-optimal! "
+                                r"Config file not found at ([^\n]+)")
+MOE_BACKEND = re.compile(r"Using '?(\w+)'? (Unquantized|Fp8|NvFp4|Mxfp4|W4A8) MoE backend")
+V2_RUNNER = "Using V2 Model Runner"
+# Root causes worth naming, most specific first. The first is vLLM #47794 (the MTP width guard).
+KNOWN_CAUSES = [
+    re.compile(r"a and b must have same reduction dim[^\n]*"),
+    re.compile(r"CUDA out of memory[^\n]*"),
+    re.compile(r"No available memory for the cache blocks[^\n]*"),
+    re.compile(r"Free memory on device[^\n]*"),
+]
+ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
+
+
+@dataclass
+class EngineLogFacts:
+    architectures: list[str] = field(default_factory=list)
+    mtp_shares_embedding: bool = False
+    separate_embedding_lines: list[str] = field(default_factory=list)
+    cudagraph_mode: str | None = None
+    enforce_eager: bool | None = None
+    graph_capture_s: float | None = None
+    moe_config_used: list[str] = field(default_factory=list)
+    moe_config_missing: list[str] = field(default_factory=list)
+    moe_backends: list[str] = field(default_factory=list)
+    v2_runner: bool = False
+    root_cause: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def clean(text: str) -> str:
+    return ANSI.sub("", text)
+
+
+def parse_engine_log(text: str) -> EngineLogFacts:
+    text = clean(text)
+    facts = EngineLogFacts()
+    facts.architectures = _unique(RESOLVED_ARCH.findall(text))
+    facts.mtp_shares_embedding = MTP_SHARING in text
+    facts.separate_embedding_lines = [_strip_prefix(m) for m in SEPARATE_EMBEDDINGS.findall(text)]
+    mode = CUDAGRAPH_MODE.search(text)
+    facts.cudagraph_mode = mode.group(1) if mode else None
+    eager = ENFORCE_EAGER.search(text)
+    facts.enforce_eager = (eager.group(1) == "True") if eager else None
+    captured = GRAPH_CAPTURED.findall(text)
+    facts.graph_capture_s = sum(float(s) for s in captured) if captured else None
+    facts.moe_config_used = _unique(MOE_CONFIG_USED.findall(text))
+    facts.moe_config_missing = _unique(m.strip() for m in MOE_CONFIG_MISSING.findall(text))
+    facts.moe_backends = _unique(f"{b} {kind}" for b, kind in MOE_BACKEND.findall(text))
+    facts.v2_runner = V2_RUNNER in text
+    facts.root_cause = root_cause(text)
+    return facts
+
+
+def root_cause(text: str) -> str | None:
+    """The line that says why an engine failed: a known signature, else the last `XError: msg`
+    line (the innermost exception of a Python traceback is printed last). None if no error."""
+    text = clean(text)
+    for pattern in KNOWN_CAUSES:
+        match = pattern.search(text)
+        if match:
+            return match.group(0).strip()
+    last = None
+    for line in text.splitlines():
+        match = ERROR_LINE.match(_strip_prefix(line).strip())
+        if match:
+            last = f"{match.group(1)}: {match.group(2).strip()}"
+    return last
+
+
+def _strip_prefix(line: str) -> str:
+    """Drop vLLM's '(EngineCore pid=1) INFO 11-29 22:00:00 [file.py:12] ' prefix."""
+    return re.sub(r"^(\(\S+(?: pid=\d+)?\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
+                  r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]+\]\s*)?", "", line).strip()
+
+
+def _unique(items) -> list[str]:
+    seen: dict[str, None] = {}
+    for item in items:
+        seen.setdefault(item, None)
+    return list(seen)
