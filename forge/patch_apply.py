@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from forge import diffs
 from forge.errors import ConflictError, ForgeError
@@ -83,7 +83,7 @@ class _Write:
 def apply_series(site_packages=None, expected_version=None, revert=False, moe_config_dir=None,
                  series_path=None) -> ApplyReport:
     installed = find_vllm(site_packages)
-    if expected_version is not None and Version(str(expected_version)) != installed.version:
+    if expected_version is not None and not _same_release(expected_version, installed.version):
         raise ForgeError(f"--vllm {expected_version}: the vLLM installed at "
                          f"{installed.package_dir} is {installed.version}")
     record = _read_record(installed)
@@ -114,10 +114,20 @@ def apply_series(site_packages=None, expected_version=None, revert=False, moe_co
                        statuses=statuses, notes=notes)
 
 
+def _same_release(expected: str, installed: Version) -> bool:
+    """`--vllm 0.25.0` accepts a 0.25.0+cu130 build; `--vllm 0.25.0+cu130` wants exactly that."""
+    try:
+        wanted = Version(str(expected))
+    except InvalidVersion as exc:
+        raise ForgeError(f"--vllm {expected}: not a PEP 440 version") from exc
+    return wanted == installed or (wanted.local is None and wanted == Version(installed.public))
+
+
 def _check_covered(series: Series, installed: InstalledVllm) -> None:
-    public = Version(installed.version.public)
+    # A dev or local build (0.25.1.dev3+g1234, 0.25.0+cu130) counts as the release it names.
+    release = Version(installed.version.base_version)
     low, high = Version(series.checked_from), Version(series.checked_through)
-    if not (low <= public <= high) and not (public.is_devrelease and public.release <= high.release):
+    if not (low <= release <= high):
         raise ForgeError(f"{series.path}: vLLM {installed.version} (at {installed.package_dir}) is "
                          f"not covered by the manifest (checked_from {series.checked_from}, "
                          f"checked_through {series.checked_through})")

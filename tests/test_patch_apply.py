@@ -183,7 +183,11 @@ def test_version_comes_from_dist_info_then_from_version_file(vllm_site, tmp_path
     local = vllm_site("0.26.0", dist_info=False)
     write_dist_info(local, "0.26.0+cu130")
     assert find_vllm(local).version == Version("0.26.0+cu130")
-    assert apply_series(site_packages=local).applied == ["gemma4-mtp-share-embeddings"]
+    with pytest.raises(ForgeError, match=r"--vllm 0.26.0\+cu129: the vLLM installed at .* is "
+                                         r"0.26.0\+cu130"):
+        apply_series(site_packages=local, expected_version="0.26.0+cu129")
+    report = apply_series(site_packages=local, expected_version="0.26.0")   # the release it names
+    assert report.applied == ["gemma4-mtp-share-embeddings"]
 
 
 def test_uncovered_or_unexpected_version_is_refused(vllm_site):
@@ -194,6 +198,10 @@ def test_uncovered_or_unexpected_version_is_refused(vllm_site):
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "vLLM 0.34.0" in result.stderr and "not covered by the manifest" in result.stderr
     assert snapshot(site) == before
+    old = vllm_site("0.21.0", dist_info=False)
+    write_dist_info(old, "0.20.2.dev7")      # a dev build of a release before checked_from
+    with pytest.raises(ForgeError, match=r"vLLM 0.20.2.dev7 .* not covered"):
+        apply_series(site_packages=old)
     other = vllm_site("0.25.0")
     mismatch = run_build("apply", "--site-packages", str(other), "--vllm", "0.26.0")
     assert mismatch.returncode == 2
