@@ -25,7 +25,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from forge import diffs
-from forge.errors import ConflictError, ForgeError
+from forge.errors import ConflictError
 from forge.installed import InstalledVllm, find_vllm
 from forge.patch_series import Patch, Series, load_series, save_series
 
