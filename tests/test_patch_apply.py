@@ -256,3 +256,24 @@ def test_conflict_error_type_and_exit_code(vllm_site):
     with pytest.raises(ConflictError) as caught:
         apply_series(site_packages=site)
     assert caught.value.exit_code == 3
+
+
+def test_apply_runs_with_only_python_pyyaml_and_packaging(vllm_site, tmp_path):
+    """As in a bare image: no site-packages but PyYAML and packaging (no requests, no docker)."""
+    import packaging
+    import yaml
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for module in (yaml, packaging):
+        package_dir = Path(module.__file__).parent
+        (bare / package_dir.name).symlink_to(package_dir)
+    site = vllm_site("0.25.0")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(bare)}
+    probe = subprocess.run([sys.executable, "-S", "-c", "import requests"], env=env,
+                           capture_output=True)
+    assert probe.returncode != 0           # the environment really is bare
+    result = subprocess.run([sys.executable, "-S", "build.py", "apply", "--site-packages",
+                             str(site)], cwd=REPO, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert FIXED_LINE in (site / TARGET).read_bytes()
