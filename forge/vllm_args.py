@@ -21,6 +21,7 @@ from forge.errors import ForgeError
 ARG_UTILS = "vllm/engine/arg_utils.py"
 SERVE_CLI = "vllm/entrypoints/cli/serve.py"
 ENVS = "vllm/envs.py"
+ARGPARSE_UTILS = "vllm/utils/argparse_utils.py"
 QUANTIZATION_INIT = "vllm/model_executor/layers/quantization/__init__.py"
 
 
@@ -49,6 +50,9 @@ def release_args(version: str) -> ReleaseArgs:
     choices: dict[str, frozenset[str]] = {}
     flags = _engine_flags(source, choices) | _frontend_flags(source)
     flags |= _option_strings(source.parse(SERVE_CLI), source, {}, {})
+    flags |= {"-h", "--help"}                      # argparse's own
+    if _pairs_enable_with_disable(source):
+        flags |= _enable_disable_inverses(flags)
     speculative = source.find_class("SpeculativeConfig")
     if "--model" not in flags or "--speculative-config" not in flags:
         raise ForgeError(f"vLLM {version}: could not read the serve flags from {tree} "
@@ -157,6 +161,26 @@ def _frontend_flags(source: _SourceIndex) -> set[str]:
                 if _is_bool(annotation):
                     flags.add("--no-" + flag[2:])
     return flags
+
+
+def _pairs_enable_with_disable(source: _SourceIndex) -> bool:
+    """Newer releases register EnableDisableAction for BooleanOptionalAction in
+    FlexibleArgumentParser: `--enable-x` then also accepts `--disable-x` (and back)."""
+    path = source.tree / ARGPARSE_UTILS
+    if not path.exists():
+        return False
+    return any(isinstance(node, ast.ClassDef) and node.name == "EnableDisableAction"
+               for node in source.parse(ARGPARSE_UTILS).body)
+
+
+def _enable_disable_inverses(flags: set[str]) -> set[str]:
+    booleans = {f for f in flags if f.startswith("--") and "--no-" + f[2:] in flags}
+    inverses = set()
+    for flag in booleans:
+        for prefix, inverse in (("--enable-", "--disable-"), ("--disable-", "--enable-")):
+            if flag.startswith(prefix):
+                inverses.add(inverse + flag[len(prefix):])
+    return inverses
 
 
 def _make_arg_parser_module(source: _SourceIndex) -> str:

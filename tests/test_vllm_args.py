@@ -84,3 +84,45 @@ def test_older_releases_lack_what_they_lack():
     old = release_args("0.10.0")          # vllm/config.py was still one module then
     assert "VLLM_USE_V2_MODEL_RUNNER" not in old.env_vars
     assert old.has_flag("--speculative-config") and not old.has_flag("--moe-backend")
+
+
+def _flags_in_release_docs(version: str) -> dict[str, str]:
+    """Every --flag on a `vllm serve` command line in the release's own docs/ (sdist), with the
+    file it is in. Written by people against the real parser: an independent check of the reader."""
+    import re
+    import tarfile
+
+    from forge import releases
+
+    found: dict[str, str] = {}
+    with tarfile.open(releases.fetch_sdist(version)) as sdist:
+        for member in sdist.getmembers():
+            if not (member.isfile() and member.name.startswith(f"vllm-{version}/docs/")
+                    and member.name.endswith(".md")):
+                continue
+            text = sdist.extractfile(member).read().decode(errors="replace").replace("\\\n", " ")
+            for line in text.splitlines():
+                # skip `vllm serve` quoted inside another command (bench sweeps' --serve-cmd)
+                # or named in prose (`vllm serve`)
+                match = re.search(r"(?<!['\"`])\bvllm serve\b(?!`)(.*)", line)
+                if match and "vllm bench" not in line:
+                    for flag in re.findall(r"(?<![\w-])(--[a-zA-Z][\w.-]*)", match.group(1)):
+                        found.setdefault(flag, member.name)
+    return found
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_every_flag_the_releases_docs_pass_to_vllm_serve_is_known(version):
+    documented = _flags_in_release_docs(version)
+    assert len(documented) > 80
+    unknown = {flag: where for flag, where in documented.items()
+               if not release_args(version).has_flag(flag)}
+    assert unknown == {}
+
+
+def test_enable_flags_pair_with_disable_from_0_33():
+    # 0.33's FlexibleArgumentParser registers EnableDisableAction: its docs use
+    # --disable-prefix-caching, which no add_argument call names.
+    assert release_args("0.33.0").has_flag("--disable-prefix-caching")
+    assert not release_args("0.27.1").has_flag("--disable-prefix-caching")
+    assert not release_args("0.33.0").has_flag("--disable-max-model-len")
