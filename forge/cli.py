@@ -116,6 +116,8 @@ def _add_publish(commands) -> None:
                         "(repeatable; none: not verified)")
     p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
     p.add_argument("--index", default="images/published.json", help="the known-good index file")
+    p.add_argument("--move-tag", action="store_true",
+                   help="when verify passed, point the moving tag at the digest in the registry")
     p.add_argument("--github-output", metavar="FILE",
                    help="append moving_ref= and source_ref= (a GitHub Actions step output file)")
     p.set_defaults(handler="forge.published:cmd_publish")

@@ -293,13 +293,19 @@ def cmd_publish(args) -> int:
         "verify": verify_result(args.verify_report),
     })
     entry = promote(index, build, images.moving_tag(args.target, args.vllm))
+    if entry is not None and args.move_tag:
+        # Registry first: the index must never claim a move the registry did not make.
+        from forge.retag import move_tag
+
+        move_tag(_ref(repository, entry["moving_tag"]), build["digest"])
     save_index(index, args.index)
     print(f"recorded {_ref(repository, tag)}@{build['digest']} "
           f"(verify {'passed' if build['verify']['passed'] else 'did not pass'})")
     if entry is None:
         print(f"moving tag {images.moving_tag(args.target, args.vllm)} not moved")
         return 1
-    print(f"move {_ref(repository, entry['moving_tag'])} -> {_ref(repository, tag)}@{build['digest']}")
+    print(f"{'moved' if args.move_tag else 'move'} {_ref(repository, entry['moving_tag'])} -> "
+          f"{_ref(repository, tag)}@{build['digest']}")
     if args.github_output:
         with open(args.github_output, "a") as out:
             out.write(f"moving_ref={_ref(repository, entry['moving_tag'])}\n"

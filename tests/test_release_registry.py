@@ -1,0 +1,129 @@
+"""The release path against a real registry (Debian's docker-registry, started by the test setup):
+images pushed by the real Docker engine, `build.py publish --move-tag` re-tagging in the registry,
+and release.yml's own guard step run as the workflow runs it."""
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from forge import published
+from tests.fixtures_docker import push
+
+pytestmark = [pytest.mark.docker]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+INFRA = REPO_ROOT / "tests" / "infra"
+RELEASE_WORKFLOW = REPO_ROOT / ".github" / "workflows" / "release.yml"
+REPOSITORY_PATH = "acme/vllm-forge"
+
+
+@pytest.fixture(scope="module")
+def buildx():
+    """The real buildx CLI plugin (tests/infra/install-buildx.sh), for release.yml's guard step."""
+    result = subprocess.run(["bash", str(INFRA / "install-buildx.sh")], capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+
+
+def tiny_image(client, content: str) -> str:
+    """A one-file image built by the engine (FROM scratch: nothing to pull); returns its id."""
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as archive:
+        for name, data in (("Dockerfile", b"FROM scratch\nCOPY payload /payload\n"),
+                           ("payload", content.encode())):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    image, _ = client.images.build(fileobj=io.BytesIO(context.getvalue()), custom_context=True,
+                                   rm=True)
+    return image.id
+
+
+def push_build(client, registry, tag: str, content: str) -> str:
+    """Push a distinct image under `tag`; return the digest the registry gives it."""
+    push(client, tiny_image(client, content), f"{registry.host}/{REPOSITORY_PATH}:{tag}")
+    digest = registry.digest(REPOSITORY_PATH, tag)
+    assert digest and digest.startswith("sha256:")
+    return digest
+
+
+def report(tmp_path: Path, passed: bool) -> Path:
+    path = tmp_path / f"report-{passed}.json"
+    path.write_text(json.dumps({"passed": passed, "recipe": "gemma-4-26b-a4b-it"}))
+    return path
+
+
+def publish(registry, index: Path, tag: str, digest: str, report_path: Path):
+    return subprocess.run(
+        [sys.executable, "build.py", "publish", "--index", str(index),
+         "--repository", f"{registry.host}/{REPOSITORY_PATH}", "--target", "gb10", "--vllm", "0.27.1",
+         "--immutable-tag", tag, "--digest", digest, "--verify-report", str(report_path),
+         "--move-tag"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_moving_tag_follows_only_verified_digests(docker_engine, local_registry, tmp_path):
+    index = tmp_path / "published.json"
+    first_tag, second_tag = "vllm0.27.1-gb10-111111111111", "vllm0.27.1-gb10-222222222222"
+    first = push_build(docker_engine, local_registry, first_tag, "first build")
+
+    failed = publish(local_registry, index, first_tag, first, report(tmp_path, False))
+    assert failed.returncode == 1, failed.stderr
+    assert local_registry.digest(REPOSITORY_PATH, "vllm0.27.1-gb10") is None
+
+    passed = publish(local_registry, index, first_tag, first, report(tmp_path, True))
+    assert passed.returncode == 0, passed.stderr
+    # Exactly the verified digest, not a new index wrapped around it.
+    assert local_registry.digest(REPOSITORY_PATH, "vllm0.27.1-gb10") == first
+
+    second = push_build(docker_engine, local_registry, second_tag, "second build")
+    assert second != first
+    bad_second = publish(local_registry, index, second_tag, second, report(tmp_path, False))
+    assert bad_second.returncode == 1
+    assert local_registry.digest(REPOSITORY_PATH, "vllm0.27.1-gb10") == first
+    good_second = publish(local_registry, index, second_tag, second, report(tmp_path, True))
+    assert good_second.returncode == 0, good_second.stderr
+    assert local_registry.digest(REPOSITORY_PATH, "vllm0.27.1-gb10") == second
+    assert published.known_good(published.load_index(index), "gb10", "0.27.1")["digest"] == second
+
+
+def test_republishing_an_immutable_tag_moves_nothing(docker_engine, local_registry, tmp_path):
+    index = tmp_path / "published.json"
+    tag = "vllm0.27.1-gb10-333333333333"
+    original = push_build(docker_engine, local_registry, tag, "original")
+    assert publish(local_registry, index, tag, original, report(tmp_path, True)).returncode == 0
+    # Someone overwrote the tag in the registry; the index still refuses the new digest.
+    overwritten = push_build(docker_engine, local_registry, tag, "overwritten")
+    before = index.read_bytes()
+    result = publish(local_registry, index, tag, overwritten, report(tmp_path, True))
+    assert result.returncode == 3
+    assert f"already names {original}" in result.stderr
+    assert index.read_bytes() == before
+    assert local_registry.digest(REPOSITORY_PATH, "vllm0.27.1-gb10") == original
+
+
+def release_step(name: str) -> str:
+    steps = yaml.safe_load(RELEASE_WORKFLOW.read_text())["jobs"]["build"]["steps"]
+    return next(step["run"] for step in steps if step.get("name") == name)
+
+
+def test_release_guard_step_refuses_an_existing_immutable_tag(docker_engine, local_registry, buildx):
+    script = release_step("Refuse to re-point an immutable tag")
+    tag = "vllm0.27.1-gb10-444444444444"
+    push_build(docker_engine, local_registry, tag, "already pushed")
+
+    def guard(ref: str):
+        return subprocess.run(["bash", "-e", "-c", script], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "IMMUTABLE_REF": ref, "VLLM": "0.27.1"})
+
+    existing = guard(f"{local_registry.host}/{REPOSITORY_PATH}:{tag}")
+    assert existing.returncode == 1
+    assert existing.stdout.startswith(f"::error::{local_registry.host}/{REPOSITORY_PATH}:{tag} "
+                                      "already exists")
+    fresh = guard(f"{local_registry.host}/{REPOSITORY_PATH}:vllm0.27.1-gb10-555555555555")
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
