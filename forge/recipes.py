@@ -103,6 +103,10 @@ class Section:
     values: dict
 
     def __getattr__(self, name: str):
+        # Only called for names that are not real attributes; "values" itself may be missing
+        # while pickle/copy rebuild the object, so never look it up through here.
+        if name.startswith("__") or name == "values":
+            raise AttributeError(name)
         try:
             return self.values[name]
         except KeyError:

@@ -245,3 +245,16 @@ def test_tuned_moe_config_expected_exactly_where_patches_ship_one():
             assert recipe.moe_config.expected == (recipe.moe_config.name in shipped), (
                 f"{recipe.path}: moe_config.expected must say whether patches/moe-configs/ "
                 f"ships {recipe.moe_config.name}")
+
+
+def test_recipe_survives_pickle_and_copy():
+    # verify hands recipes to engine child processes
+    import copy
+    import pickle
+
+    recipe = load_recipe("gemma-4-26b-a4b-it", "gb10")
+    for clone in (pickle.loads(pickle.dumps(recipe)), copy.deepcopy(recipe)):
+        assert clone == recipe
+        assert clone.serve.max_num_seqs == 32 and clone.engine_kwargs() == recipe.engine_kwargs()
+    with pytest.raises(AttributeError):
+        recipe.serve.no_such_setting
