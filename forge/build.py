@@ -61,7 +61,7 @@ def connect():
 def check_base(plan: Plan, allow_change: bool = False) -> None:
     """Refuse a base whose tag moved since it was locked (the build would not be the locked one's
     twin); an unlocked base (allowed) is pinned here to what the registry says now."""
-    from forge.registry import manifest_digest
+    from forge.registry import manifest_digest, platform_digest
 
     current = manifest_digest(plan.base.ref)
     if current is None:
@@ -73,6 +73,7 @@ def check_base(plan: Plan, allow_change: bool = False) -> None:
         raise ForgeError(f"base {plan.base.ref} moved: locked {plan.base_digest}, registry now "
                          f"{current}; relock (`python build.py lock --vllm {plan.vllm}`) or pass "
                          f"--allow-base-change")
+    plan.platform_digest = platform_digest(plan.base.ref, plan.base_digest, plan.target.platform)
 
 
 def build_image(client, plan: Plan) -> str:

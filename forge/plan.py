@@ -33,6 +33,9 @@ class Plan:
     moe_configs: list[str]
     repository: str
     source: context.Source
+    # The platform's own manifest inside the locked index, found at build time: the classic builder
+    # would otherwise reuse whichever platform it pulled first for the index digest.
+    platform_digest: str | None = None
     record: dict = field(default_factory=dict)
     labels: dict = field(default_factory=dict)
     context_bytes: bytes = field(default=b"", repr=False)
@@ -52,7 +55,7 @@ class Plan:
 
     @property
     def from_image(self) -> str:
-        return f"{self.base.repo}@{self.base_digest}"
+        return f"{self.base.repo}@{self.platform_digest or self.base_digest}"
 
     def build_args(self) -> dict[str, str]:
         return {"BASE_IMAGE": self.from_image, "VLLM_VERSION": self.vllm, **self.target.env}
@@ -188,8 +191,10 @@ def format_plan(plan: Plan) -> str:
                                   f"--vllm {plan.vllm}` pins it")
     lines = [f"plan: vLLM {plan.vllm} for {t.name} ({t.platform}, CUDA {t.cuda}, sm {t.cuda_arch})",
              f"  base        {plan.base.ref}",
-             f"  digest      {digest}",
-             "  patches"]
+             f"  digest      {digest}"]
+    if plan.platform_digest and plan.platform_digest != plan.base_digest:
+        lines.append(f"  {t.platform:<11} {plan.platform_digest}")
+    lines += ["  patches"]
     lines += [f"    {p['id']:<36} {p['kind']:<10} {p['status']:<16} {p['detail']}" for p in plan.patches]
     lines += [f"  moe configs {', '.join(plan.moe_configs) or '(none apply)'}",
               f"  patch set   {plan.patch_set_hash}",

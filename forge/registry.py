@@ -97,36 +97,65 @@ def _bearer_token(challenge: str, session) -> str | None:
     return body.get("token") or body.get("access_token")
 
 
-def manifest_digest(ref: str | Reference) -> str | None:
-    """The digest `ref` points to now (an index digest for multi-platform tags), or None when the
-    registry has no such tag. ForgeError when the registry cannot be reached or refuses us."""
+def _get_manifest(reference: Reference, what: str, method: str = "HEAD"):
+    """HEAD or GET /v2/<repo>/manifests/<what> (a tag or digest), answering a bearer challenge."""
     import requests
 
-    reference = ref if isinstance(ref, Reference) else parse_reference(ref)
     url = (f"{_scheme(reference.api_host)}://{reference.api_host}/v2/"
-           f"{reference.repository}/manifests/{reference.tag}")
+           f"{reference.repository}/manifests/{what}")
     headers = {"Accept": MANIFEST_TYPES}
     with requests.Session() as session:
         try:
-            response = session.head(url, headers=headers, timeout=TIMEOUT_S)
+            response = session.request(method, url, headers=headers, timeout=TIMEOUT_S)
             if response.status_code == 401:
                 token = _bearer_token(response.headers.get("WWW-Authenticate", ""), session)
                 if token:
                     headers["Authorization"] = f"Bearer {token}"
-                response = session.head(url, headers=headers, timeout=TIMEOUT_S)
-            if response.status_code == 200 and not response.headers.get("Docker-Content-Digest"):
+                response = session.request(method, url, headers=headers, timeout=TIMEOUT_S)
+            if method == "HEAD" and response.status_code == 200 and \
+                    not response.headers.get("Docker-Content-Digest"):
                 # Some registries answer HEAD without the digest: hash the manifest bytes ourselves.
                 response = session.get(url, headers=headers, timeout=TIMEOUT_S)
-                return _sha256_digest(response.content)
+                response.headers["Docker-Content-Digest"] = _sha256_digest(response.content)
         except requests.RequestException as exc:
-            raise ForgeError(f"registry {reference.registry} unreachable while reading {reference}: "
-                             f"{_short(exc)}") from exc
-    if response.status_code == 404:
-        return None
-    if response.status_code != 200:
+            raise ForgeError(f"registry {reference.registry} unreachable while reading "
+                             f"{reference.name}:{what}: {_short(exc)}") from exc
+    if response.status_code not in (200, 404):
         raise ForgeError(f"registry {reference.registry} answered HTTP {response.status_code} "
-                         f"for {reference}")
-    return response.headers["Docker-Content-Digest"]
+                         f"for {reference.name}:{what}")
+    return response
+
+
+def manifest_digest(ref: str | Reference) -> str | None:
+    """The digest `ref` points to now (an index digest for multi-platform tags), or None when the
+    registry has no such tag. ForgeError when the registry cannot be reached or refuses us."""
+    reference = ref if isinstance(ref, Reference) else parse_reference(ref)
+    response = _get_manifest(reference, reference.tag)
+    return None if response.status_code == 404 else response.headers["Docker-Content-Digest"]
+
+
+def platform_digest(ref: str | Reference, digest: str, platform: str) -> str:
+    """The digest of `platform`'s image inside the manifest `digest` of `ref`'s repository: the
+    entry of an index / manifest list, or `digest` itself for a single-platform manifest. The
+    manifest's bytes are checked against `digest`, so the answer follows from the lock alone."""
+    import json
+
+    reference = ref if isinstance(ref, Reference) else parse_reference(ref)
+    response = _get_manifest(reference, digest, method="GET")
+    if response.status_code == 404:
+        raise ForgeError(f"registry {reference.registry} has no manifest {reference.name}@{digest}")
+    if _sha256_digest(response.content) != digest:
+        raise ForgeError(f"registry {reference.registry} served {reference.name}@{digest} with other content")
+    manifest = json.loads(response.content)
+    entries = manifest.get("manifests")
+    if entries is None:
+        return digest
+    os_name, arch = platform.split("/")[:2]
+    for entry in entries:
+        wanted = entry.get("platform", {})
+        if wanted.get("os") == os_name and wanted.get("architecture") == arch:
+            return entry["digest"]
+    raise ForgeError(f"base {reference.name}@{digest} has no {platform} image")
 
 
 def _sha256_digest(data: bytes) -> str:

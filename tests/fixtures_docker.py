@@ -245,11 +245,22 @@ def docker_engine():
         _run("stop-dockerd.sh", timeout=120)
 
 
+def forget_registry_images(client, registry: Registry) -> None:
+    """Untag everything tagged for this (temporary) registry and drop the untagged images forge
+    builds left behind; the stand-in bases stay under vllm-forge-test/standin as a cache."""
+    for image in client.images.list():
+        for tag in image.tags:
+            if tag.startswith(f"{registry.host}/"):
+                client.images.remove(tag, force=True)
+    client.images.prune(filters={"dangling": True, "label": "io.vllm-forge.target"})
+
+
 @pytest.fixture(scope="session")
 def local_registry(docker_engine):
     registry = start_registry()
     yield registry
     registry.stop()
+    forget_registry_images(docker_engine, registry)
 
 
 @pytest.fixture(scope="session")
