@@ -67,7 +67,9 @@ def status_of(patch: Patch, root: Path, version: Version) -> PatchStatus:
     if missing:
         return status("not-needed", f"{missing[0]} is absent")
     try:
-        diffs.plan_diff(root, patch.diffs)
+        broken = _breaks_python(root, diffs.plan_diff(root, patch.diffs))
+        if broken:
+            return status("conflict", f"the hunks fit but {broken}")
         hunks = sum(len(d.hunks) for d in patch.diffs)
         return status("applies", f"{hunks} hunk(s) fit in {_files(patch)}")
     except diffs.HunkError as forward_error:
@@ -77,6 +79,24 @@ def status_of(patch: Patch, root: Path, version: Version) -> PatchStatus:
             return status("not-needed", f"the code it fixes is absent "
                                         f"({patch.fixes_marker!r} not in {_files(patch)})")
         return status("conflict", f"neither forward nor reverse applies: {forward_error}")
+
+
+def _breaks_python(root: Path, planned: dict[str, bytes | None]) -> str | None:
+    """A patched .py file that no longer compiles (where the original did) is no fit.
+
+    Compared with the original because the host's Python may be older than vLLM's syntax."""
+    for rel, new in planned.items():
+        if not rel.endswith(".py") or new is None or not (root / rel).is_file():
+            continue
+        try:
+            compile(new, rel, "exec", dont_inherit=True)
+        except SyntaxError as error:
+            try:
+                compile((root / rel).read_bytes(), rel, "exec", dont_inherit=True)
+            except SyntaxError:
+                continue
+            return f"the patched {rel} does not compile: line {error.lineno}: {error.msg}"
+    return None
 
 
 def _fits(patch: Patch, root: Path, reverse: bool) -> bool:

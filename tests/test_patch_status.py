@@ -7,9 +7,11 @@ import pytest
 from packaging.version import Version
 
 from forge import releases
-from forge.patches import (load_series, matrix, patch_set_hash, release_status, status_of,
+from forge.errors import ConflictError
+from forge.patches import (apply_series, load_series, matrix, patch_set_hash, release_status, status_of,
                            tree_status)
-from tests.fixtures_patches import real_patch_entry, snapshot, write_series
+from tests.fixtures_patches import (real_patch_entry, snapshot, vllm_site,  # noqa: F401
+                                    write_series)
 from tests.test_patch_series import run_build
 
 PATCH = "gemma4-mtp-share-embeddings"
@@ -159,3 +161,19 @@ def test_unknown_release_is_a_one_line_error():
     assert result.stderr.count("\n") == 1
     garbage = run_build("patches", "--vllm", "not-a-version")
     assert garbage.returncode == 2 and "not a vLLM version" in garbage.stderr
+
+
+def test_hunks_that_fit_but_break_python_are_a_conflict(tmp_path, vllm_site):
+    entry, diff = real_patch_entry()
+    broken = diff.replace(b'+            if share_embeddings and hasattr(self.model, "has_own_embed_tokens"):',
+                          b'+            if share_embeddings and hasattr(self.model, "has_own_embed_tokens")')
+    assert broken != diff
+    series = load_series(write_series(tmp_path / "series", [entry], {"source/p.diff": broken}))
+    status = tree_status(series, releases.release_tree("0.25.0"), Version("0.25.0"))[0]
+    assert status.status == "conflict"
+    assert f"the patched {TARGET} does not compile: line 1471" in status.detail
+    site = vllm_site("0.25.0")
+    before = snapshot(site)
+    with pytest.raises(ConflictError, match="does not compile"):
+        apply_series(site_packages=site, series_path=series.path)
+    assert snapshot(site) == before
