@@ -289,32 +289,6 @@ def _kwargs_subscript(node: ast.AST, kwargs_classes: dict) -> tuple[str, str] | 
     return None
 
 
-def _is_boolean_optional(call: ast.Call, annotation: ast.expr | None) -> bool:
-    for keyword in call.keywords:
-        if keyword.arg == "action":
-            return ast.unparse(keyword.value).endswith("BooleanOptionalAction")
-    return annotation is not None and _is_bool(annotation)
-
-
-def _kwargs_subscript(node: ast.AST, kwargs_classes: dict) -> tuple[str, str] | None:
-    """(config class, field) named by `model_kwargs["field"]` or by a name bound to one."""
-    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
-            and isinstance(kwargs_classes.get(node.value.id), str)
-            and isinstance(node.slice, ast.Constant)):
-        return kwargs_classes[node.value.id], node.slice.value
-    if isinstance(node, ast.Name) and isinstance(kwargs_classes.get(node.id), tuple):
-        return kwargs_classes[node.id]
-    return None
-
-
-def _config_field_is_bool(class_name: str, field_name: str, source: _SourceIndex) -> bool:
-    found = source.find_class(class_name)
-    if found is None:
-        return False
-    annotation = _annotated_fields(found[0]).get(field_name)
-    return annotation is not None and _is_bool(annotation)
-
-
 def _is_bool(annotation: ast.expr) -> bool:
     """vLLM's get_kwargs makes BooleanOptionalAction for any hint containing bool, except
     `bool | str | None` (an optional-valued flag)."""
