@@ -259,7 +259,7 @@ def load_all(root: Path | None = None) -> list[Recipe]:
 
 
 def parse_recipe(data, path: Path) -> Recipe:
-    source = _display(path)
+    source = display_path(path)
     values = validate(data, SCHEMA, source)
     _check_consistency(values, path, source)
     sections = {key: Section(values[key]) for key in ("serve", "speculative", "sampling",
@@ -270,7 +270,7 @@ def parse_recipe(data, path: Path) -> Recipe:
                   reference=values["reference"], path=path, **sections)
 
 
-def _display(path: Path) -> str:
+def display_path(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(RECIPES_DIR.parent))
     except ValueError:

@@ -18,7 +18,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from forge.errors import ForgeError
-from forge.recipes import ENGINE_SETTINGS, RUNNER_ENV, Recipe, load_recipe
+from forge.recipes import ENGINE_SETTINGS, RUNNER_ENV, Recipe, display_path, load_recipe
 
 CONTAINER_PORT = 8000
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
@@ -130,9 +130,7 @@ def _recipe_field(kwarg: str) -> str:
 
 
 def _where(recipe: Recipe) -> str:
-    from forge.recipes import _display
-
-    return _display(recipe.path) if recipe.path else f"{recipe.name}/{recipe.target}"
+    return display_path(recipe.path) if recipe.path else f"{recipe.name}/{recipe.target}"
 
 
 def _version(text: str) -> str:

@@ -194,3 +194,10 @@ def test_run_hands_the_argv_to_docker(docker_engine, tmp_path):
     assert ('could not select device driver "" with capabilities: [[gpu]]' in result.stderr
             or 'exec: "vllm": executable file not found' in result.stderr), result.stderr
     assert "Unable to find image" not in result.stderr   # the reference resolved locally
+
+
+def test_bad_port_is_one_line():
+    result = subprocess.run(
+        [sys.executable, "build.py", "serve", "--recipe", "gemma-4-e4b-it", "--target", "h100",
+         "--vllm", "0.27.1", "--port", "70000"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr == "error: --port: not a TCP port: 70000\n"
