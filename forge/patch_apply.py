@@ -16,7 +16,9 @@ VLLM_FORGE_KILL_AFTER_RENAMES=N the process SIGKILLs itself there instead.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -83,6 +85,28 @@ class _Write:
 def apply_series(site_packages=None, expected_version=None, revert=False, moe_config_dir=None,
                  series_path=None) -> ApplyReport:
     installed = find_vllm(site_packages)
+    with _exclusive(installed):
+        return _apply_locked(installed, expected_version, revert, moe_config_dir, series_path)
+
+
+@contextlib.contextmanager
+def _exclusive(installed: InstalledVllm):
+    """One apply or revert per install at a time: an flock on the package directory itself
+    (no lock file, so a read-only or untouched package stays untouched)."""
+    fd = os.open(installed.package_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise ForgeError(f"{installed.package_dir}: another `build.py apply` is running on "
+                             "this vLLM; nothing changed") from exc
+        yield
+    finally:
+        os.close(fd)
+
+
+def _apply_locked(installed, expected_version, revert, moe_config_dir, series_path
+                  ) -> ApplyReport:
     if expected_version is not None and not _same_release(expected_version, installed.version):
         raise ForgeError(f"--vllm {expected_version}: the vLLM installed at "
                          f"{installed.package_dir} is {installed.version}")

@@ -277,3 +277,20 @@ def test_apply_runs_with_only_python_pyyaml_and_packaging(vllm_site, tmp_path):
                              str(site)], cwd=REPO, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert FIXED_LINE in (site / TARGET).read_bytes()
+
+
+def test_a_second_apply_at_the_same_time_is_refused(vllm_site):
+    import fcntl
+
+    site = vllm_site("0.25.0")
+    before = snapshot(site)
+    fd = os.open(site / "vllm", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)     # as a running `build.py apply` holds it
+        result = run_build("apply", "--site-packages", str(site))
+    finally:
+        os.close(fd)
+    assert result.returncode == 2
+    assert "another `build.py apply` is running on this vLLM; nothing changed" in result.stderr
+    assert snapshot(site) == before
+    assert apply_series(site_packages=site).action == "applied"   # free again once released
