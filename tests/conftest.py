@@ -3,7 +3,7 @@ import pytest
 
 from forge import releases
 
-pytest_plugins = ["tests.fixtures_docker"]
+pytest_plugins = ["tests.fixtures_docker", "tests.fixtures_patches"]
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from packaging.version import Version
 from forge.errors import ConflictError, ForgeError
 from forge.patch_apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR
 from forge.patches import apply_series, find_vllm, load_series
-from tests.fixtures_patches import (real_patch_entry, snapshot, vllm_site,  # noqa: F401
+from tests.fixtures_patches import (real_patch_entry, snapshot,
                                     write_dist_info, write_series)
 from tests.test_patch_series import REPO, run_build
 

@@ -10,7 +10,7 @@ from forge import releases
 from forge.errors import ConflictError
 from forge.patches import (apply_series, load_series, matrix, patch_set_hash, release_status, status_of,
                            tree_status)
-from tests.fixtures_patches import (real_patch_entry, snapshot, vllm_site,  # noqa: F401
+from tests.fixtures_patches import (real_patch_entry, snapshot,
                                     write_series)
 from tests.test_patch_series import run_build
 
