@@ -257,3 +257,31 @@ def test_registry_down_for_build_builds_nothing(setup, docker_engine, tmp_path):
     assert f"registry {DEAD_PORT} unreachable" in one_line_error(pushing)
     assert not docker_engine.images.list(name=repository)
     assert not docker_engine.images.list(name=f"{DEAD_PORT}/forge-down")
+
+
+def test_tuned_moe_config_lands_where_vllm_reads_it(setup, docker_engine, tmp_path):
+    copy = _repo_copy(tmp_path)
+    name = "E=128,N=704,device_name=NVIDIA_A100-SXM4-80GB.json"
+    config = json.dumps({"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128,
+                               "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3}})
+    (copy / "patches" / "moe-configs").mkdir()
+    (copy / "patches" / "moe-configs" / name).write_text(config)
+    series = copy / "patches" / "series.yaml"
+    data = yaml.safe_load(series.read_text())
+    data["patches"].append({"id": "moe-test-a100-bf16", "title": "a tuned config for the test",
+                            "kind": "moe-config", "releases": ">=0.21.0", "why": "test",
+                            "files": [{"path": f"moe-configs/{name}",
+                                       "sha256": hashlib.sha256(config.encode()).hexdigest()}]})
+    series.write_text(yaml.safe_dump(data, sort_keys=False))
+    repository = f"{setup['standin'].mirror}/forge-moe"
+    env = {**setup["env"], "VLLM_FORGE_REPOSITORY": repository}
+    result = forge("--target", "a100", "--vllm", VERSION, cwd=copy, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    tag = f"{repository}:vllm{VERSION}-a100"
+    labels = docker_engine.api.inspect_image(tag)["Config"]["Labels"]
+    assert labels["io.vllm-forge.moe-configs"] == name
+    out = _run_in(docker_engine, tag, f"cat \"$VLLM_TUNED_CONFIG_FOLDER/{name}\"; echo; "
+                                      "python3 -c \"import json; print(json.load(open('/opt/vllm-forge/build-record.json'))['moe_configs'])\"")
+    body, listed = out.strip().split("\n")
+    assert json.loads(body) == json.loads(config)
+    assert listed == str([name])
