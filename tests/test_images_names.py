@@ -43,3 +43,26 @@ def test_default_repository_owner_from_git_remote(monkeypatch, tmp_path):
     assert images.default_repository() == "ghcr.io/someone/vllm-forge"
     (tmp_path / ".git" / "config").write_text("[core]\n\tbare = false\n")
     assert images.default_repository() == images.FALLBACK_REPOSITORY
+
+
+def test_plan_of_the_real_targets_without_a_lock_says_so(tmp_path):
+    """The committed targets resolve for a real release; an unlocked base is shown, not fatal, in a plan."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "VLLM_FORGE_LOCK": str(tmp_path / "none.yaml"), "VLLM_FORGE_REPOSITORY": "ghcr.io/acme/vllm-forge"}
+    env.pop("VLLM_FORGE_BASE_MIRROR", None)
+    result = subprocess.run([sys.executable, "build.py", "--target", "h200", "--vllm", "0.27.1", "--plan", "--json"],
+                            cwd=repo, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["base"] == {"image": "vllm/vllm-openai:v0.27.1", "digest": None, "locked": False}
+    assert plan["tags"][1] == "ghcr.io/acme/vllm-forge:vllm0.27.1-h200"
+    assert {p["id"]: p["status"] for p in plan["patches"]}["gemma4-mtp-share-embeddings"] == "already-upstream"
+    build = subprocess.run([sys.executable, "build.py", "--target", "h200", "--vllm", "0.27.1"],
+                           cwd=repo, capture_output=True, text=True, env=env, timeout=300)
+    assert build.returncode == 2 and "vllm/vllm-openai:v0.27.1 is not locked" in build.stderr
