@@ -224,14 +224,18 @@ def verify_result(report_paths: list | None) -> dict:
             "summary": summary}
 
 
+# What verify/mtp_smoke.py names its report; its --out directory also holds engine spec/result JSON.
+REPORT_NAME = "mtp_smoke.json"
+
+
 def _report_files(report_paths: list) -> list[Path]:
-    """Report files as given; a directory stands for every *.json report below it."""
+    """Report files as given; a directory stands for every verify report (mtp_smoke.json) below it."""
     files = []
     for given in map(Path, report_paths):
         if given.is_dir():
-            found = sorted(given.rglob("*.json"))
+            found = sorted(given.rglob(REPORT_NAME))
             if not found:
-                raise ForgeError(f"{given}: no verify report (*.json) in this directory")
+                raise ForgeError(f"{given}: no verify report ({REPORT_NAME}) in this directory")
             files.extend(found)
         else:
             files.append(given)

@@ -174,15 +174,13 @@ def test_published_lists_known_good_images(tmp_path):
 
 
 def smoke_report(tmp_path: Path, recipe: str, failed_check: str | None = None) -> Path:
-    """A report in verify/mtp_smoke.py's layout: verdict, named checks, recipe and target."""
-    checks = [{"name": "drafter loads", "status": "PASS", "detail": "Gemma4MTPModel"},
-              {"name": "acceptance rate", "status": "PASS", "detail": "0.74 >= 0.5"}]
+    """A report written by verify's own writer (verify/report.py), as mtp_smoke.py writes it."""
+    from verify.report import failed, passed, write_report
+
+    checks = [passed("drafter loads", "Gemma4MTPModel"), passed("acceptance rate", "0.74 >= 0.5")]
     if failed_check:
-        checks.append({"name": failed_check, "status": "FAIL", "detail": "1.02 < 1.5"})
-    report = tmp_path / f"{recipe}.json"
-    report.write_text(json.dumps({"passed": failed_check is None, "checks": checks,
-                                  "recipe": recipe, "target": "gb10"}))
-    return report
+        checks.append(failed(failed_check, "1.02 < 1.5"))
+    return write_report(tmp_path / f"{recipe}.json", checks, recipe=recipe, target="gb10")
 
 
 def test_every_recipe_report_must_pass(tmp_path):
@@ -207,6 +205,9 @@ def test_a_directory_of_reports_stands_for_every_report_in_it(tmp_path):
     for recipe in ("gemma-4-26b-a4b-it", "gemma-4-e4b-it"):
         (reports / recipe).mkdir(parents=True)
         smoke_report(reports / recipe, recipe).rename(reports / recipe / "mtp_smoke.json")
+        # mtp_smoke.py's --out directory also holds the engine worker's spec and result JSON.
+        (reports / recipe / "engine.spec.json").write_text(json.dumps({"model": "x"}))
+        (reports / recipe / "engine.result.json").write_text(json.dumps({"engine": {"started": True}}))
     index_file = tmp_path / "published.json"
     result = publish(index_file, report=reports)
     assert result.returncode == 0, result.stderr
@@ -216,4 +217,5 @@ def test_a_directory_of_reports_stands_for_every_report_in_it(tmp_path):
     (tmp_path / "empty").mkdir()
     result = publish(tmp_path / "other.json", report=tmp_path / "empty")
     assert result.returncode == 2
-    assert result.stderr.strip() == f"error: {tmp_path / 'empty'}: no verify report (*.json) in this directory"
+    assert result.stderr.strip() == (f"error: {tmp_path / 'empty'}: no verify report "
+                                     "(mtp_smoke.json) in this directory")
