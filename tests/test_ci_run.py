@@ -1,0 +1,44 @@
+"""`.ci/run` end to end on small stand-in suites: the real script (Debian and Python packages
+really installed, which is quick when already there), then the README's test command on a
+`tests/` directory that collects nothing, or fails."""
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# What .ci/run reads; the tests/ directory is the stand-in's own.
+CI_FILES = [".ci/run", ".ci/apt-packages.txt", "requirements.txt", "requirements-dev.txt",
+            "pyproject.toml"]
+
+
+def run_ci(tmp_path: Path, tests: dict[str, str]) -> subprocess.CompletedProcess:
+    checkout = tmp_path / "checkout"
+    for name in CI_FILES:
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO_ROOT / name, checkout / name)
+    (checkout / "tests").mkdir()
+    for name, text in tests.items():
+        (checkout / "tests" / name).write_text(text)
+    return subprocess.run(["bash", ".ci/run"], cwd=checkout, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "CI": "true"})
+
+
+def test_a_run_that_collects_no_test_fails(tmp_path):
+    result = run_ci(tmp_path, {"__init__.py": "", "helpers.py": "VALUE = 1\n"})
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "no tests ran" in result.stdout
+    assert ("[ci] FAILED: pytest collected no tests (exit 5); a run that tests nothing is not a pass"
+            in result.stderr)
+
+
+def test_a_failing_test_fails_the_run_with_pytest_status_and_phase_times(tmp_path):
+    result = run_ci(tmp_path, {"__init__.py": "",
+                               "test_sample.py": "def test_fails():\n    assert 1 + 1 == 3\n"})
+    assert result.returncode == 1
+    assert "[ci] FAILED: pytest exited 1" in result.stderr
+    assert "1 failed" in result.stdout
+    for phase in ("Debian packages", "Python packages", "vLLM source cache", "tests"):
+        assert f"=== [ci] {phase} took " in result.stdout
+    assert "=== [ci] total " in result.stdout
