@@ -4,6 +4,7 @@ and release.yml's own guard step run as the workflow runs it."""
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -127,3 +128,57 @@ def test_release_guard_step_refuses_an_existing_immutable_tag(docker_engine, loc
                                       "already exists")
     fresh = guard(f"{local_registry.host}/{REPOSITORY_PATH}:vllm0.27.1-gb10-555555555555")
     assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+
+
+def workflow_checkout(tmp_path: Path) -> Path:
+    """The tracked files as they are in this working tree, like the job's actions/checkout."""
+    checkout = tmp_path / "checkout"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True,
+                             check=True).stdout.decode().split("\0")
+    for name in filter(None, tracked):
+        source = REPO_ROOT / name
+        if source.is_file():
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, checkout / name)
+    return checkout
+
+
+def publish_step() -> str:
+    steps = yaml.safe_load(RELEASE_WORKFLOW.read_text())["jobs"]["publish"]["steps"]
+    return next(step["run"] for step in steps if step.get("id") == "publish")
+
+
+@pytest.mark.parametrize("verified", [True, False])
+def test_release_publish_step_records_and_moves_only_when_verified(docker_engine, local_registry,
+                                                                   tmp_path, verified):
+    from verify.report import failed, passed, write_report
+
+    checkout = workflow_checkout(tmp_path)
+    tag = f"vllm0.27.1-h200-{'6' if verified else '7'}{'0' * 11}"
+    digest = push_build(docker_engine, local_registry, tag, f"h200 build verified={verified}")
+    (checkout / "build-record").mkdir()
+    (checkout / "build-record" / "digest").write_text(digest + "\n")
+    for recipe in ("gemma-4-26b-a4b-it", "gemma-4-31b-it"):  # as download-artifact lays them out
+        check = passed("acceptance rate", "0.8") if verified else failed("acceptance rate", "0.1")
+        write_report(checkout / "verify-reports" / f"verify-h200-{recipe}" / recipe / "mtp_smoke.json",
+                     [check], recipe=recipe, target="h200")
+    outputs = tmp_path / "github_output"
+    env = {**os.environ, "TARGET": "h200", "VLLM": "0.27.1", "IMMUTABLE_TAG": tag,
+           "REPOSITORY": f"{local_registry.host}/{REPOSITORY_PATH}", "GITHUB_OUTPUT": str(outputs)}
+
+    result = subprocess.run(["bash", "-e", "-c", publish_step()], cwd=checkout, env=env,
+                            capture_output=True, text=True, timeout=300)
+
+    index = published.load_index(checkout / "images" / "published.json")
+    build = published.find_build(index, env["REPOSITORY"], tag)
+    assert build["digest"] == digest and build["verify"]["passed"] is verified
+    assert sorted(build["verify"]["summary"]) == ["gemma-4-26b-a4b-it", "gemma-4-31b-it"]
+    moving = local_registry.digest(REPOSITORY_PATH, "vllm0.27.1-h200")
+    if verified:
+        assert result.returncode == 0, result.stderr
+        assert moving == digest
+        assert f"moving_ref={env['REPOSITORY']}:vllm0.27.1-h200" in outputs.read_text()
+    else:
+        assert result.returncode == 1
+        assert moving != digest
+        assert not outputs.exists()
