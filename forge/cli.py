@@ -115,7 +115,7 @@ def _add_publish(commands) -> None:
                    help="verify/ report, one per recipe, or a directory of them "
                         "(repeatable; none: not verified)")
     p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
-    p.add_argument("--index", default="images/published.json", help="the known-good index file")
+    p.add_argument("--index", help="the known-good index file (default images/published.json)")
     p.add_argument("--move-tag", action="store_true",
                    help="when verify passed, point the moving tag at the digest in the registry")
     p.add_argument("--github-output", metavar="FILE",
@@ -127,7 +127,7 @@ def _add_published(commands) -> None:
     p = commands.add_parser("published", help="list the known-good (verified) image per target and release")
     p.add_argument("--target")
     p.add_argument("--vllm", metavar="VERSION")
-    p.add_argument("--index", default="images/published.json", help="the known-good index file")
+    p.add_argument("--index", help="the known-good index file (default images/published.json)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler="forge.published:cmd_published")
 
@@ -135,7 +135,7 @@ def _add_published(commands) -> None:
 def _add_upstream_watch(commands) -> None:
     p = commands.add_parser("upstream-watch", help="check vLLM releases newer than the manifest's "
                                                    "checked_through; propose the manifest edits")
-    p.add_argument("--series", default="patches/series.yaml", help="the patch manifest")
+    p.add_argument("--series", help="the patch manifest (default patches/series.yaml, $VLLM_FORGE_SERIES)")
     p.add_argument("--write", action="store_true", help="apply the proposed edits to the manifest")
     p.add_argument("--json", action="store_true", help="print the proposal as JSON")
     p.add_argument("--pr-body", metavar="FILE", help="write the pull request (or issue) body here")
@@ -147,7 +147,7 @@ def _add_upstream_watch(commands) -> None:
 
 def _add_readme_table(commands) -> None:
     p = commands.add_parser("readme-table", help="regenerate README.md's per-release patch status table")
-    p.add_argument("--readme", default="README.md")
+    p.add_argument("--readme", help="the README to update (default the repository's README.md)")
     p.add_argument("--check", action="store_true", help="exit 1 if the table is stale; write nothing")
     p.add_argument("--offline", action="store_true", help="use only the cached release index and sources")
     p.set_defaults(handler="forge.readme_table:cmd_readme_table")

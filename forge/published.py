@@ -91,9 +91,9 @@ def now_utc() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def load_index(path: Path | str = DEFAULT_INDEX) -> dict:
-    """The index at `path`, validated; a missing file is an empty index."""
-    path = Path(path)
+def load_index(path: Path | str | None = None) -> dict:
+    """The index at `path` (default images/published.json), validated; missing is empty."""
+    path = Path(path or DEFAULT_INDEX)
     if not path.exists():
         return empty_index()
     try:
@@ -124,9 +124,9 @@ def _check_consistent(index: dict, source: str) -> None:
             raise ForgeError(f"{source}: known_good[{i}].immutable_tag: its verify report did not pass")
 
 
-def save_index(index: dict, path: Path | str = DEFAULT_INDEX) -> None:
+def save_index(index: dict, path: Path | str | None = None) -> None:
     """Write atomically, in a stable order, so the file diffs cleanly between releases."""
-    path = Path(path)
+    path = Path(path or DEFAULT_INDEX)
     index = validate(index, INDEX_SCHEMA, str(path))
     _check_consistent(index, str(path))
     index["builds"].sort(key=lambda b: (b["target"], _version_key(b["vllm"]), b["published_at"]))

@@ -19,6 +19,7 @@ from forge.errors import ForgeError
 BEGIN = "<!-- patch-table:begin -->"
 END = "<!-- patch-table:end -->"
 COMMAND = "python build.py readme-table"
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def checked_releases(series, offline: bool = False) -> list[str]:
@@ -65,24 +66,24 @@ def replace_table(readme_text: str, table: str, source: str) -> str:
 def cmd_readme_table(args) -> int:
     from forge.patches import load_series, matrix
 
-    readme = Path(args.readme)
+    readme, name = (Path(args.readme), args.readme) if args.readme else (README, "README.md")
     try:
         current = readme.read_text()
     except OSError as exc:
-        raise ForgeError(f"{readme}: cannot read: {exc.strerror}") from exc
+        raise ForgeError(f"{name}: cannot read: {exc.strerror}") from exc
     series = load_series()
     table = render_table(series, matrix(checked_releases(series, args.offline),
                                         offline=args.offline, series=series))
-    updated = replace_table(current, table, str(readme))
+    updated = replace_table(current, table, name)
     if args.check:
         if updated != current:
-            print(f"{readme}: the patch table is stale; run `{COMMAND}`")
+            print(f"{name}: the patch table is stale; run `{COMMAND}`")
             return 1
-        print(f"{readme}: the patch table is current")
+        print(f"{name}: the patch table is current")
         return 0
     if updated != current:
         readme.write_text(updated)
-        print(f"{readme}: patch table updated")
+        print(f"{name}: patch table updated")
     else:
-        print(f"{readme}: patch table already current")
+        print(f"{name}: patch table already current")
     return 0

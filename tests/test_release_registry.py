@@ -4,23 +4,21 @@ and release.yml's own guard step run as the workflow runs it."""
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 import pytest
-import yaml
 
 from forge import published
 from tests.fixtures_docker import push
+from tests.workflow_steps import run_step, step_script, workflow_checkout
 
 pytestmark = [pytest.mark.docker]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 INFRA = REPO_ROOT / "tests" / "infra"
-RELEASE_WORKFLOW = REPO_ROOT / ".github" / "workflows" / "release.yml"
 REPOSITORY_PATH = "acme/vllm-forge"
 
 
@@ -108,19 +106,13 @@ def test_republishing_an_immutable_tag_moves_nothing(docker_engine, local_regist
     assert local_registry.digest(REPOSITORY_PATH, "vllm0.27.1-gb10") == original
 
 
-def release_step(name: str) -> str:
-    steps = yaml.safe_load(RELEASE_WORKFLOW.read_text())["jobs"]["build"]["steps"]
-    return next(step["run"] for step in steps if step.get("name") == name)
-
-
 def test_release_guard_step_refuses_an_existing_immutable_tag(docker_engine, local_registry, buildx):
-    script = release_step("Refuse to re-point an immutable tag")
+    script = step_script("release.yml", "build", "Refuse to re-point an immutable tag")
     tag = "vllm0.27.1-gb10-444444444444"
     push_build(docker_engine, local_registry, tag, "already pushed")
 
     def guard(ref: str):
-        return subprocess.run(["bash", "-e", "-c", script], capture_output=True, text=True,
-                              timeout=120, env={**os.environ, "IMMUTABLE_REF": ref, "VLLM": "0.27.1"})
+        return run_step(script, REPO_ROOT, {**os.environ, "IMMUTABLE_REF": ref, "VLLM": "0.27.1"})
 
     existing = guard(f"{local_registry.host}/{REPOSITORY_PATH}:{tag}")
     assert existing.returncode == 1
@@ -128,24 +120,6 @@ def test_release_guard_step_refuses_an_existing_immutable_tag(docker_engine, loc
                                       "already exists")
     fresh = guard(f"{local_registry.host}/{REPOSITORY_PATH}:vllm0.27.1-gb10-555555555555")
     assert fresh.returncode == 0, fresh.stdout + fresh.stderr
-
-
-def workflow_checkout(tmp_path: Path) -> Path:
-    """The tracked files as they are in this working tree, like the job's actions/checkout."""
-    checkout = tmp_path / "checkout"
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True,
-                             check=True).stdout.decode().split("\0")
-    for name in filter(None, tracked):
-        source = REPO_ROOT / name
-        if source.is_file():
-            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, checkout / name)
-    return checkout
-
-
-def publish_step() -> str:
-    steps = yaml.safe_load(RELEASE_WORKFLOW.read_text())["jobs"]["publish"]["steps"]
-    return next(step["run"] for step in steps if step.get("id") == "publish")
 
 
 @pytest.mark.parametrize("verified", [True, False])
@@ -166,8 +140,7 @@ def test_release_publish_step_records_and_moves_only_when_verified(docker_engine
     env = {**os.environ, "TARGET": "h200", "VLLM": "0.27.1", "IMMUTABLE_TAG": tag,
            "REPOSITORY": f"{local_registry.host}/{REPOSITORY_PATH}", "GITHUB_OUTPUT": str(outputs)}
 
-    result = subprocess.run(["bash", "-e", "-c", publish_step()], cwd=checkout, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = run_step(step_script("release.yml", "publish", "publish"), checkout, env)
 
     index = published.load_index(checkout / "images" / "published.json")
     build = published.find_build(index, env["REPOSITORY"], tag)

@@ -4,6 +4,7 @@ Each test works on a copy of the real manifest (patches/) in a temporary directo
 real `build.py upstream-watch` command.
 """
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -137,3 +138,32 @@ def test_a_conflict_fails_loudly_and_changes_nothing(tmp_path):
         f"upstream-watch: patch {EMBEDDING_PATCH} conflicts with vLLM 0.27.0–")
     assert "**Conflicts: the manifest was not changed.**" in body.read_text()
     assert "| 0.27.0 | **CONFLICT** |" in body.read_text()
+
+
+def test_the_workflow_steps_propose_and_regenerate_the_readme(tmp_path, newest_release):
+    """upstream-watch.yml's own steps in a checkout whose manifest stops at 0.26.0."""
+    from tests.workflow_steps import run_step, step_script, workflow_checkout
+
+    checkout = workflow_checkout(tmp_path)
+    series_file = checkout / "patches" / "series.yaml"
+    series_file.write_text(series_file.read_text().replace(
+        f"checked_through: {load_series(series_file).checked_through}\n", "checked_through: 0.26.0\n"))
+    (tmp_path / "runner").mkdir()
+    outputs = tmp_path / "github_output"
+    env = {**os.environ, "RUNNER_TEMP": str(tmp_path / "runner"), "GITHUB_OUTPUT": str(outputs),
+           "VLLM_FORGE_SERIES": str(series_file)}
+
+    watch = run_step(step_script("upstream-watch.yml", "watch", "watch"), checkout, env)
+    assert watch.returncode == 0, watch.stderr
+    assert read_outputs(outputs)["changed"] == "true"
+    assert f"`checked_through: 0.26.0` → `{newest_release}`" in (
+        tmp_path / "runner" / "upstream-watch.md").read_text()
+    series = load_series(series_file)
+    assert (series.checked_through, series.get(EMBEDDING_PATCH).retired_in) == (newest_release, "0.27.0")
+
+    table = run_step(step_script("upstream-watch.yml", "watch", "Regenerate README's patch status table"),
+                     checkout, env)
+    assert table.returncode == 0, table.stderr
+    readme = (checkout / "README.md").read_text()
+    assert f"| {newest_release} | already-upstream |" in readme
+    assert "retired in 0.27.0" in readme
