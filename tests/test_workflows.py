@@ -155,3 +155,25 @@ def test_release_matrix_refuses_a_tag_that_names_no_release(tag):
     assert result.returncode == 2
     assert result.stderr.strip() == (f"error: release tag {tag!r}: expected vllm-<version> or "
                                      "vllm-<version>-r<N> (e.g. vllm-0.27.1)")
+
+
+def test_plan_steps_of_release_and_gpu_verify_give_the_matrices_the_jobs_read(tmp_path):
+    """release.yml's plan step and gpu-verify.yml's recipes step, run as the runner runs them."""
+    from tests.workflow_steps import run_step, step_script
+
+    release_out, verify_out = tmp_path / "release_output", tmp_path / "verify_output"
+    plan = run_step(step_script("release.yml", "plan", "matrix"), REPO_ROOT,
+                    {**actions_env(), "RELEASE_TAG": "vllm-0.27.1", "GITHUB_OUTPUT": str(release_out)})
+    assert plan.returncode == 0, plan.stderr
+    release = dict(line.split("=", 1) for line in release_out.read_text().splitlines())
+    jobs = json.loads(release["matrix"])["include"]
+    assert release["vllm"] == "0.27.1" and {j["target"] for j in jobs} == set(load_targets())
+
+    recipes = run_step(step_script("gpu-verify.yml", "recipes", "plan"), REPO_ROOT,
+                       {**actions_env(), "TARGET": "h200", "VLLM": "0.27.1",
+                        "GITHUB_OUTPUT": str(verify_out)})
+    assert recipes.returncode == 0, recipes.stderr
+    matrix = json.loads(dict(line.split("=", 1) for line in verify_out.read_text().splitlines())["matrix"])
+    # gpu-verify.yml's mtp-smoke job reads fromJSON(matrix).include[0].recipes
+    assert matrix["include"][0]["recipes"] == load_targets()["h200"].recipes
+    assert matrix["include"][0]["immutable_ref"] == next(j for j in jobs if j["target"] == "h200")["immutable_ref"]
