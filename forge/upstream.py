@@ -32,6 +32,9 @@ class Proposal:
     retire: dict[str, str] = field(default_factory=dict)           # patch id -> release
     set_fixed_in: dict[str, str] = field(default_factory=dict)     # patch id -> release
     conflicts: list[tuple[str, str, str]] = field(default_factory=list)  # (release, id, detail)
+    # Recipes (model/target) whose `vllm` range stops short of the newest release: not edited here,
+    # since their flags must first be checked against that release (`build.py serve`).
+    recipes_behind: list[str] = field(default_factory=list)
 
     @property
     def newest(self) -> str | None:
@@ -47,13 +50,14 @@ class Proposal:
             "new_releases": self.new_releases, "newest": self.newest,
             "retire": self.retire, "set_fixed_in": self.set_fixed_in,
             "conflicts": [{"vllm": v, "patch": p, "detail": d} for v, p, d in self.conflicts],
+            "recipes_behind": self.recipes_behind,
             "statuses": {v: [s.to_dict() for s in ss] for v, ss in self.statuses.items()},
         }
 
 
-def propose(series, offline: bool = False) -> Proposal:
+def propose(series, offline: bool = False, recipes_root: Path | None = None) -> Proposal:
     """Check every release newer than `series.checked_through` and work out the edits."""
-    from forge import patches, releases
+    from forge import patches, recipes, releases
 
     newer = [str(v) for v in releases.list_releases(offline=offline)
              if v > Version(series.checked_through)]
@@ -66,6 +70,9 @@ def propose(series, offline: bool = False) -> Proposal:
                 proposal.conflicts.append((version, status.id, status.detail))
             elif status.status == "already-upstream":
                 _propose_retirement(proposal, series.get(status.id), version)
+    if proposal.newest:
+        proposal.recipes_behind = [f"{r.name}/{r.target}" for r in recipes.load_all(recipes_root)
+                                   if not r.admits(proposal.newest)]
     return proposal
 
 
@@ -140,6 +147,11 @@ def body(proposal: Proposal) -> str:
     lines += [f"- `{pid}`: `retired_in: {v}` (already upstream from {v})"
               for pid, v in proposal.retire.items()]
     lines += [f"- `{pid}`: `upstream.fixed_in: {v}`" for pid, v in proposal.set_fixed_in.items()]
+    if proposal.recipes_behind:
+        lines += ["", f"Recipes whose `vllm` range does not reach {proposal.newest} yet (check each with "
+                      f"`python build.py serve --recipe R --target T --vllm {proposal.newest}`, then "
+                      "extend the range in a follow-up):", ""]
+        lines += [f"- `recipes/{name}.yaml`" for name in proposal.recipes_behind]
     lines += ["", f"`images/lock.yaml` re-pinned with `python build.py lock --vllm {proposal.newest}`.",
               "", "Opened by `.github/workflows/upstream-watch.yml` "
               "(`python build.py upstream-watch --write`)."]
