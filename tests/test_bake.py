@@ -86,3 +86,56 @@ def test_bake_refuses_an_unlocked_base_and_writes_nothing(standin_base, tmp_path
     assert result.stderr.startswith("error: ") and "is not locked" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not output.exists() and not (tmp_path / "build-context").exists()
+
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+def _get(registry, path, accept=OCI_MANIFEST):
+    import requests
+
+    response = requests.get(registry.url(path), headers={"Accept": accept}, timeout=30)
+    response.raise_for_status()
+    return response.json()
+
+
+def test_buildx_bake_builds_both_platforms_with_sbom_and_provenance(
+        standin_base, buildx, buildkit_engine, sbom_scanner, tmp_path):
+    """The bake file, run by a real BuildKit (Engine 26), builds amd64 and arm64 (qemu) targets in
+    one go and pushes images with SPDX SBOM and SLSA provenance attestations."""
+    lock = tmp_path / "lock.yaml"
+    save_lock({standin_base.ref: standin_base.digest}, lock)
+    registry = standin_base.registry
+    env = {**os.environ, "VLLM_FORGE_BASE_MIRROR": standin_base.mirror, "VLLM_FORGE_LOCK": str(lock),
+           "VLLM_FORGE_REPOSITORY": f"{standin_base.mirror}/forge-bake",
+           "VLLM_FORGE_SBOM_GENERATOR": sbom_scanner}
+    made = subprocess.run([sys.executable, str(REPO / "build.py"), "bake", "--vllm", VERSION, "--target", "a100",
+                           "--target", "gb10", "-o", str(tmp_path / "docker-bake.json")], cwd=REPO,
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert made.returncode == 0, made.stderr
+    bake_targets = json.loads((tmp_path / "docker-bake.json").read_text())["target"]
+    built = subprocess.run([buildx, "buildx", "bake", "-f", "docker-bake.json", "--push", "--progress", "plain"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=1200,
+                           env={**os.environ, "DOCKER_HOST": buildkit_engine})
+    assert built.returncode == 0, built.stderr[-4000:]
+    assert "generating sbom using" in built.stderr
+    for name, arch in (("a100", "amd64"), ("gb10", "arm64")):
+        moving = f"vllm{VERSION}-{name}"
+        index = _get(registry, f"forge-bake/manifests/{moving}", OCI_INDEX)
+        images = [m for m in index["manifests"] if m["platform"]["architecture"] == arch]
+        attestations = [m for m in index["manifests"]
+                        if m.get("annotations", {}).get("vnd.docker.reference.type") == "attestation-manifest"]
+        assert len(images) == 1 and len(attestations) == 1, index
+        assert attestations[0]["annotations"]["vnd.docker.reference.digest"] == images[0]["digest"]
+        statement_types = {layer["annotations"]["in-toto.io/predicate-type"]
+                           for layer in _get(registry, f"forge-bake/manifests/{attestations[0]['digest']}")["layers"]}
+        assert "https://spdx.dev/Document" in statement_types
+        assert any(t.startswith("https://slsa.dev/provenance/") for t in statement_types), statement_types
+        image = _get(registry, f"forge-bake/manifests/{images[0]['digest']}")
+        config = _get(registry, f"forge-bake/blobs/{image['config']['digest']}", "*/*")
+        labels = config["config"]["Labels"]
+        assert labels["io.vllm-forge.target"] == name
+        assert labels["io.vllm-forge.context-sha256"] == bake_targets[name]["labels"]["io.vllm-forge.context-sha256"]
+        immutable = bake_targets[name]["tags"][0].rsplit(":", 1)[1]
+        assert registry.digest("forge-bake", immutable, accept=OCI_INDEX) == registry.digest("forge-bake", moving, accept=OCI_INDEX)
