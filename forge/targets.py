@@ -158,7 +158,13 @@ def load_targets(path: Path | str | None = None) -> dict[str, Target]:
 
 def _check_no_overlap(rules: list[BaseRule], source: str, name: str) -> None:
     # Probe every version mentioned in any range: two rules that both contain one overlap.
-    probes = {Version(spec.version) for rule in rules for spec in rule.releases}
+    probes = set()
+    for rule in rules:
+        for spec in rule.releases:
+            try:
+                probes.add(Version(spec.version))
+            except InvalidVersion:  # wildcards such as ==0.25.*: probe the prefix
+                probes.add(Version(spec.version.rstrip(".*") or "0"))
     for probe in sorted(probes):
         matching = [i for i, rule in enumerate(rules) if rule.releases.contains(probe, True)]
         if len(matching) > 1:
