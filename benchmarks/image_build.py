@@ -152,8 +152,9 @@ def main() -> int:
     lines += ["", "The classic builder turns each label into a step of its own; they rerun whenever the "
               "context hash (a label) changes. After a patch edit the build reuses every layer up to "
               "`COPY patches/` (tools, verify, recipes) and runs that step, the apply step, the record "
-              "and the label steps. The forge layers are small and the same size over upstream's real "
-              "multi-GB base, so these figures carry over; pulling the base is not measured (cached)."]
+              "and the label steps. The forge layers are the same few MB over upstream's real multi-GB "
+              "base, so our steps should cost about the same there (not measured: no registry serves "
+              "it here); pulling the base is not part of these figures."]
     text = "\n".join(lines) + "\n"
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
