@@ -107,16 +107,16 @@ def windows(args, prompts: dict) -> list[dict]:
     greedy = {"temperature": 0.0, "ignore_eos": args.dummy}
     return [
         {"name": "warmup", "prompts": gate[:2], "sampling": {**greedy, "max_tokens": 16}},
-        {"name": "burst", "prompts": [encode(t) for t in prompts["burst"]], "sequential": True,
+        {"name": "burst", "warmup": True, "prompts": [encode(t) for t in prompts["burst"]], "sequential": True,
          "sampling": {**greedy, "max_tokens": args.burst_tokens}},
-        {"name": "sustained", "prompts": [encode(prompts["prose"][0])], "sequential": True,
+        {"name": "sustained", "warmup": True, "prompts": [encode(prompts["prose"][0])], "sequential": True,
          "repeat": args.repeat,
          "sampling": {**greedy, "max_tokens": args.sustained_tokens, "ignore_eos": True}},
-        {"name": "conc8", "prompts": (gate * 2)[:8],
+        {"name": "conc8", "warmup": True, "prompts": (gate * 2)[:8],
          "sampling": {**greedy, "max_tokens": 128, "ignore_eos": True}},
-        {"name": "conc16", "prompts": (gate * 2)[:16],
+        {"name": "conc16", "warmup": True, "prompts": (gate * 2)[:16],
          "sampling": {**greedy, "max_tokens": 128, "ignore_eos": True}},
-        {"name": "followup", "kind": "followup", "sampling": {**greedy, "max_tokens": 32},
+        {"name": "followup", "warmup": True, "kind": "followup", "sampling": {**greedy, "max_tokens": 32},
          "prompts": [encode(prompts["followup"]["first"]), _continuation(args, prompts)]},
     ]
 
