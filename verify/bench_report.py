@@ -90,8 +90,15 @@ def plain_name(dtype: str, runner: str) -> str:
 def render_markdown(report: dict) -> str:
     m = report["machine"]
     lines = [f"# verify/bench.py results: {report['recipe']} ({report['target']})", "",
-             f"- machine: {m.get('device')}, vLLM {m.get('vllm')}, torch {m.get('torch')}",
-             f"- date: {report['date']}; command: `{report['command']}`",
+             f"- date: {report['date']}; command: `{report['command']}`"]
+    if report.get("server_burst"):
+        b = report["server_burst"]
+        lines += [f"- server burst: {b['answered']}/{b['requests']} answered ({b['failed']} failed), "
+                  f"{b['max_tokens']} tokens each, p50 {b['latency_p50_s']} s, max "
+                  f"{b['latency_max_s']} s, wall {b['wall_s']} s"]
+    if not report["engines"]:
+        return "\n".join(lines) + "\n"
+    lines += [f"- machine: {m.get('device')}, vLLM {m.get('vllm')}, torch {m.get('torch')}",
              f"- model: {'dummy weights, Gemma-4-26B-A4B shapes, ' if report['dummy'] else ''}"
              f"{report['layers']} target layers"
              + (" (dummy weights accept no drafts: a speculative run measures the cost of one "
@@ -116,10 +123,6 @@ def render_markdown(report: dict) -> str:
             _fmt(d.get("step_cost_ratio")), _fmt(d.get("break_even_mean_acceptance_length")),
             _get(f, "conc8", "wall_tok_s"), _get(f, "conc16", "wall_tok_s"),
             f"{_ms(follow.get('cold_ttft_s'))} / {_ms(follow.get('cached_ttft_s'))}"]) + " |")
-    if report.get("server_burst"):
-        b = report["server_burst"]
-        lines += ["", f"Server burst: {b['answered']}/{b['requests']} answered, p50 "
-                      f"{b['latency_p50_s']} s, max {b['latency_max_s']} s, wall {b['wall_s']} s"]
     lines += ["", f"Plot: {report.get('plot') or 'not rendered (' + report.get('plot_note', '') + ')'}"]
     return "\n".join(lines) + "\n"
 

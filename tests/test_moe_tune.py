@@ -1,0 +1,129 @@
+"""forge.moe_tune on the CPU: search space, vLLM's file naming, the keep-only-where-tuned-wins
+rule, and importing the H200 sweep's real results into the patch series. The sweep itself needs
+the GPU (tests/gpu/test_gpu_verify.py)."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from forge import moe_tune
+from forge.errors import ForgeError
+from forge.patch_series import load_series
+
+ROOT = Path(__file__).resolve().parents[1]
+TUNE = ROOT / "tests" / "fixtures" / "gpu" / "tune"
+
+
+def test_search_space_prunes_tiles_taller_than_the_tokens_per_expert():
+    assert {c["BLOCK_SIZE_M"] for c in moe_tune.search_space(1)} == {16}
+    assert {c["BLOCK_SIZE_M"] for c in moe_tune.search_space(256)} == {16, 32}
+    assert {c["BLOCK_SIZE_M"] for c in moe_tune.search_space(4096)} == {16, 32, 64}
+    assert len(moe_tune.search_space(1)) == 24
+    every = moe_tune.search_space(1, "full")
+    assert all(set(c) == set(moe_tune.CONFIG_KEYS) for c in every)
+    with pytest.raises(ForgeError, match="unknown search space 'huge'"):
+        moe_tune.search_space(1, "huge")
+
+
+def test_file_names_match_the_ones_vllm_ships(release_tree):
+    configs = release_tree("0.25.0") / "vllm" / "model_executor" / "layers" / "fused_moe" / "configs"
+    name = moe_tune.config_file_name("NVIDIA H100 80GB HBM3", "fp8_w8a8")
+    assert (configs / name).exists(), name
+    assert moe_tune.config_file_name("NVIDIA H200 NVL", "bf16") == "E=128,N=704,device_name=NVIDIA_H200.json"
+    # What the recipes expect on the H200 is what the tuner writes.
+    from forge.recipes import load_recipe
+
+    recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
+    assert recipe.moe_config.name == moe_tune.config_file_name("NVIDIA H200", "fp8_w8a8")
+
+
+def test_tuned_is_kept_only_where_it_wins():
+    a = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+         "num_warps": 4, "num_stages": 3}
+    default = {**a, "BLOCK_SIZE_N": 64, "num_stages": 4, "SPLIT_K": 1}
+    tuned = {1: {"config": a, "us": 40.0}, 8: {"config": a, "us": 99.5}, 64: {"config": a, "us": 80.0}}
+    defaults = {1: {"config": default, "us": 37.0}, 8: {"config": default, "us": 100.0},
+                64: {"config": default, "us": 100.0}}
+    configs, decisions = moe_tune.choose(tuned, defaults)
+    assert [d["kept"] for d in decisions] == ["default", "default", "tuned"]  # 0.5% is noise
+    assert configs[64] == a
+    # Where the default wins the file holds the default itself (vLLM picks the nearest key).
+    assert configs[1] == {k: v for k, v in default.items() if k != "SPLIT_K"}
+
+
+def test_config_json_is_what_vllm_loads():
+    text = moe_tune.render_config_json({64: {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128,
+                                             "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 4},
+                                        8: {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 256,
+                                            "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3}}, "3.6.0")
+    data = json.loads(text)
+    assert list(data) == ["8", "64", "triton_version"]
+    data.pop("triton_version")  # vLLM's get_moe_configs does the same
+    assert {int(k): v for k, v in data.items()}[64]["BLOCK_SIZE_N"] == 64
+
+
+def test_h200_sweep_results_are_what_was_shipped(tmp_path):
+    """The committed patches/moe-configs files are exactly the GPU run's decisions."""
+    for dtype in ("bf16", "fp8_w8a8"):
+        results = json.loads((TUNE / f"tune-moe-{dtype}.json").read_text())
+        assert results["provenance"]["device"] == "NVIDIA H200"
+        assert [d["M"] for d in results["decisions"]] == [1, 8, 64, 256]
+        for d in results["decisions"]:
+            wins = d["tuned_us"] < d["default_us"] * (1 - moe_tune.MIN_GAIN)
+            assert d["kept"] == ("tuned" if wins else "default")
+        shipped = ROOT / "patches" / "moe-configs" / results["file_name"]
+        configs = {int(m): c for m, c in results["configs"].items()}
+        assert shipped.read_text() == moe_tune.render_config_json(configs, results["provenance"]["triton"])
+
+
+def copy_patches(tmp_path) -> Path:
+    target = tmp_path / "patches"
+    shutil.copytree(ROOT / "patches", target)
+    return target
+
+
+def test_import_writes_the_file_and_registers_it_once(tmp_path):
+    patches = copy_patches(tmp_path)
+    series_path = patches / "series.yaml"
+    before = [p.id for p in load_series(series_path).patches if p.kind == "source"]
+    for _ in range(2):  # importing again refreshes the entry, never duplicates it
+        written = moe_tune.import_results(TUNE / "tune-moe-fp8_w8a8.json", patches / "moe-configs", series_path)
+    series = load_series(series_path)  # validates every sha256
+    entries = [p for p in series.patches if p.id == "moe-e128-n704-nvidia-h200-fp8_w8a8"]
+    assert len(entries) == 1 and entries[0].kind == "moe-config"
+    assert entries[0].files[0].path == f"moe-configs/{written.name}"
+    for fact in ("device NVIDIA H200", "driver 580.159.04", "Triton 3.6.0", "vLLM 0.25.0",
+                 "2026-11-29", "duration", "command: python build.py tune-moe"):
+        assert fact in entries[0].why
+    assert [p.id for p in series.patches if p.kind == "source"] == before
+
+
+def test_import_refuses_results_where_tuned_never_won(tmp_path):
+    results = json.loads((TUNE / "tune-moe-bf16.json").read_text())
+    for d in results["decisions"]:
+        d["kept"] = "default"
+    path = tmp_path / "lost.json"
+    path.write_text(json.dumps(results))
+    patches = copy_patches(tmp_path)
+    with pytest.raises(ForgeError, match="tuned won at no token count"):
+        moe_tune.import_results(path, patches / "moe-configs", patches / "series.yaml")
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({k: v for k, v in results.items() if k != "provenance"}))
+    with pytest.raises(ForgeError, match=r"broken.json: provenance: required field is missing"):
+        moe_tune.import_results(broken, patches / "moe-configs", patches / "series.yaml")
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, "build.py", "tune-moe", *args], cwd=ROOT,
+                              capture_output=True, text=True)
+
+    no_dtype = run()
+    assert no_dtype.returncode == 2 and no_dtype.stderr.strip().startswith("error: tune-moe: --dtype is required")
+    bad_sizes = run("--dtype", "bf16", "--batch-sizes", "0,8")
+    assert bad_sizes.returncode == 2 and "--batch-sizes must be positive" in bad_sizes.stderr
+    missing = run("--import-results", str(tmp_path / "none.json"))
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1

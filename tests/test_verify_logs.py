@@ -1,0 +1,104 @@
+"""verify/vllm_logs.py and the gate's log checks, on engine logs captured on an H200 with vLLM 0.25.0
+(tests/fixtures/gpu, see docs/gpu-evidence.md)."""
+from pathlib import Path
+
+import pytest
+
+from verify import checks
+from verify.report import FAIL, INFO, PASS
+from verify.vllm_logs import parse_engine_log, root_cause
+
+GPU = Path(__file__).parent / "fixtures" / "gpu"
+SHAPE_ERROR = "a and b must have same reduction dim, but got [s47, 3840] X [5632, 1024]"
+
+
+def facts(relative: str):
+    return parse_engine_log((GPU / relative).read_text())
+
+
+def test_unpatched_v1_engine_fails_with_the_47794_shape_error():
+    unpatched = facts("smoke-unpatched-L30/engine.log")
+    assert unpatched.root_cause.startswith(SHAPE_ERROR)
+    check = checks.check_engine_started(False, unpatched, "RuntimeError: Engine core initialization failed")
+    assert check.status == FAIL
+    assert SHAPE_ERROR in check.detail and "#47794" in check.detail and "build.py apply" in check.detail
+
+
+def test_unpatched_draft_keeps_its_own_embedding_and_the_gate_says_so():
+    unpatched = facts("smoke-unpatched-L30/engine.log")
+    # vLLM 0.25.0 logs "Sharing" first, then its width guard takes it back: the guard line wins.
+    assert unpatched.mtp_shares_embedding
+    assert unpatched.separate_embedding_lines == [
+        "Target embedding dim (2816) differs from draft embedding dim (1024). "
+        "Keeping separate embedding weights."]
+    check = checks.check_shared_embedding(unpatched, v2_runner=False)
+    assert check.status == FAIL and "2816" in check.detail
+
+
+def test_smoke_output_of_the_unpatched_run_names_the_shape_error():
+    stdout = (GPU / "smoke-unpatched-L30" / "stdout.txt").read_text()
+    assert SHAPE_ERROR in stdout and "exit 1" in stdout
+
+
+def test_patched_engine_facts():
+    patched = facts("smoke-patched-L6/engine.log")
+    assert patched.root_cause is None
+    assert patched.architectures == ["Gemma4ForCausalLM", "Gemma4MTPModel"]
+    assert patched.separate_embedding_lines == []
+    assert patched.cudagraph_mode == "FULL_AND_PIECEWISE" and patched.enforce_eager is False
+    assert patched.graph_capture_s == 15.0
+    assert patched.moe_backends == ["TRITON Fp8"]
+    assert patched.moe_config_missing[0].endswith("E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json")
+    assert [c.status for c in (checks.check_architectures(patched),
+                               checks.check_shared_embedding(patched, False),
+                               checks.check_cuda_graphs(patched, None))] == [PASS, PASS, PASS]
+
+
+def test_v2_runner_shares_without_a_log_line_and_is_recognised():
+    v2 = facts("bench-L6/engines/fp8-mtp3-v2.log")
+    assert v2.v2_runner and not v2.mtp_shares_embedding and not v2.separate_embedding_lines
+    assert checks.check_shared_embedding(v2, v2_runner=True).status == PASS
+    # The same log read as if it came from V1 proves nothing about sharing.
+    assert checks.check_shared_embedding(v2, v2_runner=False).status == FAIL
+
+
+def test_bf16_engine_runs_the_unquantized_triton_moe_backend():
+    bf16 = facts("bench-L6/engines/bf16-v1.log")
+    assert bf16.moe_backends == ["TRITON Unquantized"]
+    assert bf16.moe_config_missing[0].endswith("E=128,N=704,device_name=NVIDIA_H200.json")
+
+
+def test_moe_config_check_expected_and_not():
+    patched = facts("smoke-patched-L6/engine.log")
+    name = "E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    missing = checks.check_moe_config(patched, name, expected=True)
+    assert missing.status == FAIL and "Config file not found" in missing.detail
+    assert checks.check_moe_config(patched, name, expected=False).status == INFO
+    used = parse_engine_log("INFO 11-29 22:00:00 [fused_moe.py:1088] Using configuration from "
+                            f"/opt/vllm-forge/moe-configs/{name} for MoE layer.\n")
+    assert checks.check_moe_config(used, name, expected=True).status == PASS
+
+
+def test_timed_out_start_is_a_failed_check_not_a_traceback():
+    timed_out = facts("smoke-patched-L30-timeout/engine.log")
+    assert timed_out.root_cause == "TimeoutError: engine run exceeded 230 s"
+    assert checks.check_engine_started(False, timed_out, None).status == FAIL
+
+
+def test_eager_engine_fails_the_cuda_graph_check():
+    eager = parse_engine_log("INFO 11-29 [core.py:114] Initializing a V1 LLM engine (v0.25.0) with "
+                             "config: enforce_eager=True, compilation_config={'cudagraph_mode': "
+                             "<CUDAGraphMode.NONE: 0>}\n")
+    assert eager.enforce_eager and eager.cudagraph_mode == "NONE"
+    assert checks.check_cuda_graphs(eager, None).status == FAIL
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Traceback (most recent call last):\n  File x\nValueError: bad max_model_len\n",
+     "ValueError: bad max_model_len"),
+    ("(EngineCore pid=9) ERROR 11-29 22:00:01 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. "
+     "Tried to allocate 2.00 GiB\n", "CUDA out of memory. Tried to allocate 2.00 GiB"),
+    ("INFO all good\n", None),
+])
+def test_root_cause_picks_the_deciding_line(text, expected):
+    assert root_cause(text) == expected
