@@ -127,7 +127,12 @@ def test_smoke_report_table_and_verdict_from_the_captured_run(tmp_path):
     assert [c.status for c in checks] == [PASS, PASS, PASS, PASS, INFO, FAIL, INFO]
     table = render_table(checks)
     assert "RESULT: FAIL (4 passed, 1 failed)" in table
-    assert all(len(line) <= 160 for line in table.splitlines())
+    failed = next(c for c in checks if c.status == FAIL)
+    assert failed.detail in table  # a failure's root cause is never cut
+    assert all(len(line) <= 160 for line in table.splitlines() if " FAIL " not in line)
+    unpatched = [Check(**c) for c in json.loads(
+        (GPU / "smoke-unpatched-L30" / "mtp_smoke.json").read_text())["checks"]]
+    assert "#47794" in render_table(unpatched) and "build.py apply" in render_table(unpatched)
     path = write_report(tmp_path / "r.json", checks, recipe="gemma-4-26b-a4b-it")
     assert json.loads(path.read_text())["passed"] is False
     assert verdict([Check("x", INFO, "")]) is False  # nothing passed: not a pass

@@ -38,7 +38,9 @@ def render_table(checks: list[Check], width: int = 100) -> str:
     lines = [f"{'check':<{name_width}}  {'result':<{status_width}}  detail",
              f"{'-' * name_width}  {'-' * status_width}  {'-' * 6}"]
     for check in checks:
-        detail = check.detail if len(check.detail) <= width else check.detail[: width - 3] + "..."
+        # A failure is shown whole: its detail is the root cause the user needs.
+        short = check.failed or len(check.detail) <= width
+        detail = check.detail if short else check.detail[: width - 3] + "..."
         lines.append(f"{check.name:<{name_width}}  {check.status:<{status_width}}  {detail}")
     lines.append("")
     lines.append("RESULT: " + ("PASS" if verdict(checks) else "FAIL") +
