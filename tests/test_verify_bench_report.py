@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from verify import bench, bench_report
+from verify import bench
 from verify.report import FAIL, INFO, PASS, Check, render_table, verdict, write_report
 
 GPU = Path(__file__).parent / "fixtures" / "gpu"

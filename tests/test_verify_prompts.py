@@ -1,6 +1,5 @@
 """The verify prompt set: realistic, coherent text in every category, validated on load."""
 import re
-from pathlib import Path
 
 import pytest
 

@@ -107,8 +107,6 @@ def run_window(llm, window: dict, spec: dict) -> dict:
 def run_followup(llm, window: dict) -> dict:
     """TTFT of a second turn whose prefix (the first turn and its answer) is cached, against a
     cold prompt of the same length that shares no prefix with anything served before."""
-    from vllm import SamplingParams
-
     first = _token_ids(llm, window["prompts"][0])
     second = _token_ids(llm, window["prompts"][1], special_tokens=False)
     if window.get("warmup"):
