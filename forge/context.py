@@ -46,8 +46,12 @@ def source_info(root: Path = REPO_ROOT) -> Source:
     if not head:
         return Source("unknown", int(override or 0), dirty=False)
     epoch = int(override or (_git("log", "-1", "--format=%ct", root=root) or "0").strip())
-    status = _git("status", "--porcelain", "--", DOCKERFILE, *CONTEXT_PATHS, root=root) or ""
-    dirty = bool(status.strip())
+    status = _git("status", "--porcelain", "--untracked-files=all", "--", DOCKERFILE,
+                  *CONTEXT_PATHS, root=root) or ""
+    # Byte-code caches never reach the context, so they do not make a checkout dirty either.
+    changed = [line for line in status.splitlines()
+               if not SKIPPED_PARTS & set(Path(line[3:]).parts) and not line.endswith(".pyc")]
+    dirty = bool(changed)
     return Source(head + ("+dirty" if dirty else ""), epoch, dirty)
 
 

@@ -144,12 +144,20 @@ def finish(plan: Plan) -> Plan:
         "cuda": target.cuda, "cuda_arch": target.cuda_arch, "device_names": target.device_names,
         "base": {"image": plan.base.ref, "digest": plan.base_digest, "locked": plan.base_locked},
         "patches": plan.patches, "patch_set_hash": plan.patch_set_hash,
-        "moe_configs": plan.moe_configs, "env": target.env, "recipes": target.recipes,
+        "moe_configs": plan.moe_configs, "moe_configs_for_target": _for_target(plan),
+        "env": target.env, "recipes": target.recipes,
         "source": {"revision": plan.source.revision, "source_date_epoch": plan.source.epoch},
     }
     plan.context_bytes, plan.context_sha256 = context.build_context(plan.record, plan.source.epoch)
     plan.labels = labels_for(plan)
     return plan
+
+
+def _for_target(plan: Plan) -> list[str]:
+    """The installed configs vLLM will read on this target's hardware (its device_name)."""
+    marker = f"device_name={plan.target.moe_device_name}"
+    return [name for name in plan.moe_configs
+            if marker in name.removesuffix(".json").split(",")]
 
 
 def labels_for(plan: Plan) -> dict[str, str]:
@@ -171,7 +179,9 @@ def labels_for(plan: Plan) -> dict[str, str]:
         LABEL_PREFIX + "cuda-arch": plan.target.cuda_arch,
         LABEL_PREFIX + "patch-set-hash": plan.patch_set_hash,
         LABEL_PREFIX + "patches": patch_summary,
-        LABEL_PREFIX + "moe-configs": ",".join(plan.moe_configs),
+        # Config file names hold commas: ";" separates them.
+        LABEL_PREFIX + "moe-configs": ";".join(plan.moe_configs),
+        LABEL_PREFIX + "moe-configs-for-target": ";".join(_for_target(plan)),
         LABEL_PREFIX + "context-sha256": plan.context_sha256,
         LABEL_PREFIX + "build-record": RECORD_PATH,
     }

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from forge.lock import load_lock, save_lock
+from forge.patches import load_series, release_status
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -27,10 +28,36 @@ DEAD_PORT = "127.0.0.1:9"   # discard port: nothing listens there
 DEAD_ENGINE = "unix:///tmp/vllm-forge-no-such-engine.sock"
 
 
-def forge(*args, env=None, cwd=REPO, timeout=900):
-    result = subprocess.run([sys.executable, "build.py", *args], cwd=cwd, capture_output=True,
-                            text=True, timeout=timeout, env={**os.environ, **(env or {})})
+# The tests build from a committed snapshot of the repository (its own git history), so edits other
+# people make to the working tree meanwhile cannot change a plan between a build and its checks.
+SNAPSHOT: dict[str, Path] = {}
+GIT_ENV = {"GIT_AUTHOR_NAME": "forge-test", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "forge-test", "GIT_COMMITTER_EMAIL": "t@example.invalid",
+           "GIT_AUTHOR_DATE": "1790000000 +0000", "GIT_COMMITTER_DATE": "1790000000 +0000"}
+
+
+def forge(*args, env=None, cwd=None, timeout=900):
+    result = subprocess.run([sys.executable, "build.py", *args], cwd=cwd or SNAPSHOT["repo"],
+                            capture_output=True, text=True, timeout=timeout,
+                            env={**os.environ, **(env or {})})
     return result
+
+
+def _copy_tree(source: Path, copy: Path) -> Path:
+    ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
+    for name in ("forge", "patches", "verify", "recipes", "images"):
+        shutil.copytree(source / name, copy / name, ignore=ignore)
+    shutil.copy2(source / "build.py", copy / "build.py")
+    shutil.copy2(source / ".gitignore", copy / ".gitignore")
+    return copy
+
+
+def _snapshot(into: Path) -> Path:
+    repo = _copy_tree(REPO, into / "snapshot")
+    for command in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "snapshot"]):
+        subprocess.run(["git", "-C", str(repo), *command], check=True, capture_output=True,
+                       env={**os.environ, **GIT_ENV})
+    return repo
 
 
 def one_line_error(result) -> str:
@@ -44,6 +71,7 @@ def setup(standin_base, tmp_path_factory, docker_engine):
     """Environment that points forge at the local registry (as a mirror of upstream) and a lock file
     made by `build.py lock` against it."""
     work = tmp_path_factory.mktemp("images")
+    SNAPSHOT["repo"] = _snapshot(work)
     repository = f"{standin_base.mirror}/forge-test"
     env = {"VLLM_FORGE_BASE_MIRROR": standin_base.mirror, "VLLM_FORGE_LOCK": str(work / "lock.yaml"),
            "VLLM_FORGE_REPOSITORY": repository}
@@ -70,7 +98,10 @@ def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
     labels = attrs["Config"]["Labels"]
     assert labels["io.vllm-forge.target"] == target
     assert labels["io.vllm-forge.vllm-version"] == VERSION
-    assert labels["io.vllm-forge.patches"] == "gemma4-mtp-share-embeddings=applies"
+    series = load_series(SNAPSHOT["repo"] / "patches" / "series.yaml")
+    expected = {s.id: s.status for s in release_status(VERSION, series=series)}
+    assert expected["gemma4-mtp-share-embeddings"] == "applies"
+    assert labels["io.vllm-forge.patches"] == ",".join(f"{k}={v}" for k, v in expected.items())
     assert labels["org.opencontainers.image.base.digest"] == setup["standin"].digest
     assert labels["org.opencontainers.image.revision"]
     out = _run_in(client, tag, f"uname -m; cat /opt/vllm-forge/build-record.json; "
@@ -82,9 +113,13 @@ def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
     record = json.loads(record_text)
     assert (record["target"], record["vllm_version"]) == (target, VERSION)
     assert record["base"]["digest"] == setup["standin"].digest
-    assert [(p["id"], p["status"]) for p in record["patches"]] == [("gemma4-mtp-share-embeddings", "applies")]
+    assert {p["id"]: p["status"] for p in record["patches"]} == expected
     assert record["patch_set_hash"] == labels["io.vllm-forge.patch-set-hash"]
     assert record["source"]["revision"] == labels["org.opencontainers.image.revision"]
+    head = subprocess.run(["git", "-C", str(SNAPSHOT["repo"]), "rev-parse", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    assert record["source"] == {"revision": head, "source_date_epoch": 1790000000}
+    assert labels["org.opencontainers.image.created"] == "2026-09-21T14:13:20Z"
     assert count == "1", "the patched line must be in the image's vLLM exactly once"
     assert folder == "/opt/vllm-forge/moe-configs"
     return record
@@ -127,12 +162,8 @@ def test_push_both_tags_then_rebuild_from_lock_is_identical(setup, docker_engine
 
 
 def _repo_copy(tmp_path: Path) -> Path:
-    copy = tmp_path / "repo"
-    ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
-    for name in ("forge", "patches", "verify", "recipes", "images"):
-        shutil.copytree(REPO / name, copy / name, ignore=ignore)
-    shutil.copy2(REPO / "build.py", copy / "build.py")
-    return copy
+    """A copy of the snapshot (no git: revision "unknown") for tests that change files."""
+    return _copy_tree(SNAPSHOT["repo"], tmp_path / "repo")
 
 
 def _edit_patch(copy: Path, old: str, new: str) -> None:
@@ -264,7 +295,7 @@ def test_tuned_moe_config_lands_where_vllm_reads_it(setup, docker_engine, tmp_pa
     name = "E=128,N=704,device_name=NVIDIA_A100-SXM4-80GB.json"
     config = json.dumps({"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128,
                                "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3}})
-    (copy / "patches" / "moe-configs").mkdir()
+    (copy / "patches" / "moe-configs").mkdir(exist_ok=True)
     (copy / "patches" / "moe-configs" / name).write_text(config)
     series = copy / "patches" / "series.yaml"
     data = yaml.safe_load(series.read_text())
@@ -279,9 +310,10 @@ def test_tuned_moe_config_lands_where_vllm_reads_it(setup, docker_engine, tmp_pa
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     tag = f"{repository}:vllm{VERSION}-a100"
     labels = docker_engine.api.inspect_image(tag)["Config"]["Labels"]
-    assert labels["io.vllm-forge.moe-configs"] == name
+    assert name in labels["io.vllm-forge.moe-configs"].split(";")
+    assert labels["io.vllm-forge.moe-configs-for-target"] == name, "a100 reads only its own device's file"
     out = _run_in(docker_engine, tag, f"cat \"$VLLM_TUNED_CONFIG_FOLDER/{name}\"; echo; "
                                       "python3 -c \"import json; print(json.load(open('/opt/vllm-forge/build-record.json'))['moe_configs'])\"")
     body, listed = out.strip().split("\n")
     assert json.loads(body) == json.loads(config)
-    assert listed == str([name])
+    assert name in listed

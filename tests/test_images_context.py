@@ -63,6 +63,9 @@ def test_source_revision_epoch_and_dirty(tmp_path):
     head = _git(root, "rev-parse", "HEAD").strip()
     source = context.source_info(root)
     assert (source.revision, source.epoch, source.dirty) == (head, 1700000000, False)
+    (root / "forge" / "__pycache__").mkdir()
+    (root / "forge" / "__pycache__" / "plan.cpython-311.pyc").write_bytes(b"\0")
+    assert not context.source_info(root).dirty, "byte-code caches are not changes"
     (root / "forge" / "plan.py").write_text("# changed\n")
     dirty = context.source_info(root)
     assert dirty.revision == head + "+dirty" and dirty.dirty
