@@ -206,8 +206,11 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"  {t.platform:<11} {plan.platform_digest}")
     lines += ["  patches"]
     lines += [f"    {p['id']:<36} {p['kind']:<10} {p['status']:<16} {p['detail']}" for p in plan.patches]
-    lines += [f"  moe configs {', '.join(plan.moe_configs) or '(none apply)'}",
-              f"  patch set   {plan.patch_set_hash}",
+    for_target = set(_for_target(plan))
+    lines += ["  moe configs" + ("" if plan.moe_configs else " (none apply)")]
+    lines += [f"    {name}" + ("   <- read on this target" if name in for_target else "")
+              for name in plan.moe_configs]
+    lines += [f"  patch set   {plan.patch_set_hash}",
               f"  source      {plan.source.revision} (SOURCE_DATE_EPOCH {plan.source.epoch})"]
     if plan.context_sha256:
         lines.append(f"  context     sha256:{plan.context_sha256} ({len(plan.context_bytes)} bytes)")
