@@ -34,6 +34,10 @@ GEMMA4_SHAPE = {"experts": 128, "intermediate": 704, "hidden": 2816, "topk": 8}
 # Token counts a server runs: decode batches up to max_num_seqs x (1 + k) and prefill chunks.
 # A config tuned only for M=1 and used at M=8 was slower than the default (REFERENCE.md §2).
 SERVER_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096]
+# Releases a config tuned on vLLM 0.25.0 is shipped for: 0.25 and 0.26 pin the same torch
+# (2.11.0) and so the same Triton that compiled the kernel we timed (REFERENCE.md §1); from 0.27
+# torch and Triton move on and a config must be re-tuned there.
+TUNED_RELEASES = ">=0.25.0,<0.27"
 # Tuned must beat the default by this fraction to be kept: smaller gaps are timing noise.
 MIN_GAIN = 0.01
 SPACES = {
@@ -135,7 +139,8 @@ def provenance_text(results: dict) -> str:
             f"(tuned did not win by {MIN_GAIN:.0%}). Provenance: device {p['device']}, driver "
             f"{p['driver']}, Triton {p['triton']}, torch {p['torch']}, vLLM {p['vllm']}, "
             f"search space {results['space']}, date {p['date']}, duration {p['duration_s']} s, "
-            f"command: {p['command']}")
+            f"command: {p['command']}. Shipped for {TUNED_RELEASES}: the releases that pin the "
+            f"torch and Triton it was tuned with.")
 
 
 def import_results(results_path: Path, config_dir: Path = MOE_CONFIG_DIR,
@@ -171,7 +176,7 @@ def register(config_file: Path, why: str, series_path: Path | None = None) -> No
         id=patch_id(config_file.name), kind="moe-config",
         title=f"Tuned fused-MoE config {config_file.name}",
         files=[patch_series.PatchFile(relative, digest, config_file.resolve())],
-        releases="==0.25.*", why=why)
+        releases=TUNED_RELEASES, why=why)
     series.patches = [p for p in series.patches if p.id != entry.id] + [entry]
     patch_series.save_series(series, series.path)
 
