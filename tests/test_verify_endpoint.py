@@ -108,6 +108,21 @@ def test_collapsed_drafter_fails_the_gate_over_http(tmp_path):
     assert "all rejected" in checks["acceptance (temperature 0)"]["detail"]
     assert checks["CUDA graphs"]["status"] == "PASS"  # from the server's log
     assert report["windows"]["greedy"]["drafts"] == 1016
+    # The H200 recipe expects its tuned MoE config; the captured run had none exported.
+    assert checks["tuned MoE config"]["status"] == "FAIL"
+    assert "Config file not found" in checks["tuned MoE config"]["detail"]
+
+
+def log_with_tuned_config(tmp_path) -> Path:
+    """The captured log as it reads when the image exports VLLM_TUNED_CONFIG_FOLDER: vLLM's
+    "Using configuration from ... for MoE layer." in place of its "Config file not found"."""
+    name = "E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    text = re.sub(r"WARNING (\S+ \S+) \[fused_moe.py:\d+\] Using default MoE config[^\n]*",
+                  rf"INFO \1 [fused_moe.py:1088] Using configuration from /opt/vllm-forge/moe-configs/{name} for MoE layer.",
+                  (GPU / "engine.log").read_text())
+    path = tmp_path / "server.log"
+    path.write_text(text)
+    return path
 
 
 def test_window_delta_passes_where_lifetime_totals_would_fail(tmp_path):
@@ -115,12 +130,13 @@ def test_window_delta_passes_where_lifetime_totals_would_fail(tmp_path):
     window = with_acceptance(AFTER, 200, 0.8)
     sampled = with_acceptance(window, 200, 0.5)
     with FakeServer([AFTER, window, sampled]) as server:
-        code, report = smoke(server.url, tmp_path, "--server-log", str(GPU / "engine.log"))
+        code, report = smoke(server.url, tmp_path, "--server-log", str(log_with_tuned_config(tmp_path)))
     checks = by_name(report)
     assert checks["acceptance (temperature 0)"]["status"] == "PASS", checks["acceptance (temperature 0)"]
     assert report["windows"]["greedy"]["acceptance_rate"] == pytest.approx(0.8)
     assert report["windows"]["recipe_sampling"]["acceptance_rate"] == pytest.approx(0.5)
     assert checks["acceptance (recipe sampling)"]["status"] == "INFO"
+    assert checks["tuned MoE config"]["status"] == "PASS"
     assert code == 0 and report["passed"] is True
 
 
