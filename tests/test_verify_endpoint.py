@@ -155,9 +155,9 @@ def test_unreachable_server_is_a_failed_check(tmp_path):
 def test_bench_burst_every_request_answered(tmp_path):
     with FakeServer([AFTER]) as server:
         code = bench.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--endpoint",
-                           server.url, "--burst", "120", "--out", str(tmp_path)])
+                           server.url, "--burst", "500", "--out", str(tmp_path)])
         completions = server.completions
     report = json.loads((tmp_path / "bench.json").read_text())
-    assert code == 0 and completions == 120
-    assert report["server_burst"]["answered"] == 120 and report["server_burst"]["failed"] == 0
-    assert "120/120 answered (0 failed)" in (tmp_path / "bench.md").read_text()
+    assert code == 0 and completions == 500
+    assert report["server_burst"]["answered"] == 500 and report["server_burst"]["failed"] == 0
+    assert "500/500 answered (0 failed)" in (tmp_path / "bench.md").read_text()
