@@ -54,6 +54,9 @@ def _add_apply(commands) -> None:
     p.add_argument("--moe-config-dir", metavar="DIR",
                    help="install the series' tuned fused-MoE configs here "
                         "(images export it as VLLM_TUNED_CONFIG_FOLDER)")
+    p.add_argument("--moe-device", metavar="NAME",
+                   help="only the MoE configs tuned for this GPU (device_name in vLLM's file names, "
+                        "e.g. NVIDIA_H200); default: every config")
     p.set_defaults(handler="forge.patches:cmd_apply")
 
 

@@ -83,10 +83,11 @@ class _Write:
 
 
 def apply_series(site_packages=None, expected_version=None, revert=False, moe_config_dir=None,
-                 series_path=None) -> ApplyReport:
+                 series_path=None, moe_device=None) -> ApplyReport:
     installed = find_vllm(site_packages)
     with _exclusive(installed):
-        return _apply_locked(installed, expected_version, revert, moe_config_dir, series_path)
+        return _apply_locked(installed, expected_version, revert, moe_config_dir, series_path,
+                             moe_device)
 
 
 @contextlib.contextmanager
@@ -105,7 +106,7 @@ def _exclusive(installed: InstalledVllm):
         os.close(fd)
 
 
-def _apply_locked(installed, expected_version, revert, moe_config_dir, series_path
+def _apply_locked(installed, expected_version, revert, moe_config_dir, series_path, moe_device
                   ) -> ApplyReport:
     if expected_version is not None and not _same_release(expected_version, installed.version):
         raise ForgeError(f"--vllm {expected_version}: the vLLM installed at "
@@ -123,7 +124,7 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
         raise ForgeError(f"{_record_path(installed)}: vLLM was patched by a different patch "
                          "series; run `build.py apply --revert` first")
     _check_covered(series, installed)
-    statuses = tree_status(series, installed.site_dir, installed.version)
+    statuses = tree_status(series, installed.site_dir, installed.version, moe_device)
     for s in statuses:
         if s.status == "conflict":
             raise ConflictError(f"{installed.package_dir}: patch {s.id}: {s.detail}; "

@@ -31,7 +31,8 @@ from forge.patch_series import Patch, Series, load_series, save_series
 
 __all__ = ["load_series", "save_series", "release_status", "matrix", "patch_set_hash",
            "apply_series", "find_vllm", "Series", "Patch", "PatchStatus", "ApplyReport",
-           "InstalledVllm", "status_of", "tree_status", "MOE_CONFIGS_DIR"]
+           "InstalledVllm", "status_of", "tree_status", "for_moe_device", "moe_devices_of",
+           "MOE_CONFIGS_DIR"]
 
 MOE_CONFIGS_DIR = "vllm/model_executor/layers/fused_moe/configs"
 STATUSES = ("applies", "already-upstream", "not-needed", "conflict")
@@ -126,8 +127,33 @@ def _moe_status(patch: Patch, root: Path, status) -> PatchStatus:
     return status("applies", detail + "; delivered through VLLM_TUNED_CONFIG_FOLDER")
 
 
-def tree_status(series: Series, root: Path, version: Version) -> list[PatchStatus]:
-    return [status_of(patch, root, version) for patch in series.patches]
+def tree_status(series: Series, root: Path, version: Version, moe_device: str | None = None
+                ) -> list[PatchStatus]:
+    statuses = [status_of(patch, root, version) for patch in series.patches]
+    return for_moe_device(statuses, series, moe_device)
+
+
+def moe_devices_of(patch: Patch) -> set[str]:
+    """The GPUs a moe-config patch was tuned for: the device_name= field of its file names."""
+    return {field.split("=", 1)[1] for f in patch.files for field in f.name[:-len(".json")].split(",")
+            if field.startswith("device_name=")}
+
+
+def for_moe_device(statuses: list[PatchStatus], series: Series, moe_device: str | None
+                   ) -> list[PatchStatus]:
+    """One image's view of the series: a config tuned for another GPU is not-needed there, so
+    an A100 image neither carries H200 tunes nor changes its patch-set hash when they change.
+    None keeps every config (a user's venv: vLLM itself picks the file by device name)."""
+    if moe_device is None:
+        return statuses
+    narrowed = []
+    for patch, status in zip(series.patches, statuses):
+        devices = moe_devices_of(patch) if patch.kind == "moe-config" else set()
+        if devices and moe_device not in devices and status.status != "not-needed":
+            status = PatchStatus(status.id, status.kind, "not-needed",
+                                 f"tuned for {', '.join(sorted(devices))}, not {moe_device}")
+        narrowed.append(status)
+    return narrowed
 
 
 # --- statuses of releases from their real sdist trees, cached ---------------------------------
@@ -148,21 +174,21 @@ def _status_cache_file(series: Series, version: str) -> Path:
     return cache_dir() / "patch-status" / key / f"{version}.json"
 
 
-def release_status(version: str, offline: bool = False, series: Series | None = None
-                   ) -> list[PatchStatus]:
-    """Status of every patch against release `version`'s real source tree (sdist from PyPI)."""
+def release_status(version: str, offline: bool = False, series: Series | None = None,
+                   moe_device: str | None = None) -> list[PatchStatus]:
+    """Status of every patch against release `version`'s real source tree (sdist from PyPI);
+    with `moe_device`, as an image for that GPU sees it (see for_moe_device)."""
     from forge import releases
 
     series = series or load_series()
     parsed = Version(str(releases.sdist_info(version, offline=offline).version))
     cached = _status_cache_file(series, str(parsed))
     try:
-        return [PatchStatus(**entry) for entry in json.loads(cached.read_text())]
+        statuses = [PatchStatus(**entry) for entry in json.loads(cached.read_text())]
     except (OSError, ValueError, TypeError):
-        pass
-    statuses = tree_status(series, releases.release_tree(str(parsed), offline=offline), parsed)
-    _write_json_atomically(cached, [s.to_dict() for s in statuses])
-    return statuses
+        statuses = tree_status(series, releases.release_tree(str(parsed), offline=offline), parsed)
+        _write_json_atomically(cached, [s.to_dict() for s in statuses])
+    return for_moe_device(statuses, series, moe_device)
 
 
 def matrix(versions, offline: bool = False, series: Series | None = None
@@ -198,11 +224,11 @@ def _write_json_atomically(path: Path, data) -> None:
 # --- apply (the implementation lives in forge.patch_apply) ------------------------------------
 
 def apply_series(site_packages=None, expected_version=None, revert=False, moe_config_dir=None,
-                 series_path=None):
+                 series_path=None, moe_device=None):
     from forge.patch_apply import apply_series as _apply
 
     return _apply(site_packages=site_packages, expected_version=expected_version, revert=revert,
-                  moe_config_dir=moe_config_dir, series_path=series_path)
+                  moe_config_dir=moe_config_dir, series_path=series_path, moe_device=moe_device)
 
 
 def __getattr__(name):   # ApplyReport lives with the apply code; keep it importable from here
@@ -239,7 +265,8 @@ def cmd_patches(args) -> int:
 
 def cmd_apply(args) -> int:
     report = apply_series(site_packages=args.site_packages, expected_version=args.vllm,
-                          revert=args.revert, moe_config_dir=getattr(args, "moe_config_dir", None))
+                          revert=args.revert, moe_config_dir=args.moe_config_dir,
+                          moe_device=args.moe_device)
     for line in report.lines():
         print(line)
     return 0
