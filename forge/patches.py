@@ -32,6 +32,7 @@ from forge.patch_series import Patch, Series, load_series, save_series
 __all__ = ["load_series", "save_series", "release_status", "matrix", "patch_set_hash",
            "apply_series", "find_vllm", "Series", "Patch", "PatchStatus", "ApplyReport",
            "InstalledVllm", "status_of", "tree_status", "for_moe_device", "moe_devices_of",
+           "shipped_moe_configs",
            "MOE_CONFIGS_DIR"]
 
 MOE_CONFIGS_DIR = "vllm/model_executor/layers/fused_moe/configs"
@@ -137,6 +138,15 @@ def moe_devices_of(patch: Patch) -> set[str]:
     """The GPUs a moe-config patch was tuned for: the device_name= field of its file names."""
     return {field.split("=", 1)[1] for f in patch.files for field in f.name[:-len(".json")].split(",")
             if field.startswith("device_name=")}
+
+
+def shipped_moe_configs(version: str, series: Series | None = None) -> set[str]:
+    """File names of the tuned MoE configs this series delivers to vLLM `version` (in range, not
+    retired): what an image of that release carries, so what verify may expect vLLM to read."""
+    series = series or load_series()
+    parsed = Version(str(version))
+    return {f.name for p in series.patches if p.kind == "moe-config" and p.in_range(parsed)
+            and not p.retired_for(parsed) for f in p.files}
 
 
 def for_moe_device(statuses: list[PatchStatus], series: Series, moe_device: str | None

@@ -18,6 +18,7 @@ MOE_CONFIG_MISSING = re.compile(r"Using default MoE config\. Performance might b
                                 r"Config file not found at ([^\n]+)")
 MOE_BACKEND = re.compile(r"Using '?(\w+)'? (Unquantized|Fp8|NvFp4|Mxfp4|W4A8) MoE backend")
 V2_RUNNER = "Using V2 Model Runner"
+ENGINE_VERSION = re.compile(r"Initializing a V\d LLM engine \(v([^)\s]+)\)")
 # Root causes worth naming, most specific first. The first is vLLM #47794 (the MTP width guard).
 KNOWN_CAUSES = [
     re.compile(r"a and b must have same reduction dim[^\n]*"),
@@ -40,6 +41,7 @@ class EngineLogFacts:
     moe_config_missing: list[str] = field(default_factory=list)
     moe_backends: list[str] = field(default_factory=list)
     v2_runner: bool = False
+    vllm_version: str | None = None
     root_cause: str | None = None
 
     def to_dict(self) -> dict:
@@ -66,6 +68,8 @@ def parse_engine_log(text: str) -> EngineLogFacts:
     facts.moe_config_missing = _unique(m.strip() for m in MOE_CONFIG_MISSING.findall(text))
     facts.moe_backends = _unique(f"{b} {kind}" for b, kind in MOE_BACKEND.findall(text))
     facts.v2_runner = V2_RUNNER in text
+    version = ENGINE_VERSION.search(text)
+    facts.vllm_version = version.group(1) if version else None
     facts.root_cause = root_cause(text)
     return facts
 
