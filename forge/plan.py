@@ -58,7 +58,8 @@ class Plan:
         return f"{self.base.repo}@{self.platform_digest or self.base_digest}"
 
     def build_args(self) -> dict[str, str]:
-        return {"BASE_IMAGE": self.from_image, "VLLM_VERSION": self.vllm, **self.target.env}
+        return {"BASE_IMAGE": self.from_image, "VLLM_VERSION": self.vllm,
+                "VLLM_FORGE_MOE_DEVICE": self.target.moe_device_name, **self.target.env}
 
     def to_dict(self) -> dict:
         return {
@@ -73,15 +74,16 @@ class Plan:
         }
 
 
-def _patch_statuses(vllm: str):
-    """Statuses on the cached release tree first (no network); fetch the release only when needed."""
+def _patch_statuses(vllm: str, moe_device: str):
+    """Statuses as this target's image sees them (MoE configs tuned for other GPUs are not-needed),
+    on the cached release tree first (no network); fetch the release only when needed."""
     from forge import patches
 
     series = patches.load_series()
     try:
-        statuses = patches.release_status(vllm, offline=True, series=series)
+        statuses = patches.release_status(vllm, offline=True, series=series, moe_device=moe_device)
     except ForgeError:
-        statuses = patches.release_status(vllm, series=series)
+        statuses = patches.release_status(vllm, series=series, moe_device=moe_device)
     patches.raise_on_conflict(statuses, f"vLLM {vllm}")
     return series, statuses
 
@@ -111,7 +113,7 @@ def resolve_plan(target_name: str, vllm: str, repository: str | None = None,
     target = get_target(target_name)
     base = _override(base_image) if base_image else target.base_for(vllm)
     _check_env_declared(target)
-    series, statuses = _patch_statuses(vllm)
+    series, statuses = _patch_statuses(vllm, target.moe_device_name)
     digest = load_lock(lock_path).get(base.ref)
     if digest is None and not allow_unlocked:
         raise ForgeError(f"{lock_file(lock_path)}: bases: {base.ref} is not locked; run "
@@ -144,20 +146,13 @@ def finish(plan: Plan) -> Plan:
         "cuda": target.cuda, "cuda_arch": target.cuda_arch, "device_names": target.device_names,
         "base": {"image": plan.base.ref, "digest": plan.base_digest, "locked": plan.base_locked},
         "patches": plan.patches, "patch_set_hash": plan.patch_set_hash,
-        "moe_configs": plan.moe_configs, "moe_configs_for_target": _for_target(plan),
+        "moe_configs": plan.moe_configs,
         "env": target.env, "recipes": target.recipes,
         "source": {"revision": plan.source.revision, "source_date_epoch": plan.source.epoch},
     }
     plan.context_bytes, plan.context_sha256 = context.build_context(plan.record, plan.source.epoch)
     plan.labels = labels_for(plan)
     return plan
-
-
-def _for_target(plan: Plan) -> list[str]:
-    """The installed configs vLLM will read on this target's hardware (its device_name)."""
-    marker = f"device_name={plan.target.moe_device_name}"
-    return [name for name in plan.moe_configs
-            if marker in name.removesuffix(".json").split(",")]
 
 
 def labels_for(plan: Plan) -> dict[str, str]:
@@ -181,7 +176,6 @@ def labels_for(plan: Plan) -> dict[str, str]:
         LABEL_PREFIX + "patches": patch_summary,
         # Config file names hold commas: ";" separates them.
         LABEL_PREFIX + "moe-configs": ";".join(plan.moe_configs),
-        LABEL_PREFIX + "moe-configs-for-target": ";".join(_for_target(plan)),
         LABEL_PREFIX + "context-sha256": plan.context_sha256,
         LABEL_PREFIX + "build-record": RECORD_PATH,
     }
@@ -206,10 +200,8 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"  {t.platform:<11} {plan.platform_digest}")
     lines += ["  patches"]
     lines += [f"    {p['id']:<36} {p['kind']:<10} {p['status']:<16} {p['detail']}" for p in plan.patches]
-    for_target = set(_for_target(plan))
-    lines += ["  moe configs" + ("" if plan.moe_configs else " (none apply)")]
-    lines += [f"    {name}" + ("   <- read on this target" if name in for_target else "")
-              for name in plan.moe_configs]
+    lines += [f"  moe configs (for {t.moe_device_name})" + ("" if plan.moe_configs else ": none")]
+    lines += [f"    {name}" for name in plan.moe_configs]
     lines += [f"  patch set   {plan.patch_set_hash}",
               f"  source      {plan.source.revision} (SOURCE_DATE_EPOCH {plan.source.epoch})"]
     if plan.context_sha256:

@@ -17,6 +17,7 @@ import yaml
 
 from forge.lock import load_lock, save_lock
 from forge.patches import load_series, release_status
+from forge.targets import load_targets
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -99,7 +100,8 @@ def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
     assert labels["io.vllm-forge.target"] == target
     assert labels["io.vllm-forge.vllm-version"] == VERSION
     series = load_series(SNAPSHOT["repo"] / "patches" / "series.yaml")
-    expected = {s.id: s.status for s in release_status(VERSION, series=series)}
+    device = load_targets()[target].moe_device_name
+    expected = {s.id: s.status for s in release_status(VERSION, series=series, moe_device=device)}
     assert expected["gemma4-mtp-share-embeddings"] == "applies"
     assert labels["io.vllm-forge.patches"] == ",".join(f"{k}={v}" for k, v in expected.items())
     assert labels["org.opencontainers.image.base.digest"] == setup["standin"].digest
@@ -310,10 +312,12 @@ def test_tuned_moe_config_lands_where_vllm_reads_it(setup, docker_engine, tmp_pa
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     tag = f"{repository}:vllm{VERSION}-a100"
     labels = docker_engine.api.inspect_image(tag)["Config"]["Labels"]
-    assert name in labels["io.vllm-forge.moe-configs"].split(";")
-    assert labels["io.vllm-forge.moe-configs-for-target"] == name, "a100 reads only its own device's file"
+    # The series also ships H200 tunes: an a100 image carries its own device's file alone.
+    assert labels["io.vllm-forge.moe-configs"] == name
     out = _run_in(docker_engine, tag, f"cat \"$VLLM_TUNED_CONFIG_FOLDER/{name}\"; echo; "
+                                      "ls \"$VLLM_TUNED_CONFIG_FOLDER\" | wc -l; "
                                       "python3 -c \"import json; print(json.load(open('/opt/vllm-forge/build-record.json'))['moe_configs'])\"")
-    body, listed = out.strip().split("\n")
+    body, count, listed = out.strip().split("\n")
     assert json.loads(body) == json.loads(config)
-    assert name in listed
+    assert int(count) == 1
+    assert listed == str([name])
