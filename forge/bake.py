@@ -15,6 +15,7 @@ import shutil
 import tarfile
 from pathlib import Path
 
+from forge.archives import extract_safely
 from forge.errors import ForgeError
 from forge.plan import Plan, resolve_plan
 from forge.targets import load_targets
@@ -57,7 +58,7 @@ def _unpack(plan: Plan, directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(plan.context_bytes)) as archive:
-        archive.extractall(directory, filter="data")
+        extract_safely(archive, directory)
 
 
 def cmd_bake(args) -> int:

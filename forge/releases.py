@@ -23,6 +23,7 @@ from urllib.parse import urljoin
 
 from packaging.version import InvalidVersion, Version
 
+from forge.archives import extract_safely
 from forge.errors import ForgeError
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/vllm/"
@@ -210,7 +211,7 @@ def release_tree(version: str, offline: bool = False) -> Path:
                        if m.name.startswith(prefix) and (m.isfile() or m.isdir())]
             for member in members:
                 member.name = member.name[len(f"vllm-{parsed}/"):]
-            archive.extractall(staging, members=members, filter="data")
+            extract_safely(archive, staging, members)
         if not (staging / "vllm" / "__init__.py").exists():
             raise ForgeError(f"vLLM {parsed}'s sdist {sdist} holds no vllm/ package")
         shutil.rmtree(tree, ignore_errors=True)  # a half-made tree from an interrupted run

@@ -1,0 +1,44 @@
+"""Safe extraction on Pythons with and without tarfile's data filter (Debian 12's 3.11.2 has none)."""
+import io
+import tarfile
+
+import pytest
+
+from forge import archives
+from forge.errors import ForgeError
+
+
+def _archive(tmp_path, entries):
+    path = tmp_path / "a.tar"
+    with tarfile.open(path, "w") as archive:
+        for name, kind in entries:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                info.size, info.mode = 5, 0o4777
+                archive.addfile(info, io.BytesIO(b"hello"))
+            else:
+                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                archive.addfile(info)
+    return path
+
+
+@pytest.fixture(params=[True, False], ids=["data-filter", "own-rule"])
+def extraction_path(request, monkeypatch):
+    monkeypatch.setattr(archives, "HAS_DATA_FILTER", request.param and archives.HAS_DATA_FILTER)
+    return request.param
+
+
+def test_plain_files_extract_without_setuid(tmp_path, extraction_path):
+    with tarfile.open(_archive(tmp_path, [("pkg/a.py", "file")])) as archive:
+        archives.extract_safely(archive, tmp_path / "out")
+    extracted = tmp_path / "out" / "pkg" / "a.py"
+    assert extracted.read_bytes() == b"hello"
+    assert not extracted.stat().st_mode & 0o4022
+
+
+@pytest.mark.parametrize("entry", [("../escape.py", "file"), ("pkg/link", "symlink")])
+def test_escapes_and_links_are_refused(tmp_path, extraction_path, entry):
+    with tarfile.open(_archive(tmp_path, [entry])) as archive:
+        with pytest.raises((ForgeError, getattr(tarfile, "FilterError", ForgeError))):
+            archives.extract_safely(archive, tmp_path / "out")
+    assert not (tmp_path / "escape.py").exists()
