@@ -356,6 +356,14 @@ def publish_sbom_scanner(client, registry: Registry) -> str:
 
 
 @pytest.fixture(scope="session")
+def buildx():
+    """The real buildx CLI plugin (Debian 13's, unpacked by tests/infra/install-buildx.sh); the
+    fixture's value is the docker CLI that now runs `docker buildx ...`."""
+    _run("install-buildx.sh", timeout=600)
+    return "docker"
+
+
+@pytest.fixture(scope="session")
 def buildkit_engine(docker_engine):
     """DOCKER_HOST of a private Engine 26 (BuildKit, containerd image store), stopped at the end."""
     host = _run("start-dockerd26.sh", timeout=900).strip().splitlines()[-1]

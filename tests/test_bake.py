@@ -12,17 +12,7 @@ from forge.lock import save_lock
 pytestmark = [pytest.mark.docker]
 
 REPO = Path(__file__).resolve().parents[1]
-INFRA = REPO / "tests" / "infra"
 VERSION = "0.25.0"
-
-
-@pytest.fixture(scope="module")
-def buildx():
-    """The real buildx CLI plugin (Debian 13's, unpacked by tests/infra/install-buildx.sh)."""
-    result = subprocess.run(["bash", str(INFRA / "install-buildx.sh")], capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0, result.stderr
-    return "docker"
 
 
 def bake(tmp_path, standin, *extra, lock=None):

@@ -18,16 +18,7 @@ from tests.workflow_steps import run_step, step_script, workflow_checkout
 pytestmark = [pytest.mark.docker]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-INFRA = REPO_ROOT / "tests" / "infra"
 REPOSITORY_PATH = "acme/vllm-forge"
-
-
-@pytest.fixture(scope="module")
-def buildx():
-    """The real buildx CLI plugin (tests/infra/install-buildx.sh), for release.yml's guard step."""
-    result = subprocess.run(["bash", str(INFRA / "install-buildx.sh")], capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0, result.stderr
 
 
 def tiny_image(client, content: str) -> str:
