@@ -17,11 +17,20 @@ from forge.errors import ForgeError
 DEFAULT_COMMAND = "build"
 
 
+def _add_repository_flag(p) -> None:
+    p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
+
+
+def _add_offline_flag(p) -> None:
+    p.add_argument("--offline", action="store_true",
+                   help="use only the cached release index and sources (no network)")
+
+
 def _add_build(commands) -> None:
     p = commands.add_parser("build", help="build a serving image for a target (the default command)")
     p.add_argument("--target", required=True, help="hardware target from images/targets.yaml")
     p.add_argument("--vllm", required=True, metavar="VERSION", help="vLLM release, e.g. 0.27.1")
-    p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
+    _add_repository_flag(p)
     p.add_argument("--push", action="store_true", help="push the immutable and the moving tag")
     p.add_argument("--plan", action="store_true", help="print the resolved plan; build nothing")
     p.add_argument("--allow-unlocked", action="store_true",
@@ -40,7 +49,7 @@ def _add_patches(commands) -> None:
     which.add_argument("--vllm", metavar="VERSION", help="one release")
     which.add_argument("--all", action="store_true", help="every release from 0.21.0 to the newest")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--offline", action="store_true", help="use only cached index and sources")
+    _add_offline_flag(p)
     p.set_defaults(handler="forge.patches:cmd_patches")
 
 
@@ -72,7 +81,7 @@ def _add_bake(commands) -> None:
     p = commands.add_parser("bake", help="write a docker buildx bake file for every target")
     p.add_argument("--vllm", required=True, metavar="VERSION")
     p.add_argument("--target", action="append", help="only these targets (repeatable)")
-    p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
+    _add_repository_flag(p)
     p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
     p.add_argument("--output", "-o", default="docker-bake.json", help="file to write")
     p.set_defaults(handler="forge.bake:cmd_bake")
@@ -83,7 +92,7 @@ def _add_serve(commands) -> None:
     p.add_argument("--recipe", required=True, help="recipe name from recipes/")
     p.add_argument("--target", required=True)
     p.add_argument("--vllm", required=True, metavar="VERSION")
-    p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
+    _add_repository_flag(p)
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--hf-cache", default="~/.cache/huggingface", help="Hugging Face cache to mount")
     p.add_argument("--run", action="store_true", help="run the command instead of printing it")
@@ -118,7 +127,7 @@ def _add_publish(commands) -> None:
     p.add_argument("--verify-report", metavar="JSON", action="append",
                    help="verify/ report, one per recipe, or a directory of them "
                         "(repeatable; none: not verified)")
-    p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
+    _add_repository_flag(p)
     p.add_argument("--index", help="the known-good index file (default images/published.json)")
     p.add_argument("--move-tag", action="store_true",
                    help="when verify passed, point the moving tag at the digest in the registry")
@@ -145,7 +154,7 @@ def _add_upstream_watch(commands) -> None:
     p.add_argument("--pr-body", metavar="FILE", help="write the pull request (or issue) body here")
     p.add_argument("--github-output", metavar="FILE",
                    help="append newest=, changed= and conflicts= (a GitHub Actions step output file)")
-    p.add_argument("--offline", action="store_true", help="use only the cached release index and sources")
+    _add_offline_flag(p)
     p.set_defaults(handler="forge.upstream:cmd_upstream_watch")
 
 
@@ -153,7 +162,7 @@ def _add_readme_table(commands) -> None:
     p = commands.add_parser("readme-table", help="regenerate README.md's per-release patch status table")
     p.add_argument("--readme", help="the README to update (default the repository's README.md)")
     p.add_argument("--check", action="store_true", help="exit 1 if the table is stale; write nothing")
-    p.add_argument("--offline", action="store_true", help="use only the cached release index and sources")
+    _add_offline_flag(p)
     p.set_defaults(handler="forge.readme_table:cmd_readme_table")
 
 
@@ -162,7 +171,7 @@ def _add_release_matrix(commands) -> None:
     p.add_argument("--tag", help="release tag: vllm-<version>[-r<N>]")
     p.add_argument("--vllm", metavar="VERSION", help="vLLM release (instead of --tag)")
     p.add_argument("--target", action="append", help="only these targets (repeatable)")
-    p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
+    _add_repository_flag(p)
     p.add_argument("--runner", action="append", metavar="PLATFORM=RUNNER",
                    help="runner label for a platform (default linux/amd64=ubuntu-24.04, "
                         "linux/arm64=ubuntu-24.04-arm)")
