@@ -97,6 +97,17 @@ def _bearer_token(challenge: str, session) -> str | None:
     return body.get("token") or body.get("access_token")
 
 
+def authorized_request(session, method: str, url: str, headers: dict, **kwargs):
+    """One registry API request; a 401 bearer challenge is answered once with a token."""
+    response = session.request(method, url, headers=headers, timeout=TIMEOUT_S, **kwargs)
+    if response.status_code == 401:
+        token = _bearer_token(response.headers.get("WWW-Authenticate", ""), session)
+        if token:
+            headers = {**headers, "Authorization": f"Bearer {token}"}
+            response = session.request(method, url, headers=headers, timeout=TIMEOUT_S, **kwargs)
+    return response
+
+
 def _get_manifest(reference: Reference, what: str, method: str = "HEAD"):
     """HEAD or GET /v2/<repo>/manifests/<what> (a tag or digest), answering a bearer challenge."""
     import requests
@@ -106,16 +117,11 @@ def _get_manifest(reference: Reference, what: str, method: str = "HEAD"):
     headers = {"Accept": MANIFEST_TYPES}
     with requests.Session() as session:
         try:
-            response = session.request(method, url, headers=headers, timeout=TIMEOUT_S)
-            if response.status_code == 401:
-                token = _bearer_token(response.headers.get("WWW-Authenticate", ""), session)
-                if token:
-                    headers["Authorization"] = f"Bearer {token}"
-                response = session.request(method, url, headers=headers, timeout=TIMEOUT_S)
+            response = authorized_request(session, method, url, headers)
             if method == "HEAD" and response.status_code == 200 and \
                     not response.headers.get("Docker-Content-Digest"):
                 # Some registries answer HEAD without the digest: hash the manifest bytes ourselves.
-                response = session.get(url, headers=headers, timeout=TIMEOUT_S)
+                response = authorized_request(session, "GET", url, headers)
                 response.headers["Docker-Content-Digest"] = _sha256_digest(response.content)
         except requests.RequestException as exc:
             raise ForgeError(f"registry {reference.registry} unreachable while reading "

@@ -8,17 +8,7 @@ give the moving tag a digest of its own. Credentials and bearer tokens as in for
 from __future__ import annotations
 
 from forge.errors import ForgeError
-from forge.registry import MANIFEST_TYPES, TIMEOUT_S, _bearer_token, _scheme, parse_reference
-
-
-def _request(session, method: str, url: str, headers: dict, **kwargs):
-    response = session.request(method, url, headers=headers, timeout=TIMEOUT_S, **kwargs)
-    if response.status_code == 401:
-        token = _bearer_token(response.headers.get("WWW-Authenticate", ""), session)
-        if token:
-            headers = {**headers, "Authorization": f"Bearer {token}"}
-            response = session.request(method, url, headers=headers, timeout=TIMEOUT_S, **kwargs)
-    return response
+from forge.registry import MANIFEST_TYPES, _scheme, authorized_request, parse_reference
 
 
 def move_tag(target_ref: str, digest: str) -> None:
@@ -29,13 +19,14 @@ def move_tag(target_ref: str, digest: str) -> None:
     base = f"{_scheme(reference.api_host)}://{reference.api_host}/v2/{reference.repository}/manifests"
     with requests.Session() as session:
         try:
-            manifest = _request(session, "GET", f"{base}/{digest}", {"Accept": MANIFEST_TYPES})
+            manifest = authorized_request(session, "GET", f"{base}/{digest}",
+                                          {"Accept": MANIFEST_TYPES})
             if manifest.status_code != 200:
                 raise ForgeError(f"registry {reference.registry} has no manifest {digest} in "
                                  f"{reference.name} (HTTP {manifest.status_code})")
-            stored = _request(session, "PUT", f"{base}/{reference.tag}",
-                              {"Content-Type": manifest.headers["Content-Type"]},
-                              data=manifest.content)
+            stored = authorized_request(session, "PUT", f"{base}/{reference.tag}",
+                                        {"Content-Type": manifest.headers["Content-Type"]},
+                                        data=manifest.content)
         except requests.RequestException as exc:
             raise ForgeError(f"registry {reference.registry} unreachable while moving "
                              f"{reference}: {exc}") from exc
