@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import yaml
 
 from forge.errors import ForgeError
+from forge.files import write_text_atomically
 from forge.schema import load_yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -54,11 +54,7 @@ def save_lock(pins: dict[str, str], path: Path | str | None = None) -> Path:
     path = lock_file(path)
     body = yaml.safe_dump({"bases": dict(sorted(pins.items()))}, default_flow_style=False,
                           sort_keys=False, width=200)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        tmp.write(HEADER + body)
-    os.replace(tmp.name, path)
-    return path
+    return write_text_atomically(path, HEADER + body)
 
 
 def cmd_lock(args) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from packaging.version import Version
 
 from forge import diffs
 from forge.errors import ForgeError
+from forge.files import write_text_atomically
 from forge.schema import (Field, ListOf, load_yaml, pep440_specifier, pep440_version, sha256_hex,
                           validate)
 
@@ -218,14 +218,5 @@ def render_series(series: Series) -> str:
 def save_series(series: Series, path: str | Path | None = None) -> Path:
     """Write the manifest atomically (header comments kept), then re-load it to prove it valid."""
     path = Path(path) if path else series.path
-    text = render_series(series)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        tmp.write(text)
-    try:
-        load_series(tmp.name)   # same directory, so its relative file paths resolve
-    except ForgeError:
-        os.unlink(tmp.name)
-        raise
-    os.replace(tmp.name, path)
-    return path
+    return write_text_atomically(path, render_series(series), check=load_series)
 

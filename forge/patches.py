@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,6 +24,7 @@ from packaging.version import Version
 
 from forge import diffs
 from forge.errors import ConflictError
+from forge.files import write_text_atomically
 from forge.installed import InstalledVllm, find_vllm
 from forge.patch_series import Patch, Series, load_series, save_series
 
@@ -197,7 +196,7 @@ def release_status(version: str, offline: bool = False, series: Series | None = 
         statuses = [PatchStatus(**entry) for entry in json.loads(cached.read_text())]
     except (OSError, ValueError, TypeError):
         statuses = tree_status(series, releases.release_tree(str(parsed), offline=offline), parsed)
-        _write_json_atomically(cached, [s.to_dict() for s in statuses])
+        write_text_atomically(cached, json.dumps([s.to_dict() for s in statuses], indent=1))
     return for_moe_device(statuses, series, moe_device)
 
 
@@ -222,13 +221,6 @@ def raise_on_conflict(statuses: list[PatchStatus], where: str) -> None:
     for s in statuses:
         if s.status == "conflict":
             raise ConflictError(f"{where}: patch {s.id}: {s.detail}")
-
-
-def _write_json_atomically(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        json.dump(data, tmp, indent=1)
-    os.replace(tmp.name, path)
 
 
 # --- apply (the implementation lives in forge.patch_apply) ------------------------------------

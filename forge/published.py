@@ -16,13 +16,12 @@ Two lists, both validated on load (errors name the file and field):
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.files import write_text_atomically
 from forge.schema import Field, ListOf, pep440_version, validate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -131,11 +130,7 @@ def save_index(index: dict, path: Path | str | None = None) -> None:
     _check_consistent(index, str(path))
     index["builds"].sort(key=lambda b: (b["target"], _version_key(b["vllm"]), b["published_at"]))
     index["known_good"].sort(key=lambda e: (e["target"], _version_key(e["vllm"])))
-    text = json.dumps(index, indent=2, sort_keys=True) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        tmp.write(text)
-    os.replace(tmp.name, path)
+    write_text_atomically(path, json.dumps(index, indent=2, sort_keys=True) + "\n")
 
 
 def _version_key(version: str):

@@ -25,6 +25,7 @@ from packaging.version import InvalidVersion, Version
 
 from forge.archives import extract_safely
 from forge.errors import ForgeError
+from forge.files import write_text_atomically
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/vllm/"
 SDIST_NAME = re.compile(r"^vllm-(?P<version>[^/]+)\.tar\.gz$")
@@ -119,7 +120,7 @@ def load_index(offline: bool = False, refresh: bool = False) -> dict[str, dict]:
     releases = parse_simple_index(response.text, url)
     if not releases:
         raise ForgeError(f"the index {url} lists no vLLM sdists")
-    _atomic_write_text(_index_file(), json.dumps(
+    write_text_atomically(_index_file(), json.dumps(
         {"fetched_at": time.time(), "index_url": url, "releases": releases}, indent=1, sort_keys=True))
     return releases
 
@@ -230,10 +231,3 @@ def release_file(version: str, relative_path: str, offline: bool = False) -> Pat
     """One file of a release's package tree (path relative to the tree, e.g. `vllm/envs.py`)."""
     path = release_tree(version, offline=offline) / relative_path
     return path if path.exists() else None
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        tmp.write(text)
-    os.replace(tmp.name, path)

@@ -1,0 +1,26 @@
+"""Files written whole or not at all: a temp file beside the target, then an atomic rename."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+
+def write_text_atomically(path: Path | str, text: str,
+                          check: Callable[[Path], None] | None = None) -> Path:
+    """Replace `path` with `text`. `check(temp_path)` may raise to refuse the new content, which
+    then never reaches `path` (the temp file sits in the same directory, so relative paths the
+    content names resolve as they will for the real file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
+        tmp.write(text)
+    try:
+        if check is not None:
+            check(Path(tmp.name))
+        os.replace(tmp.name, path)
+    except BaseException:
+        os.unlink(tmp.name)
+        raise
+    return path
