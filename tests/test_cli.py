@@ -4,11 +4,11 @@ import subprocess
 import sys
 
 from forge import REPO_ROOT
+from tests.build_cli import run_build
 
 
-def run(*args, **kwargs):
-    return subprocess.run([sys.executable, "build.py", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=120, **kwargs)
+def run(*args):
+    return run_build(*args, timeout=120)
 
 
 def test_no_arguments_prints_help_and_fails():

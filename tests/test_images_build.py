@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import yaml
 from forge.lock import load_lock, save_lock
 from forge.patches import load_series, release_status
 from forge.targets import load_targets
+from tests.build_cli import run_build
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -38,10 +38,7 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "forge-test", "GIT_AUTHOR_EMAIL": "t@example.inval
 
 
 def forge(*args, env=None, cwd=None, timeout=900):
-    result = subprocess.run([sys.executable, "build.py", *args], cwd=cwd or SNAPSHOT["repo"],
-                            capture_output=True, text=True, timeout=timeout,
-                            env={**os.environ, **(env or {})})
-    return result
+    return run_build(*args, cwd=cwd or SNAPSHOT["repo"], env=env, timeout=timeout)
 
 
 def _copy_tree(source: Path, copy: Path) -> Path:

@@ -1,9 +1,7 @@
 """patches/series.yaml: validated on load, hash-checked, written back without losing comments."""
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,16 +11,15 @@ from forge.errors import ForgeError
 from forge.patch_series import render_series
 from forge.patches import load_series, save_series
 from tests.fixtures_patches import REAL_SERIES, real_patch_entry, write_series
+from tests import build_cli
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def run_build(*args: str, series: Path | None = None, **env) -> subprocess.CompletedProcess:
-    environment = {**os.environ, **env}
     if series is not None:
-        environment["VLLM_FORGE_SERIES"] = str(series)
-    return subprocess.run([sys.executable, "build.py", *args], cwd=REPO, capture_output=True,
-                          text=True, env=environment)
+        env["VLLM_FORGE_SERIES"] = str(series)
+    return build_cli.run_build(*args, env=env)
 
 
 def test_the_committed_manifest_loads_with_its_first_patch():

@@ -1,13 +1,12 @@
 """The known-good index (images/published.json) and tag immutability, through the real CLI."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from forge import published
 from forge.errors import ForgeError
+from tests.build_cli import run_build
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = "ghcr.io/example/vllm-forge"
@@ -17,8 +16,7 @@ TAG = "vllm0.27.1-gb10-3f2a9c1b7d4e"
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "build.py", *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return run_build(*args, timeout=120)
 
 
 def write_report(tmp_path: Path, passed: bool, name: str = "report.json") -> Path:

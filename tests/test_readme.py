@@ -1,8 +1,6 @@
 """README.md: its patch status table matches the manifest and the releases' real sources, and
 every build.py command it tells a user to type exists."""
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,14 +8,13 @@ import pytest
 from forge import readme_table
 from forge.cli import build_parser
 from forge.errors import ForgeError
+from tests.build_cli import run_build
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 README = REPO_ROOT / "README.md"
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "build.py", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=1800)
+run_cli = run_build
 
 
 def test_readme_patch_table_is_current():
