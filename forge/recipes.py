@@ -328,17 +328,15 @@ def _check_moe_config(values: dict, fail) -> None:
                                 f"(got {moe['name']!r})")
 
 
-# Gemma-4-26B-A4B at TP=1: 128 experts, per-partition intermediate size 704 (REFERENCE.md §2).
-GEMMA4_MOE_EXPERTS, GEMMA4_MOE_N = 128, 704
-
-
 def moe_config_name(target: str, quantization: str | None) -> str | None:
-    """vLLM's fused-MoE config file name for the MoE model on `target`; None if unknown."""
+    """vLLM's fused-MoE config file name for the MoE model on `target`; None if unknown.
+    Named by the same rule the tuner writes files under (Gemma-4-26B-A4B: E=128, N=704)."""
+    from forge.moe_tune import config_file_name
+
     device = _moe_device_name(target)
     if device is None:
         return None
-    dtype = ",dtype=fp8_w8a8" if quantization == "fp8" else ""
-    return f"E={GEMMA4_MOE_EXPERTS},N={GEMMA4_MOE_N},device_name={device}{dtype}.json"
+    return config_file_name(device, "fp8_w8a8" if quantization == "fp8" else "bf16")
 
 
 def known_targets() -> list[str] | None:
