@@ -19,7 +19,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = "images/Dockerfile"
 # What the image carries, lightest-changing first is the Dockerfile's business; here only the set.
-CONTEXT_PATHS = ("build.py", "forge", "patches", "verify", "recipes")
+CONTEXT_PATHS = ("build.py", "forge", "patches", "verify", "recipes", "images/targets.yaml")
 RECORD_NAME = "build-record.json"
 SKIPPED_PARTS = {"__pycache__", ".pytest_cache"}
 

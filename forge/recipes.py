@@ -287,7 +287,7 @@ def _check_consistency(values: dict, path: Path, source: str) -> None:
     if values["target"] != path.stem:
         fail("target", f"must match the file name {path.stem!r} (got {values['target']!r})")
     targets = known_targets()
-    if targets is not None and values["target"] not in targets:
+    if values["target"] not in targets:
         fail("target", f"unknown target {values['target']!r} (targets: {', '.join(targets)})")
     if values["target"] in NO_FP8_KV_TARGETS and values["serve"]["kv_cache_dtype"].startswith("fp8"):
         fail("serve.kv_cache_dtype", f"no FP8 KV cache on {values['target']} (no FP8 hardware)")
@@ -339,21 +339,17 @@ def moe_config_name(target: str, quantization: str | None) -> str | None:
     return config_file_name(device, "fp8_w8a8" if quantization == "fp8" else "bf16")
 
 
-def known_targets() -> list[str] | None:
-    targets = _load_targets()
-    return None if targets is None else sorted(targets)
+def known_targets() -> list[str]:
+    return sorted(_load_targets())
 
 
 def _moe_device_name(target: str) -> str | None:
-    found = (_load_targets() or {}).get(target)
-    return getattr(found, "moe_device_name", None) if found is not None else None
+    found = _load_targets().get(target)
+    return found.moe_device_name if found is not None else None
 
 
-def _load_targets() -> dict | None:
-    """images/targets.yaml's targets; None inside a built image, which carries recipes/ but not
-    images/ (the recipe files there are the ones these cross-file checks passed on in the repo)."""
-    from forge.targets import load_targets, targets_file
+def _load_targets() -> dict:
+    """images/targets.yaml's targets (built images carry the file at the same place)."""
+    from forge.targets import load_targets
 
-    if not targets_file().exists():
-        return None
     return load_targets()

@@ -121,6 +121,12 @@ def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
     assert labels["org.opencontainers.image.created"] == "2026-09-21T14:13:20Z"
     assert count == "1", "the patched line must be in the image's vLLM exactly once"
     assert folder == "/opt/vllm-forge/moe-configs"
+    # verify loads its recipe inside the image with every cross-file check (targets.yaml is there).
+    for recipe in load_targets()[target].recipes:
+        loaded = _run_in(client, tag, f"cd /opt/vllm-forge && python3 -c \"from forge.recipes import "
+                                      f"load_recipe; print(load_recipe('{recipe}', '{target}').target)\"",
+                         platform=f"linux/{arch}")
+        assert loaded.strip() == target
     return record
 
 

@@ -49,7 +49,8 @@ def test_caches_and_untracked_ignored_files_stay_out(tmp_path):
     names = context.context_files(root)
     assert "forge/plan.py" in names and "build.py" in names
     assert not any("__pycache__" in n or n.endswith(".log") for n in names)
-    assert not any(n.startswith("images/") for n in names), "only the context paths are sent"
+    assert [n for n in names if n.startswith("images/")] == ["images/targets.yaml"], \
+        "only the context paths are sent (of images/, the targets the recipes name)"
 
 
 def test_source_revision_epoch_and_dirty(tmp_path):

@@ -229,13 +229,14 @@ def test_readme_threshold_table_matches_the_recipe_files():
         assert row in text, row
 
 
-def test_recipes_load_inside_an_image_without_images_dir(monkeypatch, tmp_path):
-    # A built image carries forge/ and recipes/ but not images/targets.yaml: verify still loads
-    # its recipe there (the cross-file checks ran in the repository).
-    monkeypatch.setenv("VLLM_FORGE_TARGETS", str(tmp_path / "absent.yaml"))
-    recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
-    assert recipe.moe_config.name == "E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
-    assert recipe.engine_kwargs()["quantization"] == "fp8"
+def test_recipes_without_the_targets_file_are_refused(monkeypatch, tmp_path):
+    # Images carry images/targets.yaml (tests/test_images_build.py loads a recipe inside one):
+    # a recipe is never taken unchecked.
+    absent = tmp_path / "absent.yaml"
+    monkeypatch.setenv("VLLM_FORGE_TARGETS", str(absent))
+    with pytest.raises(ForgeError) as failure:
+        load_recipe("gemma-4-26b-a4b-it", "h200")
+    assert str(failure.value).startswith(f"{absent}: cannot read")
 
 
 def test_tuned_moe_config_expected_exactly_where_patches_ship_one():
