@@ -158,6 +158,31 @@ def _add_upstream_watch(commands) -> None:
     p.set_defaults(handler="forge.upstream:cmd_upstream_watch")
 
 
+def _add_drift(commands) -> None:
+    p = commands.add_parser(
+        "drift", help="does a dependency version break Gemma 4 on a supported vLLM release?",
+        description="Dependency drift check. Installs the given version of the dependency from "
+                    "PyPI into a cached environment, loads the Gemma 4 target and assistant "
+                    "configs (verify/dummy_models.py) with it, and runs each supported vLLM "
+                    "release's own engine-start code on them (taken from the release sources: "
+                    "get_hf_text_config and the model's arch-config convertor, head size). Per "
+                    "release: works, breaks (exception and release line), covered-by-constraint "
+                    "(a `kind: dependency` entry of the series keeps the version out) or "
+                    "probe-error. Exit 1 when the version breaks a supported release that no "
+                    "constraint covers (a finding), 2 when the check could not run.")
+    p.add_argument("--package", default="transformers", help="the dependency (default transformers)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--version", help="the dependency version to check, e.g. 5.15.0")
+    which.add_argument("--newest", action="store_true", help="the newest final release on PyPI")
+    p.add_argument("--vllm", action="append", metavar="VERSION",
+                   help="only this vLLM release (repeatable; default every release from the "
+                        "series' checked_from to checked_through)")
+    p.add_argument("--series", help="the patch manifest (default patches/series.yaml, $VLLM_FORGE_SERIES)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_offline_flag(p)
+    p.set_defaults(handler="forge.drift:cmd_drift")
+
+
 def _add_readme_table(commands) -> None:
     p = commands.add_parser("readme-table", help="regenerate README.md's per-release patch status table")
     p.add_argument("--readme", help="the README to update (default the repository's README.md)")
@@ -182,7 +207,7 @@ def _add_release_matrix(commands) -> None:
 
 COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,
                     _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
-                    _add_readme_table, _add_release_matrix]
+                    _add_drift, _add_readme_table, _add_release_matrix]
 
 
 def build_parser() -> argparse.ArgumentParser:
