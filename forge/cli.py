@@ -147,13 +147,20 @@ def _add_published(commands) -> None:
 
 def _add_upstream_watch(commands) -> None:
     p = commands.add_parser("upstream-watch", help="check vLLM releases newer than the manifest's "
-                                                   "checked_through; propose the manifest edits")
+                                                   "checked_through and new versions of the watched "
+                                                   "dependencies; propose the edits")
     p.add_argument("--series", help="the patch manifest (default patches/series.yaml, $VLLM_FORGE_SERIES)")
     p.add_argument("--write", action="store_true", help="apply the proposed edits to the manifest")
     p.add_argument("--json", action="store_true", help="print the proposal as JSON")
     p.add_argument("--pr-body", metavar="FILE", help="write the pull request (or issue) body here")
     p.add_argument("--github-output", metavar="FILE",
-                   help="append newest=, changed= and conflicts= (a GitHub Actions step output file)")
+                   help="append newest=, changed=, conflicts=, findings=, branch= and title= "
+                        "(a GitHub Actions step output file)")
+    p.add_argument("--dependency-watch", metavar="FILE",
+                   help="the watched dependencies (default dependency-watch.yaml beside the series); "
+                        "each new version on PyPI goes through the drift check (see `drift --help`)")
+    p.add_argument("--dependency-through", action="append", metavar="PACKAGE==VERSION",
+                   help="check the package's new versions only up to this one (repeatable)")
     _add_offline_flag(p)
     p.set_defaults(handler="forge.upstream:cmd_upstream_watch")
 

@@ -11,6 +11,8 @@ into a cached environment (forge.pyenvs), writes the Gemma 4 target and assistan
     covered-by-constraint  it raises, but a `kind: dependency` entry of patches/series.yaml keeps
                            this version out of that release (the image build and `build.py apply`
                            install a version inside the constraint)
+    excluded-by-vllm       the release's own declared requirement (requirements/cuda.txt and what
+                           it includes) keeps this version out, so pip never pairs them
     probe-error            the probe could not run the release's code: a failed check, never a pass
 
 A version that `breaks` a supported release is a finding: `build.py drift` exits 1 and
@@ -48,8 +50,9 @@ FINDING_EXIT = 1
 class ReleaseResult:
     release: str
     outcome: str                   # works | breaks | probe-error: what the release's code did
-    verdict: str                   # outcome, or covered-by-constraint
+    verdict: str                   # outcome, or covered-by-constraint / excluded-by-vllm
     constraint: str | None = None  # id of the series entry that keeps the version out
+    declared: str = ""             # the release's own specifier for the package
     models: dict = field(default_factory=dict)   # "target"/"assistant" -> the probe's result
 
 
@@ -133,6 +136,7 @@ def check(package: str, version: str, series, releases_to_check: list[str] | Non
           offline: bool = False) -> DriftReport:
     """Run the reproduction for package==version against every supported release."""
     from forge import pyenvs, releases
+    from forge.declared_requirements import declared_specifier
 
     probe = probe_for(package)
     targets = releases_to_check or supported_releases(series, offline=offline)
@@ -142,20 +146,27 @@ def check(package: str, version: str, series, releases_to_check: list[str] | Non
     if Version(raw["transformers"]) != Version(version):
         raise ForgeError(f"{python}: the probe ran transformers {raw['transformers']}, not {version}")
     constraints = dependency_constraints(series, package)
-    results = [_verdict(release, raw["releases"][release], constraints, version) for release in targets]
+    results = [_verdict(release, raw["releases"][release], constraints, version,
+                        declared_specifier(release, package, offline=offline))
+               for release in targets]
     return DriftReport(package, version, probe, results, pyenvs.installed_set(python))
 
 
-def _verdict(release: str, models: dict, constraints: list, version: str) -> ReleaseResult:
+def _verdict(release: str, models: dict, constraints: list, version: str,
+             declared: SpecifierSet) -> ReleaseResult:
     outcomes = {m["outcome"] for m in models.values()}
     # The worse of the two models decides: a probe error over a break over a pass.
     outcome = next((o for o in ("probe-error", "breaks") if o in outcomes), "works")
-    result = ReleaseResult(release, outcome, outcome, models=models)
+    result = ReleaseResult(release, outcome, outcome, models=models, declared=str(declared))
     constraint = covering_constraint(constraints, release, version)
     if constraint is not None:
         result.constraint = constraint.id
-        if outcome == "breaks":
-            result.verdict = "covered-by-constraint"
+    if outcome == "probe-error":
+        return result  # the check did not run: never hidden behind a constraint
+    if not declared.contains(Version(version), prereleases=True):
+        result.verdict = "excluded-by-vllm"
+    elif constraint is not None and outcome == "breaks":
+        result.verdict = "covered-by-constraint"
     return result
 
 
@@ -176,7 +187,8 @@ def render(report: DriftReport) -> str:
              f"({report.probe} probe)", "",
              "| vLLM | verdict | " + " | ".join(roles) + " |", "|---|---|" + "---|" * len(roles)]
     for result in report.results:
-        verdict = result.verdict + (f" (`{result.constraint}`)" if result.constraint else "")
+        verdict = result.verdict + (f" (`{result.constraint}`)" if result.constraint else "") \
+            + (f" (vLLM requires `{result.declared}`)" if result.verdict == "excluded-by-vllm" else "")
         lines.append(f"| {result.release} | {verdict} | "
                      + " | ".join(model_cell(result.models[r]) for r in roles) + " |")
     lines += ["", summary(report)]
