@@ -278,3 +278,45 @@ def test_a_bad_dependency_through_is_refused(tmp_path, newest_release):
     assert result.returncode == 2
     assert result.stderr == ("error: --dependency-through: expected PACKAGE==VERSION "
                              "(got 'transformers>=5.15')\n")
+
+
+def test_the_workflow_step_reports_dependency_drift_for_pypis_newest_transformers(
+        tmp_path, newest_release):
+    """upstream-watch.yml's own watch step, transformers watched from the release before PyPI's
+    newest and no constraint in the series: its outputs agree with the drift check of that version,
+    and the issue step fires on a finding."""
+    from forge import drift
+    from tests.workflow_steps import run_step, step_script, workflow_checkout
+
+    checkout = workflow_checkout(tmp_path)
+    bare = series_without_constraints(tmp_path / "bare")
+    series_file = checkout / "patches" / "series.yaml"
+    series_file.write_text(bare.read_text().replace(
+        f"checked_through: {load_series(bare).checked_through}\n", f"checked_through: {newest_release}\n"))
+    before_newest, newest = [str(v) for v in package_index.final_versions("transformers")[-2:]]
+    watch_file = watch_checked_through(checkout / "patches", before_newest)
+    (tmp_path / "runner").mkdir()
+    outputs = tmp_path / "github_output"
+    env = {**os.environ, "RUNNER_TEMP": str(tmp_path / "runner"), "GITHUB_OUTPUT": str(outputs),
+           "VLLM_FORGE_SERIES": str(series_file)}
+
+    step = run_step(step_script("upstream-watch.yml", "watch", "watch"), checkout, env, timeout=1800)
+
+    expected = drift.check("transformers", newest, load_series(series_file))
+    produced = read_outputs(outputs)
+    assert produced["findings"] == ("true" if expected.findings else "false")
+    assert produced["newest"] == ""
+    if expected.findings:
+        assert step.returncode == 3
+        assert produced["changed"] == "false"
+        assert load_watch(watch_file).dependencies[0].checked_through == before_newest
+    else:
+        assert step.returncode == 0, step.stderr
+        assert (produced["changed"], produced["branch"]) == ("true", f"upstream-watch/transformers-{newest}")
+        assert load_watch(watch_file).dependencies[0].checked_through == newest
+    workflow = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / "upstream-watch.yml").read_text())
+    steps = {s.get("name"): s for s in workflow["jobs"]["watch"]["steps"]}
+    issue = steps["Open an issue for the conflict or the dependency drift"]
+    assert "steps.watch.outputs.findings == 'true'" in issue["if"]
+    assert "patches/dependency-watch.yaml" in steps["Open the pull request"]["with"]["add-paths"]
+    assert steps["Open the pull request"]["with"]["branch"] == "${{ steps.watch.outputs.branch }}"
