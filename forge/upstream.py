@@ -154,6 +154,8 @@ def propose_dependencies(series, watch, new_vllm: list[str], offline: bool,
             dependency.package, newer_than=dependency.checked_through, offline=offline)
             if limit is None or v <= limit]
         reports = [drift.check(dependency.package, v, series, supported, offline=offline) for v in new]
+        for report in reports:
+            _refuse_probe_errors(report)
         proposals.append(DependencyProposal(dependency.package, dependency.checked_through, new, reports))
     return proposals
 
@@ -164,6 +166,14 @@ def _propose_retirement(proposal: Proposal, patch, version: str) -> None:
     proposal.retire[patch.id] = version
     if not (patch.upstream or {}).get("fixed_in"):
         proposal.set_fixed_in[patch.id] = version
+
+
+def _refuse_probe_errors(report) -> None:
+    """A check that could not run is a failure of the watch, never a version passed."""
+    for result in report.probe_errors:
+        error = next(m["error"] for m in result.models.values() if m.get("error"))
+        raise ForgeError(f"{report.package} {report.version}: drift probe error on vLLM "
+                         f"{result.release}: {error['message']}")
 
 
 def apply(proposal: Proposal, series, watch=None) -> None:

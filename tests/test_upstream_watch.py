@@ -320,3 +320,33 @@ def test_the_workflow_step_reports_dependency_drift_for_pypis_newest_transformer
     assert "steps.watch.outputs.findings == 'true'" in issue["if"]
     assert "patches/dependency-watch.yaml" in steps["Open the pull request"]["with"]["add-paths"]
     assert steps["Open the pull request"]["with"]["branch"] == "${{ steps.watch.outputs.branch }}"
+
+
+def test_a_dependency_check_that_cannot_run_fails_the_watch_and_moves_nothing(
+        tmp_path, newest_release):
+    """The newest release's tree lacks a function the probe needs: exit 2 naming it, the watch
+    list stays where it was (a probe error never counts as a version checked)."""
+    from tests.test_dependency_drift import release_copy_missing
+
+    series_file = dependency_manifest(tmp_path, newest_release, "5.14.1")
+    series_file.write_text(series_file.read_text().replace(
+        f"checked_from: {load_series(series_file).checked_from}\n", f"checked_from: {newest_release}\n"))
+    watch_file = series_file.parent / "dependency-watch.yaml"
+    before = watch_file.read_bytes()
+    cache = release_copy_missing(tmp_path, newest_release, "vllm/transformers_utils/config.py",
+                                 "get_hf_text_config", "get_text_config_renamed")
+    package_index.versions("transformers")  # the real PyPI answer, read into the temp cache below
+    (cache / "packages").mkdir()
+    shutil.copy(releases.cache_dir() / "packages" / "transformers.json", cache / "packages")
+
+    result = subprocess.run(
+        [sys.executable, "build.py", "upstream-watch", "--series", str(series_file), "--write",
+         "--offline", "--dependency-through", "transformers==5.15.0"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "VLLM_FORGE_CACHE": str(cache)})
+
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (f"error: transformers 5.15.0: drift probe error on vLLM {newest_release}: "
+                             "vllm/transformers_utils/config.py: the release defines no top-level "
+                             "'get_hf_text_config'\n")
+    assert watch_file.read_bytes() == before
