@@ -68,13 +68,18 @@ class Unavailable:
         self._refuse()
 
 
+_LOADING = object()  # what load() returns for a definition still being loaded (recursion)
+
+
 class ReleaseCode:
-    """Top-level definitions of one release's files, compiled on demand with their real lines."""
+    """Top-level definitions of one release's files, compiled on demand with their real lines.
+    Each file gets one namespace, shared by everything loaded from it, as a module's globals are."""
 
     def __init__(self, tree: Path):
         self.tree = tree
         self._modules: dict[str, ast.Module] = {}
-        self._namespaces: dict[tuple[str, str], dict] = {}
+        self._namespaces: dict[str, dict] = {}
+        self._loading: set[tuple[str, str]] = set()
 
     def module(self, relative: str) -> ast.Module:
         if relative not in self._modules:
@@ -92,18 +97,25 @@ class ReleaseCode:
         raise ProbeError(f"{relative}: the release defines no top-level {name!r}")
 
     def load(self, relative: str, name: str):
-        """The object `name` of file `relative`, with base classes defined in the same file."""
-        key = (relative, name)
-        if key not in self._namespaces:
-            nodes = self._with_local_bases(relative, name)
-            namespace = {"__name__": f"release:{relative}", "__builtins__": builtins}
-            namespace.update(self._bindings(relative, nodes))
-            module = ast.Module(body=nodes, type_ignores=[])
-            code = compile(module, str(self.tree / relative), "exec",
-                           flags=_COMPILE_FLAGS, dont_inherit=True)
+        """The object `name` of file `relative` (with its same-file base classes and helpers)."""
+        namespace = self._namespaces.setdefault(
+            relative, {"__name__": f"release:{relative}", "__builtins__": builtins})
+        if name in namespace:
+            return namespace[name]
+        if (relative, name) in self._loading:
+            return _LOADING  # mutual recursion: it lands in this same namespace shortly
+        self._loading.add((relative, name))
+        try:
+            nodes = [n for n in self._with_local_bases(relative, name) if n.name not in namespace]
+            for bound, value in self._bindings(relative, nodes).items():
+                if value is not _LOADING:
+                    namespace.setdefault(bound, value)
+            code = compile(ast.Module(body=nodes, type_ignores=[]), str(self.tree / relative),
+                           "exec", flags=_COMPILE_FLAGS, dont_inherit=True)
             exec(code, namespace)  # noqa: S102 (the release's own source, by design)
-            self._namespaces[key] = namespace
-        return self._namespaces[key][name]
+        finally:
+            self._loading.discard((relative, name))
+        return namespace[name]
 
     def _with_local_bases(self, relative: str, name: str) -> list:
         node = self.definition(relative, name)
@@ -125,7 +137,29 @@ class ReleaseCode:
                     bound = (alias.asname or alias.name).split(".")[0]
                     if bound in used:
                         bindings[bound] = self._imported(relative, statement, alias)
+            else:
+                bindings.update(self._module_level(relative, statement, used))
         return bindings
+
+    def _module_level(self, relative: str, statement, used: set[str]) -> dict:
+        """Same-file helpers the nodes use: functions are loaded from the release, literal
+        constants evaluated; anything else (`logger = init_logger(...)`, other classes) becomes a
+        stand-in, so touching it is a probe error rather than a NameError taken for a break."""
+        where = f"{relative}:{statement.lineno}"
+        if isinstance(statement, ast.FunctionDef) and statement.name in used:
+            return {statement.name: self.load(relative, statement.name)}
+        if isinstance(statement, ast.ClassDef) and statement.name in used:
+            return {statement.name: Unavailable(statement.name, where)}
+        targets = statement.targets if isinstance(statement, ast.Assign) else \
+            [statement.target] if isinstance(statement, ast.AnnAssign) else []
+        names = [t.id for t in targets if isinstance(t, ast.Name) and t.id in used]
+        if not names or statement.value is None:
+            return {}
+        try:
+            value = ast.literal_eval(statement.value)
+        except (ValueError, TypeError, SyntaxError):
+            return {name: Unavailable(name, where) for name in names}
+        return {name: value for name in names}
 
     def _imported(self, relative: str, statement, alias):
         where = f"{relative}:{statement.lineno}"

@@ -238,21 +238,25 @@ def test_a_function_the_probe_needs_missing_is_a_failed_check(tmp_path, bare_ser
     assert "FINDING" not in result.stdout and "no finding" not in result.stdout
 
 
-def test_the_probe_refuses_code_paths_it_does_not_load(tmp_path, report_5_15):
-    """A convertor that needs torch or vLLM internals fails loudly (probe-error), never passes."""
+@pytest.mark.parametrize("statement, named", [
+    ("envs.VLLM_MLA_DISABLE", "vllm\\.envs"),          # an import of vLLM internals
+    ("logger.debug('head size')", "logger"),          # a module-level object (init_logger(...))
+])
+def test_the_probe_refuses_code_paths_it_does_not_load(tmp_path, report_5_15, statement, named):
+    """A convertor that needs torch, vLLM internals or module state fails loudly (probe-error),
+    never passes and never passes for a break."""
     cache = release_copy_missing(tmp_path, "0.27.1", CONVERTORS, "get_head_size", "get_head_size")
     convertors = cache / "trees" / "0.27.1" / CONVERTORS
-    # Make the Gemma 4 convertor call a vLLM-internal name first thing: the probe binds it to a
-    # stand-in that refuses to be used.
+    # The Gemma 4 convertor's get_head_size now touches the name first thing.
     convertors.write_text(convertors.read_text().replace(
-        "        # Gemma4 uses dual head dimensions", "        envs.VLLM_MLA_DISABLE\n"
+        "        # Gemma4 uses dual head dimensions", f"        {statement}\n"
         "        # Gemma4 uses dual head dimensions", 1))
     python = pyenvs.package_env("transformers", "5.15.0", offline=True)
     raw = drift.run_probe(python, {"0.27.1": cache / "trees" / "0.27.1"})
     target = raw["releases"]["0.27.1"]["target"]
     assert target["outcome"] == "probe-error"
     assert re.search(r"the release code used vllm/transformers_utils/model_arch_config_convertor"
-                     r"\.py:\d+: vllm\.envs, which the probe does not load", target["error"]["message"])
+                     rf"\.py:\d+: {named}, which the probe does not load", target["error"]["message"])
 
 
 def test_offline_without_a_cached_environment_names_the_command(tmp_path, monkeypatch):
