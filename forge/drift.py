@@ -140,8 +140,9 @@ def check(package: str, version: str, series, releases_to_check: list[str] | Non
 
     probe = probe_for(package)
     targets = releases_to_check or supported_releases(series, offline=offline)
-    python = pyenvs.package_env(package, version, offline=offline)
+    pyenvs.env_dir(package, version)  # a bad version fails here, before any download
     trees = {r: releases.release_tree(r, offline=offline) for r in targets}
+    python = pyenvs.package_env(package, version, offline=offline)
     raw = run_probe(python, trees)
     if Version(raw["transformers"]) != Version(version):
         raise ForgeError(f"{python}: the probe ran transformers {raw['transformers']}, not {version}")

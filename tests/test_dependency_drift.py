@@ -315,3 +315,17 @@ def test_a_package_listed_twice_is_refused(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ForgeError, match=r"dependencies\[1\]\.package: Transformers is listed twice"):
         load_watch(path)
+
+
+@pytest.mark.parametrize("args, error", [
+    (["--package", "fastapi", "--version", "0.137.0"],
+     "error: no drift reproduction for fastapi (known: transformers)\n"),
+    (["--version", "5.x"], "error: not a version of transformers: '5.x'\n"),
+    (["--version", "5.15.0", "--vllm", "0.0.99"],
+     f"error: vLLM 0.0.99 has no sdist on the index {releases.index_url()}\n"),
+])
+def test_build_py_drift_refuses_bad_input_in_one_line(args, error, report_5_15):
+    result = run_drift(*args)
+    assert result.returncode == 2
+    assert result.stderr == error
+    assert result.stdout == ""
