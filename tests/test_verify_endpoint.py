@@ -147,6 +147,19 @@ def test_without_the_server_log_the_log_checks_say_why(tmp_path):
     assert "--server-log" in by_name(report)["CUDA graphs"]["detail"]
 
 
+def test_without_the_server_log_a_good_window_is_not_a_pass(tmp_path):
+    # Drafts accepted well above the thresholds, but nobody read the server's log: the drafter's
+    # architecture, embedding sharing, graphs and MoE config are unproven.
+    window = with_acceptance(AFTER, 200, 0.8)
+    with FakeServer([AFTER, window, window]) as server:
+        code, report = smoke(server.url, tmp_path)
+    checks = by_name(report)
+    assert checks["acceptance (temperature 0)"]["status"] == "PASS"
+    assert [n for n, c in checks.items() if c["status"] == "NOT CHECKED" and c["gating"]] == [
+        "architectures", "draft shares target embedding", "CUDA graphs", "tuned MoE config"]
+    assert code == 1 and report["passed"] is False
+
+
 def test_unreachable_server_is_a_failed_check(tmp_path):
     code, report = smoke("http://127.0.0.1:9", tmp_path)
     assert code == 1 and by_name(report)["server answers"]["status"] == "FAIL"
