@@ -46,9 +46,9 @@ class FakeServer:
     alone is using. `faults` maps a path to fault(server) -> (status, body) or None: a misbehaving
     answer in place of the normal one (None: answer normally), e.g. after some completions."""
 
-    def __init__(self, metric_texts, faults=None):
+    def __init__(self, metric_texts, faults=None, release=SERVED_RELEASE):
         self.metric_texts, self.completions, self.lock = metric_texts, 0, threading.Lock()
-        self.faults = faults or {}
+        self.faults, self.release = faults or {}, release
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -76,7 +76,7 @@ class FakeServer:
                 if self.path == "/v1/models":
                     self._send(json.dumps({"data": [{"id": "gemma-4-26b-a4b-it"}]}))
                 elif self.path == "/version":
-                    self._send(json.dumps({"version": SERVED_RELEASE}))
+                    self._send(json.dumps({"version": server.release}))
                 elif self.path == "/metrics":
                     with server.lock:
                         index = min(server.completions // GATE_PROMPTS, len(server.metric_texts) - 1)
