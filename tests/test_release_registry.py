@@ -211,3 +211,30 @@ def test_release_publish_step_records_and_moves_only_when_verified(docker_engine
         assert build is None and index_file.read_bytes() == before
         assert moving != digest
         assert not outputs.exists()
+
+
+def test_gpu_verify_digest_step_names_the_digest_it_pulled(docker_engine, local_registry, tmp_path):
+    """gpu-verify.yml's "Image digest" step, run as the runner runs it after `docker pull`: the
+    digest it hands mtp_smoke (VLLM_FORGE_IMAGE_DIGEST) is the registry's, the one publish gets."""
+    script = step_script("gpu-verify.yml", "mtp-smoke", "Image digest")
+    repository = f"{local_registry.host}/{REPOSITORY_PATH}"
+    tag = "vllm0.27.1-h200-999999999999"
+    digest = push_build(docker_engine, local_registry, tag, "gpu-verify pulls this")
+    docker_engine.images.remove(f"{repository}:{tag}")
+    docker_engine.images.pull(repository, tag=tag)  # a fresh runner pulls by the immutable tag
+
+    def step(image: str):
+        outputs = tmp_path / f"output-{len(list(tmp_path.iterdir()))}"
+        result = run_step(script, REPO_ROOT, {**os.environ, "IMAGE": image, "GITHUB_OUTPUT": str(outputs)})
+        return result, outputs.read_text() if outputs.exists() else ""
+
+    for image in (f"{repository}:{tag}", f"{repository}@{digest}"):
+        result, outputs = step(image)
+        assert result.returncode == 0, result.stderr
+        assert outputs == f"digest={digest}\n"
+
+    docker_engine.images.get(tiny_image(docker_engine, "built here")).tag(repository, "local-only")
+    result, outputs = step(f"{repository}:local-only")
+    assert result.returncode == 1 and outputs == ""
+    assert result.stdout == (f"::error::{repository}:local-only has no registry digest: "
+                             "pull it from its registry first\n")
