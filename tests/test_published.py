@@ -1,5 +1,8 @@
 """The known-good index (images/published.json) and tag immutability, through the real CLI."""
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -132,6 +135,17 @@ def test_a_report_of_another_image_is_refused(tmp_path, field, report_args, caus
     assert result.returncode == 2
     assert result.stderr == f"error: {report}: {field}: {cause}\n"
     assert not index_file.exists()
+    # The flags it names are the publish command's own, or those of the command it names.
+    command = (["verify/mtp_smoke.py"] if "mtp_smoke.py with" in cause
+               else ["build.py", "publish"])
+    named = set(re.findall(r"--[a-z][a-z-]*", cause))
+    assert named and named <= help_flags(*command)
+
+
+def help_flags(*command) -> set[str]:
+    text = subprocess.run([sys.executable, *command, "--help"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, check=True).stdout
+    return set(re.findall(r"--[a-z][a-z-]*", text))
 
 
 def test_a_local_build_label_is_the_same_release(tmp_path):

@@ -3,6 +3,8 @@ Prometheus text captured from vLLM 0.25.0 on an H200 (a stand-in for a vLLM serv
 surface: /v1/models, /v1/completions, /metrics; vLLM's own parser is not replaced)."""
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +15,7 @@ import pytest
 
 from verify import bench, mtp_smoke
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 GPU = Path(__file__).parent / "fixtures" / "gpu" / "smoke-patched-L6"
 BEFORE = (GPU / "prometheus" / "greedy.before.prom").read_text()
 AFTER = (GPU / "prometheus" / "greedy.after.prom").read_text()
@@ -190,11 +193,34 @@ REQUIRED = ("architectures", "draft shares target embedding", "CUDA graphs",
             "acceptance (temperature 0)")
 
 
+def help_flags(*command) -> set[str]:
+    """The flags a command's own --help lists."""
+    text = subprocess.run([sys.executable, *command, "--help"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, check=True).stdout
+    return set(re.findall(r"--[a-z][a-z0-9-]*", text))
+
+
+MTP_SMOKE_FLAGS = help_flags("verify/mtp_smoke.py")
+
+
+def assert_named_flags_exist(detail: str) -> None:
+    """A flag a message names is one of mtp_smoke.py's, or, where it speaks of how the server was
+    started, one `vllm serve` of the served release accepts."""
+    from forge.vllm_args import release_args
+
+    for flag in re.findall(r"--[a-z][a-z0-9-]*", detail):
+        assert flag in MTP_SMOKE_FLAGS or (
+            "server started without" in detail and release_args(SERVED_RELEASE).has_flag(flag)), (
+            f"{flag} named in {detail!r} is no flag of mtp_smoke.py")
+
+
 def failing_smoke(tmp_path, server_url, *extra):
-    """Run the gate; assert it failed, wrote a full report and printed no traceback."""
+    """Run the gate; assert it failed, wrote a full report whose messages name real flags."""
     code, report = smoke(server_url, tmp_path, *extra)
     assert code == 1 and report["passed"] is False
     assert set(REQUIRED) <= set(by_name(report))  # every gate is accounted for, run or not
+    for check in report["checks"]:
+        assert_named_flags_exist(check["detail"])
     return report
 
 
