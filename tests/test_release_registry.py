@@ -119,7 +119,7 @@ def test_republishing_an_immutable_tag_moves_nothing(docker_engine, local_regist
 
 
 def test_endpoint_report_without_the_server_log_never_moves_the_tag(docker_engine, local_registry,
-                                                                    tmp_path):
+                                                                    tmp_path, monkeypatch):
     """As a new user would: `mtp_smoke --endpoint` against a server (vLLM 0.25.0 on an H200, as
     captured) whose drafts are accepted, without --server-log, then `publish --move-tag` with its
     report, honest or edited to claim a pass; then with the log, which moves the tag."""
@@ -129,13 +129,13 @@ def test_endpoint_report_without_the_server_log_never_moves_the_tag(docker_engin
     tag, moving_tag = "vllm0.25.0-h200-888888888888", "vllm0.25.0-h200"
     digest = push_build(docker_engine, local_registry, tag, "endpoint-verified build")
     window = with_acceptance(AFTER, 200, 0.8)
+    # As gpu-verify.yml hands it over: the RepoDigest of the pulled image, in the environment.
+    monkeypatch.setenv("VLLM_FORGE_IMAGE_DIGEST", f"{local_registry.host}/{REPOSITORY_PATH}@{digest}")
 
     def smoke(out: Path, *extra) -> Path:
         with FakeServer([AFTER, window, window], release="0.25.0") as server:
             mtp_smoke.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--endpoint",
-                            server.url, "--out", str(out), "--max-tokens", "8",
-                            "--image-digest", f"{local_registry.host}/{REPOSITORY_PATH}@{digest}",
-                            *extra])
+                            server.url, "--out", str(out), "--max-tokens", "8", *extra])
         return out / "mtp_smoke.json"
 
     def publish_h200(report_path: Path):
