@@ -292,8 +292,6 @@ def _excerpt(text: str, limit: int = 120) -> str:
 
 def _connection_reason(exc: Exception) -> str:
     """The OS's words ("[Errno 111] Connection refused"), not urllib3's nested repr."""
-    import re
-
     errno = re.search(r"\[Errno -?\d+\] [^'\")]+", str(exc))
     return f"cannot connect: {errno[0]}" if errno else str(exc)
 
@@ -374,7 +372,6 @@ def endpoint_checks(recipe, args) -> tuple[list[Check], dict]:
     # --dummy: a server on a dummy model runs with --skip-tokenizer-init: send token ids.
     prompts = prompt_inputs(args, [text for _, text in gate_prompts(load_prompts())])
     greedy = {"temperature": 0.0, "max_tokens": args.max_tokens, "ignore_eos": args.dummy}
-    sampling = {k: v for k, v in recipe.sampling.values.items() if k != "source"}
     windows = {}
     try:
         windows["greedy"] = measure_window(server, model, prompts, greedy, "greedy")
@@ -385,13 +382,14 @@ def endpoint_checks(recipe, args) -> tuple[list[Check], dict]:
     else:
         checks.append(gate.check_acceptance(windows["greedy"], recipe.thresholds.min_acceptance_rate,
                                             recipe.thresholds.min_mean_acceptance_length))
-        checks.append(sampling_window_check(server, model, prompts, recipe, args, sampling, windows))
+        checks.append(sampling_window_check(server, model, prompts, recipe, args, windows))
     context["windows"] = {name: window.summary() for name, window in windows.items()}
     return checks, context
 
 
 def sampling_window_check(server: Endpoint, model: str, prompts: list, recipe, args,
-                          sampling: dict, windows: dict) -> Check:
+                          windows: dict) -> Check:
+    sampling = {k: v for k, v in recipe.sampling.values.items() if k != "source"}
     params = {**sampling, "seed": 0, "max_tokens": args.max_tokens, "ignore_eos": args.dummy}
     try:
         windows["recipe_sampling"] = measure_window(server, model, prompts, params,
