@@ -182,6 +182,11 @@ def record_build(index: dict, build: dict) -> dict:
         raise ImmutableTagError(
             f"immutable tag {_ref(build['repository'], build['immutable_tag'])} is recorded for "
             f"{existing['target']} vLLM {existing['vllm']}, not {build['target']} vLLM {build['vllm']}")
+    if existing["verify"]["passed"] and not build["verify"]["passed"]:
+        # Publishing again without a report must not un-verify what users already pull.
+        raise ForgeError(
+            f"immutable tag {_ref(build['repository'], build['immutable_tag'])} is recorded as "
+            "verified; publish it again only with a verify report that passes (--verify-report)")
     existing["verify"] = build["verify"]
     return existing
 

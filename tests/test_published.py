@@ -193,6 +193,18 @@ def test_republishing_the_same_digest_refreshes_its_verify_result(tmp_path):
     assert published.known_good(index, "gb10", "0.27.1")["digest"] == DIGEST_A
 
 
+def test_republishing_a_verified_build_without_a_report_is_refused(tmp_path):
+    index_file = tmp_path / "published.json"
+    assert publish(index_file, report=write_report(tmp_path, True)).returncode == 0
+    before = index_file.read_bytes()
+    result = publish(index_file)  # no --verify-report
+    assert result.returncode == 2
+    assert result.stderr == (f"error: immutable tag {REPOSITORY}:{TAG} is recorded as verified; "
+                             "publish it again only with a verify report that passes "
+                             "(--verify-report)\n")
+    assert index_file.read_bytes() == before
+
+
 def test_tag_of_another_target_or_release_is_refused(tmp_path):
     index_file = tmp_path / "published.json"
     result = publish(index_file, target="h200", report=write_report(tmp_path, True))
