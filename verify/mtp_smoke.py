@@ -4,7 +4,8 @@ under CUDA graphs, and its drafts are accepted at the recipe's thresholds. Exit 
 check passes; writes a JSON report and prints a short table.
 
   mtp_smoke.py --recipe gemma-4-26b-a4b-it [--target h200] [--dummy] [--lossless]
-  mtp_smoke.py --recipe gemma-4-26b-a4b-it --endpoint http://127.0.0.1:8000 [--server-log F]
+  mtp_smoke.py --recipe gemma-4-26b-a4b-it --endpoint http://127.0.0.1:8000 --server-log F
+  (either mode: --image-digest sha256:... names the image under test, for build.py publish)
 
 In-process mode starts vLLM (vllm.LLM, the recipe's settings) in a child process whose log is
 captured, so a failed start is a failed check naming the root-cause line. Acceptance is taken
