@@ -49,7 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", help="local path of the target model (default: the recipe's)")
     p.add_argument("--drafter", help="local path of the drafter (default: the recipe's)")
     p.add_argument("--endpoint", help="check a running server at this URL instead")
-    p.add_argument("--server-log", help="with --endpoint: that server's log, for the log checks")
+    p.add_argument("--server-log", help="with --endpoint: that server's log, for the log checks (without it "
+                        "they cannot run and the report cannot pass)")
     p.add_argument("--dummy", action="store_true", help="Gemma-4-26B-A4B shapes, dummy weights")
     p.add_argument("--layers", type=int, default=30, help="with --dummy: target layers (30 = real)")
     p.add_argument("--lossless", action="store_true",
