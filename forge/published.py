@@ -308,6 +308,10 @@ def _check_passed(path: Path, report: dict) -> None:
         claim = " (its passed: true is contradicted by its checks)" if report["passed"] else ""
         raise VerifyNotPassed(f"{path}: verify did not pass{claim}: {'; '.join(unmet)}; "
                               "nothing recorded, moving tag not moved")
+    if not report["passed"]:
+        # Its writer said no: two readings that disagree are not a pass either.
+        raise VerifyNotPassed(f"{path}: passed: the report says false although its checks pass; "
+                              "nothing recorded, moving tag not moved")
 
 
 def _report_name(path: Path, report: dict) -> str:

@@ -120,6 +120,16 @@ def test_a_report_whose_checks_did_not_pass_is_refused_whatever_it_claims(tmp_pa
     assert result.stdout == "" and not index_file.exists()
 
 
+def test_a_report_saying_it_failed_is_refused_even_when_its_checks_pass(tmp_path):
+    report = write_report(tmp_path, True)
+    report.write_text(json.dumps({**json.loads(report.read_text()), "passed": False}))
+    result = publish(tmp_path / "published.json", report=report)
+    assert result.returncode == 1
+    assert result.stderr == (f"error: {report}: passed: the report says false although its checks "
+                             "pass; nothing recorded, moving tag not moved\n")
+    assert not (tmp_path / "published.json").exists()
+
+
 @pytest.mark.parametrize("field, report_args, cause", [
     ("target", {"target": "h200"}, "the report verified 'h200', not 'gb10' (--target)"),
     ("vllm", {"vllm": "0.27.0"}, "the report verified vLLM '0.27.0', not '0.27.1' (--vllm)"),
