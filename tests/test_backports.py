@@ -54,12 +54,12 @@ FACTS = {
                            b"[:batch_size]\n"),
              (SPEC_GEMMA4, b"batch_size = common_attn_metadata.batch_size()\n"))),
     # PR #44297 part 1 on the pre-0.24 loop: the window inherits the step-start mask.
-    "structured-output-reasoning-end-in-draft-window": SourceFacts(
+    "structured-draft-window": SourceFacts(
         bug=((SO_INIT, b"for token in itertools.chain(req_tokens, (-1,)):\n"),),
         fix=((SO_INIT, b"bonus_apply = self.should_fill_bitmask(request) or apply_bitmask\n"),
              (SO_INIT, b"if reasoner.is_reasoning_end_streaming(simulated, [token]):\n"))),
     # The same on 0.24.0's loop (with the diffusion-LLM branch).
-    "structured-output-reasoning-end-in-draft-window-0.24": SourceFacts(
+    "structured-draft-window-0.24": SourceFacts(
         bug=((SO_INIT, b"for token in token_iter:\n"),),
         fix=((SO_INIT, b"bonus_apply = self.should_fill_bitmask(request) or apply_bitmask\n"),
              (SO_INIT, b"if reasoner.is_reasoning_end_streaming(simulated, [token]):\n"),
@@ -70,7 +70,7 @@ FACTS = {
                        b"                        if accepted:\n")),
         fix_rewritten=((SO_INIT, b"bonus_apply"),)),
     # PR #44297 part 2: the same-step structural-tag advance feeds reasoning to the grammar.
-    "structured-output-trim-reasoning-before-advance": SourceFacts(
+    "structured-reasoning-trim": SourceFacts(
         bug=((SO_INIT, b"== StructuredOutputOptions.STRUCTURAL_TAG\n"),
              (SCHEDULER, b"if not struct_output_request.grammar.accept_tokens(")),
         fix=((SCHEDULER, b"                assert grammar is not None\n"
@@ -89,15 +89,15 @@ EXPECTED = {
         "0.21.0": A, "0.22.0": A, "0.22.1": A, **dict.fromkeys(
             ("0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0",
              "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"), U)},
-    "structured-output-reasoning-end-in-draft-window": {
+    "structured-draft-window": {
         "0.21.0": A, "0.22.0": A, "0.22.1": A, "0.23.0": A, **dict.fromkeys(
             ("0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0",
              "0.30.0", "0.31.0", "0.32.0", "0.33.0"), N)},
-    "structured-output-reasoning-end-in-draft-window-0.24": {
+    "structured-draft-window-0.24": {
         **dict.fromkeys(("0.21.0", "0.22.0", "0.22.1", "0.23.0"), N), "0.24.0": A,
         **dict.fromkeys(("0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0"), U),
         **dict.fromkeys(("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"), N)},
-    "structured-output-trim-reasoning-before-advance": {
+    "structured-reasoning-trim": {
         "0.21.0": N, "0.22.0": A, "0.22.1": A, "0.23.0": A, "0.24.0": A, "0.25.0": U,
         "0.25.1": U, **dict.fromkeys(("0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0",
                                       "0.31.0", "0.32.0", "0.33.0"), N)},
