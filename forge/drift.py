@@ -24,6 +24,7 @@ AmbiguousGlobalPerLayerAttributeError (a RuntimeError, which getattr's default d
 and vLLM 0.21.0-0.27.1 read it in `get_head_size` of
 vllm/transformers_utils/model_arch_config_convertor.py; 0.28.0 resolves layers itself
 (vllm/transformers_utils/configs/gemma4.py, `gemma4_layer_config`, vLLM PR #49797).
+Release lines and declared requirements: docs/reference.md §7.
 """
 from __future__ import annotations
 
