@@ -62,10 +62,16 @@ class Unavailable:
     def _refuse(self, *_args, **_kwargs):
         raise ProbeError(f"the release code used {self._what}, which the probe does not load")
 
-    __call__ = __getitem__ = __iter__ = __bool__ = _refuse
-
     def __getattr__(self, _name):
         self._refuse()
+
+
+# Every other way code can use a value refuses too (dunders bypass __getattr__): comparing,
+# hashing, testing truth or membership, arithmetic, isinstance, subclassing.
+for _dunder in ("call getitem iter len contains bool eq ne lt le gt ge hash add radd sub rsub "
+                "mul rmul truediv floordiv mod neg index int float str format instancecheck "
+                "subclasscheck mro_entries enter exit").split():
+    setattr(Unavailable, f"__{_dunder}__", Unavailable._refuse)
 
 
 _LOADING = object()  # what load() returns for a definition still being loaded (recursion)
@@ -100,13 +106,14 @@ class ReleaseCode:
         """The object `name` of file `relative` (with its same-file base classes and helpers)."""
         namespace = self._namespaces.setdefault(
             relative, {"__name__": f"release:{relative}", "__builtins__": builtins})
-        if name in namespace:
+        if _loaded(namespace, name):
             return namespace[name]
         if (relative, name) in self._loading:
             return _LOADING  # mutual recursion: it lands in this same namespace shortly
         self._loading.add((relative, name))
         try:
-            nodes = [n for n in self._with_local_bases(relative, name) if n.name not in namespace]
+            nodes = [n for n in self._with_local_bases(relative, name)
+                     if not _loaded(namespace, n.name)]
             for bound, value in self._bindings(relative, nodes).items():
                 if value is not _LOADING:
                     namespace.setdefault(bound, value)
@@ -176,6 +183,11 @@ class ReleaseCode:
             if isinstance(self.definition(relative, name), ast.FunctionDef):
                 return self.load(relative, name)
         return Unavailable(f"{module_name}.{name}", where)
+
+
+def _loaded(namespace: dict, name: str) -> bool:
+    """Defined from the release (a stand-in bound for a use is replaced once it is loaded)."""
+    return name in namespace and not isinstance(namespace[name], Unavailable)
 
 
 def _defines(module: ast.Module, name: str) -> bool:

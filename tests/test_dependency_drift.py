@@ -329,3 +329,74 @@ def test_build_py_drift_refuses_bad_input_in_one_line(args, error, report_5_15):
     assert result.returncode == 2
     assert result.stderr == error
     assert result.stdout == ""
+
+
+MODULE_UNDER_PROBE = '''\
+import no_such_module_here
+from vllm.other import helper_from_other
+from vllm.other import OtherClass
+
+LIMIT = 3
+logger = make_logger()
+
+
+def twice(x):
+    return 2 * x
+
+
+class Base:
+    def size(self) -> "Tensor":
+        return twice(LIMIT)
+
+
+class Child(Base):
+    def remote(self):
+        return helper_from_other(1)
+
+    def sibling(self):
+        return isinstance(self, Sibling)
+
+    def log(self):
+        logger.info("x")
+
+    def torch_path(self):
+        return no_such_module_here.float16
+
+    def other_class(self):
+        return OtherClass()
+
+
+class Sibling:
+    pass
+'''
+
+
+def test_the_probe_loads_a_definition_with_its_same_file_helpers_and_refuses_the_rest(tmp_path):
+    """forge/drift_probe.py's loader on a small source tree: functions and literal constants of the
+    file and functions of other vllm files run for real; module state, classes it was not asked
+    for, other-file classes and missing modules refuse with the file and line that bound them."""
+    from forge.drift_probe import ProbeError, ReleaseCode
+
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "m.py").write_text(MODULE_UNDER_PROBE)
+    (tmp_path / "vllm" / "other.py").write_text(
+        "def helper_from_other(x):\n    return x + 1\n\n\nclass OtherClass:\n    pass\n")
+    code = ReleaseCode(tmp_path)
+    child = code.load("vllm/m.py", "Child")()
+    assert child.size() == 6 and child.remote() == 2
+    def line_of(start: str) -> int:
+        return next(i for i, line in enumerate(MODULE_UNDER_PROBE.splitlines(), 1)
+                    if line.startswith(start))
+
+    refusals = {"sibling": f"vllm/m.py:{line_of('class Sibling')}: Sibling",
+                "log": f"vllm/m.py:{line_of('logger =')}: logger",
+                "torch_path": f"vllm/m.py:{line_of('import no_such')}: no_such_module_here",
+                "other_class": f"vllm/m.py:{line_of('from vllm.other import OtherClass')}: "
+                               "vllm.other.OtherClass"}
+    for method, named in refusals.items():
+        with pytest.raises(ProbeError, match=f"^the release code used {re.escape(named)}, "):
+            getattr(child, method)()
+    assert code.load("vllm/m.py", "Sibling")().__class__.__name__ == "Sibling"  # loaded for real now
+    assert child.sibling() is False  # the same namespace: Child now sees the real class
+    with pytest.raises(ProbeError, match=r"^vllm/m\.py: the release defines no top-level 'Missing'$"):
+        code.load("vllm/m.py", "Missing")
