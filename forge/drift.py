@@ -189,8 +189,7 @@ def render(report: DriftReport) -> str:
              f"({report.probe} probe)", "",
              "| vLLM | verdict | " + " | ".join(roles) + " |", "|---|---|" + "---|" * len(roles)]
     for result in report.results:
-        verdict = result.verdict + (f" (`{result.constraint}`)" if result.constraint else "") \
-            + (f" (vLLM requires `{result.declared}`)" if result.verdict == "excluded-by-vllm" else "")
+        verdict = result.verdict + _verdict_note(result)
         lines.append(f"| {result.release} | {verdict} | "
                      + " | ".join(model_cell(result.models[r]) for r in roles) + " |")
     lines += ["", summary(report)]
@@ -198,6 +197,14 @@ def render(report: DriftReport) -> str:
     if errors:
         lines += ["", f"First error: {errors[0]['type']}: {errors[0]['message']}"]
     return "\n".join(lines) + "\n"
+
+
+def _verdict_note(result: ReleaseResult) -> str:
+    if result.verdict == "excluded-by-vllm":
+        return f" (vLLM requires `{result.declared}`)"
+    if result.verdict == "covered-by-constraint":
+        return f" (`{result.constraint}`)"
+    return f" (also kept out by `{result.constraint}`)" if result.constraint else ""
 
 
 def summary(report: DriftReport) -> str:

@@ -172,6 +172,13 @@ def test_a_constraint_covers_the_releases_it_keeps_the_version_out_of(bare_serie
     assert covered.findings == []
     assert "no finding" in drift.summary(covered)
 
+    assert "| 0.27.1 | covered-by-constraint (`transformers-gemma4-per-layer-config`) |" in \
+        drift.render(covered)
+
+    too_tight = add_constraint(load_series(bare_series), "<5.14")
+    [held_back] = drift.check("transformers", "5.14.1", too_tight, ["0.27.1"]).results
+    assert (held_back.verdict, held_back.constraint) == ("works", CONSTRAINT_ID)
+
     too_loose = add_constraint(load_series(bare_series), "<5.16")
     loose = drift.check("transformers", "5.15.0", too_loose, ["0.27.1"])
     assert [r.verdict for r in loose.results] == ["breaks"]
