@@ -13,7 +13,8 @@ import sys
 from forge.errors import ConflictError, ForgeError
 from forge.plan import Plan, finish, format_plan, resolve_plan
 
-APPLY_CONFLICT_EXIT = 3  # `build.py apply` exits 3 on a conflict; the engine reports the RUN's code
+APPLY_CONFLICT_EXIT = 3
+BUILD_REPOSITORY = "vllm-forge-build"  # local only: holds a fresh image until its real tags are set  # `build.py apply` exits 3 on a conflict; the engine reports the RUN's code
 
 
 def cmd_build(args) -> int:
@@ -37,10 +38,13 @@ def cmd_build(args) -> int:
     # Before building: the push registry must answer, and we learn what the immutable tag names now.
     pushed_before = immutable_digest(plan) if args.push else None
     print(format_plan(plan), flush=True)
-    image_id = build_image(client, plan)
-    if args.push:
-        refuse_repointing(client, plan, image_id, pushed_before)
-    tag_image(client, plan, image_id)
+    try:
+        image_id = build_image(client, plan)
+        if args.push:
+            refuse_repointing(client, plan, image_id, pushed_before)
+        tag_image(client, plan, image_id)
+    finally:
+        _untag(client, build_tag(plan))
     print(f"built {image_id} as {', '.join(plan.tags)}", flush=True)
     if args.push:
         push(client, plan)
@@ -84,13 +88,28 @@ def check_base(plan: Plan, allow_change: bool = False) -> None:
     plan.platform_digest = platform_digest(plan.base.ref, plan.base_digest, plan.target.platform)
 
 
+def build_tag(plan: Plan) -> str:
+    """A local-only tag the image holds between the build and tag_image (an untagged image could
+    be pruned meanwhile); never pushed, removed again by cmd_build."""
+    return f"{BUILD_REPOSITORY}:{plan.immutable_tag}-{os.getpid()}"
+
+
+def _untag(client, tag: str) -> None:
+    import docker
+
+    try:
+        client.api.remove_image(tag, noprune=True)
+    except docker.errors.APIError:
+        pass  # the build failed before it tagged anything
+
+
 def build_image(client, plan: Plan) -> str:
-    """Build with progress on stdout; returns the image id. Tags nothing: see tag_image."""
+    """Build with progress on stdout; returns the image id. Sets only build_tag: see tag_image."""
     import docker
 
     stream = client.api.build(
         fileobj=io.BytesIO(plan.context_bytes), custom_context=True, encoding=None,
-        buildargs=plan.build_args(), labels=plan.labels,
+        tag=build_tag(plan), buildargs=plan.build_args(), labels=plan.labels,
         platform=plan.target.platform, rm=True, forcerm=True, decode=True)
     image_id, last_error_line = None, ""
     try:
