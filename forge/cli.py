@@ -84,6 +84,9 @@ def _add_bake(commands) -> None:
     _add_repository_flag(p)
     p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
     p.add_argument("--output", "-o", default="docker-bake.json", help="file to write")
+    p.add_argument("--no-attest", action="store_true",
+                   help="no SBOM/provenance attestations: for the plain docker driver (Docker "
+                        "Engine before 26 without the containerd image store, e.g. Debian 12's)")
     p.set_defaults(handler="forge.bake:cmd_bake")
 
 
