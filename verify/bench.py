@@ -105,7 +105,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def parse_configs(text: str) -> list[tuple[str, int]]:
     """dtype[-mtpK] items; `stock` is ("auto", 0): the release's own default dtype."""
     configs = []
-    for item in text.split(","):
+    for item in filter(None, (i.strip() for i in text.split(","))):
         if item.strip() == "stock":
             configs.append(("auto", 0))
             continue
@@ -128,6 +128,9 @@ def parse_engine(text: str) -> dict:
         raise ForgeError(f"--engine {text!r}: name= is required")
     engine = {"dtype": "fp8", "k": 0, "runner": "default", "attention": None, "moe": None,
               "compile": None, **fields}
+    engine["stock"] = engine["name"] == "stock"  # the release's default: named so on purpose
+    if engine["stock"] and engine["moe"] is None:
+        engine["moe"] = "none"
     if engine["dtype"] not in ("fp8", "bf16", "auto"):
         raise ForgeError(f"--engine {text!r}: dtype must be fp8, bf16 or auto")
     if engine["runner"] not in ("v1", "v2", "default"):
@@ -143,8 +146,9 @@ def grid_engines(configs: list[tuple[str, int]], runners: list[str]) -> list[dic
     engines = []
     for dtype, k in configs:
         if dtype == "auto":  # stock: vLLM's own runner, once
+            # stock: as the release ships, so no tuned MoE folder either
             engines.append({"name": "stock", "dtype": "auto", "k": 0, "runner": "default",
-                            "attention": None, "moe": None, "compile": None, "stock": True})
+                            "attention": None, "moe": "none", "compile": None, "stock": True})
             continue
         for runner in runners:
             engines.append({"name": bench_report.engine_name(dtype, k, runner), "dtype": dtype,

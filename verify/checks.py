@@ -118,6 +118,8 @@ BROKEN = "verify is broken: "
 
 def positive_control(gate: Check) -> Check:
     label = "acceptance, agreeing model (positive control)"
+    if gate.status == NOT_CHECKED:
+        return Check(label, NOT_CHECKED, gate.detail)
     if gate.status == PASS:
         return passed(label, gate.detail)
     return failed(label, f"{BROKEN}the gate did not pass a drafter that agrees with its target "
@@ -126,6 +128,8 @@ def positive_control(gate: Check) -> Check:
 
 def negative_control(gate: Check) -> Check:
     label = "acceptance, random model (negative control)"
+    if gate.status == NOT_CHECKED:
+        return Check(label, NOT_CHECKED, gate.detail)
     if gate.failed:
         return passed(label, f"the gate failed it, as it must: {gate.detail}")
     return failed(label, f"{BROKEN}the gate did not fail a random drafter "
