@@ -65,8 +65,8 @@ gpu0() {
 gpu1() {
   export CUDA_VISIBLE_DEVICES=1
   stamp "gpu1: tune-moe"
-  timeout 130 python3 build.py tune-moe --dtype fp8_w8a8 --recipe gemma-4-26b-a4b-it --target h200 \
-    --k "3,4" --concurrency "1,8" --space small --results $W/tune-moe-fp8.json \
+  timeout 110 python3 build.py tune-moe --dtype fp8_w8a8 --recipe gemma-4-26b-a4b-it --target h200 \
+    --k "3,4" --concurrency 1 --batch-sizes 32 --space small --results $W/tune-moe-fp8.json \
     --merge-into $W/moe-merged > "$OUT/tune-moe.txt" 2>&1
   stamp "gpu1: tune-moe exit $?"
   touch $W/tune.done
