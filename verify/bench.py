@@ -296,8 +296,10 @@ def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
             procs[spec["name"]] = (subprocess.Popen(
                 [sys.executable, str(WORKER), str(path)], stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONUNBUFFERED": "1",
-                     "PYTHONPATH": spec["env"].get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))}),
-                log, spec)
+                     "PYTHONPATH": spec["env"].get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))},
+                # Own process group: a kill must take vLLM's EngineCore child too (the H200 run
+                # of 2026-11-30 left orphaned EngineCores holding 14-20 GiB each).
+                start_new_session=True), log, spec)
             print(f"[bench] started {spec['name']}", flush=True)
         _wait(procs, timeout, server)
         server = None  # only the first group waits for it
@@ -347,10 +349,21 @@ def _wait(procs: dict, timeout: int, server: tuple[str, str] | None = None) -> N
         time.sleep(1)
     for name, (proc, log, _) in procs.items():
         if proc.poll() is None:
-            proc.kill()
+            kill_group(proc)
             print(f"[bench] {name}: killed after {timeout} s", flush=True)
         log.close()
         print(f"[bench] {name}: exit {proc.wait()}", flush=True)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill a worker and everything it started (it leads its own process group)."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _server_state(health_url: str, pid: str) -> str | None:

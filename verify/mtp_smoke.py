@@ -150,15 +150,17 @@ def run_workers(jobs: list[tuple[dict, str]], work: Path, timeout: int) -> dict[
                                          stderr=subprocess.STDOUT,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1",
                                               "PYTHONPATH": spec.get("env", {}).get(
-                                                  "PYTHONPATH", os.environ.get("PYTHONPATH", ""))}),
+                                                  "PYTHONPATH", os.environ.get("PYTHONPATH", ""))},
+                                         start_new_session=True),  # killed with its EngineCore
                         log, spec, log_path)
     results = {}
     for label, (proc, log, spec, log_path) in procs.items():
         try:
             proc.wait(timeout=max(1, timeout - (time.time() - started)))
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            from verify.bench import kill_group
+
+            kill_group(proc)
             log.write(f"\nTimeoutError: engine run exceeded {timeout} s\n")
         log.close()
         print(f"[mtp_smoke] engine ({label}) done in {time.time() - started:.0f} s", flush=True)

@@ -21,6 +21,9 @@ stamp "install exit $?"
 # transformers must come from /tmp/site (5.12.1), not /tmp/extra (5.15.0 cannot load Gemma 4 on
 # 0.25.0); /tmp/extra only for nvidia-cutlass-dsl + quack-kernels (FlashAttention 4).
 CUTLASS=$(sed -n 's/^export PYTHONPATH=//p' "$OUT/install.txt" | tr ':' '\n' | grep '^/tmp/extra/' | paste -sd: -)
+# The run of 2026-11-30 found no .pth line there ("No module named 'cutlass'"): name the
+# package's python_packages folder directly.
+[ -d /tmp/extra/nvidia_cutlass_dsl/python_packages ] && CUTLASS="${CUTLASS:+$CUTLASS:}/tmp/extra/nvidia_cutlass_dsl/python_packages"
 export PYTHONPATH="/tmp/site${CUTLASS:+:$CUTLASS}:/tmp/extra"
 { date -u; nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv; nproc
   python3 -c "import torch, triton, vllm, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'vllm', vllm.__version__, 'transformers', transformers.__version__, transformers.__file__)"
@@ -34,7 +37,7 @@ COMMON=(--target h200 --dummy --layers 10 --parallel --gpu-memory-utilization 0.
         --windows "sustained,conc8" --sustained-tokens 256 --repeat 2
         --profile spark343=0.84/0.60/0.39/0.27 --profile seed87=rate@0.87)
 SWEEP=(--configs "stock,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3,fp8-mtp4,fp8-mtp5" --runners "v1,v2"
-       --compile-backend eager --max-parallel 7 --timeout 200)
+       --compile-backend eager --max-parallel 7 --timeout 260)
 
 gpu0() {
   export CUDA_VISIBLE_DEVICES=0
