@@ -93,8 +93,9 @@ def test_engine_kwargs_and_cli_args_come_from_one_table():
                 assert cli[setting.flag] == expected
             else:
                 assert setting.flag not in cli
-        assert kwargs["speculative_config"] == {"model": recipe.drafter, "method": "mtp",
-                                                "num_speculative_tokens": 3}
+        assert kwargs["speculative_config"] == {
+            "model": recipe.drafter, "method": "mtp",
+            "num_speculative_tokens": recipe.speculative.num_speculative_tokens}
         # CUDA graphs always: nothing turns on eager mode.
         assert "enforce_eager" not in kwargs and "--enforce-eager" not in argv
         baseline = recipe.engine_kwargs(speculative=False)

@@ -174,11 +174,13 @@ def render_markdown(report: dict) -> str:
     if not report["engines"]:
         return "\n".join(lines) + "\n"
     shape = report.get("shape") or "26b-a4b"
+    controlled = any("@" in w for e in report["engines"].values() for w in (e.get("figures") or {}))
     lines += [f"- machine: {m.get('device')}, vLLM {m.get('vllm')}, torch {m.get('torch')}",
               f"- model: {'dummy weights, ' + shape + ' shapes, ' if report['dummy'] else ''}"
               f"{report['layers']} target layers"
               + ("; every window runs on the agreeing model (@agree: full acceptance) and on the "
-                 "random one (@random: zero acceptance), verify/controls.py" if report["dummy"] else ""),
+                 "random one (@random: zero acceptance), verify/controls.py" if controlled else
+                 "; no controls: dummy weights accept no drafts" if report["dummy"] else ""),
               "- decode = 1/TPOT (decode only, batch 1 in `sustained`); tokens/step and acceptance "
               "from vLLM's counters; step ms = TPOT x tokens per step; speedups are ratios of "
               "decode tok/s to the plain engine of the same settings and to `stock`, same window, "
@@ -186,10 +188,11 @@ def render_markdown(report: dict) -> str:
               "- projected tok/s(L) = L / step cost, L = 1 + sum of the profile's first k "
               "per-position rates; step cost = mean over the sustained windows", ""]
     profiles = list(report.get("profiles") or {})
+    pair = "full / zero acc." if controlled else "as measured"
     lines += ["| engine | runner | k | attention | compile | MoE config | init s | sustained decode "
-              "tok/s full / zero acc. | mean acc. length (per position) | tokens/step | step ms "
-              "(spread) | step x plain | speedup vs plain / vs stock (full acc.) | conc 8 decode "
-              "tok/s full / zero |" + "".join(f" projected {p} tok/s (x stock) |" for p in profiles),
+              f"tok/s {pair} | mean acc. length (per position) | tokens/step | step ms "
+              f"(spread) | step x plain | speedup vs plain / vs stock ({'full acc.' if controlled else 'as measured'}) "
+              f"| conc 8 decode tok/s {pair} |" + "".join(f" projected {p} tok/s (x stock) |" for p in profiles),
               "|" + "---|" * (14 + len(profiles))]
     for name, e in report["engines"].items():
         f = e.get("figures")
@@ -204,13 +207,13 @@ def render_markdown(report: dict) -> str:
         c_full, c_zero = _pair(f, "conc8")
         row = [name, e.get("runner"), str(e.get("k")), e.get("attention") or "–",
                e.get("compile") or "–", _short_moe(e.get("moe")), _fmt(e.get("init_s")),
-               f"{_fmt((full or {}).get('decode_tok_s'))} / {_fmt((zero or {}).get('decode_tok_s'))}",
+               _both(full, zero, "decode_tok_s", controlled),
                f"{_fmt(spec.get('mean_acceptance_length'))} ({positions or '–'})",
                _fmt((full or {}).get("tokens_per_step")),
                f"{_fmt(d.get('step_ms'))} ({_pct(d.get('step_ms_spread'))})",
                _fmt(d.get("step_cost_x_plain")),
                f"{_fmt(w.get('speedup_vs_plain'))} / {_fmt(w.get('speedup_vs_stock'))}",
-               f"{_fmt((c_full or {}).get('decode_tok_s'))} / {_fmt((c_zero or {}).get('decode_tok_s'))}"]
+               _both(c_full, c_zero, "decode_tok_s", controlled)]
         for profile in profiles:
             proj = (d.get("projected") or {}).get(profile)
             row.append(f"{_fmt(proj['tok_s'])} ({_fmt(proj['speedup_vs_stock'])})" if proj else "–")
@@ -221,6 +224,12 @@ def render_markdown(report: dict) -> str:
                      f"{pick['tok_s']} tok/s, {pick.get('speedup_vs_stock')}x stock")
     lines += ["", f"Plot: {report.get('plot') or 'not rendered (' + report.get('plot_note', '') + ')'}"]
     return "\n".join(lines) + "\n"
+
+
+def _both(full: dict | None, zero: dict | None, key: str, controlled: bool) -> str:
+    if not controlled:
+        return _fmt((full or {}).get(key))
+    return f"{_fmt((full or {}).get(key))} / {_fmt((zero or {}).get(key))}"
 
 
 def _name(figures: dict, base: str, control: str) -> str:
