@@ -85,3 +85,40 @@ def test_barrier_waits_for_every_engine_ready_or_failed(tmp_path):
     start = time.monotonic()
     _wait_for_all(barrier)
     assert 0.5 < time.monotonic() - start < 5
+
+
+def test_a_timeout_kills_the_worker_and_the_engine_it_started(tmp_path):
+    """vLLM runs its EngineCore in a child process; killing only the worker left those children
+    holding GPU memory on the H200 (2026-11-30). Workers lead their own process group."""
+    import os
+    import subprocess
+    import sys
+
+    from verify.bench import kill_group
+
+    pid_file = tmp_path / "child.pid"
+    code = ("import subprocess, sys, time; "
+            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(60)")
+    worker = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    kill_group(worker)
+    assert worker.returncode is not None
+    deadline = time.monotonic() + 5
+    while _alive(child):
+        assert time.monotonic() < deadline, "the engine child survived its worker"
+        time.sleep(0.05)
+    assert os.getpgid(os.getpid()) != worker.pid  # the test itself was not in that group
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie (a killed orphan waits for init to reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"

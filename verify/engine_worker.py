@@ -6,8 +6,8 @@ named root cause rather than raised as a traceback in the caller.
 Spec (JSON): env, engine_kwargs, windows [{name, prompts, sampling, repeat, warmup,
 keep_token_ids, kind, control}], result_file, prometheus_dir, barrier {dir, name, count, timeout_s},
 lock_file. A window's `control` ("agree" or "random") first switches a dummy model between
-agreeing and random target/drafter (verify/controls.py, a vLLM plugin). Prompts are strings or lists of token ids. Timed windows run under an exclusive
-flock on lock_file, after every engine of the barrier has started (or failed), so measurements
+agreeing and random target/drafter (verify/controls.py, a vLLM plugin). Prompts are strings or
+lists of token ids. Timed windows run under an exclusive flock on lock_file, after every engine of the barrier has started (or failed), so measurements
 of engines sharing one GPU never overlap each other or another engine's start-up.
 """
 from __future__ import annotations
