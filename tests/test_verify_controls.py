@@ -64,6 +64,8 @@ def test_gate_passes_the_agreeing_model_and_fails_the_random_one(engine):
     random = gate.check_acceptance(_window(engine, "sustained@random"), rate, length)
     positive, negative = gate.positive_control(agree), gate.negative_control(random)
     assert (positive.status, negative.status) == (PASS, PASS)
+    assert positive.name == "acceptance (temperature 0)"  # the required gate, on the agreeing model
+    assert positive.detail.startswith("agreeing model (positive control): ")
     assert "rate 100.0%" in positive.detail and "per position [100%" in positive.detail
     assert "the gate failed it, as it must" in negative.detail and "rate 0.0%" in negative.detail
     assert gate.controls_broken([positive, negative]) == []

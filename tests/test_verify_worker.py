@@ -36,7 +36,7 @@ def test_failed_engine_start_is_a_failed_check_with_the_root_cause(tmp_path):
     assert plugin_dir == str((tmp_path / "plugin").resolve())
     # the engine never ran: the controls say NOT CHECKED, not "verify is broken"
     statuses = {c["name"]: c["status"] for c in report["checks"]}
-    assert statuses["acceptance, agreeing model (positive control)"] == "NOT CHECKED"
+    assert statuses["acceptance (temperature 0)"] == "NOT CHECKED"
     assert statuses["acceptance, random model (negative control)"] == "NOT CHECKED"
     assert report["verify_broken"] is False
 

@@ -39,9 +39,10 @@ def test_smoke_passes_the_agreeing_model_and_fails_the_random_one(tmp_path, runn
     assert status["engine started"]["status"] == "PASS", status["engine started"]["detail"]
     assert status["CUDA graphs"]["status"] == "PASS"
     assert status["architectures"]["status"] == "PASS"
-    positive = status["acceptance, agreeing model (positive control)"]
+    positive = status["acceptance (temperature 0)"]  # the gate, run on the agreeing model
     negative = status["acceptance, random model (negative control)"]
-    assert positive["status"] == "PASS" and "rate 100.0%" in positive["detail"], positive
+    assert positive["status"] == "PASS" and "positive control" in positive["detail"], positive
+    assert "rate 100.0%" in positive["detail"]
     assert negative["status"] == "PASS" and "rate 0.0%" in negative["detail"], negative
     if "--lossless" in extra:
         assert status["lossless (greedy, draft vs none), agree model"]["status"] == "PASS"
