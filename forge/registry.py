@@ -142,26 +142,69 @@ def manifest_digest(ref: str | Reference) -> str | None:
 
 def platform_digest(ref: str | Reference, digest: str, platform: str) -> str:
     """The digest of `platform`'s image inside the manifest `digest` of `ref`'s repository: the
-    entry of an index / manifest list, or `digest` itself for a single-platform manifest. The
-    manifest's bytes are checked against `digest`, so the answer follows from the lock alone."""
+    entry of an index / manifest list, or `digest` itself for a single-platform manifest of that
+    platform. The manifest's bytes are checked against `digest`, so the answer follows from the
+    lock alone. ForgeError when the manifest offers no `platform` image."""
+    reference = ref if isinstance(ref, Reference) else parse_reference(ref)
+    offered = _platform_entries(reference, digest)
+    if platform in offered:
+        return offered[platform]
+    raise ForgeError(f"base {reference.name}@{digest} has no {platform} image (it offers "
+                     f"{', '.join(offered) or 'none'})")
+
+
+def manifest_platforms(ref: str | Reference, digest: str) -> list[str]:
+    """The os/arch platforms the manifest `digest` of `ref`'s repository offers, sorted."""
+    reference = ref if isinstance(ref, Reference) else parse_reference(ref)
+    return sorted(_platform_entries(reference, digest))
+
+
+def _platform_entries(reference: Reference, digest: str) -> dict[str, str]:
+    """platform -> image manifest digest, for an index (its entries; attestation entries, whose
+    platform is unknown/unknown, left out) or a single image (read from its config blob)."""
+    manifest = _verified_manifest(reference, digest)
+    entries = manifest.get("manifests")
+    if entries is None:
+        config = manifest.get("config", {}).get("digest")
+        image = _blob_json(reference, config) if config else {}
+        return {f"{image.get('os', 'unknown')}/{image.get('architecture', 'unknown')}": digest}
+    offered = {}
+    for entry in entries:
+        wanted = entry.get("platform", {})
+        name = f"{wanted.get('os', 'unknown')}/{wanted.get('architecture', 'unknown')}"
+        if "unknown" not in name:
+            offered.setdefault(name, entry["digest"])
+    return offered
+
+
+def _verified_manifest(reference: Reference, digest: str) -> dict:
     import json
 
-    reference = ref if isinstance(ref, Reference) else parse_reference(ref)
     response = _get_manifest(reference, digest, method="GET")
     if response.status_code == 404:
         raise ForgeError(f"registry {reference.registry} has no manifest {reference.name}@{digest}")
     if _sha256_digest(response.content) != digest:
         raise ForgeError(f"registry {reference.registry} served {reference.name}@{digest} with other content")
-    manifest = json.loads(response.content)
-    entries = manifest.get("manifests")
-    if entries is None:
-        return digest
-    os_name, arch = platform.split("/")[:2]
-    for entry in entries:
-        wanted = entry.get("platform", {})
-        if wanted.get("os") == os_name and wanted.get("architecture") == arch:
-            return entry["digest"]
-    raise ForgeError(f"base {reference.name}@{digest} has no {platform} image")
+    return json.loads(response.content)
+
+
+def _blob_json(reference: Reference, digest: str) -> dict:
+    import json
+
+    import requests
+
+    url = (f"{_scheme(reference.api_host)}://{reference.api_host}/v2/"
+           f"{reference.repository}/blobs/{digest}")
+    with requests.Session() as session:
+        try:
+            response = authorized_request(session, "GET", url, {})
+        except requests.RequestException as exc:
+            raise ForgeError(f"registry {reference.registry} unreachable while reading "
+                             f"{reference.name}@{digest}: {_short(exc)}") from exc
+    if response.status_code != 200 or _sha256_digest(response.content) != digest:
+        raise ForgeError(f"registry {reference.registry} did not serve blob {reference.name}@{digest} "
+                         f"(HTTP {response.status_code})")
+    return json.loads(response.content)
 
 
 def _sha256_digest(data: bytes) -> str:
