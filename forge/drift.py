@@ -207,6 +207,18 @@ def _verdict_note(result: ReleaseResult) -> str:
     return f" (also kept out by `{result.constraint}`)" if result.constraint else ""
 
 
+def runs(report: DriftReport, verdict: str) -> str:
+    """The releases with `verdict` as runs of neighbours: '0.28.0–0.30.0, 0.32.0–0.33.0'."""
+    spans, current = [], []
+    for result in report.results + [None]:
+        if result is not None and result.verdict == verdict:
+            current.append(result.release)
+        elif current:
+            spans.append(current[0] if len(current) == 1 else f"{current[0]}–{current[-1]}")
+            current = []
+    return ", ".join(spans)
+
+
 def summary(report: DriftReport) -> str:
     if report.probe_errors:
         return (f"probe error on vLLM {', '.join(r.release for r in report.probe_errors)}: "

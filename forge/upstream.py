@@ -219,11 +219,9 @@ def _blocked_line(proposal: Proposal) -> str:
 
 def _finding_phrases(proposal: Proposal) -> list[str]:
     """'transformers 5.15.0 breaks Gemma 4 on vLLM 0.21.0–0.27.1', one per package version."""
-    by_version: dict[tuple[str, str], list[str]] = {}
-    for package, version, release in proposal.drift_findings:
-        by_version.setdefault((package, version), []).append(release)
-    return [f"{package} {version} breaks Gemma 4 on vLLM {_span(releases)}"
-            for (package, version), releases in by_version.items()]
+    return [f"{report.package} {report.version} breaks Gemma 4 on vLLM {drift.runs(report, 'breaks')}"
+            for dependency in proposal.dependencies for report in dependency.reports
+            if report.findings]
 
 
 # --- pull request / issue text ----------------------------------------------------------------
@@ -298,7 +296,7 @@ def _verdict_groups(report) -> list[str]:
         groups.setdefault(result.verdict, []).append(result)
     phrases = []
     for verdict, results in groups.items():
-        phrase = f"{verdict} on vLLM {_span([r.release for r in results])}"
+        phrase = f"{verdict} on vLLM {drift.runs(report, verdict)}"
         if verdict in ("breaks", "covered-by-constraint"):
             phrase += f" ({drift.model_cell(next(iter(results[0].models.values())))})"
         phrases.append(phrase)
