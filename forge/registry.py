@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass
 
 from forge.errors import ForgeError
@@ -111,13 +112,15 @@ def registry_credentials(registry: str) -> Credentials | None:
         with open(config_file) as handle:
             config = docker.auth.load_config(config_dict=json.load(handle))
         helper = config.get_credential_store(registry)
-        entry = config.resolve_authconfig(registry)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the SDK warns of a missing helper, then raises: one says it
+            entry = config.resolve_authconfig(registry)
     except (OSError, ValueError) as exc:  # unreadable, not JSON, or an `auth` that is not base64
         raise ForgeError(f"{config_file}: cannot read the Docker credentials for {registry}: "
                          f"{_short(exc)}") from exc
     except docker.errors.DockerException as exc:  # a credential helper missing or failing
         raise ForgeError(f"{config_file}: credential helper docker-credential-{helper} failed "
-                         f"for {registry}: {_short(exc)}") from exc
+                         f"for {registry}: {_short(exc.__cause__ or exc)}") from exc
     if not entry:
         return None
     # A helper's answer carries ServerAddress and capitalised keys; an `auths` entry does not.
