@@ -42,9 +42,13 @@ class Progress:
         self._started = time.monotonic()
         self._drawn_at = 0.0
 
-    def __enter__(self) -> Progress:
+    def start(self) -> Progress:
+        self._started = time.monotonic()
         self._write(self.what if self.live else f"{self.what} ...\n")
         return self
+
+    def __enter__(self) -> Progress:
+        return self.start()
 
     def __exit__(self, kind, error, trace) -> None:
         # GeneratorExit: a loop over track() that stopped early (break) is not a failure.
@@ -72,7 +76,10 @@ class Progress:
     def _figures(self, final: bool = False) -> str:
         text = _amount(self.done, self.unit)
         if self.total and not (final and self.done == self.total):
-            text += f" of {_amount(self.total, self.unit)} ({100 * self.done / self.total:.0f}%)"
+            counted = _amount(self.total, self.unit)
+            if self.unit != "bytes":  # "2 of 3 files", not "2 files of 3 files"
+                text = f"{self.done:.0f}"
+            text += f" of {counted} ({100 * self.done / self.total:.0f}%)"
         return f"{text}, {self.detail}" if self.detail else text
 
     def _write(self, text: str) -> None:
@@ -103,20 +110,30 @@ def track(items: Iterable[Item], what: str, unit: str = "steps", total: int | No
 
 class PushProgress(Progress):
     """An image push from the engine's push stream: bytes of every layer summed into one line
-    (layers that the registry already holds or mounts count as done, without bytes)."""
+    (layers that the registry already holds or mounts count as done, without bytes). Fed every
+    message; it starts at the first and ends at the digest (`aux`) or an `error` message."""
 
     def __init__(self, tag: str, stream=None):
         super().__init__(f"pushing {tag}", unit="bytes", stream=stream)
         self.layers: dict[str, tuple[int, int]] = {}   # layer id -> (bytes sent, layer size)
         self.finished: set[str] = set()
+        self.state = "new"
 
     def feed(self, chunk: dict) -> None:
         """One decoded message of `client.api.push(..., stream=True, decode=True)`."""
-        layer, status = chunk.get("id"), str(chunk.get("status", ""))
-        if not layer or not status or chunk.get("aux"):
+        if self.state == "new":
+            self.state = "running"
+            self.start()
+        if self.state != "running":
             return
+        if "error" in chunk or chunk.get("aux", {}).get("Digest"):
+            self.state = "ended"
+            self.finish("failed" if "error" in chunk else "done")
+        elif chunk.get("id") and chunk.get("status"):
+            self._layer(chunk["id"], str(chunk["status"]), chunk.get("progressDetail") or {})
+
+    def _layer(self, layer: str, status: str, detail: dict) -> None:
         sent, size = self.layers.get(layer, (0, 0))
-        detail = chunk.get("progressDetail") or {}
         if status == "Pushing" and detail.get("total"):
             sent, size = int(detail.get("current", 0)), int(detail["total"])
         elif status in ("Pushed", "Layer already exists") or status.startswith("Mounted"):
