@@ -43,8 +43,11 @@ class Progress:
         self._drawn_at = 0.0
 
     def start(self) -> Progress:
+        global _live
         self._started = time.monotonic()
         self._write(self.what if self.live else f"{self.what} ...\n")
+        if self.live:
+            _live = self
         return self
 
     def __enter__(self) -> Progress:
@@ -66,9 +69,15 @@ class Progress:
         now = time.monotonic()
         if self.live and now - self._drawn_at >= REDRAW_S:
             self._drawn_at = now
-            self._write(f"{CLEAR_LINE}{self.what}: {self._figures()}")
+            self.redraw()
+
+    def redraw(self) -> None:
+        self._write(f"{CLEAR_LINE}{self.what}: {self._figures()}")
 
     def finish(self, outcome: str) -> None:
+        global _live
+        if _live is self:
+            _live = None
         elapsed = time.monotonic() - self._started
         line = f"{self.what}: {outcome}, {self._figures(final=True)} in {elapsed:.1f} s\n"
         self._write(CLEAR_LINE + line if self.live else line)
@@ -88,6 +97,20 @@ class Progress:
             self.stream.flush()
         except (OSError, ValueError):
             pass  # a closed or broken stderr must not stop the work it describes
+
+
+_live: Progress | None = None   # the line being rewritten now, if any: say() writes above it
+
+
+def say(text: str) -> None:
+    """Print `text` on stdout (results worth keeping, e.g. a sweep's best config per step) without
+    garbling a progress line on the terminal: that line is cleared first and redrawn after."""
+    live = _live
+    if live:
+        live._write(CLEAR_LINE)
+    print(text, flush=True)
+    if live:
+        live.redraw()
 
 
 def _is_terminal(stream) -> bool:

@@ -48,6 +48,19 @@ def test_a_sweep_left_early_says_how_far_it_got():
         assert DONE.fullmatch(end).groups() == ("stopped", "1 of 3 token counts (33%)"), stderr
 
 
+def test_results_said_during_a_sweep_print_above_the_progress_line():
+    body = "progress.say(f'M={m}: best found')"
+    code, _, shown = run_python(SWEEP.format(body=body), terminal=True, stdout_too=True)
+    assert code == 0
+    for done, m in ((0, 1), (1, 16), (2, 256)):
+        # The line is cleared, the result printed on a line of its own, the progress redrawn.
+        redrawn = f"tune-moe bf16: {done} of 3 token counts ({round(100 * done / 3)}%)"
+        assert f"{CLEAR_LINE}M={m}: best found\r\n{CLEAR_LINE}{redrawn}" in shown, shown
+    _, said, stderr = run_python(SWEEP.format(body=body), terminal=False)
+    assert said == "M=1: best found\nM=16: best found\nM=256: best found\nresult on stdout\n"
+    assert len(stderr.splitlines()) == 2
+
+
 def _two_layer_image(client) -> str:
     """Two layers of random bytes (nothing the registry could already hold)."""
     context = io.BytesIO()
