@@ -1,14 +1,14 @@
 """One `requests.Session` per client, retrying transient failures with backoff.
 
 Retried: connection errors, read errors and HTTP 429 / 500 / 502 / 503 / 504, RETRIES times with
-exponential backoff (0 s, then BACKOFF_S, 2 x BACKOFF_S, ...) or as long as the server's Retry-After
+exponential backoff (0 s, then 2 x BACKOFF_S, 4 x BACKOFF_S, ...: 3.5 s in all) or as long as the server's Retry-After
 says; the last answer is returned as it is, so callers report the final status code themselves.
 Requests through one session reuse its pooled connections (HTTP keep-alive).
 """
 from __future__ import annotations
 
 RETRIES = 4
-BACKOFF_S = 0.5
+BACKOFF_S = 0.25
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 
 
