@@ -1,8 +1,8 @@
 """One `requests.Session` per client, retrying transient failures with backoff.
 
 Retried: connection errors, read errors and HTTP 429 / 500 / 502 / 503 / 504, RETRIES times with
-exponential backoff (0 s, then 2 x BACKOFF_S, 4 x BACKOFF_S, ...: 3.5 s in all) or as long as the server's Retry-After
-says; the last answer is returned as it is, so callers report the final status code themselves.
+exponential backoff (waits 0, 2, 4, 8 x BACKOFF_S: 3.5 s in all) or as long as the server's
+Retry-After says; the last answer is returned as it is, so callers report the final status code.
 Requests through one session reuse its pooled connections (HTTP keep-alive).
 """
 from __future__ import annotations
