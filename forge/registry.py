@@ -201,7 +201,8 @@ class RegistryClient:
         import requests
 
         realm, credentials = fields["realm"], self.credentials()
-        params = {"service": fields.get("service", ""), "scope": fields.get("scope", scope)}
+        params = {name: value for name, value in (("service", fields.get("service")),
+                                                  ("scope", fields.get("scope", scope))) if value}
         try:
             if credentials and credentials.identity_token:
                 response = self.session.post(realm, timeout=TIMEOUT_S, data={

@@ -32,6 +32,8 @@ def token_registry(monkeypatch):
         def do_GET(self):
             if self.path.startswith("/token"):
                 seen["token_requests"].append((self.path, self.headers.get("Authorization")))
+                if seen.get("refuse_tokens"):  # as Docker Hub and GHCR answer a wrong password
+                    return self._reply(401, b'{"details":"incorrect username or password"}')
                 return self._reply(200, json.dumps({"token": "t0k"}).encode())
             return self.do_HEAD()
 
@@ -77,6 +79,16 @@ def test_challenge_is_answered_with_a_scoped_token(token_registry):
 def test_missing_tag_after_the_challenge_is_none(token_registry):
     host, _ = token_registry
     assert manifest_digest(f"{host}/acme/forge:missing") is None
+
+
+def test_token_server_refusing_the_password_names_user_and_source(token_registry):
+    host, seen = token_registry
+    seen["refuse_tokens"] = True
+    with pytest.raises(ForgeError) as failure:
+        manifest_digest(f"{host}/acme/forge:v1")
+    assert str(failure.value) == (
+        f"registry {host}'s token server http://{host}/token refused (HTTP 401) for user 'robot' "
+        f"(credentials from $VLLM_FORGE_REGISTRY_USER/$VLLM_FORGE_REGISTRY_TOKEN)")
 
 
 def test_token_endpoint_down_is_a_one_line_error(token_registry, monkeypatch):
