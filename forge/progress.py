@@ -40,7 +40,7 @@ class Progress:
         self.done = 0.0
         self.detail = ""
         self._started = time.monotonic()
-        self._drawn_at = 0.0
+        self._drawn_at = float("-inf")  # the first update is always drawn
 
     def start(self) -> Progress:
         global _live

@@ -7,6 +7,7 @@ import tarfile
 
 import pytest
 
+from forge import progress
 from forge.progress import CLEAR_LINE, PushProgress
 from tests.terminal import TerminalStream, run_python
 
@@ -76,7 +77,8 @@ def _two_layer_image(client) -> str:
 
 
 @pytest.mark.docker
-def test_a_push_is_one_line_of_summed_layer_bytes(docker_engine, local_registry):
+def test_a_push_is_one_line_of_summed_layer_bytes(docker_engine, local_registry, monkeypatch):
+    monkeypatch.setattr(progress, "REDRAW_S", 0)  # a local push is quick: draw every message
     remote = f"{local_registry.host}/forge-test/progress:push"
     image = _two_layer_image(docker_engine)
     repo, tag = remote.rsplit(":", 1)
