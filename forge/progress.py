@@ -17,11 +17,13 @@ Item = TypeVar("Item")
 
 
 def _size(count: float) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if count < 1000 or unit == "GB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+    if count < 1000:
+        return f"{count:.0f} B"
+    for unit in ("kB", "MB"):
         count /= 1000
-    raise AssertionError("unreachable")
+        if count < 1000:
+            return f"{count:.1f} {unit}"
+    return f"{count / 1000:.1f} GB"
 
 
 def _amount(count: float, unit: str) -> str:
