@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.progress import say, track
 
 PATCHES_DIR = Path(__file__).resolve().parent.parent / "patches"
 MOE_CONFIG_DIR = PATCHES_DIR / "moe-configs"
@@ -285,11 +286,11 @@ class KernelBench:
         return start.elapsed_time(end) * 1000 / (replays * graph_calls)
 
 
-def sweep(dtype: str, batch_sizes: list[int], space: str, log=print) -> dict:
+def sweep(dtype: str, batch_sizes: list[int], space: str, log=say) -> dict:
     started = time.time()
     bench = KernelBench(dtype)
     tuned, defaults, timings = {}, {}, {}
-    for m in batch_sizes:
+    for m in track(batch_sizes, f"tune-moe {dtype}", unit="token counts"):
         results = []
         for config in search_space(m, space):
             try:
