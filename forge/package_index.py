@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
+from forge.http_session import retrying_session
 from forge.releases import INDEX_MAX_AGE_S, cache_dir
 
 DEFAULT_SIMPLE_URL = "https://pypi.org/simple/"
@@ -76,7 +77,8 @@ def _fetch(package: str) -> list[Version]:
 
     url = simple_url(package)
     try:
-        response = requests.get(url, timeout=60, headers={"Accept": SIMPLE_JSON})
+        with retrying_session() as session:
+            response = session.get(url, timeout=60, headers={"Accept": SIMPLE_JSON})
         if response.status_code == 404:
             raise ForgeError(f"{package} is not a project on {url}")
         response.raise_for_status()
