@@ -143,7 +143,7 @@ def propose_dependencies(series, watch, new_vllm: list[str], offline: bool,
     supported vLLM releases and the new ones."""
     from packaging.utils import canonicalize_name
 
-    from forge import drift, package_index
+    from forge import package_index
 
     supported = drift.supported_releases(series, offline=offline, extra=new_vllm)
     limits = {canonicalize_name(k): Version(v) for k, v in through.items()}
