@@ -114,7 +114,9 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
     record = _read_record(installed)
     if revert:
         return _revert(installed, record)
-    series = load_series(series_path)
+    # The manifest was checked against the package index when the image was planned; the index
+    # may be out of reach here (an image, an air-gapped host).
+    series = load_series(series_path, check_index=False)
     if record is not None:
         if record.get("state") != "applied":
             raise ForgeError(f"{_record_path(installed)}: an earlier apply was interrupted; "
@@ -124,7 +126,8 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
         raise ForgeError(f"{_record_path(installed)}: vLLM was patched by a different patch "
                          "series; run `build.py apply --revert` first")
     _check_covered(series, installed)
-    statuses = tree_status(series, installed.site_dir, installed.version, moe_device)
+    statuses = tree_status(series, installed.site_dir, installed.version, moe_device,
+                           install_path=installed.search_path)
     for s in statuses:
         if s.status == "conflict":
             raise ConflictError(f"{installed.package_dir}: patch {s.id}: {s.detail}; "
@@ -165,6 +168,8 @@ def _plan(series: Series, statuses, installed: InstalledVllm, moe_config_dir):
     moe_files = []
     for patch, status in zip(series.patches, statuses):
         if status.status != "applies":
+            continue
+        if patch.kind == "dependency":
             continue
         if patch.kind == "source":
             contents.update(diffs.plan_diff(installed.site_dir, patch.diffs, contents=contents))

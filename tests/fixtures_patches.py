@@ -87,7 +87,7 @@ def write_series(directory: Path, patches: list[dict], files: dict[str, bytes],
         (directory / rel).parent.mkdir(parents=True, exist_ok=True)
         (directory / rel).write_bytes(data)
     for patch in patches:
-        for entry in patch["files"]:
+        for entry in patch.get("files", []):
             entry.setdefault("sha256", hashlib.sha256(files[entry["path"]]).hexdigest())
     path = directory / "series.yaml"
     path.write_text(yaml.safe_dump({"checked_from": checked_from,
