@@ -256,11 +256,12 @@ def raise_on_conflict(statuses: list[PatchStatus], where: str) -> None:
 # --- apply (the implementation lives in forge.patch_apply) ------------------------------------
 
 def apply_series(site_packages=None, expected_version=None, revert=False, moe_config_dir=None,
-                 series_path=None, moe_device=None):
+                 series_path=None, moe_device=None, offline=False, find_links=None):
     from forge.patch_apply import apply_series as _apply
 
     return _apply(site_packages=site_packages, expected_version=expected_version, revert=revert,
-                  moe_config_dir=moe_config_dir, series_path=series_path, moe_device=moe_device)
+                  moe_config_dir=moe_config_dir, series_path=series_path, moe_device=moe_device,
+                  offline=offline, find_links=find_links)
 
 
 def __getattr__(name):   # ApplyReport lives with the apply code; keep it importable from here
@@ -298,7 +299,8 @@ def cmd_patches(args) -> int:
 def cmd_apply(args) -> int:
     report = apply_series(site_packages=args.site_packages, expected_version=args.vllm,
                           revert=args.revert, moe_config_dir=args.moe_config_dir,
-                          moe_device=args.moe_device)
+                          moe_device=args.moe_device, offline=args.offline,
+                          find_links=args.find_links)
     for line in report.lines():
         print(line)
     return 0

@@ -106,12 +106,15 @@ def published_versions(name: str, offline: bool = False, refresh: bool = False) 
     return [Version(v) for v in fetched]
 
 
-def index_reachable(name: str) -> bool:
-    """Whether the index answers for `name` right now (pip needs it to install)."""
-    try:
-        return _fetch(name) is not None
-    except UnknownProject:
-        return True
+def live_versions(name: str) -> list[Version] | None:
+    """The versions the index publishes right now (cache refreshed); None when it does not
+    answer (pip could not install from it either)."""
+    fetched = _fetch(name)
+    if fetched is None:
+        return None
+    write_text_atomically(_cache_file(name), json.dumps(
+        {"index": simple_url(), "fetched_at": time.time(), "versions": fetched}, indent=1))
+    return [Version(v) for v in fetched]
 
 
 def wheelhouse_versions(directory: Path, name: str) -> list[Version]:
