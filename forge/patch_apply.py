@@ -394,7 +394,6 @@ def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | N
         for w in writes:
             if w.new is not None:
                 w.temp = _stage(w.target, w.new, w.mode)
-        os.sync()    # one flush for every staged byte, before the first file is replaced
     except OSError as exc:
         _discard(writes, created, record_dir if new_record is not None else None)
         raise ForgeError(f"cannot write {exc.filename or installed.package_dir}: "
