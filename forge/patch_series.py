@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,14 +42,12 @@ def _relative_path(value: str) -> str | None:
     return None
 
 
-def _project_name(value: str) -> str | None:
-    from packaging.utils import InvalidName, canonicalize_name
+# PEP 508 names (packaging >= 24 has canonicalize_name(validate=True); images may carry 23).
+PROJECT_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
 
-    try:
-        canonicalize_name(value, validate=True)
-    except InvalidName:
-        return f"not a valid Python project name: {value!r}"
-    return None
+
+def _project_name(value: str) -> str | None:
+    return None if PROJECT_NAME.match(value) else f"not a valid Python project name: {value!r}"
 
 
 FILE_SCHEMA = {
