@@ -2,12 +2,17 @@
 
 Two lists, both validated on load (errors name the file and field):
 
-  builds      every image the release workflow pushed: target, vLLM release, repository, immutable
-              tag, digest and the summary of its verify report. An immutable tag names one digest
-              forever: recording it again with another digest is refused.
+  builds      every image the release workflow pushed and published with a passed verify report
+              (or, pushed but not yet verified, with none): target, vLLM release, repository,
+              immutable tag, digest and the summary of its verify report. An immutable tag names
+              one digest forever: recording it again with another digest is refused.
   known_good  per target x release, the moving tag (`vllm0.27.1-gb10`) and the build it points at.
               It moves only to a build whose verify report passed.
 
+A verify report that did not pass (by its checks, re-derived here, whatever its `passed` field
+says) or that names another target, release or digest is refused before anything is written.
+
+    verify = verify_result(reports, target, vllm, digest)  # refuses a report that did not pass
     index = load_index()
     record_build(index, build)      # refuses an immutable tag that already names another digest
     move_tag = promote(index, ...)  # only when build.verify.passed
@@ -177,6 +182,11 @@ def record_build(index: dict, build: dict) -> dict:
         raise ImmutableTagError(
             f"immutable tag {_ref(build['repository'], build['immutable_tag'])} is recorded for "
             f"{existing['target']} vLLM {existing['vllm']}, not {build['target']} vLLM {build['vllm']}")
+    if existing["verify"]["passed"] and not build["verify"]["passed"]:
+        # Publishing again without a report must not un-verify what users already pull.
+        raise ForgeError(
+            f"immutable tag {_ref(build['repository'], build['immutable_tag'])} is recorded as "
+            "verified; publish it again only with a verify report that passes (--verify-report)")
     existing["verify"] = build["verify"]
     return existing
 
@@ -203,17 +213,28 @@ def promote(index: dict, build: dict, moving_tag: str) -> dict | None:
     return entry
 
 
-def verify_result(report_paths: list | None) -> dict:
+class VerifyNotPassed(ForgeError):
+    """A verify report that did not pass: publish refuses it, writing and moving nothing."""
+
+    exit_code = 1
+
+
+def verify_result(report_paths: list | None, target: str, vllm: str, digest: str) -> dict:
     """Read verify reports (JSON written by verify/, one per recipe) into the index's verify record.
 
-    Passed only when every report passed; no report means not verified: the build is recorded and
-    the moving tag does not move.
+    Every report must name this target, vLLM release and image digest, and pass by its own checks
+    (the verdict is re-derived; the report's `passed` field is not taken on trust): otherwise
+    ForgeError, before anything is written. No report means not verified: the build is recorded
+    and the moving tag does not move.
     """
     if not report_paths:
         return {"passed": False, "report": "", "checked_at": "", "summary": {"note": "not verified"}}
     reports = [_read_report(path) for path in _report_files(report_paths)]
+    for path, report in reports:
+        _check_identity(path, report, target, vllm, digest)
+        _check_passed(path, report)
     summary = {_report_name(path, report): _report_summary(report) for path, report in reports}
-    return {"passed": all(report["passed"] for _, report in reports),
+    return {"passed": True,
             "report": ", ".join(str(report.get("report_url") or path.name) for path, report in reports),
             "checked_at": max(str(report.get("checked_at") or now_utc()) for _, report in reports),
             "summary": summary}
@@ -249,6 +270,50 @@ def _read_report(path: Path) -> tuple[Path, dict]:
     return path, report
 
 
+def _check_identity(path: Path, report: dict, target: str, vllm: str, digest: str) -> None:
+    """The report verified this very image: same target, vLLM release and digest."""
+    if report.get("target") != target:
+        raise ForgeError(f"{path}: target: the report verified {report.get('target')!r}, "
+                         f"not {target!r} (--target)")
+    if not _same_release(report.get("vllm"), vllm):
+        raise ForgeError(f"{path}: vllm: the report verified vLLM {report.get('vllm')!r}, "
+                         f"not {vllm!r} (--vllm)")
+    if not report.get("image_digest"):
+        raise ForgeError(f"{path}: image_digest: the report names no image digest (run "
+                         "verify/mtp_smoke.py with --image-digest or $VLLM_FORGE_IMAGE_DIGEST)")
+    if report["image_digest"] != digest:
+        raise ForgeError(f"{path}: image_digest: the report verified {report['image_digest']}, "
+                         f"not {digest} (--digest)")
+
+
+def _same_release(reported, vllm: str) -> bool:
+    """Same release; a local build label (`0.27.1+cu130`) is the same release."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return isinstance(reported, str) and Version(reported).public == Version(vllm).public
+    except InvalidVersion:
+        return False
+
+
+def _check_passed(path: Path, report: dict) -> None:
+    """Re-derive the verdict from the checks, by verify's own rule (verify/report.py)."""
+    from verify.report import checks_from_report, unmet_gates
+
+    try:
+        unmet = unmet_gates(checks_from_report(report))
+    except ValueError as exc:
+        raise ForgeError(f"{path}: {exc}") from exc
+    if unmet:
+        claim = " (its passed: true is contradicted by its checks)" if report["passed"] else ""
+        raise VerifyNotPassed(f"{path}: verify did not pass{claim}: {'; '.join(unmet)}; "
+                              "nothing recorded, moving tag not moved")
+    if not report["passed"]:
+        # Its writer said no: two readings that disagree are not a pass either.
+        raise VerifyNotPassed(f"{path}: passed: the report says false although its checks pass; "
+                              "nothing recorded, moving tag not moved")
+
+
 def _report_name(path: Path, report: dict) -> str:
     return str(report.get("recipe") or path.stem)
 
@@ -274,8 +339,10 @@ def _report_summary(report: dict) -> dict:
 def cmd_publish(args) -> int:
     """build.py publish: record a pushed build; move its moving tag when verify passed.
 
-    Prints one line per outcome. Exits 1 when the build is recorded but its verify did not pass
-    (so a release job shows red), 3 when the immutable tag already names another digest.
+    Prints one line per outcome. Exits 1 when a verify report did not pass (refused: nothing
+    written, no tag moved) or none was given (recorded as not verified, tag not moved), so a
+    release job shows red; 2 when a report is malformed or names another target, release or
+    digest; 3 when the immutable tag already names another digest.
     """
     from forge import images
 
@@ -284,12 +351,14 @@ def cmd_publish(args) -> int:
     expected_prefix = images.moving_tag(args.target, args.vllm) + "-"
     if not tag.startswith(expected_prefix):
         raise ForgeError(f"--immutable-tag {tag!r} is not a {args.target} vLLM {args.vllm} tag "
-                         f"(expected {expected_prefix}<patch-set hash>)")
+                         f"(expected {expected_prefix}<hash>)")
+    # Every check that can refuse runs before the index or the registry is touched.
+    verify = verify_result(args.verify_report, args.target, args.vllm, args.digest)
     index = load_index(args.index)
     build = record_build(index, {
         "target": args.target, "vllm": args.vllm, "repository": repository,
         "immutable_tag": tag, "digest": args.digest, "published_at": now_utc(),
-        "verify": verify_result(args.verify_report),
+        "verify": verify,
     })
     entry = promote(index, build, images.moving_tag(args.target, args.vllm))
     if entry is not None and args.move_tag:

@@ -1,5 +1,8 @@
 """The known-good index (images/published.json) and tag immutability, through the real CLI."""
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,12 +22,25 @@ def run_cli(*args):
     return run_build(*args, timeout=120)
 
 
-def write_report(tmp_path: Path, passed: bool, name: str = "report.json") -> Path:
-    report = tmp_path / name
-    report.write_text(json.dumps({"passed": passed, "summary": {
-        "acceptance_rate": 0.71 if passed else 0.0, "mean_acceptance_length": 3.1,
-        "tok_per_s": 57.0}}))
-    return report
+def gate_checks(failed_check: str | None = None, detail: str = "rate 0.0% (min 50%)"):
+    """Every check of a passing mtp_smoke run, one of them failed if asked."""
+    from verify.report import REQUIRED_GATES, failed, passed
+
+    checks = [passed("server answers", "serves gemma-4-26b-a4b-it")]
+    checks += [passed(name, "as the log says") for name in REQUIRED_GATES]
+    return [failed(c.name, detail) if c.name == failed_check else c for c in checks]
+
+
+def write_report(tmp_path: Path, passed: bool, name: str = "report.json", *, target="gb10",
+                 vllm="0.27.1", digest=DIGEST_A, **context) -> Path:
+    """A verify report of this image, written by verify's own writer (verify/report.py) as
+    verify/mtp_smoke.py writes it."""
+    from verify.report import write_report as write
+
+    checks = gate_checks(None if passed else "acceptance (temperature 0)")
+    return write(tmp_path / name, checks, target=target, vllm=vllm, image_digest=digest,
+                 summary={"acceptance_rate": 0.71 if passed else 0.0,
+                          "mean_acceptance_length": 3.1, "tok_per_s": 57.0}, **context)
 
 
 def publish(index: Path, *, tag=TAG, digest=DIGEST_A, report=None, target="gb10", vllm="0.27.1",
@@ -60,17 +76,102 @@ def test_passed_build_moves_the_moving_tag(tmp_path):
         f"moving_ref={REPOSITORY}:vllm0.27.1-gb10", f"source_ref={REPOSITORY}@{DIGEST_A}"]
 
 
-def test_failed_verify_records_the_build_but_keeps_the_moving_tag(tmp_path):
+def test_failed_verify_is_refused_and_nothing_is_written(tmp_path):
     index_file = tmp_path / "published.json"
     assert publish(index_file, report=write_report(tmp_path, True)).returncode == 0
+    before = index_file.read_bytes()
     newer_tag = "vllm0.27.1-gb10-0123456789ab"
-    result = publish(index_file, tag=newer_tag, digest=DIGEST_B,
-                     report=write_report(tmp_path, False, "bad.json"))
+    bad = write_report(tmp_path, False, "bad.json", digest=DIGEST_B)
+    result = publish(index_file, tag=newer_tag, digest=DIGEST_B, report=bad)
     assert result.returncode == 1
-    assert "moving tag vllm0.27.1-gb10 not moved" in result.stdout
+    assert result.stderr == (f"error: {bad}: verify did not pass: acceptance (temperature 0): FAIL; "
+                             "nothing recorded, moving tag not moved\n")
+    assert index_file.read_bytes() == before
     index = published.load_index(index_file)
-    assert published.find_build(index, REPOSITORY, newer_tag)["verify"]["passed"] is False
+    assert published.find_build(index, REPOSITORY, newer_tag) is None
     assert published.known_good(index, "gb10", "0.27.1")["digest"] == DIGEST_A
+
+
+def unchecked_report_claiming_to_pass(tmp_path: Path) -> Path:
+    """What `mtp_smoke --endpoint` without --server-log wrote before issue 10: four checks not
+    run, and passed: true."""
+    unchecked = ("architectures", "draft shares target embedding", "CUDA graphs", "tuned MoE config")
+    checks = ([{"name": "server answers", "status": "PASS", "detail": "serves gemma-4-26b-a4b-it"}]
+              + [{"name": name, "status": "NOT CHECKED",
+                  "detail": "needs the server's log: pass --server-log"} for name in unchecked]
+              + [{"name": "acceptance (temperature 0)", "status": "PASS", "detail": "rate 80.0%"},
+                 {"name": "acceptance (recipe sampling)", "status": "INFO", "detail": "rate 50.0%"}])
+    report = tmp_path / "unchecked.json"
+    report.write_text(json.dumps({"passed": True, "checks": checks, "recipe": "gemma-4-26b-a4b-it",
+                                  "target": "gb10", "vllm": "0.27.1", "image_digest": DIGEST_A}))
+    return report
+
+
+def test_a_report_whose_checks_did_not_pass_is_refused_whatever_it_claims(tmp_path):
+    report = unchecked_report_claiming_to_pass(tmp_path)
+    index_file = tmp_path / "published.json"
+    result = publish(index_file, report=report, extra=["--move-tag"])
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: {report}: verify did not pass (its passed: true is contradicted by its checks): "
+        "architectures: NOT CHECKED; draft shares target embedding: NOT CHECKED; "
+        "CUDA graphs: NOT CHECKED; tuned MoE config: NOT CHECKED; "
+        "nothing recorded, moving tag not moved\n")
+    assert result.stdout == "" and not index_file.exists()
+
+
+def test_a_report_saying_it_failed_is_refused_even_when_its_checks_pass(tmp_path):
+    report = write_report(tmp_path, True)
+    report.write_text(json.dumps({**json.loads(report.read_text()), "passed": False}))
+    result = publish(tmp_path / "published.json", report=report)
+    assert result.returncode == 1
+    assert result.stderr == (f"error: {report}: passed: the report says false although its checks "
+                             "pass; nothing recorded, moving tag not moved\n")
+    assert not (tmp_path / "published.json").exists()
+
+
+@pytest.mark.parametrize("field, report_args, cause", [
+    ("target", {"target": "h200"}, "the report verified 'h200', not 'gb10' (--target)"),
+    ("vllm", {"vllm": "0.27.0"}, "the report verified vLLM '0.27.0', not '0.27.1' (--vllm)"),
+    ("vllm", {"vllm": None}, "the report verified vLLM None, not '0.27.1' (--vllm)"),
+    ("image_digest", {"digest": DIGEST_B}, f"the report verified {DIGEST_B}, not {DIGEST_A} (--digest)"),
+    ("image_digest", {"digest": None}, "the report names no image digest (run verify/mtp_smoke.py "
+                                       "with --image-digest or $VLLM_FORGE_IMAGE_DIGEST)"),
+])
+def test_a_report_of_another_image_is_refused(tmp_path, field, report_args, cause):
+    report = write_report(tmp_path, True, **report_args)
+    index_file = tmp_path / "published.json"
+    result = publish(index_file, report=report, extra=["--move-tag"])
+    assert result.returncode == 2
+    assert result.stderr == f"error: {report}: {field}: {cause}\n"
+    assert not index_file.exists()
+    # The flags it names are the publish command's own, or those of the command it names.
+    command = (["verify/mtp_smoke.py"] if "mtp_smoke.py with" in cause
+               else ["build.py", "publish"])
+    named = set(re.findall(r"--[a-z][a-z-]*", cause))
+    assert named and named <= help_flags(*command)
+
+
+def help_flags(*command) -> set[str]:
+    text = subprocess.run([sys.executable, *command, "--help"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, check=True).stdout
+    return set(re.findall(r"--[a-z][a-z-]*", text))
+
+
+def test_a_local_build_label_is_the_same_release(tmp_path):
+    result = publish(tmp_path / "published.json",
+                     report=write_report(tmp_path, True, vllm="0.27.1+cu130"))
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_report_without_checks_is_refused(tmp_path):
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"passed": True, "target": "gb10", "vllm": "0.27.1",
+                                  "image_digest": DIGEST_A}))
+    result = publish(tmp_path / "published.json", report=report)
+    assert result.returncode == 2
+    assert result.stderr == f"error: {report}: checks: the verify report lists no checks\n"
+    assert not (tmp_path / "published.json").exists()
 
 
 def test_unverified_build_never_moves_the_tag(tmp_path):
@@ -86,7 +187,7 @@ def test_republishing_an_immutable_tag_with_another_digest_is_refused(tmp_path):
     index_file = tmp_path / "published.json"
     assert publish(index_file, report=write_report(tmp_path, True)).returncode == 0
     before = index_file.read_bytes()
-    result = publish(index_file, digest=DIGEST_B, report=write_report(tmp_path, True))
+    result = publish(index_file, digest=DIGEST_B, report=write_report(tmp_path, True, digest=DIGEST_B))
     assert result.returncode == 3
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith(f"error: immutable tag {REPOSITORY}:{TAG} already names {DIGEST_A}")
@@ -100,6 +201,18 @@ def test_republishing_the_same_digest_refreshes_its_verify_result(tmp_path):
     index = published.load_index(index_file)
     assert len(index["builds"]) == 1
     assert published.known_good(index, "gb10", "0.27.1")["digest"] == DIGEST_A
+
+
+def test_republishing_a_verified_build_without_a_report_is_refused(tmp_path):
+    index_file = tmp_path / "published.json"
+    assert publish(index_file, report=write_report(tmp_path, True)).returncode == 0
+    before = index_file.read_bytes()
+    result = publish(index_file)  # no --verify-report
+    assert result.returncode == 2
+    assert result.stderr == (f"error: immutable tag {REPOSITORY}:{TAG} is recorded as verified; "
+                             "publish it again only with a verify report that passes "
+                             "(--verify-report)\n")
+    assert index_file.read_bytes() == before
 
 
 def test_tag_of_another_target_or_release_is_refused(tmp_path):
@@ -161,7 +274,7 @@ def test_published_lists_known_good_images(tmp_path):
     index_file = tmp_path / "published.json"
     assert publish(index_file, report=write_report(tmp_path, True)).returncode == 0
     assert publish(index_file, target="h200", tag="vllm0.27.1-h200-3f2a9c1b7d4e", digest=DIGEST_B,
-                   report=write_report(tmp_path, True)).returncode == 0
+                   report=write_report(tmp_path, True, target="h200", digest=DIGEST_B)).returncode == 0
     result = run_cli("published", "--index", str(index_file), "--json")
     assert result.returncode == 0, result.stderr
     listed = {(e["target"], e["digest"]) for e in json.loads(result.stdout)}
@@ -173,29 +286,31 @@ def test_published_lists_known_good_images(tmp_path):
 
 def smoke_report(tmp_path: Path, recipe: str, failed_check: str | None = None) -> Path:
     """A report written by verify's own writer (verify/report.py), as mtp_smoke.py writes it."""
-    from verify.report import failed, passed, write_report
+    from verify.report import write_report as write
 
-    checks = [passed("drafter loads", "Gemma4MTPModel"), passed("acceptance rate", "0.74 >= 0.5")]
-    if failed_check:
-        checks.append(failed(failed_check, "1.02 < 1.5"))
-    return write_report(tmp_path / f"{recipe}.json", checks, recipe=recipe, target="gb10")
+    return write(tmp_path / f"{recipe}.json", gate_checks(failed_check, "1.02 < 1.5"), recipe=recipe,
+                 target="gb10", vllm="0.27.1", image_digest=DIGEST_A)
 
 
 def test_every_recipe_report_must_pass(tmp_path):
     index_file = tmp_path / "published.json"
     good = smoke_report(tmp_path, "gemma-4-26b-a4b-it")
-    bad = smoke_report(tmp_path, "gemma-4-31b-it", failed_check="mean acceptance length")
+    bad = smoke_report(tmp_path, "gemma-4-31b-it", failed_check="acceptance (temperature 0)")
     result = run_cli("publish", "--index", str(index_file), "--repository", REPOSITORY,
                      "--target", "gb10", "--vllm", "0.27.1", "--immutable-tag", TAG,
                      "--digest", DIGEST_A, "--verify-report", str(good), "--verify-report", str(bad))
     assert result.returncode == 1
+    assert result.stderr.startswith(f"error: {bad}: verify did not pass: acceptance (temperature 0): FAIL")
+    assert not index_file.exists()
+    result = run_cli("publish", "--index", str(index_file), "--repository", REPOSITORY,
+                     "--target", "gb10", "--vllm", "0.27.1", "--immutable-tag", TAG,
+                     "--digest", DIGEST_A, "--verify-report", str(good))
+    assert result.returncode == 0, result.stderr
     verify = published.load_index(index_file)["builds"][0]["verify"]
-    assert verify["passed"] is False
+    assert verify["passed"] is True
     assert verify["summary"]["gemma-4-26b-a4b-it"] == {
-        "passed": True, "recipe": "gemma-4-26b-a4b-it", "target": "gb10",
-        "checks_passed": 2, "checks_failed": []}
-    assert verify["summary"]["gemma-4-31b-it"]["checks_failed"] == ["mean acceptance length"]
-    assert published.known_good(published.load_index(index_file), "gb10", "0.27.1") is None
+        "passed": True, "recipe": "gemma-4-26b-a4b-it", "target": "gb10", "vllm": "0.27.1",
+        "image_digest": DIGEST_A, "checks_passed": 5, "checks_failed": []}
 
 
 def test_a_directory_of_reports_stands_for_every_report_in_it(tmp_path):

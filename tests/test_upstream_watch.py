@@ -49,16 +49,16 @@ def watch(series_file: Path, *extra: str):
                            *extra], cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800)
 
 
+def status_cell(body: str, release: str, patch_id: str) -> str:
+    """The cell of `patch_id`'s column in `release`'s row of the pull request's status table."""
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in body.splitlines()
+            if line.startswith("| ")]
+    header = next(r for r in rows if r[0] == "release")
+    return next(r for r in rows if r[0] == release)[header.index(f"`{patch_id}`")]
+
+
 def read_outputs(path: Path) -> dict:
     return dict(line.split("=", 1) for line in path.read_text().splitlines())
-
-
-def body_cell(text: str, version: str, patch_id: str) -> str:
-    """One cell of the body's status table (columns are every patch id, sorted)."""
-    lines = text.splitlines()
-    header = next(line for line in lines if line.startswith("| release |")).split(" | ")
-    row = next(line for line in lines if line.startswith(f"| {version} |")).split(" | ")
-    return row[header.index(f"`{patch_id}`")].strip(" |")
 
 
 def test_new_releases_retire_the_embedding_patch_at_0_27_0(tmp_path, newest_release):
@@ -79,7 +79,7 @@ def test_new_releases_retire_the_embedding_patch_at_0_27_0(tmp_path, newest_rele
                  f"retire {EMBEDDING_PATCH} (upstream in 0.27.0)"}
     text = body.read_text()
     assert f"- `{EMBEDDING_PATCH}`: `retired_in: 0.27.0` (already upstream from 0.27.0)" in text
-    assert body_cell(text, "0.27.0", EMBEDDING_PATCH) == "already-upstream"
+    assert status_cell(text, "0.27.0", EMBEDDING_PATCH) == "already-upstream"
     assert f"python build.py lock --vllm {newest_release}" in text
 
 
@@ -145,7 +145,7 @@ def test_a_conflict_fails_loudly_and_changes_nothing(tmp_path):
     assert read_outputs(outputs)["title"].startswith(
         f"upstream-watch: patch {EMBEDDING_PATCH} conflicts with vLLM 0.27.0–")
     assert "**Conflicts: the manifest was not changed.**" in body.read_text()
-    assert body_cell(body.read_text(), "0.27.0", EMBEDDING_PATCH) == "**CONFLICT**"
+    assert status_cell(body.read_text(), "0.27.0", EMBEDDING_PATCH) == "**CONFLICT**"
 
 
 def test_the_workflow_steps_propose_and_regenerate_the_readme(tmp_path, newest_release):

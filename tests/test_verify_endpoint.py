@@ -2,7 +2,11 @@
 Prometheus text captured from vLLM 0.25.0 on an H200 (a stand-in for a vLLM server's HTTP
 surface: /v1/models, /v1/completions, /metrics; vLLM's own parser is not replaced)."""
 import re
+import socket
+import subprocess
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 import json
@@ -11,6 +15,7 @@ import pytest
 
 from verify import bench, mtp_smoke
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 GPU = Path(__file__).parent / "fixtures" / "gpu" / "smoke-patched-L6"
 BEFORE = (GPU / "prometheus" / "greedy.before.prom").read_text()
 AFTER = (GPU / "prometheus" / "greedy.after.prom").read_text()
@@ -36,29 +41,45 @@ def with_acceptance(text: str, extra_drafts: int, rate: float) -> str:
     return text
 
 
+SERVED_RELEASE = "0.25.0"  # the release the captured metrics and log come from
+
+
 class FakeServer:
     """Metrics advance one window per GATE_PROMPTS completions, like a server the verify script
-    alone is using."""
+    alone is using. `faults` maps a path to fault(server) -> (status, body) or None: a misbehaving
+    answer in place of the normal one (None: answer normally), e.g. after some completions."""
 
-    def __init__(self, metric_texts):
+    def __init__(self, metric_texts, faults=None, release=SERVED_RELEASE):
         self.metric_texts, self.completions, self.lock = metric_texts, 0, threading.Lock()
+        self.faults, self.release = faults or {}, release
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
                 pass
 
-            def _send(self, body: str, kind="application/json"):
+            def _send(self, body: str, kind="application/json", status=200):
                 data = body.encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _fault(self) -> bool:
+                fault = server.faults.get(self.path)
+                answer = fault(server) if fault else None
+                if answer is not None:
+                    self._send(answer[1], "text/plain", answer[0])
+                return answer is not None
+
             def do_GET(self):
+                if self._fault():
+                    return
                 if self.path == "/v1/models":
                     self._send(json.dumps({"data": [{"id": "gemma-4-26b-a4b-it"}]}))
+                elif self.path == "/version":
+                    self._send(json.dumps({"version": server.release}))
                 elif self.path == "/metrics":
                     with server.lock:
                         index = min(server.completions // GATE_PROMPTS, len(server.metric_texts) - 1)
@@ -71,10 +92,14 @@ class FakeServer:
                 assert "prompt" in body and "max_tokens" in body
                 with server.lock:
                     server.completions += 1
-                self._send(json.dumps({"choices": [{"index": 0, "text": "ok"}]}))
+                if not self._fault():
+                    self._send(json.dumps({"choices": [{"index": 0, "text": "ok"}]}))
 
         class Server(ThreadingHTTPServer):
             request_queue_size = 1024  # the burst connects all at once
+
+            def handle_error(self, request, client_address):
+                pass  # a client that timed out and left: nothing to report
 
         self.httpd = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -147,9 +172,200 @@ def test_without_the_server_log_the_log_checks_say_why(tmp_path):
     assert "--server-log" in by_name(report)["CUDA graphs"]["detail"]
 
 
-def test_unreachable_server_is_a_failed_check(tmp_path):
-    code, report = smoke("http://127.0.0.1:9", tmp_path)
-    assert code == 1 and by_name(report)["server answers"]["status"] == "FAIL"
+def test_without_the_server_log_a_good_window_is_not_a_pass(tmp_path):
+    # Drafts accepted well above the thresholds, but nobody read the server's log: the drafter's
+    # architecture, embedding sharing, graphs and MoE config are unproven.
+    window = with_acceptance(AFTER, 200, 0.8)
+    with FakeServer([AFTER, window, window]) as server:
+        code, report = smoke(server.url, tmp_path)
+    checks = by_name(report)
+    assert checks["acceptance (temperature 0)"]["status"] == "PASS"
+    assert code == 1 and report["passed"] is False
+    assert [n for n, c in checks.items() if c["status"] == "NOT CHECKED" and c["gating"]] == [
+        "architectures", "draft shares target embedding", "CUDA graphs", "tuned MoE config"]
+
+
+# ------------------------------------------------------------------------------------------
+# Every way the server can misbehave is a FAIL check naming the cause, in a report always written.
+
+GOOD_WINDOW = with_acceptance(AFTER, 200, 0.8)
+REQUIRED = ("architectures", "draft shares target embedding", "CUDA graphs",
+            "acceptance (temperature 0)")
+
+
+def help_flags(*command) -> set[str]:
+    """The flags a command's own --help lists."""
+    text = subprocess.run([sys.executable, *command, "--help"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, check=True).stdout
+    return set(re.findall(r"--[a-z][a-z0-9-]*", text))
+
+
+MTP_SMOKE_FLAGS = help_flags("verify/mtp_smoke.py")
+
+
+def assert_named_flags_exist(detail: str) -> None:
+    """A flag a message names is one of mtp_smoke.py's, or, where it speaks of how the server was
+    started, one `vllm serve` of the served release accepts."""
+    from forge.vllm_args import release_args
+
+    for flag in re.findall(r"--[a-z][a-z0-9-]*", detail):
+        assert flag in MTP_SMOKE_FLAGS or (
+            "server started without" in detail and release_args(SERVED_RELEASE).has_flag(flag)), (
+            f"{flag} named in {detail!r} is no flag of mtp_smoke.py")
+
+
+def failing_smoke(tmp_path, server_url, *extra):
+    """Run the gate; assert it failed, wrote a full report whose messages name real flags."""
+    code, report = smoke(server_url, tmp_path, *extra)
+    assert code == 1 and report["passed"] is False
+    assert set(REQUIRED) <= set(by_name(report))  # every gate is accounted for, run or not
+    for check in report["checks"]:
+        assert_named_flags_exist(check["detail"])
+    return report
+
+
+def closed_port_url() -> str:
+    """A 127.0.0.1 port nothing listens on: connecting is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def test_connection_refused_is_a_failed_check_and_a_full_report(tmp_path):
+    report = failing_smoke(tmp_path, closed_port_url())
+    checks = by_name(report)
+    assert checks["server answers"]["status"] == "FAIL"
+    assert checks["server answers"]["detail"].startswith("GET /v1/models: cannot connect: [Errno 111]")
+    assert "Connection refused" in checks["server answers"]["detail"]
+    assert {checks[name]["status"] for name in REQUIRED} == {"NOT CHECKED"}
+    assert report["endpoint"].startswith("http://127.0.0.1:") and report["vllm"] is None
+
+
+@pytest.mark.parametrize("answer, cause", [
+    ((200, json.dumps({"object": "list", "data": []})), "GET /v1/models: the server lists no model"),
+    ((503, "Service Unavailable: loading"), "GET /v1/models: HTTP 503 Service Unavailable: 'Service Unavailable: loading'"),
+    ((200, "<html>proxy</html>"), "GET /v1/models: the answer is not JSON: '<html>proxy</html>'"),
+    ((200, json.dumps({"data": [{"object": "model"}]})), "GET /v1/models: data[0] names no model id"),
+])
+def test_bad_model_list_is_a_failed_server_check(tmp_path, answer, cause):
+    with FakeServer([AFTER, GOOD_WINDOW], faults={"/v1/models": lambda s: answer}) as server:
+        report = failing_smoke(tmp_path, server.url, "--server-log", str(log_with_tuned_config(tmp_path)))
+        completions = server.completions
+    assert by_name(report)["server answers"] == {"name": "server answers", "status": "FAIL",
+                                                 "detail": cause, "gating": True}
+    assert completions == 0  # nothing measured against a server that serves nothing
+
+
+def fail_from_completion(number, answer):
+    """A server whose completions go wrong from the `number`th on."""
+    return {"/v1/completions": lambda s: answer if s.completions >= number else None}
+
+
+@pytest.mark.parametrize("answer, cause", [
+    ((500, "Internal Server Error"),
+     "POST /v1/completions (greedy window, prompt 3 of 8): HTTP 500 Internal Server Error: 'Internal Server Error'"),
+    ((200, '{"choices": [{"text": "trunc'),
+     "POST /v1/completions (greedy window, prompt 3 of 8): the answer is not JSON: '{\"choices\": [{\"text\": \"trunc'"),
+    ((200, json.dumps({"object": "error", "message": "no"})),
+     "POST /v1/completions (greedy window, prompt 3 of 8): the answer has no choices: "),
+])
+def test_failed_completion_is_a_failed_acceptance_check(tmp_path, answer, cause):
+    with FakeServer([AFTER, GOOD_WINDOW, GOOD_WINDOW], faults=fail_from_completion(3, answer)) as server:
+        report = failing_smoke(tmp_path, server.url, "--server-log", str(log_with_tuned_config(tmp_path)))
+    checks = by_name(report)
+    assert checks["acceptance (temperature 0)"]["status"] == "FAIL"
+    assert checks["acceptance (temperature 0)"]["detail"].startswith(cause)
+    assert checks["acceptance (recipe sampling)"]["status"] == "NOT CHECKED"
+    assert checks["server answers"]["status"] == checks["CUDA graphs"]["status"] == "PASS"
+
+
+def test_completion_timeout_is_a_failed_acceptance_check(tmp_path):
+    def hang(server):
+        time.sleep(3)  # past the client's --timeout 1
+        return 200, json.dumps({"choices": [{"text": "late"}]})
+
+    with FakeServer([AFTER, GOOD_WINDOW], faults={"/v1/completions": hang}) as server:
+        report = failing_smoke(tmp_path, server.url, "--timeout", "1")
+    assert by_name(report)["acceptance (temperature 0)"]["detail"] == (
+        "POST /v1/completions (greedy window, prompt 1 of 8): no answer within 1 s (--timeout)")
+
+
+WITHOUT_SPEC_COUNTERS = "\n".join(l for l in AFTER.splitlines() if "spec_decode" not in l)
+
+
+@pytest.mark.parametrize("metrics, fault, cause", [
+    ([AFTER], lambda s: (503, "metrics disabled"),
+     "GET /metrics (before the greedy window): HTTP 503 Service Unavailable: 'metrics disabled'"),
+    ([AFTER], lambda s: (200, "<html><body>Sign in</body></html>"),
+     "GET /metrics (before the greedy window): not a Prometheus sample line: '<html><body>Sign in</body></html>'"),
+    ([WITHOUT_SPEC_COUNTERS], None,
+     "GET /metrics (before the greedy window): no vllm:spec_decode_num_drafts_total, "
+     "vllm:spec_decode_num_draft_tokens_total, vllm:spec_decode_num_accepted_tokens_total in the "
+     "metrics (a server started without --speculative-config, or not a vLLM server)"),
+    ([AFTER, BEFORE], None,  # restarted mid-window: its lifetime totals start again from 0
+     "greedy window: counter vllm:spec_decode_num_drafts went down from 1016 to 0 between the two "
+     "readings (the server restarted during the window?)"),
+])
+def test_bad_metrics_answer_is_a_failed_acceptance_check(tmp_path, metrics, fault, cause):
+    faults = {"/metrics": fault} if fault else {}
+    with FakeServer(metrics, faults=faults) as server:
+        report = failing_smoke(tmp_path, server.url, "--server-log", str(log_with_tuned_config(tmp_path)))
+    assert by_name(report)["acceptance (temperature 0)"] == {
+        "name": "acceptance (temperature 0)", "status": "FAIL", "detail": cause, "gating": True}
+
+
+def test_failed_recipe_sampling_window_fails_the_report(tmp_path):
+    # The greedy window passes; the server then errors on the recipe's own sampling settings.
+    sampled = with_acceptance(GOOD_WINDOW, 200, 0.5)
+    faults = fail_from_completion(GATE_PROMPTS + 1, (400, '{"message": "top_k out of range"}'))
+    with FakeServer([AFTER, GOOD_WINDOW, sampled], faults=faults) as server:
+        report = failing_smoke(tmp_path, server.url, "--server-log", str(log_with_tuned_config(tmp_path)))
+    checks = by_name(report)
+    assert checks["acceptance (temperature 0)"]["status"] == "PASS"
+    assert checks["acceptance (recipe sampling)"]["status"] == "FAIL"
+    assert checks["acceptance (recipe sampling)"]["detail"].startswith(
+        "POST /v1/completions (recipe_sampling window, prompt 1 of 8): HTTP 400 Bad Request")
+
+
+def test_unreadable_server_log_is_a_failed_check(tmp_path):
+    with FakeServer([AFTER, GOOD_WINDOW, GOOD_WINDOW]) as server:
+        report = failing_smoke(tmp_path, server.url, "--server-log", str(tmp_path / "no-such.log"))
+    checks = by_name(report)
+    assert checks["server log"]["detail"] == (
+        f"--server-log {tmp_path / 'no-such.log'}: No such file or directory")
+    assert checks["CUDA graphs"]["status"] == "NOT CHECKED"
+
+
+# ------------------------------------------------------------------------------------------
+# What the report says it verified, for build.py publish
+
+DIGEST = "sha256:" + "c" * 64
+
+
+def test_report_names_target_release_and_image_digest(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_FORGE_IMAGE_DIGEST", f"ghcr.io/acme/vllm-forge@{DIGEST}")
+    with FakeServer([AFTER, GOOD_WINDOW, GOOD_WINDOW]) as server:
+        _, report = smoke(server.url, tmp_path, "--server-log", str(log_with_tuned_config(tmp_path)))
+    assert (report["target"], report["vllm"], report["image_digest"]) == ("h200", SERVED_RELEASE, DIGEST)
+    assert f"serves gemma-4-26b-a4b-it, vLLM {SERVED_RELEASE}" in by_name(report)["server answers"]["detail"]
+
+
+def test_a_server_without_version_leaves_the_release_unknown(tmp_path):
+    with FakeServer([AFTER, GOOD_WINDOW, GOOD_WINDOW], faults={"/version": lambda s: (404, "")}) as server:
+        _, report = smoke(server.url, tmp_path, "--image-digest", DIGEST)
+    assert report["vllm"] is None and report["image_digest"] == DIGEST
+    assert "vLLM release unknown (GET /version: HTTP 404 Not Found" in by_name(report)["server answers"]["detail"]
+
+
+def test_bad_image_digest_is_a_one_line_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        mtp_smoke.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--endpoint",
+                        closed_port_url(), "--out", str(tmp_path), "--image-digest", "sha256:abc"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith("argument --image-digest: not sha256:<64 hex> or NAME@sha256:<64 hex> "
+                        "(from --image-digest or $VLLM_FORGE_IMAGE_DIGEST): 'sha256:abc'")
 
 
 def test_bench_burst_every_request_answered(tmp_path):

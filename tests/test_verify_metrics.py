@@ -57,10 +57,29 @@ def test_a_counter_going_down_is_an_error():
         SpecCounters(10, 30, 0, ()) - SpecCounters(20, 60, 0, ())
 
 
+def test_a_counter_reset_names_the_counter():
+    with pytest.raises(MetricsError, match=r"counter vllm:spec_decode_num_accepted_tokens_per_pos"
+                                           r"\{position=1\} went down from 7 to 2"):
+        SpecCounters(20, 60, 9, (7, 2)) - SpecCounters(10, 30, 9, (2, 7))
+
+
+def test_missing_spec_decode_counters_are_an_error_not_zero():
+    text = (SMOKE / "prometheus" / "greedy.after.prom").read_text()
+    without_drafter = "\n".join(line for line in text.splitlines()
+                                 if "spec_decode_num_draft" not in line)
+    with pytest.raises(MetricsError, match=r"no vllm:spec_decode_num_drafts_total, "
+                                           r"vllm:spec_decode_num_draft_tokens_total in the metrics"):
+        counters_from_prometheus(without_drafter)
+    with pytest.raises(MetricsError, match="--speculative-config"):
+        counters_from_prometheus("")
+
+
 def test_labels_are_summed_and_positions_ordered():
     text = "\n".join([
         'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 4.0',
         'vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 6.0',
+        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 30.0',
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 8.0',
         'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 2.0',
         'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 5.0',
         'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",position="0"} 1.0',
@@ -72,6 +91,8 @@ def test_labels_are_summed_and_positions_ordered():
 def test_malformed_exposition_line_is_reported():
     with pytest.raises(MetricsError, match="not a Prometheus sample line"):
         parse_prometheus("vllm:spec_decode_num_drafts_total{engine=\"0\"}\n")
+    with pytest.raises(MetricsError, match="not a sample value"):
+        parse_prometheus("vllm:spec_decode_num_drafts_total 1.0abc\n")
 
 
 def test_acceptance_gate_against_the_h200_recipe_thresholds():

@@ -34,14 +34,19 @@ class SpecCounters:
         positions = max(len(self.accepted_per_position), len(earlier.accepted_per_position))
         mine = _pad(self.accepted_per_position, positions)
         theirs = _pad(earlier.accepted_per_position, positions)
-        delta = SpecCounters(self.drafts - earlier.drafts, self.draft_tokens - earlier.draft_tokens,
-                             self.accepted - earlier.accepted,
-                             tuple(a - b for a, b in zip(mine, theirs)))
-        if min(delta.drafts, delta.draft_tokens, delta.accepted, *delta.accepted_per_position,
-               0) < 0:
-            raise MetricsError("a counter went down between the two readings "
-                               "(the server restarted during the window?)")
-        return delta
+        readings = [(DRAFTS, earlier.drafts, self.drafts),
+                    (DRAFT_TOKENS, earlier.draft_tokens, self.draft_tokens),
+                    (ACCEPTED, earlier.accepted, self.accepted)]
+        readings += [(f"{ACCEPTED_PER_POS}{{position={i}}}", b, a)
+                     for i, (a, b) in enumerate(zip(mine, theirs))]
+        for name, before, after in readings:
+            if after < before:
+                raise MetricsError(f"counter {name} went down from {before:g} to {after:g} "
+                                   "between the two readings (the server restarted during the "
+                                   "window?)")
+        return SpecCounters(self.drafts - earlier.drafts, self.draft_tokens - earlier.draft_tokens,
+                            self.accepted - earlier.accepted,
+                            tuple(a - b for a, b in zip(mine, theirs)))
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -80,13 +85,27 @@ def parse_prometheus(text: str) -> dict[str, list[tuple[dict, float]]]:
         if not match:
             raise MetricsError(f"not a Prometheus sample line: {line[:80]!r}")
         labels = dict(LABEL.findall(match["labels"] or ""))
-        samples.setdefault(match["name"], []).append((labels, float(match["value"])))
+        try:
+            value = float(match["value"])
+        except ValueError:
+            raise MetricsError(f"not a sample value: {line[:80]!r}") from None
+        samples.setdefault(match["name"], []).append((labels, value))
     return samples
 
 
 def counters_from_prometheus(text: str) -> SpecCounters:
-    """Sum each spec-decode counter over label sets (model, engine) into one reading."""
+    """Sum each spec-decode counter over label sets (model, engine) into one reading.
+
+    A missing counter is an error, not a zero: vLLM registers them only for a server started with
+    a speculative config (SpecDecodingProm in vllm/v1/spec_decode/metrics.py), so their absence
+    says the drafter is not configured, not that it proposed nothing.
+    """
     samples = parse_prometheus(text)
+    missing = [name + "_total" for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED)
+               if name + "_total" not in samples]
+    if missing:
+        raise MetricsError(f"no {', '.join(missing)} in the metrics (a server started without "
+                           "--speculative-config, or not a vLLM server)")
 
     def total(name: str) -> float:
         return sum(value for _, value in samples.get(name + "_total", []))

@@ -4,7 +4,8 @@ under CUDA graphs, and its drafts are accepted at the recipe's thresholds. Exit 
 check passes; writes a JSON report and prints a short table.
 
   mtp_smoke.py --recipe gemma-4-26b-a4b-it [--target h200] [--dummy] [--lossless]
-  mtp_smoke.py --recipe gemma-4-26b-a4b-it --endpoint http://127.0.0.1:8000 [--server-log F]
+  mtp_smoke.py --recipe gemma-4-26b-a4b-it --endpoint http://127.0.0.1:8000 --server-log F
+  (either mode: --image-digest sha256:... names the image under test, for build.py publish)
 
 In-process mode starts vLLM (vllm.LLM, the recipe's settings) in a child process whose log is
 captured, so a failed start is a failed check naming the root-cause line. Acceptance is taken
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -27,10 +29,11 @@ sys.path.insert(0, str(ROOT))
 from forge.errors import ForgeError  # noqa: E402
 from verify import checks as gate  # noqa: E402
 from verify.dummy_models import encode_without_tokenizer, write_dummy_models  # noqa: E402
-from verify.metrics import (SpecCounters, counters_from_prometheus,  # noqa: E402
-                            counters_from_snapshot)
+from verify.metrics import (MetricsError, SpecCounters,  # noqa: E402
+                            counters_from_prometheus, counters_from_snapshot)
 from verify.prompts import gate_prompts, load_prompts  # noqa: E402
-from verify.report import NOT_CHECKED, Check, render_table, verdict, write_report  # noqa: E402
+from verify.report import (Check, failed, not_checked, passed, render_table,  # noqa: E402
+                           verdict, write_report)
 from verify.vllm_logs import EngineLogFacts, parse_engine_log  # noqa: E402
 
 WORKER = Path(__file__).with_name("engine_worker.py")
@@ -46,7 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", help="local path of the target model (default: the recipe's)")
     p.add_argument("--drafter", help="local path of the drafter (default: the recipe's)")
     p.add_argument("--endpoint", help="check a running server at this URL instead")
-    p.add_argument("--server-log", help="with --endpoint: that server's log, for the log checks")
+    p.add_argument("--server-log", help="with --endpoint: that server's log, for the log checks (without it "
+                        "they cannot run and the report cannot pass)")
     p.add_argument("--dummy", action="store_true", help="Gemma-4-26B-A4B shapes, dummy weights")
     p.add_argument("--layers", type=int, default=30, help="with --dummy: target layers (30 = real)")
     p.add_argument("--lossless", action="store_true",
@@ -59,8 +63,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--kv-cache-gib", type=float, help="fixed KV cache size (engines sharing a GPU)")
     p.add_argument("--moe-config-dir", help="exported as VLLM_TUNED_CONFIG_FOLDER")
     p.add_argument("--out", default="verify-out", help="directory for the report and logs")
-    p.add_argument("--timeout", type=int, default=900, help="seconds allowed for the engine run")
+    p.add_argument("--timeout", type=int, default=900,
+                   help="seconds allowed for the engine run (with --endpoint: for each request)")
+    p.add_argument("--image-digest", type=image_digest, default=os.environ.get(DIGEST_ENV),
+                   help="sha256 digest (or NAME@sha256:...) of the image under test, recorded in "
+                        f"the report for build.py publish (default ${DIGEST_ENV})")
     return p.parse_args(argv)
+
+
+DIGEST_ENV = "VLLM_FORGE_IMAGE_DIGEST"
+_DIGEST = re.compile(r"(?:[^@\s]+@)?(sha256:[0-9a-f]{64})")
+
+
+def image_digest(text: str) -> str:
+    """The sha256:... of `sha256:...` or of `docker image inspect`'s RepoDigests `NAME@sha256:...`."""
+    match = _DIGEST.fullmatch(text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"not sha256:<64 hex> or NAME@sha256:<64 hex> "
+                                         f"(from --image-digest or ${DIGEST_ENV}): {text!r}")
+    return match[1]
 
 
 def detect_target() -> str:
@@ -217,43 +238,188 @@ def _token_ids(result: dict) -> list[list[int]] | None:
 # ------------------------------------------------------------------------------------------
 # Endpoint: a running OpenAI-compatible vLLM server
 
-def endpoint_checks(recipe, args) -> tuple[list[Check], dict]:
-    import requests
+# The checks read from the server's log (--server-log): without it they cannot run.
+LOG_CHECKS = ("architectures", "draft shares target embedding", "CUDA graphs", "tuned MoE config")
 
-    url = args.endpoint.rstrip("/")
+
+class EndpointError(Exception):
+    """A request the server did not answer as a vLLM server does; the message names it and why."""
+
+
+class Endpoint:
+    """The server's HTTP surface with every answer checked: any failure is an EndpointError whose
+    one-line message becomes a FAIL check, never a traceback."""
+
+    def __init__(self, url: str, timeout: int):
+        self.url, self.timeout = url.rstrip("/"), timeout
+
+    def get(self, path: str, what: str):
+        return self._request("GET", path, what)
+
+    def get_json(self, path: str, what: str) -> dict:
+        return self._json(self._request("GET", path, what), what)
+
+    def post_json(self, path: str, what: str, body: dict) -> dict:
+        return self._json(self._request("POST", path, what, json=body), what)
+
+    def _request(self, method: str, path: str, what: str, **kwargs):
+        import requests
+
+        try:
+            response = requests.request(method, self.url + path, timeout=self.timeout, **kwargs)
+        except requests.Timeout:
+            raise EndpointError(f"{what}: no answer within {self.timeout} s (--timeout)") from None
+        except requests.RequestException as exc:
+            raise EndpointError(f"{what}: {_connection_reason(exc)}") from None
+        if not response.ok:
+            raise EndpointError(f"{what}: HTTP {response.status_code} {response.reason}: "
+                                f"{_excerpt(response.text)}")
+        return response
+
+    @staticmethod
+    def _json(response, what: str) -> dict:
+        try:
+            body = response.json()
+        except ValueError:
+            raise EndpointError(f"{what}: the answer is not JSON: {_excerpt(response.text)}") from None
+        if not isinstance(body, dict):
+            raise EndpointError(f"{what}: the answer is not a JSON object: {_excerpt(response.text)}")
+        return body
+
+
+def _excerpt(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _connection_reason(exc: Exception) -> str:
+    """The OS's words ("[Errno 111] Connection refused"), not urllib3's nested repr."""
+    errno = re.search(r"\[Errno -?\d+\] [^'\")]+", str(exc))
+    return f"cannot connect: {errno[0]}" if errno else str(exc)
+
+
+def served_model(server: Endpoint) -> str:
+    what = "GET /v1/models"
+    models = server.get_json("/v1/models", what).get("data")
+    if not isinstance(models, list) or not models:
+        raise EndpointError(f"{what}: the server lists no model")
+    model = models[0].get("id") if isinstance(models[0], dict) else None
+    if not isinstance(model, str) or not model:
+        raise EndpointError(f"{what}: data[0] names no model id")
+    return model
+
+
+def server_release(server: Endpoint) -> tuple[str | None, str]:
+    """(vLLM release, how the report says it) from the server's own /version (every release's
+    `vllm/entrypoints/serve/instrumentator/basic.py`); None when it does not say."""
     try:
-        models = requests.get(f"{url}/v1/models", timeout=30).json()["data"]
-    except (requests.RequestException, ValueError, KeyError) as exc:
-        return [gate.failed("server answers", f"{url}/v1/models: {exc}")], {}
-    model = models[0]["id"]
-    checks = [gate.passed("server answers", f"{url} serves {model}")]
-    if args.server_log:
-        facts = parse_engine_log(Path(args.server_log).read_text(errors="replace"))
-        checks += log_checks(facts, recipe, facts.v2_runner, None)
-    else:
-        checks += [Check(n, NOT_CHECKED, "needs the server's log: pass --server-log")
-                   for n in ("architectures", "draft shares target embedding", "CUDA graphs",
-                             "tuned MoE config")]
+        version = server.get_json("/version", "GET /version").get("version")
+    except EndpointError as exc:
+        return None, f"vLLM release unknown ({exc})"
+    if not isinstance(version, str) or not version:
+        return None, "vLLM release unknown (GET /version names no version)"
+    return version, f"vLLM {version}"
+
+
+def server_log_checks(recipe, server_log: str | None) -> list[Check]:
+    if not server_log:
+        return [not_checked(name, "needs the server's log: pass --server-log") for name in LOG_CHECKS]
+    try:
+        text = Path(server_log).read_text(errors="replace")
+    except OSError as exc:
+        return ([failed("server log", f"--server-log {server_log}: {exc.strerror}")]
+                + [not_checked(name, "the server's log could not be read") for name in LOG_CHECKS])
+    facts = parse_engine_log(text)
+    return log_checks(facts, recipe, facts.v2_runner, None)
+
+
+def read_counters(server: Endpoint, what: str) -> SpecCounters:
+    text = server.get("/metrics", what).text
+    try:
+        return counters_from_prometheus(text)
+    except MetricsError as exc:
+        raise EndpointError(f"{what}: {exc}") from None
+
+
+def measure_window(server: Endpoint, model: str, prompts: list, params: dict,
+                   name: str) -> SpecCounters:
+    """The spec-decode counters' delta over the prompts of one window, sent one at a time."""
+    before = read_counters(server, f"GET /metrics (before the {name} window)")
+    for number, prompt in enumerate(prompts, 1):
+        what = f"POST /v1/completions ({name} window, prompt {number} of {len(prompts)})"
+        answer = server.post_json("/v1/completions", what, {"model": model, "prompt": prompt, **params})
+        if not isinstance(answer.get("choices"), list) or not answer["choices"]:
+            raise EndpointError(f"{what}: the answer has no choices: {_excerpt(json.dumps(answer))}")
+    after = read_counters(server, f"GET /metrics (after the {name} window)")
+    try:
+        return after - before
+    except MetricsError as exc:
+        raise EndpointError(f"{name} window: {exc}") from None
+
+
+def endpoint_checks(recipe, args) -> tuple[list[Check], dict]:
+    server = Endpoint(args.endpoint, args.timeout)
+    context = {"endpoint": server.url, "vllm": None}
+    try:
+        model = served_model(server)
+    except EndpointError as exc:
+        why = "not run: the server did not answer"
+        return ([failed("server answers", str(exc))]
+                + [not_checked(name, why) for name in (*LOG_CHECKS, "acceptance (temperature 0)")]
+                + [not_checked("acceptance (recipe sampling)", why, gating=False)]), context
+    release, release_note = server_release(server)
+    context.update(model=model, vllm=release)
+    checks = [passed("server answers", f"{server.url} serves {model}, {release_note}")]
+    checks += server_log_checks(recipe, args.server_log)
     # --dummy: a server on a dummy model runs with --skip-tokenizer-init: send token ids.
     prompts = prompt_inputs(args, [text for _, text in gate_prompts(load_prompts())])
-    windows = {}
     greedy = {"temperature": 0.0, "max_tokens": args.max_tokens, "ignore_eos": args.dummy}
+    windows = {}
+    try:
+        windows["greedy"] = measure_window(server, model, prompts, greedy, "greedy")
+    except EndpointError as exc:
+        checks += [failed("acceptance (temperature 0)", str(exc)),
+                   not_checked("acceptance (recipe sampling)", "not run: the greedy window failed",
+                               gating=False)]
+    else:
+        checks.append(gate.check_acceptance(windows["greedy"], recipe.thresholds.min_acceptance_rate,
+                                            recipe.thresholds.min_mean_acceptance_length))
+        checks.append(sampling_window_check(server, model, prompts, recipe, args, windows))
+    context["windows"] = {name: window.summary() for name, window in windows.items()}
+    return checks, context
+
+
+def sampling_window_check(server: Endpoint, model: str, prompts: list, recipe, args,
+                          windows: dict) -> Check:
     sampling = {k: v for k, v in recipe.sampling.values.items() if k != "source"}
-    for name, params in (("greedy", greedy), ("recipe_sampling",
-                                              {**sampling, "seed": 0, "max_tokens": args.max_tokens,
-                                               "ignore_eos": args.dummy})):
-        before = counters_from_prometheus(requests.get(f"{url}/metrics", timeout=30).text)
-        for prompt in prompts:
-            response = requests.post(f"{url}/v1/completions", timeout=600,
-                                     json={"model": model, "prompt": prompt, **params})
-            response.raise_for_status()
-        after = counters_from_prometheus(requests.get(f"{url}/metrics", timeout=30).text)
-        windows[name] = after - before
-    checks.append(gate.check_acceptance(windows["greedy"], recipe.thresholds.min_acceptance_rate,
-                                        recipe.thresholds.min_mean_acceptance_length))
-    checks.append(gate.report_sampling(windows["recipe_sampling"], recipe.sampling.values))
-    return checks, {"endpoint": url, "model": model,
-                    "windows": {n: w.summary() for n, w in windows.items()}}
+    params = {**sampling, "seed": 0, "max_tokens": args.max_tokens, "ignore_eos": args.dummy}
+    try:
+        windows["recipe_sampling"] = measure_window(server, model, prompts, params,
+                                                    "recipe_sampling")
+    except EndpointError as exc:
+        # Reported beside the gate, but a server failing the recipe's own settings is a failure.
+        return failed("acceptance (recipe sampling)", str(exc))
+    return gate.report_sampling(windows["recipe_sampling"], recipe.sampling.values)
+
+
+def report_identity(recipe, args, context: dict) -> dict:
+    """What was verified, for build.py publish to match against what it publishes: the target, the
+    vLLM release (the server's own /version with --endpoint; else the engine log's, else the
+    installed vllm) and the image digest (--image-digest / $VLLM_FORGE_IMAGE_DIGEST)."""
+    if args.endpoint:
+        release = context.get("vllm")
+    else:
+        release = context.get("log_facts", {}).get("vllm_version") or installed_vllm()
+    return {"target": recipe.target, "vllm": release, "image_digest": args.image_digest}
+
+
+def installed_vllm() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vllm")
+    except PackageNotFoundError:
+        return None
 
 
 def main(argv=None) -> int:
@@ -269,7 +435,8 @@ def main(argv=None) -> int:
         checks, context = endpoint_checks(recipe, args)
     else:
         checks, context = inprocess_checks(recipe, args, out)
-    report = write_report(out / "mtp_smoke.json", checks, recipe=recipe.name, target=recipe.target,
+    context = {**context, **report_identity(recipe, args, context)}
+    report = write_report(out / "mtp_smoke.json", checks, recipe=recipe.name,
                           dummy=args.dummy, layers=args.layers if args.dummy else None,
                           runner=args.runner or recipe.serve.model_runner, **context)
     print(render_table(checks))

@@ -1,22 +1,48 @@
-"""Named pass/fail checks, and their rendering as a short table and a JSON report."""
+"""Named pass/fail checks, the verdict over them, and their rendering as a table and a JSON report.
+
+The verdict is the one rule both mtp_smoke.py (its exit code and the report's `passed`) and
+`build.py publish` (which re-derives it from the report's checks) apply: a report passes only when
+every gating check ran and passed. A check that could not run is NOT CHECKED and never counts as
+a pass; INFO is reported only.
+"""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 PASS, FAIL, INFO, NOT_CHECKED = "PASS", "FAIL", "INFO", "NOT CHECKED"
+STATUSES = (PASS, FAIL, INFO, NOT_CHECKED)
+
+# What the gate proves, in every mode (in-process or --endpoint): the drafter resolved, shares the
+# target's embedding, runs under CUDA graphs, and its drafts are accepted at the recipe's
+# thresholds. A report missing any of them, or carrying one that did not PASS, does not pass, even
+# when the check says it does not gate. Other checks gate by their own `gating` field (the tuned
+# MoE config where the recipe expects one, the start or answer of the server, --lossless).
+REQUIRED_GATES = ("architectures", "draft shares target embedding", "CUDA graphs",
+                  "acceptance (temperature 0)")
 
 
 @dataclass
 class Check:
     name: str
-    status: str      # PASS / FAIL gate the exit code; INFO is reported only; NOT CHECKED says why
+    status: str      # PASS / FAIL / INFO (reported only) / NOT CHECKED (could not run; says why)
     detail: str
+    gating: bool = True  # the verdict needs this check to PASS; INFO never gates
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status: {self.status!r} is not one of {', '.join(STATUSES)}")
+        if self.status == INFO:
+            self.gating = False
 
     @property
     def failed(self) -> bool:
         return self.status == FAIL
+
+    @property
+    def gates(self) -> bool:
+        return self.gating or self.name in REQUIRED_GATES
 
 
 def passed(name: str, detail: str) -> Check:
@@ -27,14 +53,44 @@ def failed(name: str, detail: str) -> Check:
     return Check(name, FAIL, detail)
 
 
+def not_checked(name: str, why: str, gating: bool = True) -> Check:
+    return Check(name, NOT_CHECKED, why, gating)
+
+
+def unmet_gates(checks: list[Check]) -> list[str]:
+    """Why the checks do not pass, one entry per failed, unchecked or missing gate; [] = passed."""
+    unmet = [f"{c.name}: {c.status}" for c in checks
+             if c.failed or (c.gates and c.status != PASS)]
+    present = {c.name for c in checks}
+    unmet += [f"{name}: missing" for name in REQUIRED_GATES if name not in present]
+    return unmet
+
+
 def verdict(checks: list[Check]) -> bool:
-    """True only if at least one check ran and none failed."""
-    return any(c.status == PASS for c in checks) and not any(c.failed for c in checks)
+    """True only if every gating check ran and passed, the required ones included, and none failed."""
+    return not unmet_gates(checks)
+
+
+def checks_from_report(report: dict) -> list[Check]:
+    """The checks of a JSON report as write_report wrote them; ValueError names the bad field."""
+    entries = report.get("checks")
+    if not isinstance(entries, list) or not entries:
+        raise ValueError("checks: the verify report lists no checks")
+    names = {f.name for f in fields(Check)}
+    checks = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not {"name", "status", "detail"} <= entry.keys():
+            raise ValueError(f"checks[{i}]: not a check (needs name, status and detail)")
+        try:
+            checks.append(Check(**{k: v for k, v in entry.items() if k in names}))
+        except ValueError as exc:
+            raise ValueError(f"checks[{i}].{exc}") from exc
+    return checks
 
 
 def render_table(checks: list[Check], width: int = 100) -> str:
     name_width = max([len(c.name) for c in checks] + [5])
-    status_width = max(len(s) for s in (PASS, FAIL, INFO, NOT_CHECKED))
+    status_width = max(len(s) for s in STATUSES)
     lines = [f"{'check':<{name_width}}  {'result':<{status_width}}  detail",
              f"{'-' * name_width}  {'-' * status_width}  {'-' * 6}"]
     for check in checks:
@@ -43,9 +99,15 @@ def render_table(checks: list[Check], width: int = 100) -> str:
         detail = check.detail if short else check.detail[: width - 3] + "..."
         lines.append(f"{check.name:<{name_width}}  {check.status:<{status_width}}  {detail}")
     lines.append("")
+    unchecked = [c.name for c in checks if c.gates and c.status == NOT_CHECKED]
     lines.append("RESULT: " + ("PASS" if verdict(checks) else "FAIL") +
                  f" ({sum(c.status == PASS for c in checks)} passed, "
-                 f"{sum(c.failed for c in checks)} failed)")
+                 f"{sum(c.failed for c in checks)} failed"
+                 + (f", {len(unchecked)} not checked" if unchecked else "") + ")")
+    # Say why a run without a FAIL line is still not a pass.
+    quiet = [u for u in unmet_gates(checks) if not u.endswith(f": {FAIL}")]
+    if quiet:
+        lines.append("not a pass: " + "; ".join(quiet))
     return "\n".join(lines)
 
 

@@ -22,6 +22,8 @@ ENGINE_VERSION = re.compile(r"Initializing a V\d LLM engine \(v([^)\s]+)\)")
 # Root causes worth naming, most specific first. The first is vLLM #47794 (the MTP width guard).
 KNOWN_CAUSES = [
     re.compile(r"a and b must have same reduction dim[^\n]*"),
+    # transformers >= 5.15 with vLLM < 0.28: Gemma 4's config became per-layer (vLLM #51744).
+    re.compile(r"AmbiguousGlobalPerLayerAttributeError: [^\n]*"),
     re.compile(r"CUDA out of memory[^\n]*"),
     re.compile(r"No available memory for the cache blocks[^\n]*"),
     re.compile(r"Free memory on device[^\n]*"),

@@ -1,0 +1,91 @@
+"""verify/report.py: the verdict a report passes by, and reading it back from a JSON report (as
+`build.py publish` does), on checks shaped like the ones mtp_smoke.py writes."""
+import json
+
+import pytest
+
+from verify.report import (FAIL, INFO, NOT_CHECKED, PASS, REQUIRED_GATES, Check, checks_from_report,
+                           not_checked, passed, render_table, unmet_gates, verdict, write_report)
+
+
+def all_required_passed() -> list[Check]:
+    return [passed("server answers", "serves m")] + [passed(name, "ok") for name in REQUIRED_GATES]
+
+
+def test_every_required_gate_passed_is_a_pass():
+    assert verdict(all_required_passed()) is True
+    assert unmet_gates(all_required_passed()) == []
+
+
+def test_a_gate_that_could_not_run_is_not_a_pass():
+    checks = all_required_passed() + [not_checked("tuned MoE config", "needs --server-log")]
+    assert verdict(checks) is False
+    assert unmet_gates(checks) == ["tuned MoE config: NOT CHECKED"]
+
+
+def test_a_required_gate_cannot_opt_out_of_gating():
+    checks = all_required_passed()
+    checks[3] = not_checked("CUDA graphs", "no log", gating=False)
+    assert verdict(checks) is False and unmet_gates(checks) == ["CUDA graphs: NOT CHECKED"]
+    checks[3] = Check("CUDA graphs", INFO, "said nothing")
+    assert verdict(checks) is False
+
+
+def test_a_missing_required_gate_is_not_a_pass():
+    checks = [c for c in all_required_passed() if c.name != "acceptance (temperature 0)"]
+    assert unmet_gates(checks) == ["acceptance (temperature 0): missing"]
+    assert verdict([]) is False
+
+
+def test_info_and_non_gating_unchecked_entries_do_not_block_a_pass():
+    checks = all_required_passed() + [
+        Check("tuned MoE config", INFO, "none expected by the recipe"),
+        not_checked("acceptance (recipe sampling)", "no drafts in the window", gating=False)]
+    assert verdict(checks) is True
+
+
+def test_any_fail_fails_even_a_non_gating_check():
+    checks = all_required_passed() + [Check("acceptance (recipe sampling)", FAIL, "HTTP 500", False)]
+    assert verdict(checks) is False
+
+
+def test_info_never_gates():
+    assert Check("x", INFO, "", gating=True).gating is False
+
+
+def test_unknown_status_is_refused():
+    with pytest.raises(ValueError, match="status: 'passed' is not one of"):
+        Check("x", "passed", "")
+
+
+def test_report_round_trips_through_json(tmp_path):
+    checks = all_required_passed() + [not_checked("tuned MoE config", "needs --server-log")]
+    report = json.loads(write_report(tmp_path / "r.json", checks, target="h200").read_text())
+    assert report["passed"] is False
+    assert checks_from_report(report) == checks
+
+
+def test_older_reports_without_the_gating_field_gate_every_check():
+    report = {"checks": [{"name": n, "status": PASS, "detail": ""} for n in REQUIRED_GATES]
+              + [{"name": "tuned MoE config", "status": NOT_CHECKED, "detail": ""}]}
+    assert verdict(checks_from_report(report)) is False
+
+
+@pytest.mark.parametrize("report, message", [
+    ({}, "checks: the verify report lists no checks"),
+    ({"checks": []}, "checks: the verify report lists no checks"),
+    ({"checks": [{"name": "x"}]}, r"checks\[0\]: not a check"),
+    ({"checks": [{"name": "x", "status": "ok", "detail": ""}]}, r"checks\[0\]\.status: 'ok'"),
+])
+def test_malformed_checks_name_the_field(report, message):
+    with pytest.raises(ValueError, match=message):
+        checks_from_report(report)
+
+
+def test_table_says_why_a_run_without_failures_is_not_a_pass():
+    checks = all_required_passed()[:2] + [not_checked("CUDA graphs", "needs the server's log: "
+                                                                     "pass --server-log")]
+    table = render_table(checks)
+    assert "RESULT: FAIL (2 passed, 0 failed, 1 not checked)" in table
+    assert ("not a pass: CUDA graphs: NOT CHECKED; draft shares target embedding: missing; "
+            "acceptance (temperature 0): missing") in table
