@@ -16,6 +16,7 @@ import pytest
 from packaging.version import Version
 
 from forge import releases
+from forge.errors import ForgeError
 
 # Real transformers wheels from PyPI (pure Python): 5.15.0 breaks Gemma 4 on vLLM < 0.28,
 # 5.14.1 is the newest below it.
@@ -37,9 +38,13 @@ def write_dist_info(site_dir: Path, version: str) -> Path:
 
     info = site_dir / f"vllm-{version}.dist-info"
     info.mkdir()
-    # Requires-Dist as the CUDA wheel carries it: the release's own requirements/cuda.txt.
-    requires = "".join(f"Requires-Dist: {line}\n"
-                       for line in release_requirements(Version(version).public))
+    # Requires-Dist as the CUDA wheel carries it: the release's own requirements/cuda.txt (a
+    # made-up version, such as a release newer than any on PyPI, declares nothing).
+    try:
+        lines = release_requirements(Version(version).public)
+    except ForgeError:
+        lines = []
+    requires = "".join(f"Requires-Dist: {line}\n" for line in lines)
     (info / "METADATA").write_text(
         "Metadata-Version: 2.1\n"
         "Name: vllm\n"
