@@ -152,8 +152,25 @@ def release_status(patch, version: Version, offline: bool = False) -> tuple[str,
     if not violating:
         return "already-upstream", (f"{declared.text(patch.package)} admits only versions that "
                                     f"satisfy {patch.specifier}")
+    pin = newest_fitting(published, patch.specifier, declared)
     return "applies", (f"{declared.text(patch.package)} admits {len(violating)} published "
-                       f"version(s) outside {patch.specifier}, newest {violating[-1]}")
+                       f"version(s) outside {patch.specifier}, newest {violating[-1]}; apply "
+                       f"pins {patch.package}=={pin} where the installed one violates it")
+
+
+def newest_fitting(available, specifier: SpecifierSet, declared: Declared) -> Version | None:
+    """The newest final version in `available` that satisfies both our specifier and what vLLM
+    declares: the one `build.py apply` pins."""
+    fitting = list((specifier & (declared.specifier or "")).filter(available))
+    return max(fitting) if fitting else None
+
+
+def release_pin(patch, version: str, offline: bool = False) -> Version | None:
+    """The version apply would pin today for an install of vLLM `version` that violates `patch`."""
+    from forge import pypi
+
+    return newest_fitting(pypi.published_versions(patch.package, offline=offline),
+                          patch.specifier, release_declares(version, patch.package, offline))
 
 
 def install_status(patch, version: Version, search_path: list[str]) -> tuple[str, str]:
@@ -168,3 +185,13 @@ def install_status(patch, version: Version, search_path: list[str]) -> tuple[str
     if patch.specifier.contains(installed, prereleases=True):
         return "satisfied", f"{patch.package} {installed} satisfies {patch.specifier}"
     return "applies", f"{patch.package} {installed} violates {patch.specifier}"
+
+
+def plan_entry(patch, status: str, version: str, offline: bool = False) -> dict:
+    """What an image plan and build record say about a constraint: the package, the specifier
+    and, where it applies, the exact version the image build pins (`build.py apply --pin`)."""
+    entry = {"package": patch.package, "specifier": str(patch.specifier), "pin": None}
+    if status == "applies":
+        pin = release_pin(patch, version, offline=offline)
+        entry["pin"] = str(pin) if pin is not None else None
+    return entry

@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from forge import dependencies, pypi
@@ -47,8 +48,26 @@ class DependencyPlan:
                 "vllm_requires": self.declared, "pip": shlex.join(self.command)}
 
 
-def plan(series, statuses, installed, offline: bool, find_links: str | None
-         ) -> list[DependencyPlan]:
+def parse_pins(pins: list[str] | None) -> dict[str, Version]:
+    """`--pin transformers==5.14.1` (repeatable): the exact version to install where a constraint
+    on that package is violated (an image build pins what its plan chose)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    parsed = {}
+    for text in pins or []:
+        try:
+            requirement = Requirement(text)
+            [spec] = list(requirement.specifier)
+            if spec.operator != "==" or "*" in spec.version:
+                raise ValueError
+            parsed[canonicalize_name(requirement.name)] = Version(spec.version)
+        except (InvalidRequirement, ValueError) as exc:
+            raise ForgeError(f"--pin {text}: must be PACKAGE==VERSION") from exc
+    return parsed
+
+
+def plan(series, statuses, installed, offline: bool, find_links: str | None,
+         pins: dict[str, Version] | None = None) -> list[DependencyPlan]:
     """A version for every violated constraint; refuses (nothing changed) when it cannot get one."""
     plans = []
     for status in statuses:
@@ -58,14 +77,19 @@ def plan(series, statuses, installed, offline: bool, find_links: str | None
         dist = dependencies.find_distribution(patch.package, installed.search_path)
         declared = dependencies.installed_vllm_declares(installed.site_dir, patch.package)
         wanted = patch.specifier & (declared.specifier or "")
-        version = _choose(patch.package, wanted, installed, offline, find_links)
+        version = _choose(patch.package, wanted, installed, offline, find_links,
+                          (pins or {}).get(patch.package))
         plans.append(DependencyPlan(patch.id, patch.package, str(patch.specifier), dist.version,
                                     str(version), Path(dist.locate_file("")).resolve(),
                                     declared.text(patch.package)))
     return plans
 
 
-def _choose(package: str, wanted, installed, offline: bool, find_links: str | None) -> Version:
+def _choose(package: str, wanted, installed, offline: bool, find_links: str | None,
+            pin: Version | None = None) -> Version:
+    if pin is not None and not wanted.contains(pin, prereleases=True):
+        raise ForgeError(f"--pin {package}=={pin}: outside {wanted} (the constraint and what the "
+                         "installed vLLM requires); nothing changed")
     if find_links:
         where = Path(find_links)
         if not where.is_dir():
@@ -74,17 +98,20 @@ def _choose(package: str, wanted, installed, offline: bool, find_links: str | No
     else:
         available = None if offline else pypi.live_versions(package)
         if available is None:
-            raise ForgeError(_offline_refusal(package, wanted, installed, offline))
+            raise ForgeError(_offline_refusal(package, wanted, installed, offline, pin))
         source = f"the package index {pypi.simple_url()}"
-    chosen = [v for v in wanted.filter(available)]
+    chosen = [v for v in wanted.filter(available) if pin is None or v == pin]
     if not chosen:
-        raise ForgeError(f"no version of {package} in {source} satisfies {wanted}; nothing changed")
+        wanted_text = f"=={pin}" if pin is not None else str(wanted)
+        raise ForgeError(f"no version of {package} in {source} satisfies {wanted_text}; "
+                         "nothing changed")
     return max(chosen)
 
 
-def _offline_refusal(package: str, wanted, installed, offline: bool) -> str:
-    try:   # pin what the cached index says is newest; else let pip pick within the range
-        requirement = f"{package}=={max(wanted.filter(pypi.published_versions(package, offline=True)))}"
+def _offline_refusal(package: str, wanted, installed, offline: bool, pin: Version | None) -> str:
+    try:   # the pin, or what the cached index says is newest; else pip picks within the range
+        newest = pin or max(wanted.filter(pypi.published_versions(package, offline=True)))
+        requirement = f"{package}=={newest}"
     except (ForgeError, ValueError):
         requirement = f"{package}{wanted}"
     why = "--offline" if offline else f"the package index {pypi.simple_url()} does not answer"

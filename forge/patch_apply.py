@@ -111,12 +111,16 @@ class _Write:
 
 
 def apply_series(site_packages=None, expected_version=None, revert=False, moe_config_dir=None,
-                 series_path=None, moe_device=None, offline=False, find_links=None
+                 series_path=None, moe_device=None, offline=False, find_links=None, pins=None
                  ) -> ApplyReport:
+    """`pins`: ["transformers==5.14.1", ...], the exact version for a violated constraint."""
+    from forge.dependency_apply import parse_pins
+
+    parsed_pins = parse_pins(pins)
     installed = find_vllm(site_packages)
     with _exclusive(installed):
         return _apply_locked(installed, expected_version, revert, moe_config_dir, series_path,
-                             moe_device, offline, find_links)
+                             moe_device, offline, find_links, parsed_pins)
 
 
 @contextlib.contextmanager
@@ -136,7 +140,7 @@ def _exclusive(installed: InstalledVllm):
 
 
 def _apply_locked(installed, expected_version, revert, moe_config_dir, series_path, moe_device,
-                  offline, find_links) -> ApplyReport:
+                  offline, find_links, pins) -> ApplyReport:
     if expected_version is not None and not _same_release(expected_version, installed.version):
         raise ForgeError(f"--vllm {expected_version}: the vLLM installed at "
                          f"{installed.package_dir} is {installed.version}")
@@ -166,7 +170,7 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
     writes, applied, notes = _plan(series, statuses, installed, moe_config_dir)
     from forge import dependency_apply
 
-    pinned = dependency_apply.plan(series, statuses, installed, offline, find_links)
+    pinned = dependency_apply.plan(series, statuses, installed, offline, find_links, pins)
     if not writes and not pinned:
         return ApplyReport(installed, "nothing-to-apply", statuses=statuses, notes=notes)
     patched_files = [w.label for w in writes]

@@ -256,12 +256,12 @@ def raise_on_conflict(statuses: list[PatchStatus], where: str) -> None:
 # --- apply (the implementation lives in forge.patch_apply) ------------------------------------
 
 def apply_series(site_packages=None, expected_version=None, revert=False, moe_config_dir=None,
-                 series_path=None, moe_device=None, offline=False, find_links=None):
+                 series_path=None, moe_device=None, offline=False, find_links=None, pins=None):
     from forge.patch_apply import apply_series as _apply
 
     return _apply(site_packages=site_packages, expected_version=expected_version, revert=revert,
                   moe_config_dir=moe_config_dir, series_path=series_path, moe_device=moe_device,
-                  offline=offline, find_links=find_links)
+                  offline=offline, find_links=find_links, pins=pins)
 
 
 def __getattr__(name):   # ApplyReport lives with the apply code; keep it importable from here
@@ -300,7 +300,7 @@ def cmd_apply(args) -> int:
     report = apply_series(site_packages=args.site_packages, expected_version=args.vllm,
                           revert=args.revert, moe_config_dir=args.moe_config_dir,
                           moe_device=args.moe_device, offline=args.offline,
-                          find_links=args.find_links)
+                          find_links=args.find_links, pins=args.pin)
     for line in report.lines():
         print(line)
     return 0

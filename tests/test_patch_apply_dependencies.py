@@ -188,3 +188,28 @@ def test_a_failed_apply_creates_no_moe_config_dir_and_revert_removes_the_one_it_
     assert len(list(moe_dir.iterdir())) == 2 and len(report.applied) == 3
     apply_series(site_packages=site, revert=True)
     assert not (tmp_path / "new").exists()
+
+
+def test_pin_installs_exactly_that_version_and_refuses_one_outside_the_constraint(
+        site_with_transformers):
+    """An image build passes the version its plan chose (--pin); apply installs exactly it."""
+    site = site_with_transformers("0.25.0", "5.15.0")
+    original = snapshot(site)
+    for pin, message in (("transformers==5.15.0",
+                          "--pin transformers==5.15.0: outside <5.15,>=5.5.3"),
+                         ("transformers>=5", "--pin transformers>=5: must be PACKAGE==VERSION")):
+        refused = run_build("apply", "--site-packages", str(site), "--pin", pin)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+        assert message in refused.stderr
+    missing = run_build("apply", "--site-packages", str(site), "--pin", "transformers==5.13.0",
+                        "--find-links", str(wheelhouse()))
+    assert missing.returncode == 2
+    assert f"no version of transformers in --find-links {wheelhouse()} satisfies ==5.13.0" \
+        in missing.stderr
+    assert snapshot(site) == original
+    pinned = run_build("apply", "--site-packages", str(site), "--pin", "transformers==5.14.0")
+    assert pinned.returncode == 0, pinned.stderr      # fetched from PyPI itself
+    assert transformers_in(site) == "5.14.0"
+    assert "transformers 5.15.0 -> 5.14.0 (pinned ==5.14.0" in pinned.stdout
+    assert run_build("apply", "--site-packages", str(site), "--revert").returncode == 0
+    assert snapshot(site) == original
