@@ -161,3 +161,28 @@ def test_load_offline_without_a_cached_index_names_the_field(tmp_path, monkeypat
     with pytest.raises(ForgeError, match=r"patches\[0\]\.package: cannot check it: .*offline"):
         load_series(series, offline=True)
     assert load_series(series, offline=True, check_index=False).get("dep").package == "transformers"
+
+
+def test_plan_record_labels_and_build_args_list_each_constraint_with_its_pin(tmp_path):
+    """`build.py --target gb10 --vllm 0.27.1 --plan`: the transformers constraint applies, and the
+    image build pins the newest version that satisfies both it and 0.27.1's own requirement."""
+    newest_fitting = max(v for v in pypi.published_versions("transformers")
+                         if v in SpecifierSet("<5.15,>=5.5.3"))
+    lock = tmp_path / "lock.yaml"    # a locked base, so the plan is complete (labels, args)
+    lock.write_text("bases:\n  vllm/vllm-openai:v0.27.1: sha256:" + "a" * 64 + "\n")
+    result = run_build("--target", "gb10", "--vllm", "0.27.1", "--plan", "--json",
+                       VLLM_FORGE_LOCK=str(lock))
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    entry = next(p for p in plan["record"]["patches"] if p["id"] == TRANSFORMERS)
+    assert (entry["status"], entry["package"], entry["specifier"], entry["pin"]) == \
+        ("applies", "transformers", "<5.15", str(newest_fitting))
+    assert next(p for p in plan["patches"] if p["id"] == FASTAPI)["pin"] is None
+    assert plan["build_args"]["VLLM_FORGE_PINS"] == f"transformers=={newest_fitting}"
+    assert plan["labels"]["io.vllm-forge.dependencies"] == f"transformers<5.15=={newest_fitting}"
+    human = run_build("--target", "gb10", "--vllm", "0.27.1", "--plan", VLLM_FORGE_LOCK=str(lock))
+    assert f"    transformers=={newest_fitting}  (constraint <5.15" in human.stdout
+    newer = json.loads(run_build("--target", "gb10", "--vllm", "0.28.0", "--plan", "--json",
+                                 "--allow-unlocked").stdout)
+    assert newer["build_args"] is None or newer["build_args"]["VLLM_FORGE_PINS"] == ""
+    assert next(p for p in newer["patches"] if p["id"] == TRANSFORMERS)["status"] == "not-needed"
