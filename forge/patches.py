@@ -161,7 +161,9 @@ def moe_devices_of(patch: Patch) -> set[str]:
 def shipped_moe_configs(version: str, series: Series | None = None) -> set[str]:
     """File names of the tuned MoE configs this series delivers to vLLM `version` (in range, not
     retired): what an image of that release carries, so what verify may expect vLLM to read."""
-    series = series or load_series()
+    # Verify calls this inside images, where the package index may be out of reach; MoE
+    # configs need none of the index checks that dependency constraints get on load.
+    series = series or load_series(check_index=False)
     parsed = Version(str(version))
     return {f.name for p in series.patches if p.kind == "moe-config" and p.in_range(parsed)
             and not p.retired_for(parsed) for f in p.files}

@@ -186,3 +186,15 @@ def test_plan_record_labels_and_build_args_list_each_constraint_with_its_pin(tmp
                                  "--allow-unlocked").stdout)
     assert newer["build_args"] is None or newer["build_args"]["VLLM_FORGE_PINS"] == ""
     assert next(p for p in newer["patches"] if p["id"] == TRANSFORMERS)["status"] == "not-needed"
+
+
+def test_verify_reads_the_shipped_moe_configs_without_the_package_index(tmp_path, monkeypatch):
+    """mtp_smoke asks which MoE configs the series ships, inside images on GPU hosts that may not
+    reach PyPI and hold no forge cache: that load skips the dependency index checks."""
+    from forge.patches import shipped_moe_configs
+
+    monkeypatch.setenv("VLLM_FORGE_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("VLLM_FORGE_PYPI", "http://127.0.0.1:9/simple/")
+    with pytest.raises(ForgeError, match=r"\.package: cannot check it"):
+        load_series()
+    assert "E=128,N=704,device_name=NVIDIA_H200.json" in shipped_moe_configs("0.25.0")
