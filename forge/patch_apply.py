@@ -333,7 +333,9 @@ def clean_leftovers(installed: InstalledVllm) -> list[Path]:
     if not record_dir.is_dir():
         return removed
     path = record_dir / RECORD_FILE
-    (record_dir / f"{RECORD_FILE}.tmp").unlink(missing_ok=True)
+    half_written = record_dir / f"{RECORD_FILE}.tmp"
+    if half_written.exists():     # (unlink of a missing file still fails on a read-only mount)
+        half_written.unlink()
     record = json.loads(path.read_text()) if path.exists() else None
     if record is not None:
         targets = [_target_of(installed, entry["path"]) for entry in record.get("files", [])]
