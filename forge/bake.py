@@ -5,6 +5,11 @@ attestations.
 Each target gets the same reproducible context `build.py` would send (forge/context.py), unpacked
 under build-context/<target>/ (git-ignored), and the same build args, tags and labels. Run the bake
 from the repository root: `docker buildx bake -f docker-bake.json [--push]`.
+
+Attestations need a builder that can store them: BuildKit's docker-container driver, or Docker
+Engine 26+ with the containerd image store. The plain docker driver (Debian 12's docker.io 20.10,
+the engine the README installs) refuses them ("Attestation is not supported for the docker
+driver"): `--no-attest` writes a file without them for such an engine.
 """
 from __future__ import annotations
 
@@ -24,6 +29,10 @@ CONTEXT_ROOT = "build-context"
 # A builder that cannot pull docker/buildkit-syft-scanner (air-gapped, or a private mirror) names
 # another SBOM generator image implementing BuildKit's SBOM protocol.
 SBOM_GENERATOR_ENV = "VLLM_FORGE_SBOM_GENERATOR"
+ATTEST_NEEDS = ("attestations need a docker-container builder (`docker buildx create --use "
+                "--driver docker-container`) or Docker Engine 26+ with the containerd image store; "
+                "on the plain docker driver (e.g. Debian 12's docker.io 20.10) write the file with "
+                "`python build.py bake --no-attest`")
 
 
 def attestations() -> list[str]:
@@ -32,8 +41,8 @@ def attestations() -> list[str]:
     return ["type=provenance,mode=max", sbom]
 
 
-def bake_target(plan: Plan, context_dir: str) -> dict:
-    return {
+def bake_target(plan: Plan, context_dir: str, attest: bool = True) -> dict:
+    target = {
         "context": context_dir,
         "dockerfile": "Dockerfile",
         "platforms": [plan.target.platform],
@@ -41,15 +50,18 @@ def bake_target(plan: Plan, context_dir: str) -> dict:
         "args": {**plan.build_args(), "SOURCE_DATE_EPOCH": str(plan.source.epoch)},
         "tags": plan.tags,
         "labels": plan.labels,
-        "attest": attestations(),
     }
+    if attest:
+        target["attest"] = attestations()
+    return target
 
 
-def bake_file(plans: list[Plan], context_dirs: dict[str, str]) -> dict:
+def bake_file(plans: list[Plan], context_dirs: dict[str, str], attest: bool = True) -> dict:
     names = [plan.target.name for plan in plans]
     return {
         "group": {"default": {"targets": names}},
-        "target": {plan.target.name: bake_target(plan, context_dirs[plan.target.name]) for plan in plans},
+        "target": {plan.target.name: bake_target(plan, context_dirs[plan.target.name], attest)
+                   for plan in plans},
     }
 
 
@@ -64,8 +76,10 @@ def _unpack(plan: Plan, directory: Path) -> None:
 def cmd_bake(args) -> int:
     targets = load_targets()
     names = args.target or sorted(targets)
-    plans = [resolve_plan(name, args.vllm, repository=args.repository, lock_path=args.lock)
-             for name in names]  # resolves (and so refuses) everything before writing anything
+    # Resolves (and so refuses) everything before writing anything. A bake file pins each base by
+    # digest, so an unlocked base has no way around the lock here.
+    plans = [resolve_plan(name, args.vllm, repository=args.repository, lock_path=args.lock,
+                          unlocked_flag=None) for name in names]
     output = Path(args.output).resolve()
     root = output.parent
     context_dirs = {}
@@ -74,10 +88,13 @@ def cmd_bake(args) -> int:
         _unpack(plan, directory)
         context_dirs[plan.target.name] = str(directory.relative_to(root))
     try:
-        output.write_text(json.dumps(bake_file(plans, context_dirs), indent=2) + "\n")
+        output.write_text(json.dumps(bake_file(plans, context_dirs, not args.no_attest), indent=2)
+                          + "\n")
     except OSError as exc:
         raise ForgeError(f"{output}: cannot write: {exc.strerror}") from exc
     for plan in plans:
         print(f"{plan.target.name:<6} {plan.target.platform:<12} {plan.tags[0]}")
     print(f"wrote {output} (run from {root}: docker buildx bake -f {output.name} --push)")
+    print("without SBOM and provenance attestations (--no-attest)" if args.no_attest
+          else f"with SBOM and provenance attestations: {ATTEST_NEEDS}")
     return 0

@@ -1,6 +1,6 @@
 """`python build.py --target T --vllm V [--push] [--plan]`: resolve the plan, build through the Docker
 SDK with progress, tag immutable + moving, push both (never overwriting an immutable tag that names
-another digest).
+another digest: that is refused before any tag, local or remote, is set).
 """
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ import sys
 from forge.errors import ConflictError, ForgeError
 from forge.plan import Plan, finish, format_plan, resolve_plan
 
-APPLY_CONFLICT_EXIT = 3  # `build.py apply` exits 3 on a conflict; the engine reports the RUN's code
+APPLY_CONFLICT_EXIT = 3
+BUILD_REPOSITORY = "vllm-forge-build"  # local only: holds a fresh image until its real tags are set  # `build.py apply` exits 3 on a conflict; the engine reports the RUN's code
 
 
 def cmd_build(args) -> int:
-    # A plan shows an unlocked base (and says a build would refuse it) rather than failing.
+    # A plan shows an unlocked base before it fails as the build would (so it can be inspected).
     plan = resolve_plan(args.target, args.vllm, repository=args.repository,
                         base_image=args.base_image, allow_unlocked=args.allow_unlocked or args.plan,
                         lock_path=args.lock)
@@ -26,23 +27,34 @@ def cmd_build(args) -> int:
             print(json.dumps(plan.to_dict(), indent=1))
         else:
             print(format_plan(plan))
+        if not plan.base_locked and not args.allow_unlocked:
+            sys.stdout.flush()
+            # The same refusal, worded the same way, as the build itself gives.
+            resolve_plan(args.target, args.vllm, repository=args.repository,
+                         base_image=args.base_image, lock_path=args.lock)
         return 0
     client = connect()
     check_base(plan, allow_change=args.allow_base_change)
     # Before building: the push registry must answer, and we learn what the immutable tag names now.
     pushed_before = immutable_digest(plan) if args.push else None
     print(format_plan(plan), flush=True)
-    image_id = build_image(client, plan)
+    try:
+        image_id = build_image(client, plan)
+        if args.push:
+            refuse_repointing(client, plan, image_id, pushed_before)
+        tag_image(client, plan, image_id)
+    finally:
+        _untag(client, build_tag(plan))
     print(f"built {image_id} as {', '.join(plan.tags)}", flush=True)
     if args.push:
-        push(client, plan, image_id, pushed_before)
+        push(client, plan)
     return 0
 
 
 def immutable_digest(plan: Plan) -> str | None:
     from forge.registry import manifest_digest
 
-    return manifest_digest(plan.tags[0])
+    return manifest_digest(plan.immutable_ref)
 
 
 def connect():
@@ -76,13 +88,28 @@ def check_base(plan: Plan, allow_change: bool = False) -> None:
     plan.platform_digest = platform_digest(plan.base.ref, plan.base_digest, plan.target.platform)
 
 
+def build_tag(plan: Plan) -> str:
+    """A local-only tag the image holds between the build and tag_image (an untagged image could
+    be pruned meanwhile); never pushed, removed again by cmd_build."""
+    return f"{BUILD_REPOSITORY}:{plan.immutable_tag}-{os.getpid()}"
+
+
+def _untag(client, tag: str) -> None:
+    import docker
+
+    try:
+        client.api.remove_image(tag, noprune=True)
+    except docker.errors.APIError:
+        pass  # the build failed before it tagged anything
+
+
 def build_image(client, plan: Plan) -> str:
-    """Build with progress on stdout; returns the image id. Tags both tags."""
+    """Build with progress on stdout; returns the image id. Sets only build_tag: see tag_image."""
     import docker
 
     stream = client.api.build(
         fileobj=io.BytesIO(plan.context_bytes), custom_context=True, encoding=None,
-        tag=plan.tags[0], buildargs=plan.build_args(), labels=plan.labels,
+        tag=build_tag(plan), buildargs=plan.build_args(), labels=plan.labels,
         platform=plan.target.platform, rm=True, forcerm=True, decode=True)
     image_id, last_error_line = None, ""
     try:
@@ -102,10 +129,13 @@ def build_image(client, plan: Plan) -> str:
     if not image_id:
         raise ForgeError(f"build of {plan.tags[0]} ended without an image")
     _check_platform(client, image_id, plan)
+    return image_id
+
+
+def tag_image(client, plan: Plan, image_id: str) -> None:
     for tag in plan.tags:
         repo, name = tag.rsplit(":", 1)
         client.api.tag(image_id, repo, name)
-    return image_id
 
 
 def _raise_build_error(message: str, inner_error: str, plan: Plan):
@@ -125,17 +155,23 @@ def _check_platform(client, image_id: str, plan: Plan) -> None:
                          f"{plan.target.platform} (base {plan.from_image})")
 
 
-def push(client, plan: Plan, image_id: str, existing: str | None) -> None:
-    """Push the immutable tag then the moving one; refuse (before pushing anything) if the immutable
-    tag already names a different digest in the registry (`existing`, read before the build)."""
+def refuse_repointing(client, plan: Plan, image_id: str, existing: str | None) -> None:
+    """Refuse, before any tag is set here or there, when the immutable tag already names a digest
+    in the registry (`existing`, read before the build) that this image is not."""
     from forge.registry import parse_reference
 
-    immutable = parse_reference(plan.tags[0])
-    if existing:
-        local = client.api.inspect_image(image_id).get("RepoDigests") or []
-        if f"{immutable.name}@{existing}" not in local:
-            raise ForgeError(f"refusing to push {plan.tags[0]}: that immutable tag already names "
-                             f"{existing} in the registry, this build is a different image")
+    if not existing:
+        return
+    immutable = parse_reference(plan.immutable_ref)
+    local = client.api.inspect_image(image_id).get("RepoDigests") or []
+    if f"{immutable.name}@{existing}" not in local:
+        raise ForgeError(f"refusing to push {plan.immutable_ref}: that immutable tag already names "
+                         f"{existing} in the registry, this build ({image_id}) is a different "
+                         f"image; no tag was set or moved")
+
+
+def push(client, plan: Plan) -> None:
+    """Push the immutable tag then the moving one."""
     for tag in plan.tags:
         digest = _push_one(client, tag)
         print(f"pushed {tag} ({digest})", flush=True)
@@ -144,17 +180,18 @@ def push(client, plan: Plan, image_id: str, existing: str | None) -> None:
 def _push_one(client, tag: str) -> str:
     import docker
 
+    from forge.progress import PushProgress
+
     repo, name = tag.rsplit(":", 1)
     digest = None
+    progress = PushProgress(tag)  # all layers' bytes in one line, ended by the digest or an error
     try:
         for chunk in client.api.push(repo, tag=name, stream=True, decode=True):
+            progress.feed(chunk)
             if "error" in chunk:
                 raise ForgeError(f"push of {tag} failed: {_one_line(chunk['error'])}")
             if chunk.get("aux", {}).get("Digest"):
                 digest = chunk["aux"]["Digest"]
-            elif chunk.get("status") in ("Pushed", "Layer already exists") or \
-                    str(chunk.get("status", "")).startswith("Mounted"):
-                print(f"  {chunk.get('id', '')} {chunk['status']}", flush=True)
     except docker.errors.APIError as exc:
         raise ForgeError(f"push of {tag} failed: {_one_line(exc)}") from exc
     if not digest:

@@ -93,6 +93,9 @@ def _add_bake(commands) -> None:
     _add_repository_flag(p)
     p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
     p.add_argument("--output", "-o", default="docker-bake.json", help="file to write")
+    p.add_argument("--no-attest", action="store_true",
+                   help="no SBOM/provenance attestations: for the plain docker driver (Docker "
+                        "Engine before 26 without the containerd image store, e.g. Debian 12's)")
     p.set_defaults(handler="forge.bake:cmd_bake")
 
 
@@ -116,6 +119,17 @@ def _add_tune_moe(commands) -> None:
                    help="weight dtype to tune (required unless --import-results)")
     p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")],
                    help="token counts to tune, comma-separated (default: every count a server runs)")
+    p.add_argument("--recipe", help="derive the token counts from this recipe: M = k+1 and "
+                                    "(k+1) x each --concurrency, k the recipe's draft tokens")
+    p.add_argument("--target", help="with --recipe: the recipe's target (e.g. h200)")
+    p.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")],
+                   help="with --recipe: these draft token counts instead of the recipe's")
+    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")],
+                   help="with --recipe: concurrent requests per decode step (default 1,8 and "
+                        "the recipe's max_num_seqs)")
+    p.add_argument("--merge-into", metavar="DIR",
+                   help="write the chosen configs merged over the shipped file of the same name "
+                        "(patches/moe-configs) into DIR, for VLLM_TUNED_CONFIG_FOLDER")
     p.add_argument("--space", default="small", choices=["small", "full"],
                    help="kernel config search space (default small)")
     p.add_argument("--results", metavar="FILE",

@@ -1,7 +1,7 @@
 """Image names: repository, moving and immutable tags.
 
     moving_tag("gb10", "0.27.1")                 -> "vllm0.27.1-gb10"
-    immutable_tag("gb10", "0.27.1", "3f2a9c1b7d4e") -> "vllm0.27.1-gb10-3f2a9c1b7d4e"
+    immutable_tag("gb10", "0.27.1", "3f2a9c1b7d4e...") -> "vllm0.27.1-gb10-3f2a9c1b7d4e"
     image_ref("gb10", "0.27.1")                  -> "ghcr.io/<owner>/vllm-forge:vllm0.27.1-gb10"
 """
 from __future__ import annotations
@@ -14,6 +14,9 @@ from forge.errors import ForgeError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FALLBACK_REPOSITORY = "ghcr.io/vllm-forge/vllm-forge"
+# 12 hex digits (48 bits) of the content digest: short enough to read, far from colliding among
+# the builds of one target and release.
+TAG_DIGEST_CHARS = 12
 # github.com:owner/name(.git) or https://github.com/owner/name(.git)
 _GITHUB_REMOTE = re.compile(r"github\.com[:/](?P<owner>[^/]+)/[^/]+?(?:\.git)?/?$")
 
@@ -64,11 +67,14 @@ def moving_tag(target: str, vllm: str) -> str:
     return f"vllm{str(vllm).replace('+', '_')}-{target}"
 
 
-def immutable_tag(target: str, vllm: str, patch_hash: str) -> str:
-    """The tag that names one build's content: never overwritten with another digest."""
-    if not re.fullmatch(r"[0-9a-f]{6,64}", patch_hash or ""):
-        raise ForgeError(f"not a patch-set hash: {patch_hash!r}")
-    return f"{moving_tag(target, vllm)}-{patch_hash}"
+def immutable_tag(target: str, vllm: str, content_digest: str) -> str:
+    """The tag that names one build's content (forge.plan's content digest: the build context, the
+    build args, the labels and the base image digest), shortened to 12 hex digits: identical
+    inputs give the identical tag, any change a new one. Never overwritten with another digest."""
+    digest = str(content_digest or "").removeprefix("sha256:")
+    if not re.fullmatch(r"[0-9a-f]{12,64}", digest):
+        raise ForgeError(f"not a content digest (12 to 64 lowercase hex digits): {content_digest!r}")
+    return f"{moving_tag(target, vllm)}-{digest[:TAG_DIGEST_CHARS]}"
 
 
 def image_ref(target: str, vllm: str, repository: str | None = None) -> str:

@@ -141,6 +141,9 @@ def load_series(path: str | Path | None = None, offline: bool = False,
     # VLLM_FORGE_SERIES points every command (and image build) at another manifest.
     path = Path(path or os.environ.get("VLLM_FORGE_SERIES") or DEFAULT_SERIES)
     data = validate(load_yaml(path), SERIES_SCHEMA, str(path))
+    if Version(data["checked_through"]) < Version(data["checked_from"]):
+        raise ForgeError(f"{path}: checked_through: must not be before checked_from "
+                         f"{data['checked_from']} (got {data['checked_through']})")
     base = path.parent
     digest = hashlib.sha256(path.read_bytes())
     patches: list[Patch] = []

@@ -45,9 +45,8 @@ def release_matrix(vllm: str, only_targets: list[str] | None = None,
         if target.platform not in runners:
             raise ForgeError(f"{target.source}: targets.{name}.platform: no runner for "
                              f"{target.platform} (known: {', '.join(sorted(runners))})")
-        # Unlocked is fine here: the tags do not depend on the base digest; the bake step refuses
-        # an unlocked base on its own.
-        plan = resolve_plan(name, vllm, repository=repository, allow_unlocked=True)
+        # The immutable tag names the image's content, base digest included: the base must be locked.
+        plan = resolve_plan(name, vllm, repository=repository, unlocked_flag=None)
         include.append({
             "target": name, "platform": target.platform, "runner": runners[target.platform],
             "immutable_tag": plan.immutable_tag, "moving_tag": plan.moving_tag,

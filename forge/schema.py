@@ -38,18 +38,47 @@ class SchemaError(ForgeError):
     pass
 
 
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping names one key twice: PyYAML would keep the last value without a word."""
+
+
+class StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # keys merged in by `<<: *anchor` may be overridden: not duplicates
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise DuplicateKeyError(None, None, f"duplicate key {key!r}",
+                                            key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Every YAML file of the project goes through here (strict: duplicate keys are refused)."""
+    try:
+        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}:" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if isinstance(exc, DuplicateKeyError):
+            raise SchemaError(f"{source}:{where} {problem} (each key may appear once)") from exc
+        raise SchemaError(f"{source}:{where} not valid YAML: {problem}") from exc
+
+
 def load_yaml(path: Path | str) -> Any:
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
         raise SchemaError(f"{path}: cannot read: {exc.strerror}") from exc
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise SchemaError(f"{path}:{where} not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+    return parse_yaml(text, str(path))
 
 
 def validate(data: Any, schema: dict[str, Field], source: str, path: str = "") -> dict:

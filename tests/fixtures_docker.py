@@ -117,7 +117,8 @@ class Registry:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def start_registry() -> Registry:
+def start_registry(auth: dict | None = None) -> Registry:
+    """`auth`: the registry config's auth section (e.g. htpasswd), none by default."""
     if not shutil.which("docker-registry"):
         subprocess.run(["apt-get", "install", "-y", "-qq", "docker-registry"], check=True,
                        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, capture_output=True)
@@ -126,13 +127,13 @@ def start_registry() -> Registry:
     config = root / "config.yml"
     config.write_text(f"version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem:\n"
                       f"    rootdirectory: {root / 'data'}\n  delete: {{enabled: true}}\n"
-                      f"http:\n  addr: {host}\n")
+                      f"http:\n  addr: {host}\n" + (f"auth: {json.dumps(auth)}\n" if auth else ""))
     log = open(root / "registry.log", "w")
     process = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=log)
     registry = Registry(host, process, root)
     for _ in range(100):
         try:
-            if requests.get(registry.url(""), timeout=2).status_code == 200:
+            if requests.get(registry.url(""), timeout=2).status_code in (200, 401):
                 return registry
         except requests.ConnectionError:
             pass

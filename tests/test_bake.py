@@ -27,9 +27,13 @@ def bake(tmp_path, standin, *extra, lock=None):
     return result, output
 
 
+def lock_standin(standin, lock):
+    return save_lock({standin.ref: standin.digest}, lock, {standin.ref: ["linux/amd64", "linux/arm64"]})
+
+
 def test_bake_file_covers_every_target_with_attestations(standin_base, buildx, tmp_path):
     lock = tmp_path / "lock.yaml"
-    save_lock({standin_base.ref: standin_base.digest}, lock)
+    lock_standin(standin_base, lock)
     result, output = bake(tmp_path, standin_base, lock=lock)
     assert result.returncode == 0, result.stderr
     data = json.loads(output.read_text())
@@ -59,7 +63,7 @@ def test_bake_file_covers_every_target_with_attestations(standin_base, buildx, t
 
 def test_bake_same_commit_and_lock_gives_same_contexts(standin_base, tmp_path):
     lock = tmp_path / "lock.yaml"
-    save_lock({standin_base.ref: standin_base.digest}, lock)
+    lock_standin(standin_base, lock)
     first_dir, second_dir = tmp_path / "a", tmp_path / "b"
     first_dir.mkdir(), second_dir.mkdir()
     r1, out1 = bake(first_dir, standin_base, lock=lock)
@@ -75,6 +79,9 @@ def test_bake_refuses_an_unlocked_base_and_writes_nothing(standin_base, tmp_path
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and "is not locked" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+    # Before: "(or pass --allow-unlocked)", a flag bake does not take (a bake file pins digests).
+    assert "--allow-unlocked" not in result.stderr
+    assert f"run `python build.py lock --vllm {VERSION}`" in result.stderr
     assert not output.exists() and not (tmp_path / "build-context").exists()
 
 
@@ -95,7 +102,7 @@ def test_buildx_bake_builds_both_platforms_with_sbom_and_provenance(
     """The bake file, run by a real BuildKit (Engine 26), builds amd64 and arm64 (qemu) targets in
     one go and pushes images with SPDX SBOM and SLSA provenance attestations."""
     lock = tmp_path / "lock.yaml"
-    save_lock({standin_base.ref: standin_base.digest}, lock)
+    lock_standin(standin_base, lock)
     registry = standin_base.registry
     env = {**os.environ, "VLLM_FORGE_BASE_MIRROR": standin_base.mirror, "VLLM_FORGE_LOCK": str(lock),
            "VLLM_FORGE_REPOSITORY": f"{standin_base.mirror}/forge-bake",
@@ -129,3 +136,45 @@ def test_buildx_bake_builds_both_platforms_with_sbom_and_provenance(
         assert labels["io.vllm-forge.context-sha256"] == bake_targets[name]["labels"]["io.vllm-forge.context-sha256"]
         immutable = bake_targets[name]["tags"][0].rsplit(":", 1)[1]
         assert registry.digest("forge-bake", immutable, accept=OCI_INDEX) == registry.digest("forge-bake", moving, accept=OCI_INDEX)
+
+
+def test_bake_says_what_attestations_need_and_no_attest_leaves_them_out(standin_base, tmp_path):
+    lock = lock_standin(standin_base, tmp_path / "lock.yaml")
+    with_attest, output = bake(tmp_path, standin_base, "--target", "a100", lock=lock)
+    assert with_attest.returncode == 0, with_attest.stderr
+    assert "attestations need a docker-container builder" in with_attest.stdout
+    assert "`python build.py bake --no-attest`" in with_attest.stdout
+    assert "attest" in json.loads(output.read_text())["target"]["a100"]
+    without, output = bake(tmp_path, standin_base, "--target", "a100", "--no-attest", lock=lock)
+    assert without.returncode == 0, without.stderr
+    assert "attest" not in json.loads(output.read_text())["target"]["a100"]
+
+
+def test_bake_on_the_readme_engine_debian_12_docker_driver(standin_base, buildx, docker_engine, tmp_path):
+    """The engine the README installs (Debian 12's docker.io 20.10, buildx's plain docker driver)
+    refuses attestations: the real error, the way out bake printed, and that way out building."""
+    version = docker_engine.version()["Version"]
+    assert version.startswith("20.10"), version
+    lock = lock_standin(standin_base, tmp_path / "lock.yaml")
+    made, output = bake(tmp_path, standin_base, "--target", "a100", lock=lock)
+    assert made.returncode == 0, made.stderr
+    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    refused = subprocess.run([buildx, "buildx", "bake", "-f", output.name, "--load"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=600, env=env)
+    assert refused.returncode != 0
+    assert "Attestation is not supported for the docker driver" in refused.stderr, refused.stderr[-2000:]
+    assert "--no-attest" in made.stdout
+    made, output = bake(tmp_path, standin_base, "--target", "a100", "--no-attest", lock=lock)
+    assert made.returncode == 0, made.stderr
+    built = subprocess.run([buildx, "buildx", "bake", "-f", output.name, "--load", "--progress", "plain"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=1200, env=env)
+    assert built.returncode == 0, built.stderr[-4000:]
+    tags = json.loads(output.read_text())["target"]["a100"]["tags"]
+    try:
+        labels = docker_engine.api.inspect_image(tags[0])["Config"]["Labels"]
+        assert labels["io.vllm-forge.target"] == "a100"
+        assert tags[0].endswith(labels["org.opencontainers.image.version"])
+        assert docker_engine.images.get(tags[1]).id == docker_engine.images.get(tags[0]).id
+    finally:
+        for tag in tags:
+            docker_engine.images.remove(tag, force=True)

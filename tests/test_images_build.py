@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forge.lock import load_lock, save_lock
+from forge.lock import load_lock, locked_platforms, save_lock
 from forge.patches import load_series, release_status
 from forge.targets import load_targets
 from tests.build_cli import run_build
@@ -86,8 +86,10 @@ def _run_in(client, image: str, command: str, platform: str | None = None) -> st
 def test_lock_pins_the_multi_platform_index_digest(setup):
     standin = setup["standin"]
     assert load_lock(setup["env"]["VLLM_FORGE_LOCK"]) == {standin.ref: standin.digest}
+    assert locked_platforms(setup["env"]["VLLM_FORGE_LOCK"]) == {standin.ref: ["linux/amd64", "linux/arm64"]}
     again = forge("lock", "--vllm", VERSION, "--target", "gb10", env=setup["env"])
-    assert again.returncode == 0 and f"{standin.ref} -> {standin.digest} (unchanged)" in again.stdout
+    assert again.returncode == 0, again.stderr
+    assert f"{standin.ref} -> {standin.digest} (unchanged; linux/amd64, linux/arm64)" in again.stdout
 
 
 def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
@@ -114,6 +116,8 @@ def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
     assert record["base"]["digest"] == setup["standin"].digest
     assert {p["id"]: p["status"] for p in record["patches"]} == expected
     assert record["patch_set_hash"] == labels["io.vllm-forge.patch-set-hash"]
+    digest = labels["io.vllm-forge.content-digest"].removeprefix("sha256:")
+    assert labels["org.opencontainers.image.version"] == f"vllm{VERSION}-{target}-{digest[:12]}"
     assert record["source"]["revision"] == labels["org.opencontainers.image.revision"]
     head = subprocess.run(["git", "-C", str(SNAPSHOT["repo"]), "rev-parse", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
@@ -136,9 +140,13 @@ def test_build_amd64_target_runs_patched(setup, docker_engine):
     assert "Step " in result.stdout, "the build shows the engine's progress"
     plan = json.loads(forge("--target", "a100", "--vllm", VERSION, "--plan", "--json", env=setup["env"]).stdout)
     immutable, moving = plan["tags"]
-    assert immutable.endswith(f"vllm{VERSION}-a100-{plan['patch_set_hash']}") and moving.endswith(f"vllm{VERSION}-a100")
+    assert immutable.endswith(f"vllm{VERSION}-a100-{plan['content_digest'][:12]}") and moving.endswith(f"vllm{VERSION}-a100")
     _check_image(docker_engine, immutable, "a100", "amd64", setup)
     assert docker_engine.images.get(immutable).id == docker_engine.images.get(moving).id
+    # The local-only tag that held the image between build and tagging is gone again.
+    held = [t for image in docker_engine.images.list(name="vllm-forge-build") for t in image.tags
+            if t.startswith(f"vllm-forge-build:{immutable.rsplit(':', 1)[1]}-")]
+    assert not held, held
 
 
 def test_build_arm64_target_under_qemu(setup, docker_engine, arm64_emulation):
@@ -183,20 +191,60 @@ def _edit_patch(copy: Path, old: str, new: str) -> None:
     series.write_text(series.read_text().replace(old_sha, new_sha))
 
 
-def test_push_refuses_to_repoint_an_immutable_tag(setup, docker_engine, tmp_path):
+def _image_id(client, ref: str) -> str:
+    return client.images.get(ref).id
+
+
+def test_a_changed_image_ships_under_a_new_immutable_tag(setup, docker_engine, tmp_path):
+    """Before: a new verify script kept the patch-set tag, so the push was refused and the fix could
+    not ship. Now the new content has its own tag; the old tag keeps its digest; the moving tag
+    follows the new build."""
     registry = setup["standin"].registry
     assert forge("--target", "a100", "--vllm", VERSION, "--push", env=setup["env"]).returncode == 0
-    plan = json.loads(forge("--target", "a100", "--vllm", VERSION, "--plan", "--json", env=setup["env"]).stdout)
-    immutable, moving = (t.rsplit(":", 1)[1] for t in plan["tags"])
-    before = registry.digest("forge-test", immutable)
-    # Same patch set (so the same immutable tag), different content: a new verify script.
+    old = json.loads(forge("--target", "a100", "--vllm", VERSION, "--plan", "--json", env=setup["env"]).stdout)
+    old_tag, moving = (t.rsplit(":", 1)[1] for t in old["tags"])
+    old_digest = registry.digest("forge-test", old_tag)
     copy = _repo_copy(tmp_path)
     (copy / "verify" / "extra_check.py").write_text("print('a different image')\n")
     result = forge("--target", "a100", "--vllm", VERSION, "--push", env=setup["env"], cwd=copy)
-    assert result.returncode == 2
-    assert f"refusing to push {setup['repository']}:{immutable}" in one_line_error(result)
-    assert registry.digest("forge-test", immutable) == before
-    assert registry.digest("forge-test", moving) == before, "the moving tag must not move either"
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    new = json.loads(forge("--target", "a100", "--vllm", VERSION, "--plan", "--json", env=setup["env"],
+                           cwd=copy).stdout)
+    new_tag = new["tags"][0].rsplit(":", 1)[1]
+    assert new_tag != old_tag and new["patch_set_hash"] == old["patch_set_hash"]
+    new_digest = registry.digest("forge-test", new_tag)
+    assert new_digest and new_digest != old_digest
+    assert registry.digest("forge-test", old_tag) == old_digest, "an immutable tag never moves"
+    assert registry.digest("forge-test", moving) == new_digest
+
+
+def test_refused_push_moves_no_tag_local_or_remote(setup, docker_engine):
+    """The immutable tag already names another image in the registry (pushed by someone else):
+    refused before anything is tagged. Before: the local tags were moved, then the push refused."""
+    standin, registry = setup["standin"], setup["standin"].registry
+    repository = f"{standin.mirror}/forge-taken"
+    env = {**setup["env"], "VLLM_FORGE_REPOSITORY": repository}
+    plan = json.loads(forge("--target", "a100", "--vllm", VERSION, "--plan", "--json", env=env).stdout)
+    immutable_ref, moving_ref = plan["tags"]
+    # Someone else's image under our immutable tag and, locally, our two tags on that image too.
+    other = f"vllm-forge-test/standin:v{VERSION}-amd64"
+    for ref in (immutable_ref, moving_ref):
+        repo, tag = ref.rsplit(":", 1)
+        docker_engine.api.tag(other, repo, tag)
+    for line in docker_engine.api.push(repository, tag=immutable_ref.rsplit(":", 1)[1], stream=True, decode=True):
+        assert "error" not in line, line
+    taken = registry.digest("forge-taken", immutable_ref.rsplit(":", 1)[1])
+    assert taken
+    result = forge("--target", "a100", "--vllm", VERSION, "--push", env=env)
+    assert result.returncode == 2, result.stdout[-3000:] + result.stderr
+    line = one_line_error(result)
+    assert f"refusing to push {immutable_ref}: that immutable tag already names {taken}" in line
+    assert "no tag was set or moved" in line
+    assert registry.digest("forge-taken", immutable_ref.rsplit(":", 1)[1]) == taken
+    assert registry.digest("forge-taken", moving_ref.rsplit(":", 1)[1]) is None
+    other_id = _image_id(docker_engine, other)
+    assert _image_id(docker_engine, immutable_ref) == other_id, "the local immutable tag must not move"
+    assert _image_id(docker_engine, moving_ref) == other_id, "the local moving tag must not move"
 
 
 def test_base_whose_tag_moved_is_refused_unless_allowed(setup, docker_engine, tmp_path):
@@ -205,7 +253,7 @@ def test_base_whose_tag_moved_is_refused_unless_allowed(setup, docker_engine, tm
     other = standin.registry.digest("vllm/vllm-openai", f"v{VERSION}-amd64",
                                     accept="application/vnd.docker.distribution.manifest.v2+json")
     lock = tmp_path / "lock.yaml"
-    save_lock({standin.ref: other}, lock)
+    save_lock({standin.ref: other}, lock, {standin.ref: ["linux/amd64"]})
     repository = f"{standin.mirror}/forge-moved"
     env = {**setup["env"], "VLLM_FORGE_LOCK": str(lock), "VLLM_FORGE_REPOSITORY": repository}
     result = forge("--target", "a100", "--vllm", VERSION, env=env)
@@ -224,7 +272,8 @@ def test_unlocked_base_is_refused(setup, tmp_path):
     assert result.returncode == 2
     assert f"{tmp_path / 'empty-lock.yaml'}: bases: {setup['standin'].ref} is not locked" in one_line_error(result)
     planned = forge("--target", "a100", "--vllm", VERSION, "--plan", env=env)
-    assert planned.returncode == 0 and "not locked: a build refuses it" in planned.stdout
+    assert "not locked: a build refuses it" in planned.stdout
+    assert planned.returncode == 2 and one_line_error(planned) == one_line_error(result)
 
 
 def test_plan_needs_no_network_nor_engine(setup):
@@ -246,7 +295,7 @@ def test_plan_needs_no_network_nor_engine(setup):
 def test_release_without_base_is_refused_before_the_engine(setup):
     result = forge("--target", "gb10", "--vllm", "0.10.0", env={**setup["env"], "DOCKER_HOST": DEAD_ENGINE})
     assert result.returncode == 2
-    assert "targets.gb10.bases: no base image for vLLM 0.10.0" in one_line_error(result)
+    assert "vLLM 0.10.0 is before checked_from 0.21.0" in one_line_error(result)
 
 
 def test_conflicting_patch_is_caught_before_the_engine(setup, docker_engine, tmp_path):
@@ -280,7 +329,8 @@ def test_registry_down_for_lock_keeps_the_lock(setup, tmp_path):
 
 def test_registry_down_for_build_builds_nothing(setup, docker_engine, tmp_path):
     lock = tmp_path / "lock.yaml"
-    save_lock({f"{DEAD_PORT}/vllm/vllm-openai:v{VERSION}": setup["standin"].digest}, lock)
+    dead_ref = f"{DEAD_PORT}/vllm/vllm-openai:v{VERSION}"
+    save_lock({dead_ref: setup["standin"].digest}, lock, {dead_ref: ["linux/amd64", "linux/arm64"]})
     repository = f"{setup['standin'].mirror}/forge-down"
     env = {**setup["env"], "VLLM_FORGE_BASE_MIRROR": DEAD_PORT, "VLLM_FORGE_LOCK": str(lock),
            "VLLM_FORGE_REPOSITORY": repository}

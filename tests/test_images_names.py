@@ -7,7 +7,9 @@ from forge.errors import ForgeError
 
 def test_tags():
     assert images.moving_tag("gb10", "0.27.1") == "vllm0.27.1-gb10"
-    assert images.immutable_tag("gb10", "0.27.1", "3f2a9c1b7d4e") == "vllm0.27.1-gb10-3f2a9c1b7d4e"
+    digest = "3f2a9c1b7d4e" + "0" * 52
+    assert images.immutable_tag("gb10", "0.27.1", digest) == "vllm0.27.1-gb10-3f2a9c1b7d4e"
+    assert images.immutable_tag("gb10", "0.27.1", "sha256:" + digest) == "vllm0.27.1-gb10-3f2a9c1b7d4e"
     assert images.image_ref("a100", "0.25.0", "127.0.0.1:5000/forge") == "127.0.0.1:5000/forge:vllm0.25.0-a100"
 
 
@@ -15,6 +17,7 @@ def test_tags():
     lambda: images.moving_tag("GB 10", "0.27.1"),
     lambda: images.moving_tag("gb10", "latest"),
     lambda: images.immutable_tag("gb10", "0.27.1", "XYZ"),
+    lambda: images.immutable_tag("gb10", "0.27.1", "3f2a9c"),   # too short to name content
 ])
 def test_bad_names_refused(call):
     with pytest.raises(ForgeError):
@@ -46,7 +49,8 @@ def test_default_repository_owner_from_git_remote(monkeypatch, tmp_path):
 
 
 def test_plan_of_the_real_targets_without_a_lock_says_so(tmp_path):
-    """The committed targets resolve for a real release; an unlocked base is shown, not fatal, in a plan."""
+    """The committed targets resolve for a real release; a plan shows an unlocked base, then fails
+    as the build would (the immutable tag names the base digest too, so it is unknown yet)."""
     import json
     import os
     import subprocess
@@ -58,10 +62,13 @@ def test_plan_of_the_real_targets_without_a_lock_says_so(tmp_path):
     env.pop("VLLM_FORGE_BASE_MIRROR", None)
     result = subprocess.run([sys.executable, "build.py", "--target", "h200", "--vllm", "0.27.1", "--plan", "--json"],
                             cwd=repo, capture_output=True, text=True, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'none.yaml'}: bases: vllm/vllm-openai:v0.27.1 is not locked; run "
+        "`python build.py lock --vllm 0.27.1` (or pass --allow-unlocked)"]
     plan = json.loads(result.stdout)
     assert plan["base"] == {"image": "vllm/vllm-openai:v0.27.1", "digest": None, "locked": False}
-    assert plan["tags"][1] == "ghcr.io/acme/vllm-forge:vllm0.27.1-h200"
+    assert plan["tags"] == ["ghcr.io/acme/vllm-forge:vllm0.27.1-h200"] and plan["immutable_tag"] is None
     assert {p["id"]: p["status"] for p in plan["patches"]}["gemma4-mtp-share-embeddings"] == "already-upstream"
     build = subprocess.run([sys.executable, "build.py", "--target", "h200", "--vllm", "0.27.1"],
                            cwd=repo, capture_output=True, text=True, env=env, timeout=300)

@@ -27,6 +27,15 @@ def test_save_then_load_round_trips_sorted_with_header(tmp_path):
     assert load_lock(path) == {"vllm/vllm-openai:v0.25.0": DIGEST, "vllm/vllm-openai:v0.27.1": DIGEST}
 
 
+def test_platforms_round_trip(tmp_path):
+    from forge.lock import locked_platforms
+
+    path = save_lock({"r:1": DIGEST, "r:2": DIGEST}, tmp_path / "l.yaml",
+                     {"r:1": ["linux/arm64", "linux/amd64"], "r:3": ["linux/amd64"]})
+    assert locked_platforms(path) == {"r:1": ["linux/amd64", "linux/arm64"]}
+    assert load_lock(path) == {"r:1": DIGEST, "r:2": DIGEST}
+
+
 def test_missing_lock_is_empty(tmp_path):
     assert load_lock(tmp_path / "none.yaml") == {}
 
@@ -36,6 +45,10 @@ def test_missing_lock_is_empty(tmp_path):
     ("pins: {}\n", r"\(top level\): must be a mapping with only `bases`"),
     ("bases: [1, 2]\n", r"bases: must be a mapping"),
     ("bases: {a: [\n", r"not valid YAML"),
+    (f"bases: {{x:y: {DIGEST}}}\nplatforms: {{other:y: [linux/amd64]}}\n",
+     r"platforms\.other:y: not a pinned base"),
+    (f"bases: {{x:y: {DIGEST}}}\nplatforms: {{x:y: linux/amd64}}\n",
+     r"platforms\.x:y: must be a list of os/arch platforms"),
 ])
 def test_bad_lock_is_one_line_naming_file_and_field(tmp_path, body, message):
     path = tmp_path / "lock.yaml"
@@ -85,3 +98,36 @@ def test_lock_unknown_target_is_one_line():
     result = subprocess.run([sys.executable, "build.py", "lock", "--vllm", "0.27.1", "--target", "tpu"],
                             cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and result.stderr.startswith("error: unknown target 'tpu'")
+
+
+@pytest.mark.docker
+def test_lock_refuses_a_base_lacking_a_target_platform(standin_base, docker_engine, tmp_path):
+    """Before: `lock` pinned an amd64-only base for gb10 (arm64) and the build met a raw Docker
+    error. Now: one line naming base, platform and target, nothing written; the targets the base
+    fits can still be locked, and the lock records what the digest offers."""
+    import os
+
+    from tests.fixtures_docker import push
+    from forge.lock import locked_platforms
+
+    mirror = standin_base.mirror
+    # An amd64-only release tag, as a registry could serve one: the stand-in's amd64 image.
+    push(docker_engine, "vllm-forge-test/standin:v0.25.0-amd64", f"{mirror}/vllm/vllm-openai:v0.26.0")
+    ref = f"{mirror}/vllm/vllm-openai:v0.26.0"
+    lock = tmp_path / "lock.yaml"
+    env = {**os.environ, "VLLM_FORGE_BASE_MIRROR": mirror, "VLLM_FORGE_LOCK": str(lock)}
+
+    def lock_cmd(*extra):
+        return subprocess.run([sys.executable, "build.py", "lock", "--vllm", "0.26.0", *extra], cwd=REPO,
+                              capture_output=True, text=True, timeout=120, env=env)
+
+    refused = lock_cmd()
+    assert refused.returncode == 2, refused.stderr
+    line = refused.stderr.strip()
+    assert "\n" not in line and line.startswith(f"error: base {ref} (sha256:")
+    assert "has no linux/arm64 image (it offers linux/amd64), which target gb10 needs; nothing locked" in line
+    assert not lock.exists()
+    fits = lock_cmd("--target", "a100", "--target", "h200")
+    assert fits.returncode == 0, fits.stderr
+    assert locked_platforms(lock) == {ref: ["linux/amd64"]}
+    assert load_lock(lock)[ref] == manifest_digest(ref)

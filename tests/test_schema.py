@@ -1,6 +1,9 @@
 """forge.schema: every rejection names the file and the dotted field path, on one line."""
+from pathlib import Path
+
 import pytest
 
+from forge.errors import ForgeError
 from forge.schema import Field, ListOf, SchemaError, load_yaml, pep440_specifier, validate
 
 SCHEMA = {
@@ -11,6 +14,10 @@ SCHEMA = {
     "releases": Field(str, check=pep440_specifier),
     "files": Field(ListOf({"path": Field(str)}, min_items=1)),
 }
+from tests.build_cli import run_build
+
+REPO = Path(__file__).resolve().parents[1]
+
 GOOD = {"id": "a", "kind": "source", "releases": ">=0.25", "files": [{"path": "x.diff"}]}
 
 
@@ -55,3 +62,84 @@ def test_broken_yaml_names_file_and_line(tmp_path):
 def test_missing_file_is_one_line(tmp_path):
     with pytest.raises(SchemaError, match="cannot read"):
         load_yaml(tmp_path / "absent.yaml")
+
+
+# --- duplicate keys: refused by the one loader every YAML file goes through ---------------------
+
+def test_duplicate_key_is_one_line_naming_file_line_and_key(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("a: 1\nnested:\n  b: 1\n  b: 2\n")
+    with pytest.raises(SchemaError) as failure:
+        load_yaml(path)
+    assert str(failure.value) == f"{path}: line 4: duplicate key 'b' (each key may appear once)"
+
+
+def test_merge_keys_may_be_overridden(tmp_path):
+    path = tmp_path / "merge.yaml"
+    path.write_text("base: &b {x: 1, y: 1}\nd:\n  <<: *b\n  x: 2\n")
+    assert load_yaml(path)["d"] == {"x": 2, "y": 1}
+
+
+def _duplicate_first_key(text: str, key: str, value: str) -> str:
+    """`text` with a second `key: value` line right after the first line that sets `key`."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(f"{key}:"):
+            indent = line[: len(line) - len(line.lstrip())]
+            lines.insert(i + 1, f"{indent}{key}: {value}\n")
+            return "".join(lines)
+    raise AssertionError(f"no line sets {key}")
+
+
+def _copy_repo_data(tmp_path: Path) -> Path:
+    import shutil
+
+    for name in ("patches", "recipes", "images"):
+        shutil.copytree(REPO / name, tmp_path / name)
+    return tmp_path
+
+
+@pytest.mark.parametrize("relative, key, value, env, command", [
+    ("patches/series.yaml", "checked_through", '"0.22.0"', "VLLM_FORGE_SERIES",
+     ["patches", "--vllm", "0.25.0", "--offline"]),
+    ("images/targets.yaml", "cuda_arch", '"9.0"', "VLLM_FORGE_TARGETS",
+     ["release-matrix", "--vllm", "0.25.0"]),
+    ("images/lock.yaml", "bases", "{}", "VLLM_FORGE_LOCK",
+     ["--target", "a100", "--vllm", "0.25.0"]),
+])
+def test_duplicate_keys_in_project_files_are_refused_by_the_cli(tmp_path, relative, key, value, env,
+                                                                command):
+    """Before: PyYAML kept the last value silently (a manifest could say two things at once)."""
+    root = _copy_repo_data(tmp_path)
+    path = root / relative
+    path.write_text(_duplicate_first_key(path.read_text(), key, value))
+    result = run_build(*command, env={env: str(path)}, timeout=300)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"error: {path}: line ") and f"duplicate key '{key}'" in lines[0]
+
+
+def test_duplicate_key_in_a_recipe_is_refused(tmp_path):
+    from forge.recipes import load_recipe
+
+    root = _copy_repo_data(tmp_path) / "recipes"
+    path = root / "gemma-4-26b-a4b-it" / "h200.yaml"
+    path.write_text(_duplicate_first_key(path.read_text(), "max_model_len", "1024"))
+    with pytest.raises(SchemaError, match=r"line \d+: duplicate key 'max_model_len'") as failure:
+        load_recipe("gemma-4-26b-a4b-it", "h200", root)
+    assert "h200.yaml" in str(failure.value) and "\n" not in str(failure.value)
+
+
+def test_manifest_bounds_must_be_ordered(tmp_path):
+    """Before: checked_through 0.22.0 < checked_from 0.25.0 loaded, covering no release at all."""
+    from forge.patches import load_series
+    from tests.fixtures_patches import real_patch_entry, write_series
+
+    entry, diff = real_patch_entry()
+    path = write_series(tmp_path, [entry], {entry["files"][0]["path"]: diff},
+                        checked_from="0.25.0", checked_through="0.22.0")
+    with pytest.raises(ForgeError) as failure:
+        load_series(path)
+    assert str(failure.value) == (f"{path}: checked_through: must not be before checked_from "
+                                  f"0.25.0 (got 0.22.0)")

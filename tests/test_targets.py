@@ -31,8 +31,7 @@ def test_real_targets_load_with_the_expected_hardware():
 
 @pytest.mark.parametrize("target, version, expected", [
     ("gb10", "0.27.1", BaseImage("vllm/vllm-openai", "v0.27.1")),
-    ("gb10", "0.20.0", BaseImage("vllm/vllm-openai", "v0.20.0")),
-    ("gb10", "0.19.1", BaseImage("vllm/vllm-openai", "v0.19.1-cu130")),
+    ("gb10", "0.21.0", BaseImage("vllm/vllm-openai", "v0.21.0")),
     ("a100", "0.25.0", BaseImage("vllm/vllm-openai", "v0.25.0")),
     ("h200", "0.33.0", BaseImage("vllm/vllm-openai", "v0.33.0")),
 ])
@@ -73,7 +72,7 @@ def _write(tmp_path, mutate):
     (lambda d: d["targets"]["h200"]["bases"][0].update(image="vllm/vllm-openai"),
      r"targets\.h200\.bases\[0\]\.image: must name a tag"),
     (lambda d: d["targets"]["gb10"]["bases"].append({"releases": ">=0.27", "image": "x/y:v{version}"}),
-     r"targets\.gb10\.bases\[2\]\.releases: overlaps bases\[1\]"),
+     r"targets\.gb10\.bases\[1\]\.releases: overlaps bases\[0\]"),
     (lambda d: d["targets"]["gb10"].update(moe_device_name="NVIDIA GB10"),
      r"targets\.gb10\.moe_device_name: must be a file-name form"),
     (lambda d: d["targets"]["a100"]["env"].update(BAD=1), r"targets\.a100\.env: BAD: value must be a string"),

@@ -123,10 +123,23 @@ def release_matrix(*args: str) -> subprocess.CompletedProcess:
 
 
 def actions_env() -> dict:
-    """This environment as a GitHub Actions job of owner Example-Org sees it."""
+    """This environment as a GitHub Actions job of owner Example-Org sees it, with 0.27.1 locked
+    (immutable tags name the base digest; the committed lock is empty: no registry here)."""
     env = {k: v for k, v in os.environ.items() if k != "VLLM_FORGE_REPOSITORY"}
     env["GITHUB_REPOSITORY_OWNER"] = "Example-Org"
+    env["VLLM_FORGE_LOCK"] = str(_lock_for("0.27.1"))
     return env
+
+
+def _lock_for(vllm: str):
+    import tempfile
+
+    from forge.lock import save_lock
+
+    refs = {t.base_for(vllm).ref for t in load_targets().values()}
+    path = Path(tempfile.mkdtemp(prefix="vllm-forge-workflows-")) / "lock.yaml"
+    return save_lock({ref: "sha256:" + "ab" * 32 for ref in refs}, path,
+                     {ref: ["linux/amd64", "linux/arm64"] for ref in refs})
 
 
 def test_release_matrix_builds_every_target_on_its_native_runner(tmp_path):
