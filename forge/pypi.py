@@ -70,9 +70,12 @@ def _fetch(name: str) -> list[str] | None:
         import requests  # late: `build.py apply` runs in bare images without it
     except ImportError:
         return None
+    from forge.http_session import retrying_session
+
     url = simple_url() + canonicalize_name(name) + "/"
     try:
-        response = requests.get(url, timeout=60, headers={"Accept": JSON_ACCEPT})
+        with retrying_session() as session:
+            response = session.get(url, timeout=60, headers={"Accept": JSON_ACCEPT})
     except requests.RequestException:
         return None
     if response.status_code == 404:

@@ -169,7 +169,8 @@ def test_plan_record_labels_and_build_args_list_each_constraint_with_its_pin(tmp
     newest_fitting = max(v for v in pypi.published_versions("transformers")
                          if v in SpecifierSet("<5.15,>=5.5.3"))
     lock = tmp_path / "lock.yaml"    # a locked base, so the plan is complete (labels, args)
-    lock.write_text("bases:\n  vllm/vllm-openai:v0.27.1: sha256:" + "a" * 64 + "\n")
+    lock.write_text("bases:\n  vllm/vllm-openai:v0.27.1: sha256:" + "a" * 64 + "\n"
+                    "platforms:\n  vllm/vllm-openai:v0.27.1: [linux/amd64, linux/arm64]\n")
     result = run_build("--target", "gb10", "--vllm", "0.27.1", "--plan", "--json",
                        VLLM_FORGE_LOCK=str(lock))
     assert result.returncode == 0, result.stderr
