@@ -73,8 +73,9 @@ def _add_apply(commands) -> None:
                    help="bring dependencies inside their constraints from this local wheelhouse "
                         "(pip --no-index --find-links DIR), for hosts without the index")
     p.add_argument("--pin", action="append", metavar="PACKAGE==VERSION",
-                   help="install exactly this version where a constraint on PACKAGE is violated "
-                        "(repeatable; an image build pins what its plan chose)")
+                   help="install exactly this version where a constraint on PACKAGE is in range "
+                        "and the installed version differs (repeatable; an image build pins what "
+                        "its plan chose)")
     p.set_defaults(handler="forge.patches:cmd_apply")
 
 

@@ -49,8 +49,9 @@ class DependencyPlan:
 
 
 def parse_pins(pins: list[str] | None) -> dict[str, Version]:
-    """`--pin transformers==5.14.1` (repeatable): the exact version to install where a constraint
-    on that package is violated (an image build pins what its plan chose)."""
+    """`--pin transformers==5.14.1` (repeatable): the exact version to install wherever a
+    constraint on that package is in range and the installed version differs, violating or not
+    (an image build pins what its plan chose, so the image holds what its labels say)."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     parsed = {}
@@ -71,14 +72,16 @@ def plan(series, statuses, installed, offline: bool, find_links: str | None,
     """A version for every violated constraint; refuses (nothing changed) when it cannot get one."""
     plans = []
     for status in statuses:
-        if status.kind != "dependency" or status.status != "applies":
+        if status.kind != "dependency" or status.status not in ("applies", "satisfied"):
             continue
         patch = series.get(status.id)
         dist = dependencies.find_distribution(patch.package, installed.search_path)
+        pin = (pins or {}).get(patch.package)
+        if status.status == "satisfied" and (pin is None or Version(dist.version) == pin):
+            continue    # a pin makes an image hold exactly the version its plan and labels name
         declared = dependencies.installed_vllm_declares(installed.site_dir, patch.package)
         wanted = patch.specifier & (declared.specifier or "")
-        version = _choose(patch.package, wanted, installed, offline, find_links,
-                          (pins or {}).get(patch.package))
+        version = _choose(patch.package, wanted, installed, offline, find_links, pin)
         plans.append(DependencyPlan(patch.id, patch.package, str(patch.specifier), dist.version,
                                     str(version), Path(dist.locate_file("")).resolve(),
                                     declared.text(patch.package)))

@@ -341,7 +341,7 @@ def format_plan(plan: Plan) -> str:
     pins = [p for p in plan.patches if p["kind"] == "dependency" and p["status"] == "applies"]
     lines += ["  dependency pins" + ("" if pins else ": none")]
     lines += [f"    {p['package']}=={p['pin']}  (constraint {p['specifier']}, {p['id']}; installed "
-              "by `build.py apply --pin` where the base's version violates it)" for p in pins]
+              "by `build.py apply --pin` where the base holds another version)" for p in pins]
     lines += [f"  moe configs (for {t.moe_device_name})" + ("" if plan.moe_configs else ": none")]
     lines += [f"    {name}" for name in plan.moe_configs]
     lines += [f"  recipes     {', '.join(t.recipes) or 'none'} (checked against vLLM {plan.vllm})"]

@@ -213,3 +213,24 @@ def test_pin_installs_exactly_that_version_and_refuses_one_outside_the_constrain
     assert "transformers 5.15.0 -> 5.14.0 (pinned ==5.14.0" in pinned.stdout
     assert run_build("apply", "--site-packages", str(site), "--revert").returncode == 0
     assert snapshot(site) == original
+
+
+def test_a_pin_holds_an_image_to_its_planned_version_even_where_the_base_satisfies_it(
+        site_with_transformers):
+    """The image's label names the pinned version: a base whose version satisfies the constraint
+    but differs from the pin gets the pin too; one that holds the pin is left alone."""
+    site = site_with_transformers("0.25.0", "5.14.1")
+    original = snapshot(site)
+    same = run_build("apply", "--site-packages", str(site), "--pin", "transformers==5.14.1")
+    assert same.returncode == 0, same.stderr
+    assert "applied 1 patch(es)" in same.stdout and " -> " not in same.stdout   # source only
+    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    assert record["dependencies"] == [] and transformers_in(site) == "5.14.1"
+    assert run_build("apply", "--site-packages", str(site), "--revert").returncode == 0
+    assert snapshot(site) == original
+    other = run_build("apply", "--site-packages", str(site), "--pin", "transformers==5.14.0")
+    assert other.returncode == 0, other.stderr
+    assert "transformers 5.14.1 -> 5.14.0 (pinned ==5.14.0" in other.stdout
+    assert transformers_in(site) == "5.14.0"
+    assert run_build("apply", "--site-packages", str(site), "--revert").returncode == 0
+    assert snapshot(site) == original
