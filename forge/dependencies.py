@@ -132,7 +132,7 @@ def installed_vllm_declares(site_dir: Path, package: str) -> Declared:
     if vllm is None:
         return Declared(None, f"{site_dir} has no vllm dist-info")
     lines = [line for line in (vllm.requires or []) if "extra ==" not in line]
-    return declared_in(lines, package, f"{Path(vllm._path).name}/METADATA")  # noqa: SLF001
+    return declared_in(lines, package, f"installed vLLM {vllm.version} METADATA")
 
 
 # --- statuses ----------------------------------------------------------------------------------

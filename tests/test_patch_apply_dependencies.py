@@ -9,6 +9,7 @@ import signal
 import sys
 
 import pytest
+from packaging.version import Version
 
 from forge.patch_apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR, TEMP_SUFFIX
 from forge.patches import apply_series, load_series, tree_status
@@ -28,6 +29,16 @@ def transformers_in(site) -> str | None:
     return found[0] if found else None
 
 
+def newest_below_5_15() -> str:
+    """What apply must pick from PyPI: the newest transformers within <5.15 and vLLM 0.25.0's
+    own >=5.5.3 (5.14.1 when this was written)."""
+    from packaging.specifiers import SpecifierSet
+
+    from forge import pypi
+
+    return str(max(SpecifierSet("<5.15,>=5.5.3").filter(pypi.published_versions("transformers"))))
+
+
 def leftovers(site) -> list[str]:
     return sorted(str(p.relative_to(site)) for p in site.rglob("*")
                   if p.name.endswith(TEMP_SUFFIX) or "vllm-forge" in p.name)
@@ -37,36 +48,31 @@ def test_apply_pins_transformers_with_the_source_patch_and_revert_restores_5_15_
         site_with_transformers):
     site = site_with_transformers("0.25.0", "5.15.0")
     original = snapshot(site)
+    newest = newest_below_5_15()
     result = run_build("apply", "--site-packages", str(site), "--vllm", "0.25.0")
     assert result.returncode == 0, result.stderr
-    assert transformers_in(site) == "5.14.1"
+    assert transformers_in(site) == newest
     assert FIXED_LINE in (site / TARGET).read_bytes()
-    assert "transformers 5.15.0 -> 5.14.1 (pinned ==5.14.1: constraint <5.15" in result.stdout
+    assert f"transformers 5.15.0 -> {newest} (pinned =={newest}: constraint <5.15" in result.stdout
     assert "vLLM requires transformers>=5.5.3" in result.stdout
     record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
     assert record["applied"] == ["gemma4-mtp-share-embeddings", CONSTRAINT]
     [entry] = record["dependencies"]
     assert (entry["package"], entry["specifier"], entry["previous"], entry["installed"]) == \
-        ("transformers", "<5.15", "5.15.0", "5.14.1")
-    assert entry["pip"].endswith("transformers==5.14.1")
+        ("transformers", "<5.15", "5.15.0", newest)
+    assert entry["pip"].endswith(f"transformers=={newest}")
     assert not (site / "transformers-5.15.0.dist-info").exists()
-    after = {s.id: s.status for s in tree_status(load_series(), site, record_version("0.25.0"),
+    after = {s.id: s.status for s in tree_status(load_series(), site, Version("0.25.0"),
                                                  install_path=[str(site)])}
     assert after[CONSTRAINT] == "satisfied"
     again = run_build("apply", "--site-packages", str(site))
     assert "already carries this patch series" in again.stdout
     reverted = run_build("apply", "--site-packages", str(site), "--revert")
     assert reverted.returncode == 0, reverted.stderr
-    assert "transformers 5.14.1 -> 5.15.0 (restored)" in reverted.stdout
+    assert f"transformers {newest} -> 5.15.0 (restored)" in reverted.stdout
     assert snapshot(site) == original
     assert transformers_in(site) == "5.15.0"
     assert leftovers(site) == []
-
-
-def record_version(text):
-    from packaging.version import Version
-
-    return Version(text)
 
 
 def test_a_satisfied_constraint_is_left_alone_and_shown_as_satisfied(site_with_transformers):
@@ -84,7 +90,7 @@ def test_offline_is_refused_before_anything_changes_naming_the_pip_command(site_
     # --offline pins what the cached PyPI index says is newest; an index never read before
     # leaves the choice to pip within both specifiers.
     for args, env, why, requirement in (
-            (["--offline"], {}, "--offline", "transformers==5.14.1"),
+            (["--offline"], {}, "--offline", f"transformers=={newest_below_5_15()}"),
             ([], {"VLLM_FORGE_PYPI": UNREACHABLE_INDEX},
              f"the package index {UNREACHABLE_INDEX} does not answer", "'transformers<5.15,>=5.5.3'")):
         result = run_build("apply", "--site-packages", str(site), *args, **env)
