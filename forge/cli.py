@@ -66,6 +66,16 @@ def _add_apply(commands) -> None:
     p.add_argument("--moe-device", metavar="NAME",
                    help="only the MoE configs tuned for this GPU (device_name in vLLM's file names, "
                         "e.g. NVIDIA_H200); default: every config")
+    p.add_argument("--offline", action="store_true",
+                   help="never reach the package index: a dependency outside its constraint is "
+                        "refused with the pip command to run (or use --find-links)")
+    p.add_argument("--find-links", metavar="DIR",
+                   help="bring dependencies inside their constraints from this local wheelhouse "
+                        "(pip --no-index --find-links DIR), for hosts without the index")
+    p.add_argument("--pin", action="append", metavar="PACKAGE==VERSION",
+                   help="install exactly this version where a constraint on PACKAGE is in range "
+                        "and the installed version differs (repeatable; an image build pins what "
+                        "its plan chose)")
     p.set_defaults(handler="forge.patches:cmd_apply")
 
 
