@@ -105,6 +105,32 @@ def covering_constraint(constraints: list, release: str, version: str):
     return None
 
 
+def declared_specifier(release: str, package: str, offline: bool = False) -> SpecifierSet:
+    """What the release itself requires of the package (forge.dependencies: its sdist's
+    requirements/cuda.txt); an empty set when it names the package nowhere."""
+    from forge.dependencies import release_declares
+
+    declared = release_declares(release, package, offline=offline).specifier
+    return SpecifierSet() if declared is None else declared
+
+
+def final_versions(package: str, newer_than: str | None = None, offline: bool = False) -> list[Version]:
+    """Final releases of the package on the index (forge.pypi), oldest first; only those after
+    `newer_than` when given."""
+    from forge import pypi
+
+    found = sorted(v for v in pypi.published_versions(package, offline=offline)
+                   if not (v.is_prerelease or v.is_devrelease))
+    return [v for v in found if newer_than is None or v > Version(newer_than)]
+
+
+def newest_version(package: str, offline: bool = False) -> str:
+    found = final_versions(package, offline=offline)
+    if not found:
+        raise ForgeError(f"the package index lists no final release of {package}")
+    return str(found[-1])
+
+
 # --- running the reproduction ----------------------------------------------------------------
 
 def probe_for(package: str) -> str:
@@ -137,7 +163,6 @@ def check(package: str, version: str, series, releases_to_check: list[str] | Non
           offline: bool = False) -> DriftReport:
     """Run the reproduction for package==version against every supported release."""
     from forge import pyenvs, releases
-    from forge.declared_requirements import declared_specifier
 
     probe = probe_for(package)
     targets = releases_to_check or supported_releases(series, offline=offline)
@@ -235,12 +260,10 @@ def summary(report: DriftReport) -> str:
 def cmd_drift(args) -> int:
     """Exit 0: no finding; 1: the version breaks a supported release no constraint covers;
     2: the check could not run (probe error, bad input)."""
-    from forge import package_index
     from forge.patch_series import load_series
 
     series = load_series(args.series)
-    version = str(package_index.newest(args.package, offline=args.offline)) if args.newest \
-        else args.version
+    version = newest_version(args.package, offline=args.offline) if args.newest else args.version
     report = check(args.package, version, series, args.vllm, offline=args.offline)
     print(json.dumps(report.to_dict(), indent=1) + "\n" if args.json else render(report), end="")
     if report.probe_errors:

@@ -143,14 +143,12 @@ def propose_dependencies(series, watch, new_vllm: list[str], offline: bool,
     supported vLLM releases and the new ones."""
     from packaging.utils import canonicalize_name
 
-    from forge import package_index
-
     supported = drift.supported_releases(series, offline=offline, extra=new_vllm)
     limits = {canonicalize_name(k): Version(v) for k, v in through.items()}
     proposals = []
     for dependency in watch.dependencies:
         limit = limits.get(canonicalize_name(dependency.package))
-        new = [str(v) for v in package_index.final_versions(
+        new = [str(v) for v in drift.final_versions(
             dependency.package, newer_than=dependency.checked_through, offline=offline)
             if limit is None or v <= limit]
         reports = [drift.check(dependency.package, v, series, supported, offline=offline) for v in new]

@@ -19,8 +19,8 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from forge import drift, package_index, pyenvs, releases
-from forge.declared_requirements import declared_specifier
+from forge import drift, pyenvs, releases
+from forge.drift import declared_specifier
 from forge.dependency_watch import load_watch
 from forge.errors import ForgeError
 from forge.patch_series import Patch, load_series
@@ -185,6 +185,19 @@ def test_a_constraint_covers_the_releases_it_keeps_the_version_out_of(bare_serie
     assert drift.summary(loose).startswith("FINDING: transformers 5.15.0 breaks Gemma 4 on vLLM 0.27.1")
 
 
+def test_the_shipped_constraint_covers_transformers_5_15_on_every_release_it_breaks(report_5_15):
+    """patches/series.yaml as shipped: `build.py drift --version 5.15.0` finds nothing, because the
+    transformers constraint keeps 5.15.0 out of exactly the releases it breaks."""
+    result = run_drift("--version", "5.15.0", "--json")
+    assert result.returncode == 0, result.stderr
+    shipped = json.loads(result.stdout)
+    assert shipped["findings"] == []
+    broken = {r.release for r in report_5_15.results if r.outcome == "breaks"}
+    covered = {r["release"] for r in shipped["results"] if r["verdict"] == "covered-by-constraint"}
+    assert covered == broken
+    assert {r["constraint"] for r in shipped["results"] if r["release"] in covered} == {CONSTRAINT_ID}
+
+
 def run_drift(*args, env=None):
     return subprocess.run([sys.executable, "build.py", "drift", *args], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=900, env=env)
@@ -205,7 +218,7 @@ def test_build_py_drift_exits_1_on_a_finding(bare_series, report_5_15):
 
 
 def test_build_py_drift_newest_checks_pypis_newest_release(bare_series):
-    newest = str(package_index.newest("transformers"))
+    newest = drift.newest_version("transformers")
     result = run_drift("--newest", "--vllm", "0.28.0", "--series", str(bare_series), "--json")
     assert result.returncode in (0, 1), result.stderr
     report = json.loads(result.stdout)
@@ -282,16 +295,14 @@ def test_a_version_pip_cannot_install_leaves_no_environment(tmp_path, monkeypatc
     assert list((tmp_path / "cache" / "envs").iterdir()) == []
 
 
-def test_pypi_versions_of_transformers_are_read_and_cached(tmp_path, monkeypatch):
+def test_final_versions_of_transformers_come_from_pypi(tmp_path, monkeypatch):
     monkeypatch.setenv("VLLM_FORGE_CACHE", str(tmp_path / "cache"))
-    found = package_index.final_versions("transformers")
+    found = drift.final_versions("transformers")
     assert {Version("5.14.1"), Version("5.15.0")} <= set(found)
     assert all(not (v.is_prerelease or v.is_devrelease) for v in found)
     assert found == sorted(found)
-    assert package_index.final_versions("transformers", newer_than="5.14.1", offline=True)[0] == \
-        Version("5.15.0")
-    with pytest.raises(ForgeError, match="is not a project on"):
-        package_index.versions("vllm-forge-no-such-project-9c1e")
+    assert drift.final_versions("transformers", newer_than="5.14.1", offline=True)[0] == Version("5.15.0")
+    assert drift.newest_version("transformers", offline=True) == str(found[-1])
 
 
 def test_the_shipped_watch_list_loads_and_names_transformers():

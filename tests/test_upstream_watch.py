@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forge import package_index, releases, upstream
+from forge import drift, releases, upstream
 from forge.dependency_watch import load_watch
 from forge.patch_series import load_series
 from tests.test_dependency_drift import add_constraint, method_line, series_without_constraints
@@ -31,7 +31,7 @@ def watch_checked_through(patches_dir: Path, version: str | None = None) -> Path
     """Set the copied dependency-watch.yaml's transformers `checked_through` (default: PyPI's
     newest, so the vLLM-side tests check no dependency version)."""
     watch_file = patches_dir / "dependency-watch.yaml"
-    version = version or str(package_index.newest("transformers"))
+    version = version or drift.newest_version("transformers")
     text = watch_file.read_text()
     current = load_watch(watch_file).dependencies[0].checked_through
     watch_file.write_text(text.replace(f"checked_through: {current}\n", f"checked_through: {version}\n"))
@@ -293,7 +293,6 @@ def test_the_workflow_step_reports_dependency_drift_for_pypis_newest_transformer
     """upstream-watch.yml's own watch step, transformers watched from the release before PyPI's
     newest and no constraint in the series: its outputs agree with the drift check of that version,
     and the issue step fires on a finding."""
-    from forge import drift
     from tests.workflow_steps import run_step, step_script, workflow_checkout
 
     checkout = workflow_checkout(tmp_path)
@@ -301,7 +300,7 @@ def test_the_workflow_step_reports_dependency_drift_for_pypis_newest_transformer
     series_file = checkout / "patches" / "series.yaml"
     series_file.write_text(bare.read_text().replace(
         f"checked_through: {load_series(bare).checked_through}\n", f"checked_through: {newest_release}\n"))
-    before_newest, newest = [str(v) for v in package_index.final_versions("transformers")[-2:]]
+    before_newest, newest = [str(v) for v in drift.final_versions("transformers")[-2:]]
     watch_file = watch_checked_through(checkout / "patches", before_newest)
     (tmp_path / "runner").mkdir()
     outputs = tmp_path / "github_output"
@@ -343,9 +342,9 @@ def test_a_dependency_check_that_cannot_run_fails_the_watch_and_moves_nothing(
     before = watch_file.read_bytes()
     cache = release_copy_missing(tmp_path, newest_release, "vllm/transformers_utils/config.py",
                                  "get_hf_text_config", "get_text_config_renamed")
-    package_index.versions("transformers")  # the real PyPI answer, read into the temp cache below
-    (cache / "packages").mkdir()
-    shutil.copy(releases.cache_dir() / "packages" / "transformers.json", cache / "packages")
+    drift.final_versions("transformers")  # the real PyPI answer, read into the temp cache below
+    (cache / "pypi").mkdir()
+    shutil.copy(releases.cache_dir() / "pypi" / "transformers.json", cache / "pypi")
 
     result = subprocess.run(
         [sys.executable, "build.py", "upstream-watch", "--series", str(series_file), "--write",
