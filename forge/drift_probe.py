@@ -86,6 +86,7 @@ class ReleaseCode:
         self._modules: dict[str, ast.Module] = {}
         self._namespaces: dict[str, dict] = {}
         self._loading: set[tuple[str, str]] = set()
+        self.loaded: set[str] = set()   # "file:name" of each definition taken from the release so far
 
     def module(self, relative: str) -> ast.Module:
         if relative not in self._modules:
@@ -120,6 +121,7 @@ class ReleaseCode:
             code = compile(ast.Module(body=nodes, type_ignores=[]), str(self.tree / relative),
                            "exec", flags=_COMPILE_FLAGS, dont_inherit=True)
             exec(code, namespace)  # noqa: S102 (the release's own source, by design)
+            self.loaded.update(f"{relative}:{n.name}" for n in nodes)
         finally:
             self._loading.discard((relative, name))
         return namespace[name]
@@ -264,7 +266,8 @@ def probe(code: ReleaseCode, model_dir: str, role: str) -> dict:
         convertor = code.load(CONVERTORS, name)(hf_config, hf_text_config)
         sizes = head_sizes(convertor)
         result.update(outcome="works", head_sizes=sorted(set(sizes)),
-                      per_layer=hasattr(convertor, "get_per_layer_hf_configs"))
+                      per_layer=hasattr(convertor, "get_per_layer_hf_configs"),
+                      release_code=sorted(code.loaded))
     except ProbeError as exc:
         result.update(outcome="probe-error", error=_error(exc, code.tree))
     except Exception as exc:  # noqa: BLE001 (whatever the release raises is the finding)

@@ -147,8 +147,11 @@ def test_transformers_5_14_1_breaks_nothing(report_5_14):
             # Gemma4ModelArchConfigConvertor.get_head_size: max(head_dim, global_head_dim)
             assert result.models["target"]["head_sizes"] == [target["global_head_dim"]]
         else:
+            # vLLM PR #49797's own resolver split the flat 5.14.1 config into layers.
             assert result.models["target"]["per_layer"] is True
             assert result.models["target"]["head_sizes"] == [target["head_dim"], target["global_head_dim"]]
+            assert "vllm/transformers_utils/configs/gemma4.py:gemma4_layer_config" in \
+                result.models["target"]["release_code"]
 
 
 def test_the_releases_declared_requirements_are_read_from_their_sdists():
