@@ -171,15 +171,47 @@ def _add_published(commands) -> None:
 
 def _add_upstream_watch(commands) -> None:
     p = commands.add_parser("upstream-watch", help="check vLLM releases newer than the manifest's "
-                                                   "checked_through; propose the manifest edits")
+                                                   "checked_through and new versions of the watched "
+                                                   "dependencies; propose the edits")
     p.add_argument("--series", help="the patch manifest (default patches/series.yaml, $VLLM_FORGE_SERIES)")
     p.add_argument("--write", action="store_true", help="apply the proposed edits to the manifest")
     p.add_argument("--json", action="store_true", help="print the proposal as JSON")
     p.add_argument("--pr-body", metavar="FILE", help="write the pull request (or issue) body here")
     p.add_argument("--github-output", metavar="FILE",
-                   help="append newest=, changed= and conflicts= (a GitHub Actions step output file)")
+                   help="append newest=, changed=, conflicts=, findings=, branch= and title= "
+                        "(a GitHub Actions step output file)")
+    p.add_argument("--dependency-watch", metavar="FILE",
+                   help="the watched dependencies (default dependency-watch.yaml beside the series); "
+                        "each new version on PyPI goes through the drift check (see `drift --help`)")
+    p.add_argument("--dependency-through", action="append", metavar="PACKAGE==VERSION",
+                   help="check the package's new versions only up to this one (repeatable)")
     _add_offline_flag(p)
     p.set_defaults(handler="forge.upstream:cmd_upstream_watch")
+
+
+def _add_drift(commands) -> None:
+    p = commands.add_parser(
+        "drift", help="does a dependency version break Gemma 4 on a supported vLLM release?",
+        description="Dependency drift check. Installs the given version of the dependency from "
+                    "PyPI into a cached environment, loads the Gemma 4 target and assistant "
+                    "configs (verify/dummy_models.py) with it, and runs each supported vLLM "
+                    "release's own engine-start code on them (taken from the release sources: "
+                    "get_hf_text_config and the model's arch-config convertor, head size). Per "
+                    "release: works, breaks (exception and release line), covered-by-constraint "
+                    "(a `kind: dependency` entry of the series keeps the version out) or "
+                    "probe-error. Exit 1 when the version breaks a supported release that no "
+                    "constraint covers (a finding), 2 when the check could not run.")
+    p.add_argument("--package", default="transformers", help="the dependency (default transformers)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--version", help="the dependency version to check, e.g. 5.15.0")
+    which.add_argument("--newest", action="store_true", help="the newest final release on PyPI")
+    p.add_argument("--vllm", action="append", metavar="VERSION",
+                   help="only this vLLM release (repeatable; default every release from the "
+                        "series' checked_from to checked_through)")
+    p.add_argument("--series", help="the patch manifest (default patches/series.yaml, $VLLM_FORGE_SERIES)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_offline_flag(p)
+    p.set_defaults(handler="forge.drift:cmd_drift")
 
 
 def _add_readme_table(commands) -> None:
@@ -206,7 +238,7 @@ def _add_release_matrix(commands) -> None:
 
 COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,
                     _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
-                    _add_readme_table, _add_release_matrix]
+                    _add_drift, _add_readme_table, _add_release_matrix]
 
 
 def build_parser() -> argparse.ArgumentParser:
