@@ -54,7 +54,7 @@ def in_image(client, image: str, command: str) -> str:
 
 def expected_pin() -> str:
     """The newest transformers PyPI offers inside the constraint (<5.15) and what vLLM 0.25-0.27
-    require (>=5.5.3, requirements/common.txt line 10 in both): asked of the index, not hard-coded."""
+    require (>=5.5.3, requirements/common.txt line 10 in both): asked of the index, never fixed."""
     return str(max(v for v in pypi.published_versions("transformers")
                    if v in SpecifierSet("<5.15,>=5.5.3")))
 
