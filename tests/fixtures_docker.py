@@ -9,6 +9,10 @@ Session fixtures start what is missing and leave the machine as they found it:
                     multi-platform index (amd64 + arm64) of Debian bookworm + python3, python3-yaml,
                     python3-packaging + the real vLLM 0.25.0 package tree from its PyPI sdist, with a
                     dist-info like pip writes. Rootfs tarballs are cached in ~/.cache/vllm-forge/bases.
+  standin_with_wheels(client, arch, version, requirements, host_ca)
+                    a stand-in for another release / platform that also carries pure-Python wheels
+                    from PyPI (e.g. transformers 5.15.0, pip, requests), installed by copying only:
+                    no step runs under emulation. Cached as an image tag and a site tree.
 The helper functions are plain so benchmarks/image_build.py can use them outside pytest.
 """
 from __future__ import annotations
@@ -34,6 +38,9 @@ REPO = Path(__file__).resolve().parents[1]
 INFRA = REPO / "tests" / "infra"
 STANDIN_VERSION = "0.25.0"          # the patch applies here: images must show the patched file
 STANDIN_REPO = "vllm/vllm-openai"   # same path as upstream, under the local registry as a mirror
+STANDIN_SITE = "/usr/local/lib/python3.11/dist-packages"
+HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+HOST_CA_IN_IMAGE = "/usr/local/share/ca-certificates/vllm-forge-host-ca.crt"
 PLATFORMS = ("linux/amd64", "linux/arm64")
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -156,24 +163,38 @@ def rootfs_tarball(arch: str) -> Path:
     return path
 
 
-def _dist_info(version: str) -> dict[str, bytes]:
-    # What pip writes for an installed distribution, enough for importlib.metadata.version("vllm").
+def _dist_info(version: str, requires: list[str] | None = None) -> dict[str, bytes]:
+    # What pip writes for an installed distribution, enough for importlib.metadata.version("vllm");
+    # `requires`: Requires-Dist lines, as vLLM's wheel declares its requirements/cuda.txt.
     name = f"vllm-{version}.dist-info"
-    return {f"{name}/METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode(),
+    metadata = f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {line}\n" for line in requires or [])
+    return {f"{name}/METADATA": metadata.encode(),
             f"{name}/INSTALLER": b"pip\n",
             f"{name}/RECORD": b""}
 
 
-def _standin_context(arch: str, version: str) -> tuple[bytes, str]:
+def _standin_context(arch: str, version: str, extra_site: Path | None = None,
+                     host_ca: bool = False) -> tuple[bytes, str]:
+    from forge.dependencies import release_requirements
     from forge.releases import release_tree
 
     tree = release_tree(version)
+    # A stand-in with other distributions declares vLLM's real requirements, as the wheel does,
+    # so what forge reads from the installed METADATA is upstream's (transformers >= 5.5.3).
+    requires = release_requirements(version) if extra_site else None
     dockerfile = (
         "FROM scratch\n"
         "ADD rootfs.tar /\n"
         # Debian's python3 looks in /usr/local/lib/python3.X/dist-packages for what pip installs.
-        "COPY site/ /usr/local/lib/python3.11/dist-packages/\n"
-        "ENV LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+        f"COPY site/ {STANDIN_SITE}/\n"
+        + (f"COPY extra-site/ {STANDIN_SITE}/\n" if extra_site else "")
+        # Containers here reach PyPI through a TLS-intercepting proxy: pip and requests in the
+        # image need this machine's CA bundle (images/README.md, "pip must reach PyPI").
+        + (f"COPY host-ca.crt {HOST_CA_IN_IMAGE}\n"
+           f"ENV PIP_CERT={HOST_CA_IN_IMAGE} REQUESTS_CA_BUNDLE={HOST_CA_IN_IMAGE}\n"
+           if host_ca else "")
+        + "ENV LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
         'CMD ["/usr/bin/python3"]\n')
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
@@ -184,8 +205,12 @@ def _standin_context(arch: str, version: str) -> tuple[bytes, str]:
         add_bytes("Dockerfile", dockerfile.encode())
         archive.add(rootfs_tarball(arch), "rootfs.tar")
         archive.add(tree / "vllm", "site/vllm", filter=lambda i: None if "__pycache__" in i.name else i)
-        for name, data in _dist_info(version).items():
+        for name, data in _dist_info(version, requires).items():
             add_bytes(f"site/{name}", data)
+        if extra_site:
+            archive.add(extra_site, "extra-site")
+        if host_ca:
+            archive.add(HOST_CA_BUNDLE, "host-ca.crt")
     data = buffer.getvalue()
     return data, hashlib.sha256(data[:1 << 20] + str(len(data)).encode()).hexdigest()[:12]
 
@@ -199,6 +224,49 @@ def standin_image(client, arch: str, version: str = STANDIN_VERSION) -> str:
     except Exception:  # noqa: BLE001 (docker.errors.ImageNotFound: build it)
         pass
     context, _ = _standin_context(arch, version)
+    for chunk in client.api.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag,
+                                  platform=f"linux/{arch}", rm=True, decode=True):
+        if "error" in chunk:
+            raise RuntimeError(f"stand-in base build failed: {chunk['error']}")
+    return tag
+
+
+def pure_python_site(requirements: tuple[str, ...]) -> Path:
+    """A site-packages tree holding exactly these PyPI distributions (`pip install --no-deps
+    --target`), py3-none-any wheels only so it runs on any platform, without bytecode or
+    scripts; made once per set of requirements and cached in the bases cache."""
+    key = hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()[:12]
+    site = bases_cache() / f"site-{key}"
+    if not site.is_dir():
+        partial = site.with_name(site.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile",
+             "--disable-pip-version-check", "--only-binary", ":all:", "--platform", "any",
+             "--target", str(partial), *requirements], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"pip could not install {' '.join(requirements)}:\n"
+                               f"{result.stderr[-3000:]}")
+        shutil.rmtree(partial / "bin", ignore_errors=True)   # console scripts: not needed
+        partial.rename(site)
+    return site
+
+
+def standin_with_wheels(client, arch: str, version: str, requirements: tuple[str, ...],
+                        host_ca: bool = False) -> str:
+    """Build (once per tag) the stand-in for vllm/vllm-openai:v<version> on `arch` that also
+    carries `requirements` (pure-Python wheels from PyPI) and, with `host_ca`, this machine's
+    CA bundle as PIP_CERT; returns its local tag. Only files are copied, nothing runs under
+    emulation, so an arm64 one costs what an amd64 one does."""
+    key = hashlib.sha256(("\n".join(sorted(requirements)) + f"\nca={host_ca}").encode()
+                         ).hexdigest()[:12]
+    tag = f"vllm-forge-test/standin:v{version}-{arch}-{key}"
+    try:
+        client.images.get(tag)
+        return tag
+    except Exception:  # noqa: BLE001 (docker.errors.ImageNotFound: build it)
+        pass
+    context, _ = _standin_context(arch, version, pure_python_site(requirements), host_ca)
     for chunk in client.api.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag,
                                   platform=f"linux/{arch}", rm=True, decode=True):
         if "error" in chunk:
