@@ -67,23 +67,31 @@ def forge(root: Path, env: dict, *args: str) -> tuple[float, subprocess.Complete
     return elapsed, result
 
 
+STEP = re.compile(r"^#(\d+) \[(?:[^\]]+ )?(\d+)/\d+\] (.*)$")
+
+
 def steps(output: str) -> tuple[list[str], list[str]]:
-    """(cached, rebuilt) Dockerfile instructions from the classic builder's progress."""
-    cached, rebuilt, after_from = [], [], False
-    for block in re.split(r"(?m)^Step \d+/\d+ : ", output)[1:]:
-        instruction = block.splitlines()[0][:60]
-        if not after_from:  # `ARG BASE_IMAGE` and `FROM` make no layer of ours
-            after_from = instruction.startswith("FROM")
-            continue
-        (cached if "---> Using cache" in block else rebuilt).append(instruction)
+    """(cached, rebuilt) Dockerfile instructions from BuildKit's plain progress (`#7 [3/9] COPY ...`,
+    then `#7 CACHED` when it came from the cache)."""
+    instructions, cached_ids = {}, set()
+    for line in output.splitlines():
+        match = STEP.match(line)
+        if match and match.group(2) != "1":  # [1/N] is the FROM: no layer of ours
+            instructions.setdefault(match.group(1), match.group(3)[:60])
+        elif line.endswith(" CACHED"):
+            cached_ids.add(line.split()[0].lstrip("#"))
+    cached = [text for step, text in instructions.items() if step in cached_ids]
+    rebuilt = [text for step, text in instructions.items() if step not in cached_ids]
     return cached, rebuilt
 
 
 def remove_forge_images(client, target: str | None = None) -> None:
-    # Removing the images forge built on the base removes their parent layers: a cold forge build.
+    # A cold forge build: no image of ours and no BuildKit cache (the base stays pulled). The
+    # build cache is the engine's, shared by every build on it: run this on a machine of your own.
     label = f"io.vllm-forge.target={target}" if target else "io.vllm-forge.target"
     for image in client.images.list(filters={"label": label}):
         client.images.remove(image.id, force=True)
+    client.api.prune_builds()
 
 
 def machine() -> str:
@@ -142,17 +150,16 @@ def main() -> int:
         "# Image build timings",
         "",
         f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `python benchmarks/image_build.py` on "
-        f"{machine()}; Docker engine {engine['Version']} (classic builder through the Docker SDK), "
+        f"{machine()}; Docker engine {engine['Version']} (BuildKit through `docker buildx bake --load`), "
         f"local docker-registry; stand-in base = Debian bookworm + vLLM {VERSION}'s real package tree "
         "(already pulled); arm64 runs under qemu-user-static. Other jobs shared the 2 cores.",
         "",
         "| what | target | seconds | steps |",
         "|---|---|---|---|",
     ] + [f"| {what} | {target} | {seconds:.2f} | {detail} |" for what, target, seconds, detail in rows]
-    lines += ["", "The classic builder turns each label into a step of its own; they rerun whenever the "
-              "context hash (a label) changes. After a patch edit the build reuses every layer up to "
-              "`COPY patches/` (tools, verify, recipes) and runs that step, the apply step, the record "
-              "and the label steps. The forge layers are the same few MB over upstream's real multi-GB "
+    lines += ["", "BuildKit sets the labels in the image config (no step of their own). After a patch "
+              "edit the build reuses every layer up to `COPY patches/` (tools, verify, recipes) and "
+              "runs that step, the apply step and the record. The forge layers are the same few MB over upstream's real multi-GB "
               "base, so our steps should cost about the same there (not measured: no registry serves "
               "it here); pulling the base is not part of these figures."]
     text = "\n".join(lines) + "\n"

@@ -375,3 +375,52 @@ def test_tuned_moe_config_lands_where_vllm_reads_it(setup, docker_engine, tmp_pa
     assert json.loads(body) == json.loads(config)
     assert int(count) == 1
     assert listed == str([name])
+
+
+# --- one build engine: a local build is the bake build ----------------------------------------
+
+def test_local_build_and_bake_build_are_the_same_image(setup, docker_engine, buildx, tmp_path):
+    """`build.py` and `build.py bake` + `docker buildx bake` (on the README's engine, so
+    --no-attest) from the same commit and lock: same content tag, context digest, labels, image."""
+    repository = f"{setup['standin'].mirror}/forge-same"
+    env = {**setup["env"], "VLLM_FORGE_REPOSITORY": repository}
+    local = forge("--target", "a100", "--vllm", VERSION, env=env)
+    assert local.returncode == 0, local.stdout[-3000:] + local.stderr
+    plan = json.loads(forge("--target", "a100", "--vllm", VERSION, "--plan", "--json", env=env).stdout)
+    immutable = plan["tags"][0]
+    local_attrs = docker_engine.api.inspect_image(immutable)
+    docker_engine.images.remove(immutable, force=True)
+    docker_engine.images.remove(plan["tags"][1], force=True)
+
+    made = forge("bake", "--vllm", VERSION, "--target", "a100", "--no-attest", "-o",
+                 str(tmp_path / "docker-bake.json"), env=env)
+    assert made.returncode == 0, made.stderr
+    bake_target = json.loads((tmp_path / "docker-bake.json").read_text())["target"]["a100"]
+    assert bake_target["tags"] == plan["tags"], "bake names the image by the same content tag"
+    baked = subprocess.run([buildx, "buildx", "bake", "-f", "docker-bake.json", "--load", "--progress",
+                            "plain"], cwd=tmp_path, capture_output=True, text=True, timeout=1200,
+                           env={k: v for k, v in os.environ.items() if k != "DOCKER_HOST"})
+    assert baked.returncode == 0, baked.stderr[-4000:]
+    baked_attrs = docker_engine.api.inspect_image(immutable)
+    local_labels, baked_labels = local_attrs["Config"]["Labels"], baked_attrs["Config"]["Labels"]
+    assert baked_labels["io.vllm-forge.context-sha256"] == local_labels["io.vllm-forge.context-sha256"] \
+        == plan["context"]["sha256"]
+    assert baked_labels["io.vllm-forge.content-digest"] == local_labels["io.vllm-forge.content-digest"] \
+        == f"sha256:{plan['content_digest']}"
+    assert baked_labels == local_labels == plan["labels"]
+    # The same BuildKit build of the same definition: the very same image (config, layers).
+    assert baked_attrs["RootFS"]["Layers"] == local_attrs["RootFS"]["Layers"]
+    assert baked_attrs["Id"] == local_attrs["Id"]
+
+
+def test_build_without_buildx_says_how_to_get_it(setup, docker_engine):
+    """No docker CLI (so no buildx plugin) on PATH: one line naming what is missing and where the
+    README says how to get it; nothing built."""
+    repository = f"{setup['standin'].mirror}/forge-no-buildx"
+    env = {**setup["env"], "VLLM_FORGE_REPOSITORY": repository, "PATH": "/nonexistent"}
+    result = forge("--target", "a100", "--vllm", VERSION, env=env)
+    assert result.returncode == 2, result.stdout[-3000:] + result.stderr
+    line = one_line_error(result)
+    assert "the docker CLI is not on PATH" in line and "docker buildx" in line
+    assert "tests/infra/install-buildx.sh" in line
+    assert not docker_engine.images.list(name=repository)
