@@ -33,6 +33,8 @@ BUILDX_NEEDED = ("`docker buildx` (the BuildKit CLI plugin) is needed to build; 
 CONTAINERD_STORE = "io.containerd.snapshotter.v1"
 # A RUN's own output in BuildKit's plain progress: "#12 0.345 <line>".
 STEP_LINE = re.compile(r"^#\d+ \d+\.\d+ (.*)$")
+# The engine's last push status: "<tag>: digest: sha256:... size: N".
+PUSHED_DIGEST = re.compile(r"^\S+: digest: (sha256:[0-9a-f]{64}) size: \d+$")
 
 
 def cmd_build(args) -> int:
@@ -283,6 +285,9 @@ def _push_one(client, tag: str) -> str:
                 raise ForgeError(f"push of {tag} failed: {_one_line(chunk['error'])}")
             if chunk.get("aux", {}).get("Digest"):
                 digest = chunk["aux"]["Digest"]
+            elif PUSHED_DIGEST.match(str(chunk.get("status", ""))):
+                # The containerd image store (Engine 26) says it only in the status line.
+                digest = PUSHED_DIGEST.match(chunk["status"]).group(1)
             elif chunk.get("status") in ("Pushed", "Layer already exists") or \
                     str(chunk.get("status", "")).startswith("Mounted"):
                 print(f"  {chunk.get('id', '')} {chunk['status']}", flush=True)

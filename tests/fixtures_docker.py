@@ -363,12 +363,36 @@ def buildx():
     return "docker"
 
 
+def engine26_host() -> str:
+    """The DOCKER_HOST tests/infra/start-dockerd26.sh gives its engine (same state dir default)."""
+    state = os.environ.get("DOCKER26_STATE_DIR", "/tmp/vllm-forge-dockerd26")
+    return f"unix://{state}/docker.sock"
+
+
+def host_answers(host: str) -> bool:
+    import docker
+
+    try:
+        client = docker.DockerClient(base_url=host, timeout=10)
+    except docker.errors.DockerException:
+        return False
+    try:
+        return client.ping()
+    except docker.errors.DockerException:
+        return False
+    finally:
+        client.close()
+
+
 @pytest.fixture(scope="session")
 def buildkit_engine(docker_engine):
-    """DOCKER_HOST of a private Engine 26 (BuildKit, containerd image store), stopped at the end."""
+    """DOCKER_HOST of a private Engine 26 (BuildKit, containerd image store); stopped at the end
+    only when this session started it (another run on the machine may be using it)."""
+    already = host_answers(engine26_host())
     host = _run("start-dockerd26.sh", timeout=900).strip().splitlines()[-1]
     yield host
-    _run("stop-dockerd26.sh", timeout=120)
+    if not already:
+        _run("stop-dockerd26.sh", timeout=120)
 
 
 @pytest.fixture(scope="session")

@@ -4,11 +4,13 @@ under qemu; `build.py` run as users run it, as a subprocess."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -423,4 +425,32 @@ def test_build_without_buildx_says_how_to_get_it(setup, docker_engine):
     line = one_line_error(result)
     assert "the docker CLI is not on PATH" in line and "docker buildx" in line
     assert "tests/infra/install-buildx.sh" in line
+    assert not docker_engine.images.list(name=repository)
+
+
+def test_a_conflict_inside_the_build_exits_3_with_the_apply_step_s_reason(setup, docker_engine):
+    """The plan checks the release's sdist; a base whose installed vLLM differs from it (here: one
+    line of the patched file edited) fails inside BuildKit's RUN of `build.py apply`: exit 3, one
+    line with apply's own reason, nothing tagged."""
+    registry = setup["standin"].registry
+    odd = f"{registry.host}/forge-odd/vllm-openai:v{VERSION}"
+    dockerfile = (f"FROM vllm-forge-test/standin:v{VERSION}-amd64\n"
+                  f"RUN sed -i 's/Sharing target model embedding weights/Sharing the embedding/' {PATCHED_FILE}\n")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        archive.addfile(info, io.BytesIO(dockerfile.encode()))
+    for chunk in docker_engine.api.build(fileobj=io.BytesIO(buffer.getvalue()), custom_context=True,
+                                         tag=odd, rm=True, decode=True):
+        assert "error" not in chunk, chunk
+    for chunk in docker_engine.api.push(odd.rsplit(":", 1)[0], tag=f"v{VERSION}", stream=True, decode=True):
+        assert "error" not in chunk, chunk
+    repository = f"{setup['standin'].mirror}/forge-odd-build"
+    env = {**setup["env"], "VLLM_FORGE_REPOSITORY": repository}
+    result = forge("--target", "a100", "--vllm", VERSION, "--base-image", odd, "--allow-unlocked", env=env)
+    assert result.returncode == 3, result.stdout[-3000:] + result.stderr
+    line = one_line_error(result)
+    assert "the patch step failed on the base image's vLLM" in line
+    assert "patch gemma4-mtp-share-embeddings:" in line, "apply's own reason, from inside the RUN"
     assert not docker_engine.images.list(name=repository)
