@@ -454,3 +454,19 @@ def test_a_conflict_inside_the_build_exits_3_with_the_apply_step_s_reason(setup,
     assert "the patch step failed on the base image's vLLM" in line
     assert "patch gemma4-mtp-share-embeddings:" in line, "apply's own reason, from inside the RUN"
     assert not docker_engine.images.list(name=repository)
+
+
+def test_a_same_size_edit_reaches_the_image(setup, docker_engine, tmp_path):
+    """BuildKit sends the context incrementally and takes a file of a size and mtime it has seen
+    for unchanged, from whichever directory: two checkouts whose one file differs at equal size
+    (and equal SOURCE_DATE_EPOCH) must each build their own file into the image."""
+    repository = f"{setup['standin'].mirror}/forge-same-size"
+    env = {**setup["env"], "VLLM_FORGE_REPOSITORY": repository, "SOURCE_DATE_EPOCH": "1790000000"}
+    for word in ("first", "other"):  # same length
+        copy = _copy_tree(SNAPSHOT["repo"], tmp_path / f"repo-{word}")
+        (copy / "verify" / "marker.py").write_text(f"MARK = '{word}'\n")
+        result = forge("--target", "a100", "--vllm", VERSION, cwd=copy, env=env)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+        shipped = _run_in(docker_engine, f"{repository}:vllm{VERSION}-a100",
+                          "cat /opt/vllm-forge/verify/marker.py")
+        assert shipped == f"MARK = '{word}'\n"
