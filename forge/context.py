@@ -8,7 +8,9 @@ so caches and build outputs never leak into an image.
 A file's mtime carries a fraction of a second taken from its content (file_mtime): BuildKit sends a
 context to the builder incrementally and takes a file whose size and mtime it has seen before for
 unchanged, whichever directory it comes from, so two same-size versions of a file (an uncommitted
-edit, a build record naming another revision) would otherwise build from the stale one.
+edit, a build record naming another revision) would otherwise build from the stale one (seen
+2026-11-30 on Docker 20.10.24 + buildx 0.13.1: tests/test_images_build.py::
+test_a_same_size_edit_reaches_the_image fails with whole-second mtimes).
 """
 from __future__ import annotations
 
