@@ -85,11 +85,12 @@ def steps(output: str) -> tuple[list[str], list[str]]:
     return cached, rebuilt
 
 
-def remove_forge_images(client, target: str | None = None) -> None:
-    # A cold forge build: no image of ours and no BuildKit cache (the base stays pulled). The
-    # build cache is the engine's, shared by every build on it: run this on a machine of your own.
+def remove_forge_images(client, repository: str, target: str | None = None) -> None:
+    # A cold forge build: none of this run's images and no BuildKit cache (the base stays pulled).
+    # Only this run's repository is touched; the build cache is the engine's, so other builds on
+    # it run cold once too (slower, never wrong).
     label = f"io.vllm-forge.target={target}" if target else "io.vllm-forge.target"
-    for image in client.images.list(filters={"label": label}):
+    for image in client.images.list(name=repository, filters={"label": label}):
         client.images.remove(image.id, force=True)
     client.api.prune_builds()
 
@@ -125,7 +126,7 @@ def main() -> int:
             rows.append(("--plan (warm cache + lock, no engine, dead proxy), median of 5",
                          "gb10", statistics.median(plans), "-"))
             for target in ("a100", "gb10"):
-                remove_forge_images(client, target)
+                remove_forge_images(client, env["VLLM_FORGE_REPOSITORY"], target)
                 cold, out = forge(root, env, "--target", target, "--vllm", VERSION)
                 rows.append(("build, base cached, no forge layer cached", target, cold,
                              f"{len(steps(out.stdout)[0])} cached, {len(steps(out.stdout)[1])} run"))
@@ -139,7 +140,7 @@ def main() -> int:
                 first = rebuilt[0] if rebuilt else "-"
                 rows.append(("rebuild after changing one patch", target, changed,
                              f"{len(cached)} cached, {len(rebuilt)} run from `{first}`"))
-            remove_forge_images(client)
+            remove_forge_images(client, env["VLLM_FORGE_REPOSITORY"])
     finally:
         infra.forget_registry_images(client, registry)
         registry.stop()
