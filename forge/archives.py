@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import tarfile
 from pathlib import Path
+from typing import Callable, Iterator
 
 from forge.errors import ForgeError
 
 HAS_DATA_FILTER = hasattr(tarfile, "data_filter")
 
 
-def extract_safely(archive: tarfile.TarFile, destination: Path, members=None) -> None:
+def extract_safely(archive: tarfile.TarFile, destination: Path, members=None,
+                   on_member: Callable[[tarfile.TarInfo], None] | None = None) -> None:
+    """Extract `members` (default: all); `on_member` is called after each one (for progress)."""
     members = list(archive.getmembers() if members is None else members)
     if HAS_DATA_FILTER:
-        archive.extractall(destination, members=members, filter="data")
+        archive.extractall(destination, members=_reporting(members, on_member), filter="data")
         return
     root = Path(destination).resolve()
     for member in members:
@@ -26,4 +29,12 @@ def extract_safely(archive: tarfile.TarFile, destination: Path, members=None) ->
             raise ForgeError(f"{archive.name}: refusing to extract {member.name!r}: not a plain "
                              f"file or directory inside {root}")
         member.mode &= 0o755
-    archive.extractall(destination, members=members)
+    archive.extractall(destination, members=_reporting(members, on_member))
+
+
+def _reporting(members: list, on_member) -> Iterator[tarfile.TarInfo]:
+    # extractall asks for the next member once it has extracted this one.
+    for member in members:
+        yield member
+        if on_member:
+            on_member(member)

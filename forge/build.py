@@ -277,10 +277,14 @@ def push(client, plan: Plan, already_pushed: str | None = None) -> None:
 def _push_one(client, tag: str) -> str:
     import docker
 
+    from forge.progress import PushProgress
+
     repo, name = tag.rsplit(":", 1)
     digest = None
+    progress = PushProgress(tag)  # all layers' bytes in one line, ended by the digest or an error
     try:
         for chunk in client.api.push(repo, tag=name, stream=True, decode=True):
+            progress.feed(chunk)
             if "error" in chunk:
                 raise ForgeError(f"push of {tag} failed: {_one_line(chunk['error'])}")
             if chunk.get("aux", {}).get("Digest"):
@@ -288,9 +292,7 @@ def _push_one(client, tag: str) -> str:
             elif PUSHED_DIGEST.match(str(chunk.get("status", ""))):
                 # The containerd image store (Engine 26) says it only in the status line.
                 digest = PUSHED_DIGEST.match(chunk["status"]).group(1)
-            elif chunk.get("status") in ("Pushed", "Layer already exists") or \
-                    str(chunk.get("status", "")).startswith("Mounted"):
-                print(f"  {chunk.get('id', '')} {chunk['status']}", flush=True)
+                progress.feed({"aux": {"Digest": digest}})  # ends the line as the aux would
     except docker.errors.APIError as exc:
         raise ForgeError(f"push of {tag} failed: {_one_line(exc)}") from exc
     if not digest:

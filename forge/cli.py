@@ -69,6 +69,16 @@ def _add_apply(commands) -> None:
     p.add_argument("--moe-device", metavar="NAME",
                    help="only the MoE configs tuned for this GPU (device_name in vLLM's file names, "
                         "e.g. NVIDIA_H200); default: every config")
+    p.add_argument("--offline", action="store_true",
+                   help="never reach the package index: a dependency outside its constraint is "
+                        "refused with the pip command to run (or use --find-links)")
+    p.add_argument("--find-links", metavar="DIR",
+                   help="bring dependencies inside their constraints from this local wheelhouse "
+                        "(pip --no-index --find-links DIR), for hosts without the index")
+    p.add_argument("--pin", action="append", metavar="PACKAGE==VERSION",
+                   help="install exactly this version where a constraint on PACKAGE is in range "
+                        "and the installed version differs (repeatable; an image build pins what "
+                        "its plan chose)")
     p.set_defaults(handler="forge.patches:cmd_apply")
 
 
@@ -113,6 +123,17 @@ def _add_tune_moe(commands) -> None:
                    help="weight dtype to tune (required unless --import-results)")
     p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")],
                    help="token counts to tune, comma-separated (default: every count a server runs)")
+    p.add_argument("--recipe", help="derive the token counts from this recipe: M = k+1 and "
+                                    "(k+1) x each --concurrency, k the recipe's draft tokens")
+    p.add_argument("--target", help="with --recipe: the recipe's target (e.g. h200)")
+    p.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")],
+                   help="with --recipe: these draft token counts instead of the recipe's")
+    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")],
+                   help="with --recipe: concurrent requests per decode step (default 1,8 and "
+                        "the recipe's max_num_seqs)")
+    p.add_argument("--merge-into", metavar="DIR",
+                   help="write the chosen configs merged over the shipped file of the same name "
+                        "(patches/moe-configs) into DIR, for VLLM_TUNED_CONFIG_FOLDER")
     p.add_argument("--space", default="small", choices=["small", "full"],
                    help="kernel config search space (default small)")
     p.add_argument("--results", metavar="FILE",

@@ -26,6 +26,13 @@ class InstalledVllm:
     site_dir: Path       # the directory that holds vllm/ (site-packages)
     package_dir: Path    # site_dir / "vllm"
     version: Version
+    on_sys_path: bool = False   # found on sys.path (its dependencies may sit in other dirs)
+
+    @property
+    def search_path(self) -> list[str]:
+        """Where this install's other packages (transformers, ...) are found: the whole sys.path
+        for the running environment, only the given directory for a --site-packages target."""
+        return [p for p in sys.path if p] if self.on_sys_path else [str(self.site_dir)]
 
 
 def find_vllm(site_packages: str | Path | None = None) -> InstalledVllm:
@@ -44,7 +51,8 @@ def find_vllm(site_packages: str | Path | None = None) -> InstalledVllm:
             raise ForgeError("no vLLM found: no vllm/__init__.py on sys.path "
                              "(pass --site-packages DIR)")
     site_dir = candidates[0].resolve()
-    return InstalledVllm(site_dir, site_dir / "vllm", installed_version(site_dir))
+    return InstalledVllm(site_dir, site_dir / "vllm", installed_version(site_dir),
+                         on_sys_path=site_packages is None)
 
 
 def installed_version(site_dir: Path) -> Version:

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.progress import say, track
 
 PATCHES_DIR = Path(__file__).resolve().parent.parent / "patches"
 MOE_CONFIG_DIR = PATCHES_DIR / "moe-configs"
@@ -85,6 +86,40 @@ def device_file_name(device_name: str) -> str:
 def config_file_name(device_name: str, dtype: str, experts: int = 128, n: int = 704) -> str:
     dtype_part = "" if dtype == "bf16" else f",dtype={dtype}"
     return f"E={experts},N={n},device_name={device_file_name(device_name)}{dtype_part}.json"
+
+
+def recipe_token_counts(k_values: list[int], concurrency: list[int]) -> list[int]:
+    """Token counts per fused-MoE call in decode with k draft tokens: a speculative step verifies
+    k+1 tokens per request, so M = (k+1) x requests in the step."""
+    if any(k < 0 for k in k_values) or any(c < 1 for c in concurrency):
+        raise ForgeError(f"tune-moe: k must be >= 0 and concurrency >= 1 (got k={k_values}, "
+                         f"concurrency={concurrency})")
+    return sorted({(k + 1) * c for k in k_values for c in concurrency})
+
+
+def token_counts_for_recipe(recipe, k_values: list[int] | None = None,
+                            concurrency: list[int] | None = None) -> list[int]:
+    """The recipe's M list: its k (or the given ones) at batch 1, 8 and its max_num_seqs."""
+    ks = k_values or [recipe.speculative.num_speculative_tokens]
+    return recipe_token_counts(ks, concurrency or [1, 8, recipe.serve.max_num_seqs])
+
+
+def merge_configs(shipped: dict[str, dict], chosen: dict) -> dict[int, dict]:
+    """The shipped file's token counts plus (overriding) the newly chosen ones."""
+    merged = {int(m): c for m, c in shipped.items() if m != "triton_version"}
+    merged.update({int(m): c for m, c in chosen.items()})
+    return merged
+
+
+def write_merged(results: dict, directory: Path, config_dir: Path = MOE_CONFIG_DIR) -> Path:
+    """results' configs merged over the shipped file of the same name, written to directory."""
+    shipped_file = config_dir / results["file_name"]
+    shipped = json.loads(shipped_file.read_text()) if shipped_file.exists() else {}
+    merged = merge_configs(shipped, results["configs"])
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / results["file_name"]
+    target.write_text(render_config_json(merged, results["provenance"].get("triton")))
+    return target
 
 
 def choose(tuned: dict[int, dict], defaults: dict[int, dict], min_gain: float = MIN_GAIN):
@@ -251,11 +286,11 @@ class KernelBench:
         return start.elapsed_time(end) * 1000 / (replays * graph_calls)
 
 
-def sweep(dtype: str, batch_sizes: list[int], space: str, log=print) -> dict:
+def sweep(dtype: str, batch_sizes: list[int], space: str, log=say) -> dict:
     started = time.time()
     bench = KernelBench(dtype)
     tuned, defaults, timings = {}, {}, {}
-    for m in batch_sizes:
+    for m in track(batch_sizes, f"tune-moe {dtype}", unit="token counts"):
         results = []
         for config in search_space(m, space):
             try:
@@ -303,7 +338,15 @@ def cmd_tune_moe(args) -> int:
         return 0
     if not args.dtype:
         raise ForgeError("tune-moe: --dtype is required (bf16 or fp8_w8a8) unless --import-results")
-    batch_sizes = args.batch_sizes or SERVER_BATCH_SIZES
+    batch_sizes = args.batch_sizes
+    if getattr(args, "recipe", None):
+        from forge.recipes import load_recipe
+
+        if not args.target:
+            raise ForgeError("tune-moe: --recipe needs --target")
+        batch_sizes = sorted(set(batch_sizes or []) | set(
+            token_counts_for_recipe(load_recipe(args.recipe, args.target), args.k, args.concurrency)))
+    batch_sizes = batch_sizes or SERVER_BATCH_SIZES
     if any(m < 1 for m in batch_sizes):
         raise ForgeError(f"tune-moe: --batch-sizes must be positive token counts (got {batch_sizes})")
     try:
@@ -321,6 +364,8 @@ def cmd_tune_moe(args) -> int:
     results_path = Path(args.results or f"tune-moe-{args.dtype}.json")
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results_path.write_text(json.dumps(result, indent=1) + "\n")
+    if getattr(args, "merge_into", None):
+        print(f"wrote {write_merged(result, Path(args.merge_into))} (merged over the shipped file)")
     for d in result["decisions"]:
         print(f"M={d['M']:>5}: tuned {d['tuned_us']:8.1f} us, default {d['default_us']:8.1f} us "
               f"-> keep {d['kept']}")

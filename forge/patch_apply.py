@@ -1,17 +1,32 @@
 """Apply (or revert) the patch series to an installed vLLM, all or nothing.
 
-Steps: find vllm without importing it; refuse what the manifest does not cover; compute every
-patch's status on the installed tree (same engine as for release sdists); plan every hunk in
-memory; stage every output in a temp file next to its target (a read-only target fails here,
-with nothing changed); then atomic renames; a failure mid-way renames nothing more and puts
-back what was already renamed. The record `vllm/.vllm-forge/applied.json` plus the original
-bytes of every file (`vllm/.vllm-forge/originals/N`) make a second apply a no-op and let
---revert restore every file byte for byte. The record goes in first (state "applying") and is
-marked "applied" last, so even a killed process leaves what --revert needs.
+Steps: find vllm without importing it; clean what an interrupted earlier run left; refuse what
+the manifest does not cover; compute every patch's status on the installed tree (same engine as
+for release sdists; dependency constraints from the installed versions); plan every hunk in
+memory and stage every violated dependency's new version with pip in a private directory
+(forge.dependency_apply), so that source patches, MoE configs and dependencies are one list of
+file writes. Then, in this order:
+
+  1. the record `vllm/.vllm-forge/applied.json` (state "staging", listing every file and every
+     directory the run will create) and the original bytes of every file it will touch
+     (`vllm/.vllm-forge/originals/N`);
+  2. every output staged in a temp file `.NAME.XXXX.vllm-forge-tmp` next to its target (a
+     read-only target fails here, with nothing changed);
+  3. the record marked "applying", then one os.replace (or unlink) per file, then "applied".
+
+A failure anywhere undoes every step already taken and removes what the run created (temp
+files, new directories, the record): nothing changed. A killed run leaves a record that names
+every place it wrote: the next run removes the temp files and, for a run killed before step 3,
+everything else it created; after step 3 began, it asks for --revert, which restores every file
+byte for byte from the originals (no network needed, dependencies included).
+
+No directory is ever renamed: inside an image, vllm/ and site-packages sit in a lower overlayfs
+layer, where renaming a directory fails with "Invalid cross-device link" (EXDEV). Files are
+replaced with os.replace from a temp file in the same directory, which overlayfs allows.
 
 Fault injection (for tests, and for anyone who wants to watch the rollback work): with
-VLLM_FORGE_FAIL_AFTER_RENAMES=N the renaming sequence raises a real OSError before rename N+1
-(record in place = rename 1, each target, record marked applied = the last); with
+VLLM_FORGE_FAIL_AFTER_RENAMES=N the step-3 sequence raises a real OSError before step N+1
+(record marked applying = 1, each file, record marked applied = the last); with
 VLLM_FORGE_KILL_AFTER_RENAMES=N the process SIGKILLs itself there instead.
 """
 from __future__ import annotations
@@ -40,6 +55,7 @@ from forge.patches import PatchStatus, tree_status
 
 RECORD_DIR = ".vllm-forge"
 RECORD_FILE = "applied.json"
+TEMP_SUFFIX = ".vllm-forge-tmp"
 FAIL_AFTER_ENV = "VLLM_FORGE_FAIL_AFTER_RENAMES"
 KILL_AFTER_ENV = "VLLM_FORGE_KILL_AFTER_RENAMES"
 
@@ -50,9 +66,11 @@ class ApplyReport:
     action: str                    # applied | already-applied | nothing-to-apply | reverted |
     #                                nothing-to-revert
     applied: list[str] = field(default_factory=list)        # patch ids written
-    files: list[str] = field(default_factory=list)          # files written
+    files: list[str] = field(default_factory=list)          # files written (a dependency's
+    #                                                         files are counted, not listed)
     statuses: list[PatchStatus] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    dependencies: list[dict] = field(default_factory=list)  # the record's dependency entries
 
     def lines(self) -> list[str]:
         where = f"vLLM {self.installed.version} at {self.installed.package_dir}"
@@ -68,9 +86,18 @@ class ApplyReport:
         }[self.action]
         out = [head]
         out += [f"  {s.id:<36} {s.status:<17} {s.detail}" for s in self.statuses]
+        out += [f"  {line}" for line in self.dependency_lines()]
         out += [f"  wrote {f}" for f in self.files if self.action == "applied"]
         out += [f"  {note}" for note in self.notes]
         return out
+
+    def dependency_lines(self) -> list[str]:
+        if self.action == "reverted":
+            return [f"{d['package']} {d['installed']} -> {d['previous']} (restored)"
+                    for d in self.dependencies]
+        return [f"{d['package']} {d['previous']} -> {d['installed']} (pinned =={d['installed']}: "
+                f"constraint {d['specifier']} of {d['id']}; vLLM requires {d['vllm_requires']})"
+                for d in self.dependencies]
 
 
 @dataclass
@@ -80,14 +107,20 @@ class _Write:
     original: bytes | None     # None: the file did not exist
     label: str                 # how the record names it
     temp: Path | None = None
+    mode: int | None = None    # for a new file (default 0o644); an existing file keeps its mode
 
 
 def apply_series(site_packages=None, expected_version=None, revert=False, moe_config_dir=None,
-                 series_path=None, moe_device=None) -> ApplyReport:
+                 series_path=None, moe_device=None, offline=False, find_links=None, pins=None
+                 ) -> ApplyReport:
+    """`pins`: ["transformers==5.14.1", ...], the exact version for a violated constraint."""
+    from forge.dependency_apply import parse_pins
+
+    parsed_pins = parse_pins(pins)
     installed = find_vllm(site_packages)
     with _exclusive(installed):
         return _apply_locked(installed, expected_version, revert, moe_config_dir, series_path,
-                             moe_device)
+                             moe_device, offline, find_links, parsed_pins)
 
 
 @contextlib.contextmanager
@@ -106,37 +139,85 @@ def _exclusive(installed: InstalledVllm):
         os.close(fd)
 
 
-def _apply_locked(installed, expected_version, revert, moe_config_dir, series_path, moe_device
-                  ) -> ApplyReport:
+def _apply_locked(installed, expected_version, revert, moe_config_dir, series_path, moe_device,
+                  offline, find_links, pins) -> ApplyReport:
     if expected_version is not None and not _same_release(expected_version, installed.version):
         raise ForgeError(f"--vllm {expected_version}: the vLLM installed at "
                          f"{installed.package_dir} is {installed.version}")
+    clean_leftovers(installed)
     record = _read_record(installed)
     if revert:
         return _revert(installed, record)
-    series = load_series(series_path)
+    # The manifest was checked against the package index when the image was planned; the index
+    # may be out of reach here (an image, an air-gapped host).
+    series = load_series(series_path, check_index=False)
     if record is not None:
         if record.get("state") != "applied":
             raise ForgeError(f"{_record_path(installed)}: an earlier apply was interrupted; "
                              "run `build.py apply --revert` first")
         if record.get("series") == series.digest:
-            return ApplyReport(installed, "already-applied", applied=record.get("applied", []))
+            return ApplyReport(installed, "already-applied", applied=record.get("applied", []),
+                               dependencies=record.get("dependencies", []))
         raise ForgeError(f"{_record_path(installed)}: vLLM was patched by a different patch "
                          "series; run `build.py apply --revert` first")
     _check_covered(series, installed)
-    statuses = tree_status(series, installed.site_dir, installed.version, moe_device)
+    statuses = tree_status(series, installed.site_dir, installed.version, moe_device,
+                           install_path=installed.search_path)
     for s in statuses:
         if s.status == "conflict":
             raise ConflictError(f"{installed.package_dir}: patch {s.id}: {s.detail}; "
                                 "nothing changed")
     writes, applied, notes = _plan(series, statuses, installed, moe_config_dir)
-    if not writes:
+    from forge import dependency_apply
+
+    pinned = dependency_apply.plan(series, statuses, installed, offline, find_links, pins)
+    if not writes and not pinned:
         return ApplyReport(installed, "nothing-to-apply", statuses=statuses, notes=notes)
-    record = {"series": series.digest, "vllm": str(installed.version), "applied": applied,
-              "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": []}
-    _commit(writes, installed, new_record=record)
-    return ApplyReport(installed, "applied", applied=applied, files=[w.label for w in writes],
-                       statuses=statuses, notes=notes)
+    patched_files = [w.label for w in writes]
+    try:
+        for dependency in pinned:
+            dependency_writes = _dependency_writes(dependency, installed, find_links)
+            writes += dependency_writes
+            applied.append(dependency.patch_id)
+            notes.append(f"{dependency.package}: {len(dependency_writes)} file(s) changed in "
+                         f"{dependency.base}")
+        order = [p.id for p in series.patches]
+        applied.sort(key=order.index)
+        record = {"series": series.digest, "vllm": str(installed.version), "applied": applied,
+                  "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "dependencies": [d.to_record() for d in pinned]}
+        _commit(writes, installed, new_record=record)
+    finally:
+        dependency_apply.discard_staging(installed)
+    return ApplyReport(installed, "applied", applied=applied, files=patched_files,
+                       statuses=statuses, notes=notes, dependencies=record["dependencies"])
+
+
+def _dependency_writes(dependency, installed: InstalledVllm, find_links) -> list[_Write]:
+    from forge import dependency_apply
+
+    try:
+        staged = dependency_apply.stage(dependency, installed, find_links)
+        changes = dependency_apply.file_changes(dependency, staged, installed)
+    except OSError as exc:
+        raise ForgeError(f"cannot stage {dependency.package} {dependency.version} in "
+                         f"{dependency_apply.staging_dir(installed)}: {exc.strerror or exc}; "
+                         "nothing changed") from exc
+    writes = []
+    for target, change in changes.items():
+        original = target.read_bytes() if target.is_file() else None
+        new, mode = change if change is not None else (None, None)
+        if new is None and original is not None:
+            mode = stat.S_IMODE(target.stat().st_mode)     # to put a removed file back as it was
+        if new != original:     # most files are the same in neighbouring releases
+            writes.append(_Write(target, new, original, _label(target, installed), mode=mode))
+    return writes
+
+
+def _label(path: Path, installed: InstalledVllm) -> str:
+    """Paths inside the site directory are recorded relative to it, others absolute."""
+    return str(path.relative_to(installed.site_dir)) if path.is_relative_to(installed.site_dir) \
+        else str(path)
 
 
 def _same_release(expected: str, installed: Version) -> bool:
@@ -163,8 +244,9 @@ def _plan(series: Series, statuses, installed: InstalledVllm, moe_config_dir):
     applied: list[str] = []
     notes: list[str] = []
     moe_files = []
-    for patch, status in zip(series.patches, statuses):
-        if status.status != "applies":
+    for status in statuses:
+        patch = series.get(status.id)
+        if status.status != "applies" or patch.kind == "dependency":
             continue
         if patch.kind == "source":
             contents.update(diffs.plan_diff(installed.site_dir, patch.diffs, contents=contents))
@@ -187,14 +269,18 @@ def _plan(series: Series, statuses, installed: InstalledVllm, moe_config_dir):
     return writes, applied, notes
 
 
+def _target_of(installed: InstalledVllm, label: str) -> Path:
+    path = Path(label)
+    return path if path.is_absolute() else installed.site_dir / path
+
+
 def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
     if record is None:
         return ApplyReport(installed, "nothing-to-revert")
     record_dir = installed.package_dir / RECORD_DIR
     writes = []
     for entry in record["files"]:
-        target = Path(entry["path"])
-        target = target if target.is_absolute() else installed.site_dir / target
+        target = _target_of(installed, entry["path"])
         current = target.read_bytes() if target.is_file() else None
         if _sha(current) == entry["original_sha256"]:
             continue    # never patched (an interrupted apply) or already restored
@@ -202,10 +288,12 @@ def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
             raise ForgeError(f"{target}: changed since vllm-forge patched it; not reverting "
                              "(nothing changed)")
         original = (record_dir / entry["original"]).read_bytes() if entry["original"] else None
-        writes.append(_Write(target, original, current, entry["path"]))
-    _commit(writes, installed, new_record=None)
+        writes.append(_Write(target, original, current, entry["path"],
+                             mode=entry.get("original_mode")))
+    _commit(writes, installed, new_record=None, old_record=record)
     return ApplyReport(installed, "reverted", applied=record.get("applied", []),
-                       files=[w.label for w in writes])
+                       files=[w.label for w in writes],
+                       dependencies=record.get("dependencies", []))
 
 
 def _sha(data: bytes | None) -> str | None:
@@ -227,54 +315,153 @@ def _read_record(installed: InstalledVllm) -> dict | None:
             from exc
 
 
+# --- leftovers of an interrupted run -----------------------------------------------------------
+
+def clean_leftovers(installed: InstalledVllm) -> list[Path]:
+    """Remove what a killed apply or revert left: its temp files (wherever the record says it
+    wrote), pip's staging directory, and a record that never got past staging together with
+    the directories that run created. A record of a run that began changing files stays:
+    --revert needs it. Returns what was removed."""
+    from forge import dependency_apply
+
+    removed = []
+    staging = dependency_apply.staging_dir(installed)
+    if staging.exists():
+        shutil.rmtree(staging)
+        removed.append(staging)
+    record_dir = installed.package_dir / RECORD_DIR
+    if not record_dir.is_dir():
+        return removed
+    path = record_dir / RECORD_FILE
+    half_written = record_dir / f"{RECORD_FILE}.tmp"
+    if half_written.exists():     # (unlink of a missing file still fails on a read-only mount)
+        half_written.unlink()
+    record = json.loads(path.read_text()) if path.exists() else None
+    if record is not None:
+        targets = [_target_of(installed, entry["path"]) for entry in record.get("files", [])]
+        removed += _remove_temps({t.parent for t in targets})
+    if record is None or record.get("state") == "staging":
+        created = [Path(d) for d in (record or {}).get("created_dirs", [])]
+        removed += _remove_empty_dirs(created)
+        shutil.rmtree(record_dir)
+        removed.append(record_dir)
+    return removed
+
+
+def _remove_temps(directories) -> list[Path]:
+    removed = []
+    for directory in directories:
+        if directory.is_dir():
+            for temp in directory.glob(f".*{TEMP_SUFFIX}"):
+                temp.unlink(missing_ok=True)
+                removed.append(temp)
+    return removed
+
+
+def _remove_empty_dirs(directories: list[Path]) -> list[Path]:
+    """rmdir each directory that exists and is empty, deepest first."""
+    removed = []
+    for directory in sorted(directories, key=lambda d: len(d.parts), reverse=True):
+        try:
+            directory.rmdir()
+            removed.append(directory)
+        except OSError:
+            pass        # absent, or holds something: not ours to remove
+    return removed
+
+
 # --- the transaction ---------------------------------------------------------------------------
 
-def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | None) -> None:
-    """Stage everything, then rename; on any failure undo every step already taken.
+def _missing_dirs(writes: list[_Write]) -> list[Path]:
+    """Directories that staging the writes will create, shallowest first."""
+    missing: set[Path] = set()
+    for w in writes:
+        if w.new is None:
+            continue
+        parent = w.target.parent
+        while not parent.exists() and parent not in missing:
+            missing.add(parent)
+            parent = parent.parent
+    return sorted(missing, key=lambda d: len(d.parts))
 
-    Apply puts the record (state "applying", originals inside) in place BEFORE the first target
-    and marks it "applied" last, so even a process killed mid-way leaves what --revert needs.
-    Revert removes the record last, and skips files already back to their original bytes.
-    """
+
+def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | None,
+            old_record: dict | None = None) -> None:
+    """Record (apply only), stage, then replace file by file; on any failure undo every step
+    already taken and remove everything this run created. See the module docstring."""
     record_dir = installed.package_dir / RECORD_DIR
-    staged_record = None
+    created = _missing_dirs(writes)
+    record = None
     try:
+        if new_record is not None:
+            record = _start_record(record_dir, writes, new_record, created)
+        for directory in created:
+            directory.mkdir()
         for w in writes:
             if w.new is not None:
-                w.temp = _stage(w.target, w.new)
-        if new_record is not None:
-            staged_record = _stage_record(record_dir, writes, new_record)
+                w.temp = _stage(w.target, w.new, w.mode)
     except OSError as exc:
-        _discard(writes, staged_record)
+        _discard(writes, created, record_dir if new_record is not None else None)
         raise ForgeError(f"cannot write {exc.filename or installed.package_dir}: "
                          f"{exc.strerror or exc}; nothing changed") from exc
     undo: list = []
     try:
-        if new_record is not None:
+        if record is not None:
             _maybe_inject_failure(len(undo))
-            os.replace(staged_record, record_dir)
-            undo.append(lambda: shutil.rmtree(record_dir))
+            _write_record(record_dir, dict(record, state="applying"))
+            undo.append(lambda: None)       # _discard removes the record itself
         for w in writes:
             _maybe_inject_failure(len(undo))
             if w.new is None:
                 os.unlink(w.target)
             else:
                 os.replace(w.temp, w.target)
+                w.temp = None
             undo.append(lambda w=w: _restore(w))
         _maybe_inject_failure(len(undo))
-        if new_record is not None:
-            _write_record(record_dir, dict(new_record, state="applied"))
+        if record is not None:
+            _write_record(record_dir, dict(record, state="applied"))
         else:
-            trash = record_dir.with_name(f"{RECORD_DIR}.removing-{os.getpid()}")
-            os.replace(record_dir, trash)
-            shutil.rmtree(trash, ignore_errors=True)
+            _finish_revert(record_dir, old_record)
     except OSError as exc:
         for step in reversed(undo):
             step()
-        _discard(writes, staged_record)
+        _discard(writes, created, record_dir if new_record is not None else None)
         raise ForgeError(f"failed while writing {exc.filename or 'the patched files'}: "
                          f"{exc.strerror or exc}; rolled back {len(undo)} step(s), "
                          "nothing changed") from exc
+    # Directories that held only removed files (a dependency's old dist-info) go too; revert
+    # recreates them with the files.
+    _remove_empty_dirs({w.target.parent for w in writes if w.new is None})
+
+
+def _finish_revert(record_dir: Path, record: dict) -> None:
+    """The record goes last: applied.json first (from then on the install counts as clean),
+    then the rest of the record directory, file by file (no directory rename)."""
+    _remove_empty_dirs([Path(d) for d in record.get("created_dirs", [])])
+    (record_dir / RECORD_FILE).unlink()
+    shutil.rmtree(record_dir, ignore_errors=True)
+
+
+def _start_record(record_dir: Path, writes: list[_Write], record: dict, created: list[Path]
+                  ) -> dict:
+    """The record in state "staging": every file (with its original bytes) and every directory
+    the run may create, written before anything else so a killed run can be cleaned up."""
+    record_dir.mkdir()
+    record = dict(record, state="staging", created_dirs=[str(d) for d in created], files=[])
+    for index, w in enumerate(writes):
+        original = f"originals/{index}" if w.original is not None else None
+        entry = {"path": w.label, "original": original, "original_sha256": _sha(w.original),
+                 "patched_sha256": _sha(w.new)}
+        if w.original is not None and w.new is None:
+            entry["original_mode"] = w.mode
+        record["files"].append(entry)
+    _write_record(record_dir, record)
+    (record_dir / "originals").mkdir()
+    for index, w in enumerate(writes):
+        if w.original is not None:
+            (record_dir / "originals" / str(index)).write_bytes(w.original)
+    return record
 
 
 def _maybe_inject_failure(renames_done: int) -> None:
@@ -287,34 +474,15 @@ def _maybe_inject_failure(renames_done: int) -> None:
                                  f"({FAIL_AFTER_ENV}={limit})")
 
 
-def _stage(target: Path, data: bytes) -> Path:
+def _stage(target: Path, data: bytes, mode: int | None = None) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".vllm-forge-tmp",
-                                dir=target.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
     with os.fdopen(fd, "wb") as out:
         out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o644
-    os.chmod(name, mode)
+    if target.exists():
+        mode = stat.S_IMODE(target.stat().st_mode)
+    os.chmod(name, mode if mode is not None else 0o644)
     return Path(name)
-
-
-def _stage_record(record_dir: Path, writes: list[_Write], record: dict) -> Path:
-    staging = Path(tempfile.mkdtemp(prefix=f"{RECORD_DIR}.", suffix=".tmp", dir=record_dir.parent))
-    os.chmod(staging, 0o755)   # mkdtemp makes 0700; the package around it is world-readable
-    (staging / "originals").mkdir()
-    for index, w in enumerate(writes):
-        original = None
-        if w.original is not None:
-            original = f"originals/{index}"
-            (staging / original).write_bytes(w.original)
-        record["files"].append({"path": w.label, "original": original,
-                                "original_sha256": _sha(w.original),
-                                "patched_sha256": _sha(w.new)})
-    record["state"] = "applying"
-    _write_record(staging, record)
-    return staging
 
 
 def _write_record(record_dir: Path, record: dict) -> None:
@@ -327,12 +495,15 @@ def _restore(w: _Write) -> None:
     if w.original is None:
         w.target.unlink(missing_ok=True)
     else:
-        os.replace(_stage(w.target, w.original), w.target)
+        mode = stat.S_IMODE(w.target.stat().st_mode) if w.target.exists() else w.mode
+        os.replace(_stage(w.target, w.original, mode), w.target)
 
 
-def _discard(writes: list[_Write], staged_record: Path | None) -> None:
+def _discard(writes: list[_Write], created: list[Path], record_dir: Path | None) -> None:
     for w in writes:
         if w.temp is not None and w.temp.exists():
             w.temp.unlink()
-    if staged_record is not None:
-        shutil.rmtree(staged_record, ignore_errors=True)
+        w.temp = None
+    _remove_empty_dirs(created)
+    if record_dir is not None:
+        shutil.rmtree(record_dir, ignore_errors=True)

@@ -7,7 +7,7 @@ from packaging.version import Version
 
 # Short cells keep the matrix readable at 80 columns.
 SHORT = {"applies": "applies", "already-upstream": "upstream", "not-needed": "-",
-         "conflict": "CONFLICT"}
+         "conflict": "CONFLICT", "satisfied": "satisfied"}
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -51,5 +51,6 @@ def print_matrix(results: dict, series, as_json: bool = False) -> None:
         label = version + (" (unchecked)" if _unchecked(version, series) else "")
         rows.append([label, *(by_id.get(i, "?") for i in ids)])
     print(_table(rows))
-    print("applies: patch needed and fits; upstream: already in vLLM; -: not needed; "
+    print("applies: patch needed and fits (dependency: vLLM's own requirement admits a version "
+          "outside the constraint); upstream: already in vLLM; -: not needed; "
           "CONFLICT: fits neither way")

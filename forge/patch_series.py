@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from forge import diffs
@@ -26,7 +28,7 @@ from forge.schema import (Field, ListOf, load_yaml, pep440_specifier, pep440_ver
 
 PATCHES_DIR = Path(__file__).resolve().parent.parent / "patches"
 DEFAULT_SERIES = PATCHES_DIR / "series.yaml"
-KINDS = ("source", "moe-config")
+KINDS = ("source", "moe-config", "dependency")
 
 
 def _patch_id(value: str) -> str | None:
@@ -38,6 +40,14 @@ def _relative_path(value: str) -> str | None:
     if value.startswith("/") or ".." in Path(value).parts:
         return f"must be a path inside patches/ (got {value!r})"
     return None
+
+
+# PEP 508 names (packaging >= 24 has canonicalize_name(validate=True); images may carry 23).
+PROJECT_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
+
+
+def _project_name(value: str) -> str | None:
+    return None if PROJECT_NAME.match(value) else f"not a valid Python project name: {value!r}"
 
 
 FILE_SCHEMA = {
@@ -54,8 +64,10 @@ PATCH_SCHEMA = {
     "id": Field(str, check=_patch_id),
     "title": Field(str),
     "kind": Field(str, choices=KINDS),
-    "files": Field(ListOf(FILE_SCHEMA, min_items=1)),
+    "files": Field(ListOf(FILE_SCHEMA, min_items=1), required=False),
     "releases": Field(str, check=pep440_specifier),
+    "package": Field(str, required=False, check=_project_name),
+    "specifier": Field(str, required=False, check=pep440_specifier),
     "why": Field(str),
     "upstream": Field(UPSTREAM_SCHEMA, required=False),
     "fixes_marker": Field(str, required=False),
@@ -90,6 +102,8 @@ class Patch:
     upstream: dict | None = None
     fixes_marker: str | None = None
     retired_in: str | None = None
+    package: str | None = None              # dependency: the PyPI project, canonical name
+    specifier: SpecifierSet | None = None   # dependency: what the installed version must satisfy
     diffs: list[diffs.FileDiff] = field(default_factory=list, repr=False)
 
     def in_range(self, version: Version) -> bool:
@@ -116,8 +130,14 @@ class Series:
         raise ForgeError(f"{self.path}: no patch with id {patch_id!r}")
 
 
-def load_series(path: str | Path | None = None) -> Series:
-    """Read, validate and hash-check the manifest. Errors name the file and the field."""
+def load_series(path: str | Path | None = None, offline: bool = False,
+                check_index: bool = True) -> Series:
+    """Read, validate and hash-check the manifest. Errors name the file and the field.
+
+    Dependency constraints are also checked against the package index (cached; `offline`: the
+    cache only): the package exists, its specifier admits a published version, its `releases`
+    admit a known vLLM release. `check_index=False` skips that (apply inside an image, where
+    the manifest was checked when the image was planned and the index may be out of reach)."""
     # VLLM_FORGE_SERIES points every command (and image build) at another manifest.
     path = Path(path or os.environ.get("VLLM_FORGE_SERIES") or DEFAULT_SERIES)
     data = validate(load_yaml(path), SERIES_SCHEMA, str(path))
@@ -131,10 +151,18 @@ def load_series(path: str | Path | None = None) -> Series:
         where = f"{path}: patches[{index}]"
         if any(p.id == entry["id"] for p in patches):
             raise ForgeError(f"{where}.id: duplicate patch id {entry['id']!r}")
+        if entry["kind"] == "dependency":
+            _check_dependency_fields(entry, where)     # before reading files it must not have
         files = [_checked_file(base, f, f"{where}.files[{i}]", digest)
-                 for i, f in enumerate(entry["files"])]
-        patch = Patch(files=files, **{k: v for k, v in entry.items() if k != "files"})
-        _check_kind_fields(patch, where)
+                 for i, f in enumerate(entry["files"] or [])]
+        patch = Patch(files=files, **{k: v for k, v in entry.items()
+                                      if k not in ("files", "package", "specifier")})
+        _check_kind_fields(patch, entry, where)
+        if patch.kind == "dependency":
+            patch.package = canonicalize_name(entry["package"])
+            patch.specifier = SpecifierSet(entry["specifier"])
+            if check_index:
+                _check_against_index(patch, where, data["checked_from"], offline)
         if patch.kind == "source":
             for f in files:
                 patch.diffs.extend(diffs.load_diff(f.absolute))
@@ -157,7 +185,14 @@ def _checked_file(base: Path, entry: dict, where: str, digest) -> PatchFile:
     return PatchFile(entry["path"], entry["sha256"], absolute)
 
 
-def _check_kind_fields(patch: Patch, where: str) -> None:
+def _check_kind_fields(patch: Patch, entry: dict, where: str) -> None:
+    if patch.kind == "dependency":
+        return      # checked before its (absent) files were read
+    for name in ("package", "specifier"):
+        if entry.get(name) is not None:
+            raise ForgeError(f"{where}.{name}: only dependency patches have one")
+    if not patch.files:
+        raise ForgeError(f"{where}.files: required field is missing")
     if patch.kind == "source":
         if not patch.upstream or not (patch.upstream.get("issue") or patch.upstream.get("pr")):
             raise ForgeError(f"{where}.upstream: a source patch names its upstream issue or pr")
@@ -170,6 +205,41 @@ def _check_kind_fields(patch: Patch, where: str) -> None:
             if not (f.name.startswith("E=") and f.name.endswith(".json")):
                 raise ForgeError(f"{where}.files: {f.path} is not named like a fused-MoE config "
                                  "(E=...,N=...,device_name=....json)")
+
+
+def _check_dependency_fields(entry: dict, where: str) -> None:
+    for name in ("package", "specifier"):
+        if entry.get(name) is None:
+            raise ForgeError(f"{where}.{name}: a dependency patch needs one")
+    for name in ("files", "fixes_marker"):
+        if entry.get(name) is not None:
+            raise ForgeError(f"{where}.{name}: a dependency patch has none")
+    if not SpecifierSet(entry["specifier"]):
+        raise ForgeError(f"{where}.specifier: must constrain something (got an empty specifier)")
+    upstream = entry.get("upstream") or {}
+    if not (upstream.get("issue") or upstream.get("pr")):
+        raise ForgeError(f"{where}.upstream: a dependency patch names its upstream issue or pr")
+
+
+def _check_against_index(patch: Patch, where: str, checked_from: str, offline: bool) -> None:
+    """Facts only the indexes know: the package exists and can satisfy the constraint, and the
+    releases range covers a vLLM release that exists."""
+    from forge import pypi, releases
+
+    try:
+        published = pypi.published_versions(patch.package, offline=offline)
+    except pypi.UnknownProject as exc:
+        raise ForgeError(f"{where}.package: {exc}") from exc
+    except ForgeError as exc:
+        raise ForgeError(f"{where}.package: cannot check it: {exc}") from exc
+    if not any(patch.specifier.contains(v, prereleases=True) for v in published):
+        raise ForgeError(f"{where}.specifier: no published version of {patch.package} satisfies "
+                         f"{patch.specifier} (newest {published[-1] if published else 'none'})")
+    known = releases.list_releases(minimum=checked_from, offline=offline)
+    if not any(patch.in_range(v) for v in known):
+        raise ForgeError(f"{where}.releases: no known vLLM release from {checked_from} "
+                         f"({known[0] if known else '-'} .. {known[-1] if known else '-'}) is in "
+                         f"{patch.releases!r}")
 
 
 def _header_of(text: str) -> str:
@@ -201,11 +271,15 @@ def series_to_data(series: Series) -> dict:
         entry = {"id": p.id, "title": p.title, "kind": p.kind, "releases": p.releases}
         if p.retired_in:
             entry["retired_in"] = p.retired_in
+        if p.kind == "dependency":
+            entry["package"] = p.package
+            entry["specifier"] = str(p.specifier)
         if p.upstream:
             entry["upstream"] = {k: v for k, v in p.upstream.items() if v is not None}
         if p.fixes_marker:
             entry["fixes_marker"] = p.fixes_marker
-        entry["files"] = [{"path": f.path, "sha256": f.sha256} for f in p.files]
+        if p.files:
+            entry["files"] = [{"path": f.path, "sha256": f.sha256} for f in p.files]
         entry["why"] = p.why
         patches.append(entry)
     return {"checked_from": series.checked_from, "checked_through": series.checked_through,

@@ -8,6 +8,11 @@ Statuses (the same engine for a release's sdist tree and for an installed site-p
                     file of that name
   already-upstream  the reverse applies (upstream holds the change); moe-config: bundled
   conflict          in range, the code it fixes is there, and neither forward nor reverse fits
+  satisfied         dependency on an install: the installed version already satisfies it
+
+Dependency constraints (kind `dependency`) are judged by forge.dependencies: against a release
+from its declared requirements (applies / already-upstream / not-needed), against an install
+from the installed version (applies / satisfied / not-needed).
 
 Public API (other modules import these names): load_series, save_series, release_status,
 matrix, patch_set_hash, apply_series, find_vllm, Series, Patch, PatchStatus, ApplyReport,
@@ -35,7 +40,8 @@ __all__ = ["load_series", "save_series", "release_status", "matrix", "patch_set_
            "MOE_CONFIGS_DIR"]
 
 MOE_CONFIGS_DIR = "vllm/model_executor/layers/fused_moe/configs"
-STATUSES = ("applies", "already-upstream", "not-needed", "conflict")
+TREE_KINDS = ("source", "moe-config")      # judged from the release's vllm/ tree alone
+STATUSES = ("applies", "already-upstream", "not-needed", "conflict", "satisfied")
 
 
 @dataclass(frozen=True)
@@ -51,11 +57,21 @@ class PatchStatus:
 
 # --- status of one patch on one tree ---------------------------------------------------------
 
-def status_of(patch: Patch, root: Path, version: Version) -> PatchStatus:
-    """Status of `patch` on the tree `root` (the directory holding vllm/) of release `version`."""
+def status_of(patch: Patch, root: Path, version: Version, install_path: list[str] | None = None,
+              offline: bool = False) -> PatchStatus:
+    """Status of `patch` on the tree `root` (the directory holding vllm/) of release `version`.
+
+    A dependency constraint is judged against release `version`'s declared requirements, or,
+    with `install_path` (where an install's packages are found), against the installed version."""
     def status(name: str, detail: str) -> PatchStatus:
         return PatchStatus(patch.id, patch.kind, name, detail)
 
+    if patch.kind == "dependency":
+        from forge import dependencies
+
+        if install_path is not None:
+            return status(*dependencies.install_status(patch, version, install_path))
+        return status(*dependencies.release_status(patch, version, offline=offline))
     if not patch.in_range(version):
         return status("not-needed", f"{version} is outside releases {patch.releases}")
     if patch.kind == "moe-config":
@@ -127,9 +143,12 @@ def _moe_status(patch: Patch, root: Path, status) -> PatchStatus:
     return status("applies", detail + "; delivered through VLLM_TUNED_CONFIG_FOLDER")
 
 
-def tree_status(series: Series, root: Path, version: Version, moe_device: str | None = None
-                ) -> list[PatchStatus]:
-    statuses = [status_of(patch, root, version) for patch in series.patches]
+def tree_status(series: Series, root: Path, version: Version, moe_device: str | None = None,
+                install_path: list[str] | None = None, offline: bool = False,
+                kinds: tuple[str, ...] | None = None) -> list[PatchStatus]:
+    """Every patch's status (of `kinds` only, if given); see status_of for `install_path`."""
+    statuses = [status_of(patch, root, version, install_path, offline) for patch in series.patches
+                if kinds is None or patch.kind in kinds]
     return for_moe_device(statuses, series, moe_device)
 
 
@@ -142,7 +161,9 @@ def moe_devices_of(patch: Patch) -> set[str]:
 def shipped_moe_configs(version: str, series: Series | None = None) -> set[str]:
     """File names of the tuned MoE configs this series delivers to vLLM `version` (in range, not
     retired): what an image of that release carries, so what verify may expect vLLM to read."""
-    series = series or load_series()
+    # Verify calls this inside images, where the package index may be out of reach; MoE
+    # configs need none of the index checks that dependency constraints get on load.
+    series = series or load_series(check_index=False)
     parsed = Version(str(version))
     return {f.name for p in series.patches if p.kind == "moe-config" and p.in_range(parsed)
             and not p.retired_for(parsed) for f in p.files}
@@ -156,7 +177,8 @@ def for_moe_device(statuses: list[PatchStatus], series: Series, moe_device: str 
     if moe_device is None:
         return statuses
     narrowed = []
-    for patch, status in zip(series.patches, statuses):
+    for status in statuses:
+        patch = series.get(status.id)
         devices = moe_devices_of(patch) if patch.kind == "moe-config" else set()
         if devices and moe_device not in devices and status.status != "not-needed":
             status = PatchStatus(status.id, status.kind, "not-needed",
@@ -171,7 +193,7 @@ def _engine_digest() -> str:
     """Changes to the status engine invalidate cached statuses as surely as manifest changes."""
     digest = hashlib.sha256()
     here = Path(__file__).resolve().parent
-    for name in ("diffs.py", "patches.py", "patch_series.py"):
+    for name in ("diffs.py", "patches.py", "patch_series.py", "dependencies.py"):
         digest.update((here / name).read_bytes())
     return digest.hexdigest()
 
@@ -189,30 +211,40 @@ def release_status(version: str, offline: bool = False, series: Series | None = 
     with `moe_device`, as an image for that GPU sees it (see for_moe_device)."""
     from forge import releases
 
-    series = series or load_series()
+    series = series or load_series(offline=offline)
     parsed = Version(str(releases.sdist_info(version, offline=offline).version))
     cached = _status_cache_file(series, str(parsed))
     try:
         statuses = [PatchStatus(**entry) for entry in json.loads(cached.read_text())]
     except (OSError, ValueError, TypeError):
-        statuses = tree_status(series, releases.release_tree(str(parsed), offline=offline), parsed)
+        statuses = tree_status(series, releases.release_tree(str(parsed), offline=offline), parsed,
+                               kinds=TREE_KINDS)
         write_text_atomically(cached, json.dumps([s.to_dict() for s in statuses], indent=1))
-    return for_moe_device(statuses, series, moe_device)
+    # Dependency statuses also depend on what the package index publishes, which moves on its
+    # own: computed each time (from the cached requirements and index), never cached here.
+    by_id = {s.id: s for s in statuses}
+    by_id.update({s.id: s for s in tree_status(series, Path("."), parsed, offline=offline,
+                                               kinds=("dependency",))})
+    return for_moe_device([by_id[p.id] for p in series.patches], series, moe_device)
 
 
 def matrix(versions, offline: bool = False, series: Series | None = None
            ) -> dict[str, list[PatchStatus]]:
-    series = series or load_series()
+    series = series or load_series(offline=offline)
     return {str(v): release_status(str(v), offline=offline, series=series) for v in versions}
 
 
 def patch_set_hash(statuses: list[PatchStatus], series: Series | None = None) -> str:
-    """12 hex chars naming exactly which patch files an image applies (for immutable tags)."""
+    """12 hex chars naming exactly which patch files and dependency constraints an image applies
+    (for immutable tags)."""
     series = series or load_series()
     digest = hashlib.sha256()
     for status in statuses:
         if status.status == "applies":
-            for f in series.get(status.id).files:
+            patch = series.get(status.id)
+            if patch.kind == "dependency":
+                digest.update(f"{status.id}\0{patch.package}{patch.specifier}\n".encode())
+            for f in patch.files:
                 digest.update(f"{status.id}\0{f.sha256}\n".encode())
     return digest.hexdigest()[:12]
 
@@ -226,11 +258,12 @@ def raise_on_conflict(statuses: list[PatchStatus], where: str) -> None:
 # --- apply (the implementation lives in forge.patch_apply) ------------------------------------
 
 def apply_series(site_packages=None, expected_version=None, revert=False, moe_config_dir=None,
-                 series_path=None, moe_device=None):
+                 series_path=None, moe_device=None, offline=False, find_links=None, pins=None):
     from forge.patch_apply import apply_series as _apply
 
     return _apply(site_packages=site_packages, expected_version=expected_version, revert=revert,
-                  moe_config_dir=moe_config_dir, series_path=series_path, moe_device=moe_device)
+                  moe_config_dir=moe_config_dir, series_path=series_path, moe_device=moe_device,
+                  offline=offline, find_links=find_links, pins=pins)
 
 
 def __getattr__(name):   # ApplyReport lives with the apply code; keep it importable from here
@@ -245,7 +278,7 @@ def __getattr__(name):   # ApplyReport lives with the apply code; keep it import
 def cmd_patches(args) -> int:
     from forge.patch_report import print_matrix, print_release
 
-    series = load_series()
+    series = load_series(offline=args.offline)
     if args.vllm:
         statuses = release_status(args.vllm, offline=args.offline, series=series)
         print_release(args.vllm, statuses, series, as_json=args.json)
@@ -268,7 +301,8 @@ def cmd_patches(args) -> int:
 def cmd_apply(args) -> int:
     report = apply_series(site_packages=args.site_packages, expected_version=args.vllm,
                           revert=args.revert, moe_config_dir=args.moe_config_dir,
-                          moe_device=args.moe_device)
+                          moe_device=args.moe_device, offline=args.offline,
+                          find_links=args.find_links, pins=args.pin)
     for line in report.lines():
         print(line)
     return 0

@@ -75,7 +75,8 @@ class Plan:
 
     def build_args(self) -> dict[str, str]:
         return {"BASE_IMAGE": self.from_image, "VLLM_VERSION": self.vllm,
-                "VLLM_FORGE_MOE_DEVICE": self.target.moe_device_name, **self.target.env}
+                "VLLM_FORGE_MOE_DEVICE": self.target.moe_device_name,
+                "VLLM_FORGE_PINS": " ".join(dependency_pins(self.patches)), **self.target.env}
 
     def to_dict(self) -> dict:
         return {
@@ -106,13 +107,23 @@ def _patch_statuses(vllm: str, moe_device: str, series):
     return statuses
 
 
-def _patch_entries(series, statuses) -> list[dict]:
+def _patch_entries(series, statuses, vllm: str) -> list[dict]:
+    from forge.dependencies import plan_entry
+
     entries = []
     for status in statuses:
         files = [{"path": f.path, "sha256": f.sha256} for f in series.get(status.id).files]
         entries.append({"id": status.id, "kind": status.kind, "status": status.status,
                         "detail": status.detail, "files": files})
+        if status.kind == "dependency":   # package, specifier, the version the build pins
+            entries[-1].update(plan_entry(series.get(status.id), status.status, vllm))
     return entries
+
+
+def dependency_pins(entries: list[dict]) -> list[str]:
+    """PACKAGE==VERSION for each constraint the image build brings in (`apply --pin`)."""
+    return [f"{e['package']}=={e['pin']}" for e in entries
+            if e["kind"] == "dependency" and e["status"] == "applies" and e.get("pin")]
 
 
 def _check_env_declared(target: Target) -> None:
@@ -150,7 +161,7 @@ def resolve_plan(target_name: str, vllm: str, repository: str | None = None,
     if digest is not None:
         check_locked_platform(base.ref, platforms.get(base.ref), target, vllm, lock_path)
     plan = Plan(target=target, vllm=str(vllm), base=base, base_digest=digest,
-                base_locked=digest is not None, patches=_patch_entries(series, statuses),
+                base_locked=digest is not None, patches=_patch_entries(series, statuses, vllm),
                 patch_set_hash=patch_set_hash(statuses, series),
                 moe_configs=sorted(f.name for s in statuses if s.kind == "moe-config"
                                    and s.status == "applies" for f in series.get(s.id).files),
@@ -304,6 +315,10 @@ def content_labels(plan: Plan) -> dict[str, str]:
         LABEL_PREFIX + "patches": patch_summary,
         # Config file names hold commas: ";" separates them.
         LABEL_PREFIX + "moe-configs": ";".join(plan.moe_configs),
+        # Each dependency constraint the build brings in: package, specifier, pinned version.
+        LABEL_PREFIX + "dependencies": ";".join(
+            f"{p['package']}{p['specifier']}=={p['pin']}" for p in plan.patches
+            if p["kind"] == "dependency" and p["status"] == "applies" and p.get("pin")),
         LABEL_PREFIX + "context-sha256": plan.context_sha256,
         LABEL_PREFIX + "build-record": RECORD_PATH,
     }
@@ -326,6 +341,10 @@ def format_plan(plan: Plan) -> str:
              f"  digest      {digest}"]
     lines += ["  patches"]
     lines += [f"    {p['id']:<36} {p['kind']:<10} {p['status']:<16} {p['detail']}" for p in plan.patches]
+    pins = [p for p in plan.patches if p["kind"] == "dependency" and p["status"] == "applies"]
+    lines += ["  dependency pins" + ("" if pins else ": none")]
+    lines += [f"    {p['package']}=={p['pin']}  (constraint {p['specifier']}, {p['id']}; installed "
+              "by `build.py apply --pin` where the base holds another version)" for p in pins]
     lines += [f"  moe configs (for {t.moe_device_name})" + ("" if plan.moe_configs else ": none")]
     lines += [f"    {name}" for name in plan.moe_configs]
     lines += [f"  recipes     {', '.join(t.recipes) or 'none'} (checked against vLLM {plan.vllm})"]

@@ -48,7 +48,8 @@ def render_table(series, results: dict) -> str:
 
 def _upstream_note(patch) -> str:
     upstream = patch.upstream or {}
-    parts = [f"vLLM issue #{upstream['issue']}" if upstream.get("issue") else "",
+    parts = [f"constraint `{patch.package}{patch.specifier}`" if patch.kind == "dependency" else "",
+             f"vLLM issue #{upstream['issue']}" if upstream.get("issue") else "",
              f"fix PR #{upstream['pr']}" if upstream.get("pr") else "",
              f"upstream in {upstream['fixed_in']}" if upstream.get("fixed_in") else "",
              f"retired in {patch.retired_in}" if patch.retired_in else ""]
@@ -71,7 +72,7 @@ def cmd_readme_table(args) -> int:
         current = readme.read_text()
     except OSError as exc:
         raise ForgeError(f"{name}: cannot read: {exc.strerror}") from exc
-    series = load_series()
+    series = load_series(offline=args.offline)
     table = render_table(series, matrix(checked_releases(series, args.offline),
                                         offline=args.offline, series=series))
     updated = replace_table(current, table, name)

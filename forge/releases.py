@@ -26,6 +26,8 @@ from packaging.version import InvalidVersion, Version
 from forge.archives import extract_safely
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
+from forge.http_session import retrying_session
+from forge.progress import Progress
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/vllm/"
 SDIST_NAME = re.compile(r"^vllm-(?P<version>[^/]+)\.tar\.gz$")
@@ -111,7 +113,8 @@ def load_index(offline: bool = False, refresh: bool = False) -> dict[str, dict]:
     import requests  # late: the apply path inside images never needs the network
 
     try:
-        response = requests.get(url, timeout=60, headers={"Accept": "text/html"})
+        with retrying_session() as session:
+            response = session.get(url, timeout=60, headers={"Accept": "text/html"})
         response.raise_for_status()
     except requests.RequestException as exc:
         if cached:
@@ -177,11 +180,7 @@ def fetch_sdist(version: str, offline: bool = False) -> Path:
     os.close(handle)
     partial = Path(partial_name)
     try:
-        with requests.get(info.url, stream=True, timeout=300) as response:
-            response.raise_for_status()
-            with open(partial, "wb") as out:
-                for block in response.iter_content(1 << 20):
-                    out.write(block)
+        _download(info, partial)
     except requests.RequestException as exc:
         partial.unlink(missing_ok=True)
         raise ForgeError(f"cannot download vLLM {version}'s sdist from {info.url}: {exc}") from exc
@@ -191,6 +190,18 @@ def fetch_sdist(version: str, offline: bool = False) -> Path:
         raise ForgeError(f"vLLM {version}'s sdist sha256 is {actual}, the index says {info.sha256}")
     os.replace(partial, target)
     return target
+
+
+def _download(info: Sdist, partial: Path) -> None:
+    """Stream the sdist into `partial`, with progress in bytes (transient failures retried)."""
+    with retrying_session() as session, session.get(info.url, stream=True, timeout=300) as response:
+        response.raise_for_status()
+        size = int(response.headers.get("Content-Length") or 0) or None
+        with Progress(f"downloading vLLM {info.version} sdist", total=size) as progress, \
+                open(partial, "wb") as out:
+            for block in response.iter_content(1 << 20):
+                out.write(block)
+                progress.advance(len(block))
 
 
 def release_tree(version: str, offline: bool = False) -> Path:
@@ -207,12 +218,14 @@ def release_tree(version: str, offline: bool = False) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{parsed}-", dir=tree.parent))
     try:
         prefix = f"vllm-{parsed}/vllm/"
-        with tarfile.open(sdist) as archive:
-            members = [m for m in archive.getmembers()
+        with tarfile.open(sdist) as archive, \
+                Progress(f"extracting vLLM {parsed}'s vllm/ package", unit="files") as progress:
+            members = [m for m in archive.getmembers()  # reads (decompresses) the whole sdist
                        if m.name.startswith(prefix) and (m.isfile() or m.isdir())]
             for member in members:
                 member.name = member.name[len(f"vllm-{parsed}/"):]
-            extract_safely(archive, staging, members)
+            progress.update(0, total=len(members))
+            extract_safely(archive, staging, members, on_member=lambda _: progress.advance())
         if not (staging / "vllm" / "__init__.py").exists():
             raise ForgeError(f"vLLM {parsed}'s sdist {sdist} holds no vllm/ package")
         shutil.rmtree(tree, ignore_errors=True)  # a half-made tree from an interrupted run

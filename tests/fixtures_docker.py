@@ -2,7 +2,8 @@
 
 Session fixtures start what is missing and leave the machine as they found it:
   docker_engine     a Docker engine answering on /var/run/docker.sock (started with
-                    tests/infra/start-dockerd.sh when none answers; stopped again at the end if so)
+                    tests/infra/start-dockerd.sh when none answers; stopped again at the end if so),
+                    with the buildx CLI plugin (tests/infra/install-buildx.sh): builds use BuildKit
   local_registry    Debian's docker-registry on a free 127.0.0.1 port, storage in a temp dir
   arm64_emulation   qemu-aarch64 through binfmt_misc (tests/infra/enable-binfmt.sh)
   standin_base      the stand-in for upstream's vllm/vllm-openai:v0.25.0 in the local registry: a
@@ -117,7 +118,8 @@ class Registry:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def start_registry() -> Registry:
+def start_registry(auth: dict | None = None) -> Registry:
+    """`auth`: the registry config's auth section (e.g. htpasswd), none by default."""
     if not shutil.which("docker-registry"):
         subprocess.run(["apt-get", "install", "-y", "-qq", "docker-registry"], check=True,
                        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, capture_output=True)
@@ -126,13 +128,13 @@ def start_registry() -> Registry:
     config = root / "config.yml"
     config.write_text(f"version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem:\n"
                       f"    rootdirectory: {root / 'data'}\n  delete: {{enabled: true}}\n"
-                      f"http:\n  addr: {host}\n")
+                      f"http:\n  addr: {host}\n" + (f"auth: {json.dumps(auth)}\n" if auth else ""))
     log = open(root / "registry.log", "w")
     process = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=log)
     registry = Registry(host, process, root)
     for _ in range(100):
         try:
-            if requests.get(registry.url(""), timeout=2).status_code == 200:
+            if requests.get(registry.url(""), timeout=2).status_code in (200, 401):
                 return registry
         except requests.ConnectionError:
             pass
@@ -238,7 +240,9 @@ def publish_standin(client, registry: Registry, version: str = STANDIN_VERSION) 
 
 @pytest.fixture(scope="session")
 def docker_engine():
+    """The engine, and buildx beside it: every image build goes through BuildKit's CLI."""
     started = start_engine()
+    _run("install-buildx.sh", timeout=600)
     client = engine_client()
     yield client
     client.close()
@@ -356,10 +360,9 @@ def publish_sbom_scanner(client, registry: Registry) -> str:
 
 
 @pytest.fixture(scope="session")
-def buildx():
-    """The real buildx CLI plugin (Debian 13's, unpacked by tests/infra/install-buildx.sh); the
-    fixture's value is the docker CLI that now runs `docker buildx ...`."""
-    _run("install-buildx.sh", timeout=600)
+def buildx(docker_engine):
+    """The real buildx CLI plugin (Debian 13's, unpacked by tests/infra/install-buildx.sh, which
+    docker_engine runs); the fixture's value is the docker CLI that runs `docker buildx ...`."""
     return "docker"
 
 

@@ -8,11 +8,19 @@ from __future__ import annotations
 import base64
 import hashlib
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from forge import releases
+from forge.errors import ForgeError
+
+# Real transformers wheels from PyPI (pure Python): 5.15.0 breaks Gemma 4 on vLLM < 0.28,
+# 5.14.1 is the newest below it.
+TRANSFORMERS_WHEELS = ("5.15.0", "5.14.1")
 
 
 def make_site_packages(version: str, destination: Path, dist_info: bool = True) -> Path:
@@ -26,15 +34,25 @@ def make_site_packages(version: str, destination: Path, dist_info: bool = True) 
 
 
 def write_dist_info(site_dir: Path, version: str) -> Path:
+    from forge.dependencies import release_requirements
+
     info = site_dir / f"vllm-{version}.dist-info"
     info.mkdir()
+    # Requires-Dist as the CUDA wheel carries it: the release's own requirements/cuda.txt (a
+    # made-up version, such as a release newer than any on PyPI, declares nothing).
+    try:
+        lines = release_requirements(Version(version).public)
+    except ForgeError:
+        lines = []
+    requires = "".join(f"Requires-Dist: {line}\n" for line in lines)
     (info / "METADATA").write_text(
         "Metadata-Version: 2.1\n"
         "Name: vllm\n"
         f"Version: {version}\n"
         "Summary: A high-throughput and memory-efficient inference and serving engine for LLMs\n"
         "Requires-Python: >=3.10\n"
-        "License: Apache-2.0\n\n")
+        "License: Apache-2.0\n"
+        f"{requires}\n")
     (info / "INSTALLER").write_text("pip\n")
     (info / "WHEEL").write_text("Wheel-Version: 1.0\nGenerator: setuptools\n"
                                 "Root-Is-Purelib: false\nTag: cp38-abi3-linux_x86_64\n\n")
@@ -87,7 +105,7 @@ def write_series(directory: Path, patches: list[dict], files: dict[str, bytes],
         (directory / rel).parent.mkdir(parents=True, exist_ok=True)
         (directory / rel).write_bytes(data)
     for patch in patches:
-        for entry in patch["files"]:
+        for entry in patch.get("files", []):
             entry.setdefault("sha256", hashlib.sha256(files[entry["path"]]).hexdigest())
     path = directory / "series.yaml"
     path.write_text(yaml.safe_dump({"checked_from": checked_from,
@@ -105,3 +123,41 @@ def real_patch_entry(**changes) -> tuple[dict, bytes]:
     data.update(changes)
     data["files"] = [{"path": "source/p.diff"}]
     return data, diff
+
+
+def wheelhouse() -> Path:
+    """The real transformers wheels from PyPI, downloaded once into the forge cache."""
+    directory = releases.cache_dir() / "wheels"
+    directory.mkdir(parents=True, exist_ok=True)
+    for version in TRANSFORMERS_WHEELS:
+        if not (directory / f"transformers-{version}-py3-none-any.whl").is_file():
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary",
+                            ":all:", "--disable-pip-version-check", "--dest", str(directory),
+                            f"transformers=={version}"], check=True, capture_output=True)
+    return directory
+
+
+def install_wheel(site_dir: Path, package: str, version: str) -> None:
+    """What `pip install --no-deps --target SITE --upgrade PKG==V` from the wheelhouse puts in
+    a site-packages directory; pip runs once per version, later calls copy its result."""
+    made = releases.cache_dir() / "pip-target" / f"{package}-{version}"
+    if not made.is_dir():
+        staging = made.with_name(made.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
+                        "--disable-pip-version-check", "--find-links", str(wheelhouse()),
+                        "--target", str(staging), f"{package}=={version}"],
+                       check=True, capture_output=True)
+        staging.rename(made)
+    shutil.copytree(made, site_dir, symlinks=True, dirs_exist_ok=True)
+
+
+@pytest.fixture
+def site_with_transformers(vllm_site):
+    """Factory: a site-packages holding vLLM `version` and the real transformers `transformers`."""
+    def make(version: str = "0.25.0", transformers: str = "5.15.0") -> Path:
+        site = vllm_site(version)
+        install_wheel(site, "transformers", transformers)
+        return site
+
+    return make

@@ -42,3 +42,14 @@ def test_escapes_and_links_are_refused(tmp_path, extraction_path, entry):
         with pytest.raises((ForgeError, getattr(tarfile, "FilterError", ForgeError))):
             archives.extract_safely(archive, tmp_path / "out")
     assert not (tmp_path / "escape.py").exists()
+
+
+def test_each_member_is_reported_once_it_is_on_disk(tmp_path, extraction_path):
+    names = ["pkg/a.py", "pkg/b.py", "pkg/c.py"]
+    reported = []
+
+    def on_member(member):
+        reported.append((member.name, (tmp_path / "out" / member.name).read_bytes()))
+    with tarfile.open(_archive(tmp_path, [(name, "file") for name in names])) as archive:
+        archives.extract_safely(archive, tmp_path / "out", on_member=on_member)
+    assert reported == [(name, b"hello") for name in names]

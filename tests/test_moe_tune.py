@@ -127,3 +127,52 @@ def test_cli_errors_are_one_line(tmp_path):
     assert bad_sizes.returncode == 2 and "--batch-sizes must be positive" in bad_sizes.stderr
     missing = run("--import-results", str(tmp_path / "none.json"))
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+
+
+# ------------------------------------------------------------------------------------------
+# Token counts from the recipe, and the merged folder the end-to-end comparison reads
+
+V11_TUNE = Path(__file__).parent / "fixtures" / "gpu" / "v11-h200x2-2026-11-30" / "tune"
+
+
+def test_token_counts_come_from_the_recipe():
+    from forge.recipes import load_recipe
+
+    recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
+    k = recipe.speculative.num_speculative_tokens
+    # M = k+1 at batch 1, (k+1) x 8, and (k+1) x max_num_seqs: a verify step's token counts
+    assert moe_tune.token_counts_for_recipe(recipe) == [k + 1, 8 * (k + 1), recipe.serve.max_num_seqs * (k + 1)]
+    assert moe_tune.token_counts_for_recipe(recipe, [3, 4], [1]) == [4, 5]
+    assert moe_tune.recipe_token_counts([0, 2], [1, 16]) == [1, 3, 16, 48]
+    with pytest.raises(ForgeError, match="k must be >= 0"):
+        moe_tune.recipe_token_counts([-1], [1])
+
+
+def test_merged_config_is_rebuilt_from_the_h200_results(tmp_path):
+    """The 2026-11-30 run tuned M = 4, 5 (k+1 for k = 3, 4) and 32 ((k+1) x 8): tuned won at 4
+    and 5, vLLM's default at 32. The folder it handed the engines is the shipped file with those
+    three entries set: rebuilt here from the raw results, byte for byte."""
+    results = json.loads((V11_TUNE / "tune-moe-fp8.json").read_text())
+    assert results["batch_sizes"] == [4, 5, 32]
+    kept = {d["M"]: d["kept"] for d in results["decisions"]}
+    assert kept == {4: "tuned", 5: "tuned", 32: "default"}
+    for d in results["decisions"]:
+        assert d["speedup"] == pytest.approx(d["default_us"] / d["tuned_us"], abs=0.002)
+    written = moe_tune.write_merged(results, tmp_path)
+    assert written.read_text() == (V11_TUNE / results["file_name"]).read_text()
+    merged = json.loads(written.read_text())
+    shipped = json.loads((moe_tune.MOE_CONFIG_DIR / results["file_name"]).read_text())
+    for m in shipped:
+        if m not in ("triton_version", "4", "5", "32"):
+            assert merged[m] == shipped[m]
+    assert merged["4"] == results["decisions"][0]["tuned_config"]
+    assert merged["32"] == results["decisions"][2]["default_config"]
+
+
+def test_recipe_token_counts_from_the_cli(tmp_path):
+    """Without a GPU the command stops at the GPU check, after deriving the counts."""
+    run = subprocess.run([sys.executable, "build.py", "tune-moe", "--dtype", "fp8_w8a8", "--recipe",
+                          "gemma-4-26b-a4b-it"], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True)
+    assert run.returncode != 0
+    assert run.stderr.strip().splitlines()[-1] == "error: tune-moe: --recipe needs --target"

@@ -148,8 +148,25 @@ def test_read_only_site_packages_is_refused_with_nothing_changed(vllm_site):
         assert result.returncode == 2
         assert result.stderr.count("\n") == 1
         assert "Read-only file system; nothing changed" in result.stderr
-        assert str(site / "vllm" / "v1" / "spec_decode") in result.stderr
+        # The record is written first (so a killed run can be cleaned up): it is what fails.
+        assert f"cannot write {site / 'vllm' / RECORD_DIR}:" in result.stderr
     assert snapshot(site) == original
+
+
+def test_a_patched_install_on_a_read_only_mount_is_reported_not_crashed(vllm_site):
+    """The leftover cleanup every run starts with must not write where there is nothing to
+    clean: a patched, read-only install says it is patched; a revert there fails in one line."""
+    site = vllm_site("0.25.0")
+    apply_series(site_packages=site)
+    patched = snapshot(site)
+    with read_only_bind_mount(site):
+        again = run_build("apply", "--site-packages", str(site))
+        assert again.returncode == 0, again.stderr
+        assert "already carries this patch series" in again.stdout
+        revert = run_build("apply", "--site-packages", str(site), "--revert")
+        assert revert.returncode == 2 and revert.stderr.count("\n") == 1
+        assert "Read-only file system; nothing changed" in revert.stderr
+    assert snapshot(site) == patched
 
 
 def test_missing_or_empty_site_packages_and_no_vllm_on_sys_path(tmp_path):

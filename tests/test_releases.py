@@ -1,6 +1,7 @@
 """The release cache against PyPI's real index and sdists, and a real local index for bad cases."""
 import hashlib
 import http.server
+import re
 import io
 import tarfile
 import threading
@@ -8,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from forge import releases
+from forge import http_session, releases
 from forge.errors import ForgeError
+from forge.progress import CLEAR_LINE
+from tests.terminal import run_python
 
 
 def test_pypi_lists_the_releases_we_track_with_hashes():
@@ -67,6 +70,7 @@ def local_index(tmp_path, monkeypatch):
         def do_GET(self):
             body = page if self.path.startswith("/simple/") else files.get(self.path.split("/")[-1])
             self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Length", str(len(body or b"")))
             self.end_headers()
             self.wfile.write(body or b"")
 
@@ -111,8 +115,34 @@ def test_offline_without_cache_says_so(tmp_path, monkeypatch):
 
 
 def test_index_cached_for_one_url_is_not_used_for_another(local_index, monkeypatch):
+    monkeypatch.setattr(http_session, "BACKOFF_S", 0)  # the refused connection is retried: no waits
     assert [str(v) for v in releases.list_releases()] == ["9.0.0", "9.1.0"]
     monkeypatch.setenv("VLLM_FORGE_INDEX", "http://127.0.0.1:9/simple/vllm/")  # nothing listens
     with pytest.raises(ForgeError, match="cannot read the vLLM release index"):
         releases.list_releases()
     assert Path(local_index / "index.json").exists()
+
+
+# _sdist_bytes holds two files under vllm/ (csrc/ is left out).
+COLD_TREE = "from forge import releases; print(releases.release_tree('9.0.0'))"
+
+
+def test_cold_release_tree_on_a_terminal_shows_download_and_extraction(local_index):
+    code, stdout, stderr = run_python(COLD_TREE, terminal=True)
+    assert code == 0 and stdout.strip() == str(local_index / "trees" / "9.0.0")
+    size = (local_index / "sdists" / "vllm-9.0.0.tar.gz").stat().st_size
+    assert f"{CLEAR_LINE}downloading vLLM 9.0.0 sdist: {size} B of {size} B (100%)" in stderr, stderr
+    assert f"{CLEAR_LINE}extracting vLLM 9.0.0's vllm/ package: 0 of 2 files (0%)" in stderr, stderr
+    assert re.search(r"extracting vLLM 9\.0\.0's vllm/ package: done, 2 files in \d+\.\d s\r\n$", stderr)
+    assert stderr.count("\n") == 2, "one line each once done"
+
+
+def test_cold_release_tree_piped_says_only_start_and_end(local_index):
+    code, stdout, stderr = run_python(COLD_TREE, terminal=False)
+    assert code == 0 and "\r" not in stderr
+    lines = stderr.splitlines()
+    assert lines[0::2] == ["downloading vLLM 9.0.0 sdist ...", "extracting vLLM 9.0.0's vllm/ package ..."]
+    assert re.fullmatch(r"downloading vLLM 9\.0\.0 sdist: done, \d+ B in \d+\.\d s", lines[1])
+    assert re.fullmatch(r"extracting vLLM 9\.0\.0's vllm/ package: done, 2 files in \d+\.\d s", lines[3])
+    # Warm: nothing to do, nothing said.
+    assert run_python(COLD_TREE, terminal=False)[2] == ""

@@ -1,36 +1,69 @@
-"""bench.py's figures, derived step costs and rendering, rebuilt on the CPU from the engine
-results captured on an H200 (vLLM 0.25.0, 6 target layers, dummy weights)."""
+"""bench.py's figures, derived step costs, projections and rendering, rebuilt on the CPU from
+engine results captured on H200s (vLLM 0.25.0, dummy weights):
+- bench-L6: 2026-11-29, 26B-A4B shapes, 6 layers, no controls (every draft rejected);
+- v11-h200x2-2026-11-30/sweep-31b: 31B shapes, 10 layers, eager compile backend, each window on
+  the agreeing model (@agree) and the random one (@random), verify/controls.py."""
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from verify import bench
+from verify import bench, bench_report
 from verify.report import FAIL, INFO, PASS, Check, render_table, verdict, write_report
 
 GPU = Path(__file__).parent / "fixtures" / "gpu"
-CAPTURED = GPU / "bench-L6"
-ENGINES = [f"{c}-{r}" for r in ("v1", "v2") for c in ("bf16", "fp8", "fp8-mtp1", "fp8-mtp2", "fp8-mtp3")]
+L6 = GPU / "bench-L6"
+ENGINES_L6 = [f"{c}-{r}" for c in ("bf16", "fp8", "fp8-mtp1", "fp8-mtp2", "fp8-mtp3") for r in ("v1", "v2")]
+V11 = GPU / "v11-h200x2-2026-11-30"
+SWEEP_ARGS = ["--recipe", "gemma-4-31b-it", "--target", "h200", "--dummy", "--shape", "31b",
+              "--layers", "10", "--configs", "stock,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3,fp8-mtp4,fp8-mtp5",
+              "--runners", "v1,v2", "--compile-backend", "eager", "--windows", "sustained,conc8",
+              "--attention-backend", "TRITON_ATTN", "--moe-config-dir", "patches/moe-configs",
+              "--profile", "spark343=0.84/0.60/0.39/0.27", "--profile", "seed87=rate@0.87"]
+SPARK343 = [0.84, 0.60, 0.39, 0.27]  # eugr/spark-vllm-docker#343, 26B-A4B NVFP4, k=4
+
+
+def _collect(tmp_path_factory, engines_dir: Path, args: list[str]):
+    out = tmp_path_factory.mktemp("bench")
+    shutil.copytree(engines_dir, out / "engines")
+    code = bench.main(args + ["--collect", "--out", str(out)])
+    return code, out, json.loads((out / "bench.json").read_text())
 
 
 @pytest.fixture(scope="module")
 def collected(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench")
-    shutil.copytree(CAPTURED / "engines", out / "engines")
-    code = bench.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy", "--layers",
-                       "6", "--collect", "--out", str(out)])
-    return code, out, json.loads((out / "bench.json").read_text())
+    return _collect(tmp_path_factory, L6 / "engines",
+                    ["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy", "--layers", "6",
+                     "--configs", "bf16,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3", "--attention-backend",
+                     "TRITON_ATTN"])
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    return _collect(tmp_path_factory, V11 / "sweep-31b", SWEEP_ARGS)
 
 
 def test_collect_rebuilds_the_gpu_report_exactly(collected):
     code, _, report = collected
-    captured = json.loads((CAPTURED / "bench.json").read_text())
+    captured = json.loads((L6 / "bench.json").read_text())
     assert code == 0
-    assert list(report["engines"]) == ENGINES
+    assert list(report["engines"]) == ENGINES_L6
     assert report["machine"] == {"device": "NVIDIA H200", "vllm": "0.25.0", "torch": "2.11.0+cu130"}
-    for name in ENGINES:
+    for name in ENGINES_L6:
         assert report["engines"][name] == captured["engines"][name], name
+
+
+def test_collect_rebuilds_the_sweep_report_exactly(sweep):
+    code, out, report = sweep
+    captured = json.loads((V11 / "sweep-31b-report" / "bench.json").read_text())
+    # k = 3..5 were cut by the call's time limit: the report says so rather than dropping them.
+    assert code == 1
+    assert report["engines"] == captured["engines"]
+    assert report["picks"] == captured["picks"]
+    table = [line for line in (out / "bench.md").read_text().splitlines() if line.startswith("|")]
+    assert table == [line for line in (V11 / "sweep-31b-report" / "bench.md").read_text().splitlines()
+                     if line.startswith("|")]
 
 
 def test_every_engine_ran_under_cuda_graphs_with_triton_moe(collected):
@@ -41,47 +74,123 @@ def test_every_engine_ran_under_cuda_graphs_with_triton_moe(collected):
         assert engine["v2_runner_log"] is name.endswith("v2")
 
 
-def test_figures_follow_their_definitions(collected):
-    for name, engine in collected[2]["engines"].items():
-        sustained = engine["figures"]["sustained"]
-        assert sustained["decode_tok_s"] == pytest.approx(1000 / sustained["tpot_ms"], rel=0.01)
-        # Wall clock includes prefill and scheduling: never faster than decode alone.
-        assert sustained["wall_tok_s"] <= sustained["decode_tok_s"] * 1.01
-        assert engine["figures"]["conc16"]["concurrency"] == 16
-        assert engine["figures"]["burst"]["concurrency"] == 1
+def test_figures_follow_their_definitions(collected, sweep):
+    for report in (collected[2], sweep[2]):
+        for name, engine in report["engines"].items():
+            for window, f in (engine["figures"] or {}).items():
+                if window == "followup":  # TTFT figures, not a decode window
+                    continue
+                assert f["decode_tok_s"] == pytest.approx(1000 / f["tpot_ms"], rel=0.01), (name, window)
+                # step cost = TPOT x tokens per step
+                assert f["step_ms"] == pytest.approx(f["tpot_ms"] * f["tokens_per_step"], rel=0.02)
+                if f["spec"]:
+                    length = f["spec"]["mean_acceptance_length"]
+                    assert f["tokens_per_step"] == pytest.approx(length, rel=0.02), (name, window)
+                if window.startswith("sustained"):
+                    # Wall clock includes prefill and scheduling: never faster than decode alone.
+                    assert f["wall_tok_s"] <= f["decode_tok_s"] * 1.01
+    assert collected[2]["engines"]["fp8-v1"]["figures"]["conc16"]["concurrency"] == 16
+    assert sweep[2]["engines"]["fp8-v1"]["figures"]["conc8@agree"]["concurrency"] == 8
 
 
-def test_speculative_engines_accept_nothing_on_dummy_weights_so_a_step_is_a_token(collected):
+def test_dummy_weights_without_controls_accept_nothing(collected):
     for name, engine in collected[2]["engines"].items():
         spec = engine["figures"]["sustained"]["spec"]
         if engine["k"] == 0:
             assert spec is None
             continue
         assert spec["accepted"] == 0 and spec["draft_tokens"] == engine["k"] * spec["drafts"]
-        assert engine["figures"]["sustained"]["step_ms"] == pytest.approx(
-            engine["figures"]["sustained"]["tpot_ms"], rel=0.02)
+        assert engine["figures"]["sustained"]["tokens_per_step"] == 1
 
 
-def test_step_cost_and_break_even(collected):
-    engines = collected[2]["engines"]
-    for name in ("fp8-mtp1-v1", "fp8-mtp3-v1", "fp8-mtp3-v2"):
-        derived = engines[name]["derived"]
-        plain = engines[derived["plain_engine"]]["figures"]["sustained"]["step_ms"]
-        ratio = engines[name]["figures"]["sustained"]["step_ms"] / plain
-        assert derived["step_cost_ratio"] == pytest.approx(ratio, abs=0.001)
-        assert derived["break_even_mean_acceptance_length"] == derived["step_cost_ratio"]
-        k = engines[name]["k"]
-        assert derived["max_speedup_all_accepted"] == pytest.approx((k + 1) / ratio, abs=0.002)
-    # The measured direction REFERENCE.md §5 reports: V2's speculative step is the cheaper one.
-    assert engines["fp8-mtp3-v2"]["derived"]["step_cost_ratio"] < engines["fp8-mtp3-v1"]["derived"]["step_cost_ratio"]
+def test_controls_accept_everything_on_the_agreeing_model_and_nothing_on_the_random_one(sweep):
+    measured = 0
+    for name, engine in sweep[2]["engines"].items():
+        for window, f in (engine["figures"] or {}).items():
+            if not engine["k"]:
+                assert f["spec"] is None
+                continue
+            spec = f["spec"]
+            if window.endswith("@agree"):
+                assert spec["accepted"] == spec["draft_tokens"] > 0, (name, window)
+                assert spec["per_position_rates"] == [1.0] * engine["k"]
+            else:
+                assert spec["accepted"] == 0 and spec["draft_tokens"] > 0, (name, window)
+                assert f["tokens_per_step"] == 1
+            measured += 1
+    # k=1 and k=2 on both runners, four windows each, and k=5 V1's first window.
+    assert measured == 17
 
 
-def test_markdown_labels_every_figure(collected):
+def test_step_cost_does_not_depend_on_acceptance_on_v2(sweep):
+    """At greedy a step verifies k+1 tokens and drafts k whatever is accepted: the agreeing and
+    the random model must cost the same per step (measured: within 0.3 % on V2)."""
+    for name in ("fp8-mtp1-v2", "fp8-mtp2-v2"):
+        derived = sweep[2]["engines"][name]["derived"]
+        assert derived["step_ms_spread"] < 0.01, name
+
+
+def test_speedups_are_ratios_from_the_same_run(sweep):
+    engines = sweep[2]["engines"]
+    for name in ("fp8-mtp1-v2", "fp8-mtp2-v2", "fp8-mtp1-v1"):
+        engine = engines[name]
+        derived = engine["derived"]
+        assert derived["plain_engine"] == f"fp8-{engine['runner']}" and derived["stock_engine"] == "stock"
+        for window, w in derived["windows"].items():
+            mine = engine["figures"][window]["decode_tok_s"]
+            plain = engines[derived["plain_engine"]]["figures"][window]["decode_tok_s"]
+            stock = engines["stock"]["figures"][window]["decode_tok_s"]
+            assert w["speedup_vs_plain"] == pytest.approx(mine / plain, abs=0.001)
+            assert w["speedup_vs_stock"] == pytest.approx(mine / stock, abs=0.001)
+    # V2's speculative step is the cheaper one (the 31B runner choice).
+    for k in (1, 2):
+        assert (engines[f"fp8-mtp{k}-v2"]["derived"]["step_cost_x_plain"]
+                < engines[f"fp8-mtp{k}-v1"]["derived"]["step_cost_x_plain"])
+
+
+def test_projection_is_mean_length_over_step_cost(sweep):
+    engines = sweep[2]["engines"]
+    stock = bench_report._decode(engines["stock"], "sustained")
+    for name, engine in engines.items():
+        projected = (engine.get("derived") or {}).get("projected") or {}
+        for profile, p in projected.items():
+            rates = SPARK343 if profile == "spark343" else 0.87
+            length = bench_report.profile_length(rates, engine["k"]) if engine["k"] else 1.0
+            assert p["mean_acceptance_length"] == pytest.approx(length, abs=0.001)
+            assert p["tok_s"] == pytest.approx(1000 * length / engine["derived"]["step_ms"], rel=1e-3)
+            assert p["speedup_vs_stock"] == pytest.approx(p["tok_s"] / stock, abs=0.002)
+    # a 4-position profile does not project k=5
+    assert "spark343" not in engines["fp8-mtp5-v1"]["derived"]["projected"]
+    assert bench_report.profile_length(SPARK343, 2) == pytest.approx(2.44)
+    assert bench_report.profile_length(0.87, 3) == pytest.approx(3.61)
+
+
+def test_the_31b_h200_recipe_states_what_the_sweep_chose(sweep):
+    from forge.recipes import load_recipe
+
+    pick = sweep[2]["picks"]["spark343"]
+    recipe = load_recipe("gemma-4-31b-it", "h200")
+    assert (pick["engine"], pick["k"], pick["runner"]) == ("fp8-mtp2-v2", 2, "v2")
+    assert recipe.speculative.num_speculative_tokens == pick["k"]
+    assert recipe.serve.model_runner == pick["runner"]
+    evidence = (Path("recipes") / "gemma-4-31b-it" / "h200.sweep.md").read_text()
+    assert f"{pick['tok_s']:.0f}" in evidence.replace("562 tok/s", "562")
+    # the recipe's step cost ratio is the measured one
+    assert recipe.thresholds.step_cost_ratio == pytest.approx(
+        sweep[2]["engines"]["fp8-mtp2-v2"]["derived"]["step_cost_x_plain"], abs=0.01)
+
+
+def test_markdown_labels_every_figure(collected, sweep):
     markdown = (collected[1] / "bench.md").read_text()
-    for name in ENGINES:
+    for name in ENGINES_L6:
         assert f"| {name} |" in markdown
-    assert "decode = 1/TPOT (decode only)" in markdown and "wall clock incl. prefill" in markdown
+    assert "decode = 1/TPOT (decode only" in markdown and "no controls: dummy weights accept no drafts" in markdown
     assert "6 target layers" in markdown and "dummy weights" in markdown
+    swept = (sweep[1] / "bench.md").read_text()
+    assert "31b shapes, 10 target layers" in swept and "@agree: full acceptance" in swept
+    assert "projected tok/s(L) = L / step cost" in swept
+    assert "| fp8-mtp3-v2 | failed: no result |" in swept
+    assert "best at profile `spark343`" in swept and "fp8-mtp2-v2 (k=2, runner v2)" in swept
 
 
 def test_plot_is_rendered_or_its_absence_explained(collected):
@@ -95,10 +204,11 @@ def test_plot_is_rendered_or_its_absence_explained(collected):
         assert (collected[1] / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_render_from_json_reproduces_the_markdown(collected, tmp_path):
-    shutil.copy(collected[1] / "bench.json", tmp_path / "bench.json")
-    assert bench.main(["--render", str(tmp_path / "bench.json")]) == 0
-    assert (tmp_path / "bench.md").read_text() == (collected[1] / "bench.md").read_text()
+def test_render_from_json_reproduces_the_markdown(collected, sweep, tmp_path):
+    for source in (collected[1], sweep[1]):
+        shutil.copy(source / "bench.json", tmp_path / "bench.json")
+        assert bench.main(["--render", str(tmp_path / "bench.json")]) == 0
+        assert (tmp_path / "bench.md").read_text() == (source / "bench.md").read_text()
 
 
 def test_failed_engine_is_reported_not_dropped(tmp_path):
@@ -112,6 +222,18 @@ def test_failed_engine_is_reported_not_dropped(tmp_path):
     assert "failed: a and b must have same reduction dim" in (tmp_path / "bench.md").read_text()
 
 
+def test_out_of_memory_behind_orphaned_engines_is_named(tmp_path):
+    """The 2026-11-30 26B wave: engines of a killed wave kept their memory; the next wave's
+    report names the CUDA out-of-memory root cause."""
+    (tmp_path / "engines").mkdir()
+    shutil.copy(V11 / "sweep-26b" / "fp8-mtp3-v1.log", tmp_path / "engines" / "fp8-mtp3-v1.log")
+    code = bench.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy", "--layers", "10",
+                       "--configs", "fp8-mtp3", "--runners", "v1", "--collect", "--out", str(tmp_path)])
+    assert code == 1
+    error = json.loads((tmp_path / "bench.json").read_text())["engines"]["fp8-mtp3-v1"]["error"]
+    assert "out of memory" in error.lower() or "not enough GPU memory" in error
+
+
 @pytest.mark.parametrize("text", ["fp16", "fp8-mtp", "bf16-mtp10", "fp8-eagle3"])
 def test_bad_config_names_are_one_line_errors(text, tmp_path, capsys):
     code = bench.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--configs", text,
@@ -119,6 +241,45 @@ def test_bad_config_names_are_one_line_errors(text, tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --configs:") and "\n" not in err
+
+
+@pytest.mark.parametrize("text, message", [
+    ("name=x,dtype=fp16", "dtype must be fp8, bf16 or auto"),
+    ("k=3", "name= is required"),
+    ("name=x,runner=v3", "runner must be v1, v2 or default"),
+    ("name=x,colour=red", "is not one of name, dtype"),
+])
+def test_bad_engine_definitions_are_one_line_errors(text, message, tmp_path, capsys):
+    code = bench.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--configs", "",
+                       "--engine", text, "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: --engine") and message in err and "\n" not in err
+
+
+def test_engine_definitions_become_engine_settings(tmp_path):
+    """What the H200 run's recipe pass asked for: stock as the release ships (its runner, no
+    attention override, no tuned MoE folder), FA4 by leaving the backend to vLLM, and a MoE
+    config folder per engine."""
+    from forge.recipes import load_recipe
+
+    args = bench.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--dummy", "--layers", "10",
+                             "--attention-backend", "TRITON_ATTN", "--moe-config-dir", "patches/moe-configs",
+                             "--out", str(tmp_path)])
+    recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
+    stock = bench.engine_spec(recipe, args, bench.parse_engine("name=stock,dtype=auto,attention=default"), tmp_path)
+    fa4 = bench.engine_spec(recipe, args, bench.parse_engine("name=f,k=3,runner=v2,attention=default"), tmp_path)
+    none = bench.engine_spec(recipe, args, bench.parse_engine("name=n,k=3,runner=v2,moe=none"), tmp_path)
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in stock["env"] and "quantization" not in stock["engine_kwargs"]
+    assert "attention_backend" not in stock["engine_kwargs"] and stock["meta"]["stock"] is True
+    assert list(Path(stock["env"]["VLLM_TUNED_CONFIG_FOLDER"]).iterdir()) == []
+    assert "attention_backend" not in fa4["engine_kwargs"] and fa4["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    assert fa4["engine_kwargs"]["speculative_config"]["num_speculative_tokens"] == 3
+    assert fa4["env"]["VLLM_TUNED_CONFIG_FOLDER"].endswith("patches/moe-configs")
+    assert none["engine_kwargs"]["attention_backend"] == "TRITON_ATTN"
+    assert none["env"]["VLLM_TUNED_CONFIG_FOLDER"] == stock["env"]["VLLM_TUNED_CONFIG_FOLDER"]
+    # --dummy: the controls plugin is installed and on the engine's path
+    plugin = Path(fa4["env"]["PYTHONPATH"].split(":")[0])
+    assert (plugin / "vllm_forge_controls-1.0.dist-info" / "entry_points.txt").exists()
 
 
 def test_smoke_report_table_and_verdict_from_the_captured_run(tmp_path):

@@ -3,6 +3,7 @@ start is a named failed check (from the worker's real log), and measuring engine
 import json
 import threading
 import time
+from pathlib import Path
 
 from verify import mtp_smoke
 from verify.engine_worker import _exclusive, _wait_for_all
@@ -26,8 +27,35 @@ def test_failed_engine_start_is_a_failed_check_with_the_root_cause(tmp_path):
     assert kwargs["speculative_config"]["num_speculative_tokens"] == 3
     assert kwargs["quantization"] == "fp8" and kwargs["disable_log_stats"] is False
     assert "enforce_eager" not in kwargs
-    assert [w["name"] for w in spec["windows"]] == ["greedy", "recipe_sampling"]
+    # --dummy: the gate runs on the agreeing model, then on the random one, on this engine
+    assert [(w["name"], w.get("control")) for w in spec["windows"]] == [
+        ("greedy_agree", "agree"), ("greedy_random", "random"), ("recipe_sampling", "agree")]
     assert spec["windows"][0]["sampling"]["temperature"] == 0.0
+    plugin_dir = spec["env"]["PYTHONPATH"].split(":")[0]
+    assert (tmp_path / "plugin" / "vllm_forge_controls-1.0.dist-info").is_dir()
+    assert plugin_dir == str((tmp_path / "plugin").resolve())
+    # the engine never ran: the controls say NOT CHECKED, not "verify is broken"
+    statuses = {c["name"]: c["status"] for c in report["checks"]}
+    assert statuses["acceptance (temperature 0)"] == "NOT CHECKED"
+    assert statuses["acceptance, random model (negative control)"] == "NOT CHECKED"
+    assert report["verify_broken"] is False
+
+
+def test_lossless_runs_a_second_engine_without_the_drafter_beside_it(tmp_path):
+    code = mtp_smoke.main(["--recipe", "gemma-4-31b-it", "--target", "h200", "--dummy", "--shape",
+                           "31b", "--layers", "4", "--centroids", "--lossless", "--out", str(tmp_path)])
+    assert code == 1
+    spec = json.loads((tmp_path / "engine.spec.json").read_text())
+    without = json.loads((tmp_path / "engine-no-draft.spec.json").read_text())
+    assert "speculative_config" not in without["engine_kwargs"]
+    assert [w["control"] for w in without["windows"]] == ["agree", "random"]
+    assert all(w["keep_token_ids"] for w in without["windows"])
+    draft = json.loads(Path(spec["engine_kwargs"]["speculative_config"]["model"], "config.json").read_text())
+    assert draft["use_ordered_embeddings"] is True and draft["backbone_hidden_size"] == 5376
+    target = json.loads(Path(spec["engine_kwargs"]["model"], "config.json").read_text())
+    assert target["hidden_size"] == 5376 and target["num_hidden_layers"] == 4
+    report = json.loads((tmp_path / "mtp_smoke.json").read_text())
+    assert report["shape"] == "31b" and report["centroids"] is True
 
 
 def test_measurements_take_turns_under_the_lock(tmp_path):
@@ -57,3 +85,40 @@ def test_barrier_waits_for_every_engine_ready_or_failed(tmp_path):
     start = time.monotonic()
     _wait_for_all(barrier)
     assert 0.5 < time.monotonic() - start < 5
+
+
+def test_a_timeout_kills_the_worker_and_the_engine_it_started(tmp_path):
+    """vLLM runs its EngineCore in a child process; killing only the worker left those children
+    holding GPU memory on the H200 (2026-11-30). Workers lead their own process group."""
+    import os
+    import subprocess
+    import sys
+
+    from verify.bench import kill_group
+
+    pid_file = tmp_path / "child.pid"
+    code = ("import subprocess, sys, time; "
+            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(60)")
+    worker = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    kill_group(worker)
+    assert worker.returncode is not None
+    deadline = time.monotonic() + 5
+    while _alive(child):
+        assert time.monotonic() < deadline, "the engine child survived its worker"
+        time.sleep(0.05)
+    assert os.getpgid(os.getpid()) != worker.pid  # the test itself was not in that group
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie (a killed orphan waits for init to reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"

@@ -2,17 +2,24 @@
 """Measure decode speed with and without the drafter, honestly labelled. Writes bench.json,
 bench.md and bench.png (matplotlib, where installed).
 
-  bench.py --recipe R [--target T] [--dummy --layers N] [--configs bf16,fp8,fp8-mtp1,...]
-           [--runners v1,v2] [--parallel] --out DIR
+  bench.py --recipe R [--target T] [--dummy --shape 26b-a4b --layers N]
+           [--configs stock,fp8,fp8-mtp1,...] [--runners v1,v2] [--engine name=..,k=..]
+           [--compile-backend eager] [--parallel --max-parallel N] [--profile NAME=p1/p2/..] --out DIR
   bench.py --recipe R --endpoint URL --burst 500 --out DIR     (a running server)
   bench.py --render DIR/bench.json                            (re-render md/png)
 
 Per engine (vllm.LLM in its own process, see engine_worker.py), batch 1 unless stated:
 burst (short replies), sustained (long generation), wall clock and decode-only (TPOT) each,
 TTFT, concurrency 8 and 16, and a follow-up turn that hits the prefix cache against a cold
-prompt of the same length. Speculative engines get their step cost against the plain engine of
-the same dtype and runner, and the break-even acceptance length. With --parallel all engines
-start at once (memory allowing) and then measure one at a time under a file lock.
+prompt of the same length (--windows picks some). With --dummy every window runs twice on one
+engine: on the agreeing model (full acceptance) and on the random one (zero acceptance), switched
+by verify/controls.py. Acceptance comes from vLLM's own counters; each speculative engine gets
+tokens per step, step cost (TPOT x tokens per step), its speedup over the plain engine of the
+same settings and over `stock` (the release's own default: its default runner and dtype, no
+drafter) of the same run, and projected tok/s at an acceptance profile (--profile) from the
+measured step cost: tok/s(L) = L / step_cost(k), L = 1 + sum of the first k per-position rates.
+With --parallel engines start together (--max-parallel at a time) and then measure one at a
+time under a file lock.
 """
 from __future__ import annotations
 
@@ -33,14 +40,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from forge.errors import ForgeError  # noqa: E402
-from verify import bench_report  # noqa: E402
-from verify.dummy_models import encode_without_tokenizer, write_dummy_models  # noqa: E402
+from verify import bench_report, controls  # noqa: E402
+from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models  # noqa: E402
 from verify.prompts import gate_prompts, load_prompts  # noqa: E402
 from verify.vllm_logs import parse_engine_log  # noqa: E402
 
 WORKER = Path(__file__).with_name("engine_worker.py")
 CONFIG = re.compile(r"^(bf16|fp8)(?:-mtp([1-9]))?$")
-DEFAULT_CONFIGS = "bf16,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3"
+DEFAULT_CONFIGS = "stock,bf16,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3"
+WINDOWS = ("burst", "sustained", "conc8", "conc16", "followup")
+ENGINE_KEYS = ("name", "dtype", "k", "runner", "attention", "moe", "compile")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -50,8 +59,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--configs", default=DEFAULT_CONFIGS,
                    help=f"comma-separated dtype[-mtpK] (default {DEFAULT_CONFIGS})")
     p.add_argument("--runners", default="v1,v2", help="model runners to measure (default v1,v2)")
-    p.add_argument("--dummy", action="store_true", help="Gemma-4-26B-A4B shapes, dummy weights")
-    p.add_argument("--layers", type=int, default=30, help="with --dummy: target layers")
+    p.add_argument("--dummy", action="store_true",
+                   help="Gemma 4 shapes, dummy weights, agreeing and random model per window")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="26b-a4b", help="with --dummy")
+    p.add_argument("--layers", type=int, help="with --dummy: target layers (default: real depth)")
+    p.add_argument("--engine", action="append", default=[],
+                   help="one more engine: name=N,dtype=fp8|bf16|auto,k=K,runner=v1|v2|default,"
+                        "attention=BACKEND|default,moe=DIR|none,compile=inductor|eager")
+    p.add_argument("--compile-backend", choices=["inductor", "eager"], default="inductor",
+                   help="vLLM's compile backend for the grid's engines (eager: no Inductor, "
+                        "piecewise and full CUDA graphs still captured; starts much faster)")
+    p.add_argument("--windows", default=",".join(WINDOWS), help=f"of {', '.join(WINDOWS)}")
+    p.add_argument("--max-parallel", type=int, default=0, help="with --parallel: engines per wave")
+    p.add_argument("--profile", action="append", default=[],
+                   help="acceptance profile NAME=p1/p2/.. (per-position rates) or NAME=rate@RATE "
+                        "(the same rate at every position): projected tok/s per engine")
     p.add_argument("--model", help="local target model path (default: the recipe's)")
     p.add_argument("--drafter", help="local drafter path (default: the recipe's)")
     p.add_argument("--parallel", action="store_true", help="start all engines at once")
@@ -81,13 +103,72 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def parse_configs(text: str) -> list[tuple[str, int]]:
+    """dtype[-mtpK] items; `stock` is ("auto", 0): the release's own default dtype."""
     configs = []
-    for item in text.split(","):
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        if item.strip() == "stock":
+            configs.append(("auto", 0))
+            continue
         match = CONFIG.match(item.strip())
         if not match:
-            raise ForgeError(f"--configs: {item!r} is not dtype[-mtpK] (e.g. bf16, fp8-mtp3)")
+            raise ForgeError(f"--configs: {item!r} is not stock or dtype[-mtpK] (e.g. bf16, fp8-mtp3)")
         configs.append((match[1], int(match[2] or 0)))
     return configs
+
+
+def parse_engine(text: str) -> dict:
+    """--engine name=fa4-k3,dtype=fp8,k=3,runner=v2,attention=default -> an engine definition."""
+    fields = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in ENGINE_KEYS:
+            raise ForgeError(f"--engine: {item!r} is not one of {', '.join(ENGINE_KEYS)} = value")
+        fields[key.strip()] = value.strip()
+    if "name" not in fields:
+        raise ForgeError(f"--engine {text!r}: name= is required")
+    engine = {"dtype": "fp8", "k": 0, "runner": "default", "attention": None, "moe": None,
+              "compile": None, **fields}
+    engine["stock"] = engine["name"] == "stock"  # the release's default: named so on purpose
+    if engine["stock"] and engine["moe"] is None:
+        engine["moe"] = "none"
+    if engine["dtype"] not in ("fp8", "bf16", "auto"):
+        raise ForgeError(f"--engine {text!r}: dtype must be fp8, bf16 or auto")
+    if engine["runner"] not in ("v1", "v2", "default"):
+        raise ForgeError(f"--engine {text!r}: runner must be v1, v2 or default")
+    try:
+        engine["k"] = int(engine["k"])
+    except ValueError as exc:
+        raise ForgeError(f"--engine {text!r}: k must be an integer") from exc
+    return engine
+
+
+def grid_engines(configs: list[tuple[str, int]], runners: list[str]) -> list[dict]:
+    engines = []
+    for dtype, k in configs:
+        if dtype == "auto":  # stock: vLLM's own runner, once
+            # stock: as the release ships, so no tuned MoE folder either
+            engines.append({"name": "stock", "dtype": "auto", "k": 0, "runner": "default",
+                            "attention": None, "moe": "none", "compile": None, "stock": True})
+            continue
+        for runner in runners:
+            engines.append({"name": bench_report.engine_name(dtype, k, runner), "dtype": dtype,
+                            "k": k, "runner": runner, "attention": None, "moe": None,
+                            "compile": None})
+    return engines
+
+
+def parse_profile(text: str) -> tuple[str, list[float] | float]:
+    name, sep, value = text.partition("=")
+    try:
+        if value.startswith("rate@"):
+            rates: list[float] | float = float(value[5:])
+        else:
+            rates = [float(v) for v in value.split("/")]
+    except ValueError as exc:
+        raise ForgeError(f"--profile {text!r}: rates must be numbers (NAME=0.84/0.6 or NAME=rate@0.87)") from exc
+    if not sep or not name:
+        raise ForgeError(f"--profile {text!r}: expected NAME=p1/p2/.. or NAME=rate@RATE")
+    return name, rates
 
 
 def parse_runners(text: str) -> list[str]:
@@ -102,6 +183,19 @@ def parse_runners(text: str) -> list[str]:
 # In-process engines
 
 def windows(args, prompts: dict) -> list[dict]:
+    """The selected windows; with --dummy each measured one twice, agreeing then random model."""
+    chosen = [w.strip() for w in args.windows.split(",")]
+    unknown = [w for w in chosen if w not in WINDOWS]
+    if unknown:
+        raise ForgeError(f"--windows: {unknown[0]!r} is not one of {', '.join(WINDOWS)}")
+    base = [w for w in _all_windows(args, prompts) if w["name"] == "warmup" or w["name"] in chosen]
+    if not args.dummy:
+        return base
+    return [w if w["name"] == "warmup" else {**w, "name": f"{w['name']}@{control}", "control": control}
+            for w in base for control in (("agree", "random") if w["name"] != "warmup" else (None,))]
+
+
+def _all_windows(args, prompts: dict) -> list[dict]:
     encode = encode_without_tokenizer if args.dummy else (lambda text: text)
     gate = [encode(text) for _, text in gate_prompts(prompts)]
     greedy = {"temperature": 0.0, "ignore_eos": args.dummy}
@@ -127,46 +221,68 @@ def _continuation(args, prompts: dict):
     return encode_without_tokenizer(text)[1:] if args.dummy else text
 
 
-def engine_spec(recipe, args, dtype: str, k: int, runner: str, out: Path) -> dict:
+def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
+    dtype, k, runner = engine["dtype"], engine["k"], engine["runner"]
     kwargs = recipe.engine_kwargs(speculative=bool(k))
     kwargs.pop("quantization", None)
     if dtype == "fp8":
         kwargs["quantization"] = "fp8"
     if k:
         kwargs["speculative_config"] = {**kwargs["speculative_config"], "num_speculative_tokens": k}
+    env = dict(recipe.env())
     if args.dummy:
-        target_dir, draft_dir = write_dummy_models(out / "models", args.layers)
+        target_dir, draft_dir = write_dummy_models(out / "models", args.layers, args.shape)
         kwargs.update(model=str(target_dir), load_format="dummy", skip_tokenizer_init=True)
         if k:
             kwargs["speculative_config"]["model"] = str(draft_dir)
+        controls.install_plugin(out / "plugin")
+        env.update(controls.engine_env((out / "plugin").resolve(), ROOT))
     if args.model:
         kwargs["model"] = args.model
     if args.drafter and k:
         kwargs["speculative_config"]["model"] = args.drafter
-    overrides = {"attention_backend": args.attention_backend,
+    attention = engine.get("attention") or args.attention_backend
+    overrides = {"attention_backend": None if attention == "default" else attention,
                  "gpu_memory_utilization": args.gpu_memory_utilization,
                  "max_model_len": args.max_model_len, "max_num_seqs": 16,
                  "kv_cache_memory_bytes": int(args.kv_cache_gib * 2**30) if args.kv_cache_gib else None}
     kwargs.update({key: v for key, v in overrides.items() if v is not None})
+    if attention == "default":
+        kwargs.pop("attention_backend", None)
+    backend = engine.get("compile") or args.compile_backend
+    if backend == "eager":
+        kwargs["compilation_config"] = {"backend": "eager"}
     kwargs["disable_log_stats"] = False
-    name = bench_report.engine_name(dtype, k, runner)
-    env = {**recipe.env(), "VLLM_USE_V2_MODEL_RUNNER": "1" if runner == "v2" else "0",
-           # Separate compile caches: engines compiling at once never share a cache entry.
-           "VLLM_CACHE_ROOT": f"/tmp/vllm-forge-bench-cache/{name}"}
-    if args.moe_config_dir:
-        env["VLLM_TUNED_CONFIG_FOLDER"] = str(Path(args.moe_config_dir).resolve())
-    return {"name": name, "env": env, "engine_kwargs": kwargs,
+    name = engine["name"]
+    # Stock runs vLLM's own default runner: the variable is left unset.
+    env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+    if runner != "default":
+        env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
+    # Separate compile caches: engines compiling at once never share a cache entry.
+    env["VLLM_CACHE_ROOT"] = f"/tmp/vllm-forge-bench-cache/{out.name}-{name}"
+    moe = engine.get("moe") or args.moe_config_dir
+    if moe == "none":
+        # An empty folder: vLLM finds no file there nor (H200) among its bundled configs.
+        (out / "moe-none").mkdir(parents=True, exist_ok=True)
+        env["VLLM_TUNED_CONFIG_FOLDER"] = str((out / "moe-none").resolve())
+    elif moe:
+        env["VLLM_TUNED_CONFIG_FOLDER"] = str(Path(moe).resolve())
+    meta = {key: engine.get(key) for key in ENGINE_KEYS}
+    meta.update(attention=attention or "default", compile=backend, moe=moe or "none",
+                stock=bool(engine.get("stock")))
+    return {"name": name, "env": env, "engine_kwargs": kwargs, "meta": meta,
             "result_file": str(out / "engines" / f"{name}.result.json")}
 
 
 def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
-                server: tuple[str, str] | None = None) -> dict[str, dict]:
+                server: tuple[str, str] | None = None, max_parallel: int = 0) -> dict[str, dict]:
     engines_dir, barrier_dir = out / "engines", out / "barrier"
     engines_dir.mkdir(parents=True, exist_ok=True)
     barrier_dir.mkdir(parents=True, exist_ok=True)
     for stale in barrier_dir.iterdir():
         stale.unlink()
-    groups = [specs] if parallel else [[s] for s in specs]
+    size = (max_parallel or len(specs)) if parallel else 1
+    groups = [specs[i:i + size] for i in range(0, len(specs), size)]
     results = {}
     for group in groups:
         procs = {}
@@ -179,7 +295,11 @@ def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
             log = open(engines_dir / f"{spec['name']}.log", "w")
             procs[spec["name"]] = (subprocess.Popen(
                 [sys.executable, str(WORKER), str(path)], stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"}), log, spec)
+                env={**os.environ, "PYTHONUNBUFFERED": "1",
+                     "PYTHONPATH": spec["env"].get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))},
+                # Own process group: a kill must take vLLM's EngineCore child too (the H200 run
+                # of 2026-11-30 left orphaned EngineCores holding 14-20 GiB each).
+                start_new_session=True), log, spec)
             print(f"[bench] started {spec['name']}", flush=True)
         _wait(procs, timeout, server)
         server = None  # only the first group waits for it
@@ -187,7 +307,7 @@ def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
             result_file = Path(spec["result_file"])
             result = json.loads(result_file.read_text()) if result_file.exists() else {}
             log_text = (engines_dir / f"{name}.log").read_text(errors="replace")
-            results[name] = {"result": result, "log": parse_engine_log(log_text)}
+            results[name] = {"result": result, "log": parse_engine_log(log_text), "log_text": log_text}
     return results
 
 
@@ -197,9 +317,10 @@ def collect_engines(specs: list[dict], out: Path) -> dict[str, dict]:
     for spec in specs:
         result_file = out / "engines" / f"{spec['name']}.result.json"
         log_file = out / "engines" / f"{spec['name']}.log"
+        log_text = log_file.read_text(errors="replace") if log_file.exists() else ""
         raw[spec["name"]] = {
             "result": json.loads(result_file.read_text()) if result_file.exists() else {},
-            "log": parse_engine_log(log_file.read_text(errors="replace") if log_file.exists() else "")}
+            "log": parse_engine_log(log_text), "log_text": log_text}
     return raw
 
 
@@ -228,10 +349,21 @@ def _wait(procs: dict, timeout: int, server: tuple[str, str] | None = None) -> N
         time.sleep(1)
     for name, (proc, log, _) in procs.items():
         if proc.poll() is None:
-            proc.kill()
+            kill_group(proc)
             print(f"[bench] {name}: killed after {timeout} s", flush=True)
         log.close()
         print(f"[bench] {name}: exit {proc.wait()}", flush=True)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill a worker and everything it started (it leads its own process group)."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _server_state(health_url: str, pid: str) -> str | None:
@@ -249,32 +381,56 @@ def _server_state(health_url: str, pid: str) -> str | None:
 
 def inprocess_report(recipe, args, out: Path) -> dict:
     configs, runners = parse_configs(args.configs), parse_runners(args.runners)
+    definitions = grid_engines(configs, runners) + [parse_engine(e) for e in args.engine]
+    names = [d["name"] for d in definitions]
+    if len(set(names)) != len(names):
+        raise ForgeError(f"engine names must be unique (got {', '.join(names)})")
     prompts = load_prompts()
     specs = []
-    for runner in runners:
-        for dtype, k in configs:
-            spec = engine_spec(recipe, args, dtype, k, runner, out)
-            spec["windows"] = windows(args, prompts)
-            specs.append(spec)
+    for definition in definitions:
+        spec = engine_spec(recipe, args, definition, out)
+        spec["windows"] = windows(args, prompts)
+        specs.append(spec)
     if args.collect:
         raw = collect_engines(specs, out)
     else:
-        raw = run_engines(specs, out, args.parallel, args.timeout, args.wait_server)
+        raw = run_engines(specs, out, args.parallel, args.timeout, args.wait_server,
+                          args.max_parallel)
     engines, machine = {}, {}
     for spec in specs:
         name = spec["name"]
-        dtype, k = CONFIG.match(name.rsplit("-", 1)[0]).groups()
         result, facts = raw[name]["result"], raw[name]["log"]
         engine = result.get("engine", {})
-        engines[name] = {"dtype": dtype, "k": int(k or 0), "runner": name.rsplit("-", 1)[1],
+        engines[name] = {**spec["meta"], "k": int(spec["meta"]["k"] or 0),
                          "init_s": engine.get("init_s"), "cudagraph_mode": engine.get("cudagraph_mode"),
                          "moe_backends": facts.moe_backends, "v2_runner_log": facts.v2_runner,
+                         "attention_log": facts_attention(raw[name].get("log_text", "")),
+                         "moe_config_log": facts.moe_config_used or (
+                             ["default (Config file not found)"] if facts.moe_config_missing else []),
                          "error": None if engine.get("started") else (facts.root_cause or result.get("error")),
+                         "window_errors": result.get("window_errors"),
                          "figures": bench_report.engine_figures(result) if engine.get("started") else None}
         if engine.get("started"):
             machine = {key: engine.get(key) for key in ("device", "vllm", "torch")}
-    bench_report.derive(engines)
-    return {"engines": engines, "machine": machine}
+    profiles = dict(parse_profile(p) for p in args.profile)
+    bench_report.derive(engines, profiles)
+    return {"engines": engines, "machine": machine, "profiles": profiles,
+            "picks": bench_report.picks(engines, profiles)}
+
+
+ATTENTION_LINE = re.compile(r"Using (?:AttentionBackendEnum\.)?(\w+) (?:attention )?backend"
+                            r"|Using FlashAttention version (\d)")
+
+
+def facts_attention(log_text: str) -> list[str]:
+    """The attention backend lines vLLM logged (e.g. 'Using FlashAttention version 4')."""
+    seen = []
+    for line in log_text.splitlines():
+        if ("attention" in line.lower() or "FlashAttention" in line) and ATTENTION_LINE.search(line):
+            text = line.split("]", 1)[-1].strip()
+            if text not in seen:
+                seen.append(text)
+    return seen[:6]
 
 
 # ------------------------------------------------------------------------------------------
@@ -328,7 +484,8 @@ def main(argv=None) -> int:
             args.target = detect_target()
         recipe = load_recipe(args.recipe, args.target)
         report = {"recipe": recipe.name, "target": recipe.target, "dummy": args.dummy,
-                  "layers": args.layers if args.dummy else "checkpoint",
+                  "shape": args.shape if args.dummy else None,
+                  "layers": (args.layers or SHAPES[args.shape]["layers"]) if args.dummy else "checkpoint",
                   "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                   "command": "verify/bench.py " + shlex.join(sys.argv[1:] if argv is None else argv),
                   "engines": {}, "machine": {}}

@@ -2,9 +2,20 @@
 
 Every figure says what it measures: "wall" is request wall clock including prefill, "decode"
 is decode-only (1 / TPOT, from the engine's first/last token timestamps), TTFT is time to first
-token. The speculative step's cost is decode time per engine step (one step per draft when
-speculating) over the plain engine's; the break-even mean acceptance length equals that ratio,
-since speedup ~= mean acceptance length / step cost ratio.
+token. Per window:
+- acceptance from vLLM's counters (deltas over the window): rate, mean length, per position;
+- tokens per step = decode tokens / engine steps (a speculative step is one draft per request);
+- step cost = decode time / steps = TPOT x tokens per step.
+Per speculative engine: speedup = its decode tok/s over the plain engine of the same settings
+(same dtype, runner, attention, MoE config, compile backend; k = 0) and over `stock` (the
+release's default runner and dtype, no drafter), all from one run; and projected tok/s at an
+acceptance profile from the measured step cost:
+
+    tok/s(L) = L / step_cost(k),   L = 1 + p_1 + ... + p_k   (p_i: per-position acceptance)
+
+Step cost at greedy does not depend on acceptance (a step verifies k+1 tokens and drafts k
+whatever is accepted); a dummy run measures it at full (agreeing model) and zero (random model)
+acceptance, and the projection uses their mean and reports their spread.
 """
 from __future__ import annotations
 
@@ -14,9 +25,7 @@ from pathlib import Path
 
 from verify.metrics import counters_from_snapshot
 
-# Acceptance the field saw on coherent prose (A100, FP8+MTP k=3: ~87%, REFERENCE.md §6), used
-# only to show what a given step cost would yield with a working drafter.
-REFERENCE_ACCEPTANCE = 0.87
+SPECIAL_WINDOWS = ("followup",)
 
 
 def window_figures(window: dict | None) -> dict | None:
@@ -28,16 +37,19 @@ def window_figures(window: dict | None) -> dict | None:
     tpots = [r["tpot_s"] for r in requests if r.get("tpot_s")]
     ttfts = [r["ttft_s"] for r in requests if r.get("ttft_s")]
     figures = {"requests": len(requests), "concurrency": window.get("concurrency", 1),
-               "tokens": tokens, "wall_s": round(wall, 3),
+               "control": window.get("control"), "tokens": tokens, "wall_s": round(wall, 3),
                "wall_tok_s": round(tokens / wall, 1) if wall else None,
                "tpot_ms": round(1000 * statistics.mean(tpots), 3) if tpots else None,
                "decode_tok_s": round(1 / statistics.mean(tpots), 1) if tpots else None,
                "ttft_ms": round(1000 * statistics.mean(ttfts), 1) if ttfts else None}
     # Decode time over engine steps: a speculative step is one draft (per request).
     decode_s = sum(r["tpot_s"] * (r["tokens"] - 1) for r in requests if r.get("tpot_s"))
+    decode_tokens = sum(r["tokens"] - 1 for r in requests if r.get("tpot_s"))
     spec = (counters_from_snapshot(window["metrics_after"])
             - counters_from_snapshot(window["metrics_before"]))
-    steps = spec.drafts if spec.drafts else sum(r["tokens"] - 1 for r in requests)
+    steps = spec.drafts if spec.drafts else decode_tokens
+    figures["steps"] = steps
+    figures["tokens_per_step"] = round(decode_tokens / steps, 3) if steps else None
     figures["step_ms"] = round(1000 * decode_s / steps, 3) if steps and decode_s else None
     figures["spec"] = spec.summary() if spec.drafts else None
     return figures
@@ -45,38 +57,101 @@ def window_figures(window: dict | None) -> dict | None:
 
 def engine_figures(result: dict) -> dict:
     windows = result.get("windows", {})
-    figures = {name: window_figures(windows.get(name))
-               for name in ("burst", "sustained", "conc8", "conc16")}
-    figures["followup"] = windows.get("followup")
+    figures = {name: window_figures(w) for name, w in windows.items()
+               if name != "warmup" and name.split("@")[0] not in SPECIAL_WINDOWS}
+    for name, w in windows.items():
+        if name.split("@")[0] in SPECIAL_WINDOWS:
+            figures[name] = w
     return figures
 
 
-def derive(engines: dict[str, dict]) -> None:
-    """Add each speculative engine's step cost against its plain counterpart (same dtype and
-    runner), the break-even acceptance length, and the speedup that follows at a reference
-    acceptance. Measured in the sustained (batch 1) window."""
+def family(engine: dict) -> tuple:
+    """Engines that differ only in k: a speculative engine's plain counterpart shares this."""
+    return tuple(engine.get(key) for key in ("dtype", "runner", "attention", "moe", "compile"))
+
+
+def profile_length(rates, k: int) -> float | None:
+    """Mean acceptance length at k draft tokens: 1 + the first k per-position rates (a single
+    rate counts at every position); None where the profile does not reach position k."""
+    if isinstance(rates, (int, float)):
+        return 1 + k * rates
+    return 1 + sum(rates[:k]) if k <= len(rates) else None
+
+
+def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
+    """Speedups over the plain engine of the same family and over stock (same window, same
+    run), step cost across the agreeing/random windows, and projections at each profile."""
+    profiles = profiles or {}
+    plains = {family(e): n for n, e in engines.items() if not e["k"] and e.get("figures")
+              and not e.get("stock")}
+    stock = next((n for n, e in engines.items() if e.get("stock") and e.get("figures")), None)
     for name, engine in engines.items():
-        k = engine["k"]
-        if not k or not engine.get("figures"):
+        figures = engine.get("figures")
+        if not figures:
             continue
-        plain = engines.get(plain_name(engine["dtype"], engine["runner"]), {})
-        spec_step = _sustained(engine, "step_ms")
-        plain_step = _sustained(plain, "step_ms")
-        if not (spec_step and plain_step):
-            continue
-        ratio = spec_step / plain_step
-        length = 1 + k * REFERENCE_ACCEPTANCE
-        engine["derived"] = {
-            "plain_engine": plain_name(engine["dtype"], engine["runner"]),
-            "step_cost_ratio": round(ratio, 3),
-            "break_even_mean_acceptance_length": round(ratio, 3),
-            "max_speedup_all_accepted": round((k + 1) / ratio, 3),
-            f"projected_speedup_at_{int(REFERENCE_ACCEPTANCE * 100)}pct_acceptance": round(length / ratio, 3)}
+        plain = plains.get(family(engine))
+        derived: dict = {"plain_engine": plain, "stock_engine": stock, "windows": {}}
+        for window, f in figures.items():
+            if not isinstance(f, dict) or "decode_tok_s" not in f:
+                continue
+            w = {}
+            for ref_name, key in ((plain, "speedup_vs_plain"), (stock, "speedup_vs_stock")):
+                ref = (engines.get(ref_name, {}).get("figures") or {}).get(window) if ref_name else None
+                if ref and ref.get("decode_tok_s") and f.get("decode_tok_s"):
+                    w[key] = round(f["decode_tok_s"] / ref["decode_tok_s"], 3)
+            derived["windows"][window] = w
+        steps = [f["step_ms"] for w, f in figures.items()
+                 if w.startswith("sustained") and isinstance(f, dict) and f.get("step_ms")]
+        if steps:
+            step = statistics.mean(steps)
+            derived["step_ms"] = round(step, 3)
+            derived["step_ms_spread"] = round((max(steps) - min(steps)) / step, 3)
+            plain_step = (engines.get(plain, {}).get("derived") or {}).get("step_ms") if plain else None
+            plain_step = plain_step or _mean_step(engines.get(plain, {}))
+            if plain_step:
+                derived["step_cost_x_plain"] = round(step / plain_step, 3)
+            stock_tok_s = _decode(engines.get(stock, {}), "sustained")
+            derived["projected"] = {}
+            for profile, rates in profiles.items():
+                length = profile_length(rates, engine["k"]) if engine["k"] else 1.0
+                if length is None:
+                    continue
+                tok_s = 1000 * length / step
+                derived["projected"][profile] = {
+                    "mean_acceptance_length": round(length, 3), "tok_s": round(tok_s, 1),
+                    "speedup_vs_stock": round(tok_s / stock_tok_s, 3) if stock_tok_s else None}
+        engine["derived"] = derived
 
 
-def _sustained(engine: dict, key: str):
-    sustained = (engine.get("figures") or {}).get("sustained") or {}
-    return sustained.get(key)
+def _mean_step(engine: dict) -> float | None:
+    steps = [f["step_ms"] for w, f in (engine.get("figures") or {}).items()
+             if w.startswith("sustained") and isinstance(f, dict) and f.get("step_ms")]
+    return statistics.mean(steps) if steps else None
+
+
+def _decode(engine: dict, base: str) -> float | None:
+    """Decode tok/s of a window family (sustained@agree/@random or plain sustained), mean."""
+    values = [f["decode_tok_s"] for w, f in (engine.get("figures") or {}).items()
+              if w.split("@")[0] == base and isinstance(f, dict) and f.get("decode_tok_s")]
+    return statistics.mean(values) if values else None
+
+
+def picks(engines: dict[str, dict], profiles: dict, compile_backend: str | None = None) -> dict:
+    """Per profile, the engine (k, runner) with the highest projected tok/s, plain included."""
+    chosen = {}
+    for profile in profiles:
+        best = None
+        for name, engine in engines.items():
+            projected = ((engine.get("derived") or {}).get("projected") or {}).get(profile)
+            if not projected or engine.get("stock") or engine.get("dtype") != "fp8":
+                continue
+            if compile_backend and engine.get("compile") != compile_backend:
+                continue
+            if best is None or projected["tok_s"] > best["tok_s"]:
+                best = {"engine": name, "k": engine["k"], "runner": engine["runner"], **projected}
+        if best:
+            chosen[profile] = best
+    return chosen
 
 
 def engine_name(dtype: str, k: int, runner: str) -> str:
@@ -98,33 +173,82 @@ def render_markdown(report: dict) -> str:
                   f"{b['latency_max_s']} s, wall {b['wall_s']} s"]
     if not report["engines"]:
         return "\n".join(lines) + "\n"
+    shape = report.get("shape") or "26b-a4b"
+    controlled = any("@" in w for e in report["engines"].values() for w in (e.get("figures") or {}))
     lines += [f"- machine: {m.get('device')}, vLLM {m.get('vllm')}, torch {m.get('torch')}",
-             f"- model: {'dummy weights, Gemma-4-26B-A4B shapes, ' if report['dummy'] else ''}"
-             f"{report['layers']} target layers"
-             + (" (dummy weights accept no drafts: a speculative run measures the cost of one "
-                "speculative step)" if report["dummy"] else ""),
-             "- wall = request wall clock incl. prefill; decode = 1/TPOT (decode only); "
-             "TTFT = time to first token; conc N = N requests at once (aggregate tok/s)", "",
-             "| engine | burst wall tok/s | burst decode tok/s | sustained wall tok/s | "
-             "sustained decode tok/s | TTFT ms | step ms | step cost x plain | break-even length | "
-             "conc 8 tok/s | conc 16 tok/s | follow-up TTFT cold / cached ms |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, engine in report["engines"].items():
-        f = engine.get("figures")
+              f"- model: {'dummy weights, ' + shape + ' shapes, ' if report['dummy'] else ''}"
+              f"{report['layers']} target layers"
+              + ("; every window runs on the agreeing model (@agree: full acceptance) and on the "
+                 "random one (@random: zero acceptance), verify/controls.py" if controlled else
+                 "; no controls: dummy weights accept no drafts" if report["dummy"] else ""),
+              "- decode = 1/TPOT (decode only, batch 1 in `sustained`); tokens/step and acceptance "
+              "from vLLM's counters; step ms = TPOT x tokens per step; speedups are ratios of "
+              "decode tok/s to the plain engine of the same settings and to `stock`, same window, "
+              "same run",
+              "- projected tok/s(L) = L / step cost, L = 1 + sum of the profile's first k "
+              "per-position rates; step cost = mean over the sustained windows", ""]
+    profiles = list(report.get("profiles") or {})
+    pair = "full / zero acc." if controlled else "as measured"
+    lines += ["| engine | runner | k | attention | compile | MoE config | init s | sustained decode "
+              f"tok/s {pair} | mean acc. length (per position) | tokens/step | step ms "
+              f"(spread) | step x plain | speedup vs plain / vs stock ({'full acc.' if controlled else 'as measured'}) "
+              f"| conc 8 decode tok/s {pair} |" + "".join(f" projected {p} tok/s (x stock) |" for p in profiles),
+              "|" + "---|" * (14 + len(profiles))]
+    for name, e in report["engines"].items():
+        f = e.get("figures")
         if not f:
-            lines.append(f"| {name} | failed: {engine.get('error') or 'no result'} |" + " |" * 10)
+            lines.append(f"| {name} | failed: {e.get('error') or 'no result'} |" + " |" * (12 + len(profiles)))
             continue
-        d = engine.get("derived", {})
-        follow = f.get("followup") or {}
-        lines.append("| " + " | ".join([
-            name, _get(f, "burst", "wall_tok_s"), _get(f, "burst", "decode_tok_s"),
-            _get(f, "sustained", "wall_tok_s"), _get(f, "sustained", "decode_tok_s"),
-            _get(f, "sustained", "ttft_ms"), _get(f, "sustained", "step_ms"),
-            _fmt(d.get("step_cost_ratio")), _fmt(d.get("break_even_mean_acceptance_length")),
-            _get(f, "conc8", "wall_tok_s"), _get(f, "conc16", "wall_tok_s"),
-            f"{_ms(follow.get('cold_ttft_s'))} / {_ms(follow.get('cached_ttft_s'))}"]) + " |")
+        d = e.get("derived") or {}
+        full, zero = _pair(f, "sustained")
+        spec = (full or {}).get("spec") or {}
+        positions = "/".join(f"{r:.2f}" for r in spec.get("per_position_rates") or [])
+        w = (d.get("windows") or {}).get(_name(f, "sustained", "agree"), {})
+        c_full, c_zero = _pair(f, "conc8")
+        row = [name, e.get("runner"), str(e.get("k")), e.get("attention") or "–",
+               e.get("compile") or "–", _short_moe(e.get("moe")), _fmt(e.get("init_s")),
+               _both(full, zero, "decode_tok_s", controlled),
+               f"{_fmt(spec.get('mean_acceptance_length'))} ({positions or '–'})",
+               _fmt((full or {}).get("tokens_per_step")),
+               f"{_fmt(d.get('step_ms'))} ({_pct(d.get('step_ms_spread'))})",
+               _fmt(d.get("step_cost_x_plain")),
+               f"{_fmt(w.get('speedup_vs_plain'))} / {_fmt(w.get('speedup_vs_stock'))}",
+               _both(c_full, c_zero, "decode_tok_s", controlled)]
+        for profile in profiles:
+            proj = (d.get("projected") or {}).get(profile)
+            row.append(f"{_fmt(proj['tok_s'])} ({_fmt(proj['speedup_vs_stock'])})" if proj else "–")
+        lines.append("| " + " | ".join(str(c) for c in row) + " |")
+    for profile, pick in (report.get("picks") or {}).items():
+        lines.append(f"\n- best at profile `{profile}` ({report['profiles'][profile]}): "
+                     f"{pick['engine']} (k={pick['k']}, runner {pick['runner']}), projected "
+                     f"{pick['tok_s']} tok/s, {pick.get('speedup_vs_stock')}x stock")
     lines += ["", f"Plot: {report.get('plot') or 'not rendered (' + report.get('plot_note', '') + ')'}"]
     return "\n".join(lines) + "\n"
+
+
+def _both(full: dict | None, zero: dict | None, key: str, controlled: bool) -> str:
+    if not controlled:
+        return _fmt((full or {}).get(key))
+    return f"{_fmt((full or {}).get(key))} / {_fmt((zero or {}).get(key))}"
+
+
+def _name(figures: dict, base: str, control: str) -> str:
+    return f"{base}@{control}" if f"{base}@{control}" in figures else base
+
+
+def _pair(figures: dict, base: str) -> tuple[dict | None, dict | None]:
+    """(full-acceptance window, zero-acceptance window); a non-dummy run has only the first."""
+    if f"{base}@agree" in figures:
+        return figures.get(f"{base}@agree"), figures.get(f"{base}@random")
+    return figures.get(base), None
+
+
+def _short_moe(moe) -> str:
+    return "–" if not moe else Path(str(moe)).name
+
+
+def _pct(value) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
 
 
 def _get(figures: dict, window: str, key: str) -> str:
@@ -144,8 +268,9 @@ def _ms(seconds) -> str:
 
 
 def render_plot(report: dict, path: Path) -> str | None:
-    """Sustained decode tok/s and step cost per engine, V1 and V2 side by side. Returns None
-    if matplotlib is not installed (the caller records that)."""
+    """Left: sustained decode tok/s per engine at full and zero acceptance. Right: step cost per
+    engine, and (when profiles are given) projected tok/s against k per runner. Returns None if
+    matplotlib is not installed (the caller records that)."""
     try:
         import matplotlib
 
@@ -153,22 +278,41 @@ def render_plot(report: dict, path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    names = [n for n, e in report["engines"].items() if e.get("figures")]
-    decode = [_sustained(report["engines"][n], "decode_tok_s") or 0 for n in names]
-    steps = [_sustained(report["engines"][n], "step_ms") or 0 for n in names]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
-    colors = ["#4c72b0" if n.endswith("v1") else "#dd8452" for n in names]
-    left.bar(names, decode, color=colors)
-    left.set_ylabel("decode tok/s (batch 1, sustained)")
-    right.bar(names, steps, color=colors)
-    right.set_ylabel("ms per engine step")
-    for axis in (left, right):
-        axis.tick_params(axis="x", rotation=45)
+    engines = {n: e for n, e in report["engines"].items() if e.get("figures")}
+    names = list(engines)
+    full = [(_pair(engines[n]["figures"], "sustained")[0] or {}).get("decode_tok_s") or 0 for n in names]
+    zero = [(_pair(engines[n]["figures"], "sustained")[1] or {}).get("decode_tok_s") or 0 for n in names]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5))
+    xs = range(len(names))
+    left.bar([x - 0.2 for x in xs], full, width=0.4, label="full acceptance (agreeing model)")
+    left.bar([x + 0.2 for x in xs], zero, width=0.4, label="zero acceptance (random model)")
+    left.set_xticks(list(xs), names, rotation=60, ha="right", fontsize=7)
+    left.set_ylabel("sustained decode tok/s (batch 1)")
+    left.legend(fontsize=7)
+    profile = next(iter(report.get("profiles") or {}), None)
+    series: dict = {}
+    for name, e in engines.items():
+        d = e.get("derived") or {}
+        key = f"{e.get('runner')}, {e.get('compile')}, {e.get('attention')}"
+        if profile and (d.get("projected") or {}).get(profile) and not e.get("stock"):
+            series.setdefault(key, []).append((e["k"], d["projected"][profile]["tok_s"]))
+    if series:
+        for key, points in sorted(series.items()):
+            points.sort()
+            right.plot([k for k, _ in points], [t for _, t in points], marker="o", label=key)
+        right.set_xlabel("k (draft tokens)")
+        right.set_ylabel(f"projected tok/s at profile {profile}")
+        right.legend(fontsize=7)
+    else:
+        steps = [(e.get("derived") or {}).get("step_ms") or 0 for e in engines.values()]
+        right.bar(names, steps)
+        right.set_ylabel("ms per engine step")
+        right.tick_params(axis="x", rotation=60)
     fig.suptitle(f"{report['recipe']} on {report['machine'].get('device')}, vLLM "
-                 f"{report['machine'].get('vllm')}, {report['layers']} layers"
-                 f"{', dummy weights' if report['dummy'] else ''} (blue V1, orange V2)")
+                 f"{report['machine'].get('vllm')}, {report.get('shape') or ''} {report['layers']} layers"
+                 f"{', dummy weights' if report['dummy'] else ''}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return str(path)
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from verify.metrics import SpecCounters
-from verify.report import INFO, NOT_CHECKED, Check, failed, passed
+from verify.report import INFO, NOT_CHECKED, PASS, Check, failed, passed
 from verify.vllm_logs import EngineLogFacts
 
 DRAFT_ARCH = "Gemma4MTPModel"
@@ -116,3 +116,37 @@ def check_lossless(with_draft: list[list[int]] | None, without: list[list[int]] 
         return failed(label, f"{len(with_draft)} vs {len(without)} outputs")
     tokens = sum(len(a) for a in with_draft)
     return passed(label, f"{len(with_draft)} prompts, {tokens} tokens identical")
+
+
+# ------------------------------------------------------------------------------------------
+# Controls: the same gate on a drafter that agrees with its target by construction (positive)
+# and on a random one (negative), in one run. A gate that fails the first or passes the second
+# is itself broken, whatever it says about a real drafter.
+
+BROKEN = "verify is broken: "
+
+
+def positive_control(gate: Check) -> Check:
+    """Keeps the gate's own name ("acceptance (temperature 0)", a required gate of every report):
+    under --dummy the acceptance gate is the one run on the agreeing model."""
+    label = gate.name
+    if gate.status == NOT_CHECKED:
+        return Check(label, NOT_CHECKED, f"agreeing model (positive control): {gate.detail}")
+    if gate.status == PASS:
+        return passed(label, f"agreeing model (positive control): {gate.detail}")
+    return failed(label, f"{BROKEN}the gate did not pass a drafter that agrees with its target "
+                         f"by construction (verify/controls.py): {gate.detail}")
+
+
+def negative_control(gate: Check) -> Check:
+    label = "acceptance, random model (negative control)"
+    if gate.status == NOT_CHECKED:
+        return Check(label, NOT_CHECKED, gate.detail)
+    if gate.failed:
+        return passed(label, f"the gate failed it, as it must: {gate.detail}")
+    return failed(label, f"{BROKEN}the gate did not fail a random drafter "
+                         f"(gate said {gate.status}): {gate.detail}")
+
+
+def controls_broken(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if c.failed and c.detail.startswith(BROKEN)]

@@ -4,9 +4,10 @@ and capture its output (vLLM's log) to a file, so a failed start is read from th
 named root cause rather than raised as a traceback in the caller.
 
 Spec (JSON): env, engine_kwargs, windows [{name, prompts, sampling, repeat, warmup,
-keep_token_ids, kind}], result_file, prometheus_dir, barrier {dir, name, count, timeout_s},
-lock_file. Prompts are strings or lists of token ids. Timed windows run under an exclusive
-flock on lock_file, after every engine of the barrier has started (or failed), so measurements
+keep_token_ids, kind, control}], result_file, prometheus_dir, barrier {dir, name, count, timeout_s},
+lock_file. A window's `control` ("agree" or "random") first switches a dummy model between
+agreeing and random target/drafter (verify/controls.py, a vLLM plugin). Prompts are strings or
+lists of token ids. Timed windows run under an exclusive flock on lock_file, after every engine of the barrier has started (or failed), so measurements
 of engines sharing one GPU never overlap each other or another engine's start-up.
 """
 from __future__ import annotations
@@ -24,6 +25,10 @@ from pathlib import Path
 def main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     os.environ.update(spec.get("env", {}))
+    # The controls plugin's dist-info must be importable here too (vLLM may fork its engine).
+    for entry in reversed(spec.get("env", {}).get("PYTHONPATH", "").split(":")):
+        if entry and entry not in sys.path:
+            sys.path.insert(0, entry)
     result: dict = {"name": spec.get("name"), "engine": {"started": False}, "windows": {}}
     result_file = Path(spec["result_file"])
     try:
@@ -70,8 +75,9 @@ def start_engine(engine_kwargs: dict):
 
 
 def run_window(llm, window: dict, spec: dict) -> dict:
+    control = set_control(llm, window.get("control"))
     if window.get("kind") == "followup":
-        return run_followup(llm, window)
+        return {**run_followup(llm, window), **control}
     from vllm import SamplingParams
 
     prompts = [_prompt(p) for p in window["prompts"]]
@@ -98,10 +104,25 @@ def run_window(llm, window: dict, spec: dict) -> dict:
         Path(prom_dir).mkdir(parents=True, exist_ok=True)
         Path(prom_dir, f"{window['name']}.before.prom").write_text(prom_before)
         Path(prom_dir, f"{window['name']}.after.prom").write_text(prometheus_text())
-    return {"wall_s": walls, "repeat": window.get("repeat", 1),
+    return {**control, "wall_s": walls, "repeat": window.get("repeat", 1),
             "concurrency": 1 if window.get("sequential") else len(prompts),
             "requests": [request_figures(o, window.get("keep_token_ids", False)) for o in outputs],
             "metrics_before": before, "metrics_after": after}
+
+
+def set_control(llm, control: str | None) -> dict:
+    """Switch the controls plugin (verify/controls.py) to the agreeing or the random model."""
+    if control is None:
+        return {}
+    if control not in ("agree", "random"):
+        raise ValueError(f"window control must be 'agree' or 'random' (got {control!r})")
+    from verify.controls import RPC_METHOD
+
+    replies = llm.collective_rpc(RPC_METHOD, args=(control == "agree",))
+    if not replies or not all(r.get("norms") for r in replies):
+        raise RuntimeError(f"controls plugin switched no final norm ({replies}): "
+                           "is it installed in the engine (PYTHONPATH, entry point)?")
+    return {"control": control, "control_reply": replies}
 
 
 def run_followup(llm, window: dict) -> dict:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -23,19 +25,28 @@ def test_gpu_and_vllm_are_present():
     assert vllm.__version__
 
 
-def test_patched_smoke_starts_under_cuda_graphs_and_gate_catches_a_collapsed_drafter(tmp_path):
+@pytest.mark.parametrize("runner, extra", [("v2", ["--lossless"]), ("v1", ["--centroids"])])
+def test_smoke_passes_the_agreeing_model_and_fails_the_random_one(tmp_path, runner, extra):
+    """One mtp_smoke --dummy run: the controls plugin makes target and drafter agree, then
+    random, on one engine; the gate must pass the first and fail the second (exit 0), on both
+    runners and with a centroid-masked drafter."""
     proc = run(["verify/mtp_smoke.py", "--recipe", "gemma-4-26b-a4b-it", "--dummy", "--layers", "6",
-                "--runner", "v1", "--attention-backend", "TRITON_ATTN", "--max-model-len", "4096",
-                "--gpu-memory-utilization", "0.4", "--out", str(tmp_path)], timeout=900)
+                "--runner", runner, "--attention-backend", "TRITON_ATTN", "--max-model-len", "4096",
+                "--gpu-memory-utilization", "0.2", "--kv-cache-gib", "2",
+                "--moe-config-dir", "patches/moe-configs", "--out", str(tmp_path), *extra], timeout=900)
     report = json.loads((tmp_path / "mtp_smoke.json").read_text())
     status = {c["name"]: c for c in report["checks"]}
     assert status["engine started"]["status"] == "PASS", status["engine started"]["detail"]
     assert status["CUDA graphs"]["status"] == "PASS"
     assert status["architectures"]["status"] == "PASS"
-    # Dummy weights: the drafter's proposals are all rejected, and the gate says so.
-    assert status["acceptance (temperature 0)"]["status"] == "FAIL"
-    assert "rejected" in status["acceptance (temperature 0)"]["detail"]
-    assert proc.returncode == 1
+    positive = status["acceptance (temperature 0)"]  # the gate, run on the agreeing model
+    negative = status["acceptance, random model (negative control)"]
+    assert positive["status"] == "PASS" and "positive control" in positive["detail"], positive
+    assert "rate 100.0%" in positive["detail"]
+    assert negative["status"] == "PASS" and "rate 0.0%" in negative["detail"], negative
+    if "--lossless" in extra:
+        assert status["lossless (greedy, draft vs none), agree model"]["status"] == "PASS"
+    assert report["verify_broken"] is False and proc.returncode == 0, proc.stdout[-3000:]
 
 
 def test_tune_moe_writes_a_vllm_named_config(tmp_path):

@@ -1,0 +1,26 @@
+"""One `requests.Session` per client, retrying transient failures with backoff.
+
+Retried: connection errors, read errors and HTTP 429 / 500 / 502 / 503 / 504, RETRIES times with
+exponential backoff (waits 0, 2, 4, 8 x BACKOFF_S: 3.5 s in all) or as long as the server's
+Retry-After says; the last answer is returned as it is, so callers report the final status code.
+Requests through one session reuse its pooled connections (HTTP keep-alive).
+"""
+from __future__ import annotations
+
+RETRIES = 4
+BACKOFF_S = 0.25
+RETRY_STATUSES = (429, 500, 502, 503, 504)
+
+
+def retrying_session():
+    import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
+    retry = Retry(total=RETRIES, backoff_factor=BACKOFF_S, status_forcelist=RETRY_STATUSES,
+                  respect_retry_after_header=True, raise_on_status=False)
+    session = requests.Session()
+    adapter = HTTPAdapter(max_retries=retry)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    return session

@@ -1,0 +1,242 @@
+"""`build.py apply` brings a dependency inside its constraint, atomically with the source patches:
+real transformers wheels from PyPI (5.15.0 breaks Gemma 4 on vLLM < 0.28, 5.14.1 does not) in a
+site-packages that also holds the real vLLM 0.25.0 tree and its dist-info."""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import signal
+import sys
+
+import pytest
+from packaging.version import Version
+
+from forge.patch_apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR, TEMP_SUFFIX
+from forge.patches import apply_series, load_series, tree_status
+from tests.fixtures_patches import snapshot, wheelhouse
+from tests.test_patch_series import run_build
+
+TARGET = "vllm/v1/spec_decode/llm_base_proposer.py"
+FIXED_LINE = b'            if share_embeddings and hasattr(self.model, "has_own_embed_tokens"):\n'
+CONSTRAINT = "transformers-gemma4-per-layer-config"
+UNREACHABLE_INDEX = "http://127.0.0.1:9/simple/"     # discard port: nothing listens
+
+
+def transformers_in(site) -> str | None:
+    found = [d.version for d in importlib.metadata.distributions(path=[str(site)])
+             if d.metadata["Name"] == "transformers"]
+    assert len(found) <= 1, f"two transformers dist-infos in {site}: {found}"
+    return found[0] if found else None
+
+
+def newest_below_5_15() -> str:
+    """What apply must pick from PyPI: the newest transformers within <5.15 and vLLM 0.25.0's
+    own >=5.5.3 (5.14.1 when this was written)."""
+    from packaging.specifiers import SpecifierSet
+
+    from forge import pypi
+
+    return str(max(SpecifierSet("<5.15,>=5.5.3").filter(pypi.published_versions("transformers"))))
+
+
+def leftovers(site) -> list[str]:
+    return sorted(str(p.relative_to(site)) for p in site.rglob("*")
+                  if p.name.endswith(TEMP_SUFFIX) or "vllm-forge" in p.name)
+
+
+def test_apply_pins_transformers_with_the_source_patch_and_revert_restores_5_15_0(
+        site_with_transformers):
+    site = site_with_transformers("0.25.0", "5.15.0")
+    original = snapshot(site)
+    newest = newest_below_5_15()
+    result = run_build("apply", "--site-packages", str(site), "--vllm", "0.25.0")
+    assert result.returncode == 0, result.stderr
+    assert transformers_in(site) == newest
+    assert FIXED_LINE in (site / TARGET).read_bytes()
+    assert f"transformers 5.15.0 -> {newest} (pinned =={newest}: constraint <5.15" in result.stdout
+    assert "vLLM requires transformers>=5.5.3" in result.stdout
+    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    assert record["applied"] == ["gemma4-mtp-share-embeddings", CONSTRAINT]
+    [entry] = record["dependencies"]
+    assert (entry["package"], entry["specifier"], entry["previous"], entry["installed"]) == \
+        ("transformers", "<5.15", "5.15.0", newest)
+    assert entry["pip"].endswith(f"transformers=={newest}")
+    assert not (site / "transformers-5.15.0.dist-info").exists()
+    after = {s.id: s.status for s in tree_status(load_series(), site, Version("0.25.0"),
+                                                 install_path=[str(site)])}
+    assert after[CONSTRAINT] == "satisfied"
+    again = run_build("apply", "--site-packages", str(site))
+    assert "already carries this patch series" in again.stdout
+    reverted = run_build("apply", "--site-packages", str(site), "--revert")
+    assert reverted.returncode == 0, reverted.stderr
+    assert f"transformers {newest} -> 5.15.0 (restored)" in reverted.stdout
+    assert snapshot(site) == original
+    assert transformers_in(site) == "5.15.0"
+    assert leftovers(site) == []
+
+
+def test_a_satisfied_constraint_is_left_alone_and_shown_as_satisfied(site_with_transformers):
+    site = site_with_transformers("0.25.0", "5.14.1")
+    result = run_build("apply", "--site-packages", str(site))
+    assert result.returncode == 0, result.stderr
+    row = next(line for line in result.stdout.splitlines() if CONSTRAINT in line)
+    assert row.split()[1] == "satisfied" and "transformers 5.14.1 satisfies <5.15" in row
+    assert transformers_in(site) == "5.14.1"
+
+
+def test_offline_is_refused_before_anything_changes_naming_the_pip_command(site_with_transformers):
+    site = site_with_transformers("0.25.0", "5.15.0")
+    original = snapshot(site)
+    # --offline pins what the cached PyPI index says is newest; an index never read before
+    # leaves the choice to pip within both specifiers.
+    for args, env, why, requirement in (
+            (["--offline"], {}, "--offline", f"transformers=={newest_below_5_15()}"),
+            ([], {"VLLM_FORGE_PYPI": UNREACHABLE_INDEX},
+             f"the package index {UNREACHABLE_INDEX} does not answer", "'transformers<5.15,>=5.5.3'")):
+        result = run_build("apply", "--site-packages", str(site), *args, **env)
+        assert result.returncode == 2
+        assert result.stderr.count("\n") == 1
+        assert f"transformers must be brought inside <5.15,>=5.5.3 but {why}; nothing changed" \
+            in result.stderr
+        command = (f"{sys.executable} -m pip install --no-deps --target {site} --upgrade "
+                   f"{requirement}")
+        assert f"Run `{command}` where the index answers, or pass --find-links DIR" in result.stderr
+        assert snapshot(site) == original and leftovers(site) == []
+
+
+def test_find_links_applies_without_any_index(site_with_transformers):
+    site = site_with_transformers("0.25.0", "5.15.0")
+    original = snapshot(site)
+    result = run_build("apply", "--site-packages", str(site), "--offline", "--find-links",
+                       str(wheelhouse()), VLLM_FORGE_PYPI=UNREACHABLE_INDEX)
+    assert result.returncode == 0, result.stderr
+    assert transformers_in(site) == "5.14.1"
+    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    assert f"--no-index --find-links {wheelhouse()}" in record["dependencies"][0]["pip"]
+    # Revert needs no network at all: the previous version comes from the record's originals.
+    assert run_build("apply", "--site-packages", str(site), "--revert",
+                     VLLM_FORGE_PYPI=UNREACHABLE_INDEX).returncode == 0
+    assert snapshot(site) == original
+
+
+def test_a_wheelhouse_without_a_fitting_version_or_with_a_broken_wheel_changes_nothing(
+        site_with_transformers, tmp_path):
+    site = site_with_transformers("0.25.0", "5.15.0")
+    original = snapshot(site)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run_build("apply", "--site-packages", str(site), "--find-links", str(empty))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert f"no version of transformers in --find-links {empty} satisfies <5.15,>=5.5.3" \
+        in result.stderr
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "transformers-5.14.1-py3-none-any.whl").write_bytes(b"not a zip file")
+    result = run_build("apply", "--site-packages", str(site), "--find-links", str(broken))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "pip could not fetch transformers==5.14.1" in result.stderr
+    assert result.stderr.rstrip().endswith("nothing changed")
+    assert snapshot(site) == original and leftovers(site) == []
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 40])
+def test_a_failure_anywhere_in_apply_restores_everything_byte_for_byte(site_with_transformers,
+                                                                       steps):
+    """Steps: 1 marks the record applying, then the patched vLLM file and transformers' files
+    one by one: 40 fails in the middle of the dependency."""
+    site = site_with_transformers("0.25.0", "5.15.0")
+    original = snapshot(site)
+    result = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()),
+                       **{FAIL_AFTER_ENV: str(steps)})
+    assert result.returncode == 2, result.stdout
+    assert f"rolled back {steps} step(s), nothing changed" in result.stderr
+    assert snapshot(site) == original and leftovers(site) == []
+    assert transformers_in(site) == "5.15.0"
+
+
+def test_a_kill_mid_apply_leaves_temp_files_the_next_run_removes(site_with_transformers):
+    site = site_with_transformers("0.25.0", "5.15.0")
+    original = snapshot(site)
+    killed = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()),
+                       **{KILL_AFTER_ENV: "40"})
+    assert killed.returncode == -signal.SIGKILL
+    temps = [p for p in site.rglob(f"*{TEMP_SUFFIX}")]
+    assert len(temps) > 100          # transformers' staged files that were never put in place
+    again = run_build("apply", "--site-packages", str(site))
+    assert again.returncode == 2 and "an earlier apply was interrupted" in again.stderr
+    assert list(site.rglob(f"*{TEMP_SUFFIX}")) == []
+    reverted = run_build("apply", "--site-packages", str(site), "--revert")
+    assert reverted.returncode == 0, reverted.stderr
+    assert snapshot(site) == original and leftovers(site) == []
+
+
+def test_a_kill_before_any_file_changed_is_cleaned_up_and_apply_proceeds(site_with_transformers):
+    site = site_with_transformers("0.25.0", "5.15.0")
+    killed = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()),
+                       **{KILL_AFTER_ENV: "0"})
+    assert killed.returncode == -signal.SIGKILL
+    assert list(site.rglob(f"*{TEMP_SUFFIX}")) and (site / "vllm" / RECORD_DIR).is_dir()
+    assert transformers_in(site) == "5.15.0"
+    again = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()))
+    assert again.returncode == 0, again.stderr
+    assert list(site.rglob(f"*{TEMP_SUFFIX}")) == [] and transformers_in(site) == "5.14.1"
+
+
+def test_a_failed_apply_creates_no_moe_config_dir_and_revert_removes_the_one_it_made(vllm_site,
+                                                                                   tmp_path):
+    site = vllm_site("0.25.0")
+    moe_dir = tmp_path / "new" / "moe-configs"
+    failed = run_build("apply", "--site-packages", str(site), "--moe-config-dir", str(moe_dir),
+                       **{FAIL_AFTER_ENV: "2"})
+    assert failed.returncode == 2 and "rolled back 2 step(s)" in failed.stderr
+    assert not (tmp_path / "new").exists()
+    report = apply_series(site_packages=site, moe_config_dir=moe_dir)
+    assert len(list(moe_dir.iterdir())) == 2 and len(report.applied) == 3
+    apply_series(site_packages=site, revert=True)
+    assert not (tmp_path / "new").exists()
+
+
+def test_pin_installs_exactly_that_version_and_refuses_one_outside_the_constraint(
+        site_with_transformers):
+    """An image build passes the version its plan chose (--pin); apply installs exactly it."""
+    site = site_with_transformers("0.25.0", "5.15.0")
+    original = snapshot(site)
+    for pin, message in (("transformers==5.15.0",
+                          "--pin transformers==5.15.0: outside <5.15,>=5.5.3"),
+                         ("transformers>=5", "--pin transformers>=5: must be PACKAGE==VERSION")):
+        refused = run_build("apply", "--site-packages", str(site), "--pin", pin)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+        assert message in refused.stderr
+    missing = run_build("apply", "--site-packages", str(site), "--pin", "transformers==5.13.0",
+                        "--find-links", str(wheelhouse()))
+    assert missing.returncode == 2
+    assert f"no version of transformers in --find-links {wheelhouse()} satisfies ==5.13.0" \
+        in missing.stderr
+    assert snapshot(site) == original
+    pinned = run_build("apply", "--site-packages", str(site), "--pin", "transformers==5.14.0")
+    assert pinned.returncode == 0, pinned.stderr      # fetched from PyPI itself
+    assert transformers_in(site) == "5.14.0"
+    assert "transformers 5.15.0 -> 5.14.0 (pinned ==5.14.0" in pinned.stdout
+    assert run_build("apply", "--site-packages", str(site), "--revert").returncode == 0
+    assert snapshot(site) == original
+
+
+def test_a_pin_holds_an_image_to_its_planned_version_even_where_the_base_satisfies_it(
+        site_with_transformers):
+    """The image's label names the pinned version: a base whose version satisfies the constraint
+    but differs from the pin gets the pin too; one that holds the pin is left alone."""
+    site = site_with_transformers("0.25.0", "5.14.1")
+    original = snapshot(site)
+    same = run_build("apply", "--site-packages", str(site), "--pin", "transformers==5.14.1")
+    assert same.returncode == 0, same.stderr
+    assert "applied 1 patch(es)" in same.stdout and " -> " not in same.stdout   # source only
+    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    assert record["dependencies"] == [] and transformers_in(site) == "5.14.1"
+    assert run_build("apply", "--site-packages", str(site), "--revert").returncode == 0
+    assert snapshot(site) == original
+    other = run_build("apply", "--site-packages", str(site), "--pin", "transformers==5.14.0")
+    assert other.returncode == 0, other.stderr
+    assert "transformers 5.14.1 -> 5.14.0 (pinned ==5.14.0" in other.stdout
+    assert transformers_in(site) == "5.14.0"
+    assert run_build("apply", "--site-packages", str(site), "--revert").returncode == 0
+    assert snapshot(site) == original

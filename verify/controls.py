@@ -1,0 +1,129 @@
+"""Positive and negative controls for the acceptance gate, as a vLLM general plugin.
+
+Dummy weights make the target and the drafter disagree: a gate run on them has only ever been
+seen failing. This plugin makes them agree, without changing any vLLM code path under test:
+
+- It wraps `DummyModelLoader.load_weights` (vLLM's `load_format="dummy"`): after vLLM's own
+  dummy init it records every final RMSNorm (`model.norm`: Gemma4ForCausalLM's and Gemma4MTP's)
+  of the model just loaded. Gemma 4's RMSNorm multiplies by its weight (no 1 + w offset), so a
+  zero weight makes the final hidden state zero, the logits zero (final soft-capping keeps 0 at
+  0) and greedy decoding pick token 0 in target and drafter alike: every draft is accepted.
+- Centroid-masked drafters (`use_ordered_embeddings: true`, gemma4_mtp.py's
+  Gemma4MTPMaskedEmbedder): the drafter scores only the tokens of its top-32 centroids, listed
+  by the integer buffer `token_ordering`. vLLM's dummy init fills floating-point tensors only
+  (weight_utils.initialize_single_dummy_weight returns early for integer ones on CUDA), so that
+  buffer is left as `torch.empty` garbage: indices out of range. The plugin sets it to a valid
+  ordering (arange: centroid c owns tokens c*128 .. c*128+127). With a zero hidden state every
+  centroid scores 0, and which centroids torch.topk returns first among ties is not specified,
+  so the drafter's pick would be the first token of an arbitrary centroid, not token 0. For
+  the agreeing control the plugin therefore puts token 0 at the head of every centroid's list
+  (the draft's argmax over equal scores is the first listed token: token 0, as the target's);
+  the random control restores the arange ordering. A real checkpoint's ordering is never
+  touched (only the dummy loader is wrapped).
+- Agreement is a switch, not a load-time choice: `set_agreement(True/False)` zeroes or restores
+  the recorded weights in place (CUDA graphs replay the same storage), so one engine serves the
+  agreeing and the random model. The plugin adds the method `forge_set_agreement` to vLLM's
+  worker base class, called through `LLM.collective_rpc("forge_set_agreement", args=(on,))`;
+  V1 and V2 runners run in that worker. The initial state is $VLLM_FORGE_CONTROL ("agree" or
+  "random", default "random").
+
+vLLM loads general plugins (entry point group `vllm.general_plugins`) in every process it starts.
+`install_plugin(dir)` writes the dist-info that declares the entry point; put that dir and the
+repository root on PYTHONPATH of the engine process (verify does this for --dummy runs).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENTRY_POINT_GROUP = "vllm.general_plugins"
+PLUGIN_NAME = "vllm_forge_controls"
+DIST_NAME = "vllm_forge_controls-1.0"
+ENV_INITIAL = "VLLM_FORGE_CONTROL"
+RPC_METHOD = "forge_set_agreement"
+# (module, original weight clone) for every final norm; (buffer, valid ordering) per drafter.
+_NORMS: list = []
+_ORDERINGS: list = []
+_STATE = {"agree": False}
+
+
+def install_plugin(directory: Path | str) -> Path:
+    """Write the dist-info that makes importlib.metadata (and so vLLM) find this plugin."""
+    dist_info = Path(directory) / f"{DIST_NAME}.dist-info"
+    dist_info.mkdir(parents=True, exist_ok=True)
+    (dist_info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {PLUGIN_NAME}\nVersion: 1.0\n"
+        "Summary: vllm-forge verify controls (agreeing / random dummy models)\n")
+    (dist_info / "entry_points.txt").write_text(
+        f"[{ENTRY_POINT_GROUP}]\n{PLUGIN_NAME} = verify.controls:register\n")
+    (dist_info / "top_level.txt").write_text("verify\n")
+    return dist_info
+
+
+def engine_env(plugin_dir: Path | str, repo_root: Path | str, initial: str = "random") -> dict:
+    """Environment for an engine process that loads the plugin."""
+    path = [str(plugin_dir), str(repo_root)] + [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+    return {"PYTHONPATH": ":".join(path), ENV_INITIAL: initial}
+
+
+def final_norm_names(module_names: list[str]) -> list[str]:
+    """The final RMSNorm(s) among a model's submodule names: `model.norm` at any nesting depth
+    (Gemma4ForCausalLM: model.norm; Gemma4MTP: model.norm; multimodal: language_model.model.norm),
+    never a decoder layer's own norms."""
+    return [n for n in module_names
+            if (n == "model.norm" or n.endswith(".model.norm")) and ".layers." not in f".{n}."]
+
+
+def register() -> None:
+    """vLLM's general-plugin hook: runs once per process, before any model is loaded."""
+    from vllm.model_executor.model_loader.dummy_loader import DummyModelLoader
+
+    if not getattr(DummyModelLoader.load_weights, "_forge_controls", False):
+        original = DummyModelLoader.load_weights
+
+        def load_weights(self, model, model_config):
+            original(self, model, model_config)
+            _record(model)
+
+        load_weights._forge_controls = True
+        DummyModelLoader.load_weights = load_weights
+    try:
+        from vllm.v1.worker.worker_base import WorkerBase
+    except ImportError:  # pragma: no cover (older layout)
+        return
+    if not hasattr(WorkerBase, RPC_METHOD):
+        setattr(WorkerBase, RPC_METHOD, lambda self, on: set_agreement(bool(on)))
+
+
+def _record(model) -> None:
+    import torch
+
+    modules = dict(model.named_modules())
+    for name in final_norm_names(list(modules)):
+        weight = getattr(modules[name], "weight", None)
+        if weight is not None:
+            _NORMS.append((weight, weight.detach().clone()))
+    for module in modules.values():
+        ordering = getattr(module, "token_ordering", None)
+        if isinstance(ordering, torch.Tensor) and not ordering.is_floating_point():
+            valid = torch.arange(ordering.numel(), dtype=ordering.dtype, device=ordering.device)
+            with torch.no_grad():
+                ordering.copy_(valid)
+            per_centroid = ordering.numel() // module.num_centroids
+            _ORDERINGS.append((ordering, valid, per_centroid))
+    set_agreement(os.environ.get(ENV_INITIAL, "random") == "agree")
+
+
+def set_agreement(on: bool) -> dict:
+    """Zero (on) or restore (off) every recorded final norm; return what was switched."""
+    import torch
+
+    with torch.no_grad():
+        for weight, original in _NORMS:
+            weight.copy_(torch.zeros_like(original) if on else original)
+        for ordering, valid, per_centroid in _ORDERINGS:
+            ordering.copy_(valid)
+            if on:
+                ordering[::per_centroid] = 0  # token 0 heads every centroid's list
+    _STATE["agree"] = on
+    return {"agree": on, "norms": len(_NORMS), "orderings": len(_ORDERINGS)}
