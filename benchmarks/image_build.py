@@ -67,23 +67,32 @@ def forge(root: Path, env: dict, *args: str) -> tuple[float, subprocess.Complete
     return elapsed, result
 
 
+STEP = re.compile(r"^#(\d+) \[(?:[^\]]+ )?(\d+)/\d+\] (.*)$")
+
+
 def steps(output: str) -> tuple[list[str], list[str]]:
-    """(cached, rebuilt) Dockerfile instructions from the classic builder's progress."""
-    cached, rebuilt, after_from = [], [], False
-    for block in re.split(r"(?m)^Step \d+/\d+ : ", output)[1:]:
-        instruction = block.splitlines()[0][:60]
-        if not after_from:  # `ARG BASE_IMAGE` and `FROM` make no layer of ours
-            after_from = instruction.startswith("FROM")
-            continue
-        (cached if "---> Using cache" in block else rebuilt).append(instruction)
+    """(cached, rebuilt) Dockerfile instructions from BuildKit's plain progress (`#7 [3/9] COPY ...`,
+    then `#7 CACHED` when it came from the cache)."""
+    instructions, cached_ids = {}, set()
+    for line in output.splitlines():
+        match = STEP.match(line)
+        if match and match.group(2) != "1":  # [1/N] is the FROM: no layer of ours
+            instructions.setdefault(match.group(1), match.group(3)[:60])
+        elif line.endswith(" CACHED"):
+            cached_ids.add(line.split()[0].lstrip("#"))
+    cached = [text for step, text in instructions.items() if step in cached_ids]
+    rebuilt = [text for step, text in instructions.items() if step not in cached_ids]
     return cached, rebuilt
 
 
-def remove_forge_images(client, target: str | None = None) -> None:
-    # Removing the images forge built on the base removes their parent layers: a cold forge build.
+def remove_forge_images(client, repository: str, target: str | None = None) -> None:
+    # A cold forge build: none of this run's images and no BuildKit cache (the base stays pulled).
+    # Only this run's repository is touched; the build cache is the engine's, so other builds on
+    # it run cold once too (slower, never wrong).
     label = f"io.vllm-forge.target={target}" if target else "io.vllm-forge.target"
-    for image in client.images.list(filters={"label": label}):
+    for image in client.images.list(name=repository, filters={"label": label}):
         client.images.remove(image.id, force=True)
+    client.api.prune_builds()
 
 
 def machine() -> str:
@@ -117,7 +126,7 @@ def main() -> int:
             rows.append(("--plan (warm cache + lock, no engine, dead proxy), median of 5",
                          "gb10", statistics.median(plans), "-"))
             for target in ("a100", "gb10"):
-                remove_forge_images(client, target)
+                remove_forge_images(client, env["VLLM_FORGE_REPOSITORY"], target)
                 cold, out = forge(root, env, "--target", target, "--vllm", VERSION)
                 rows.append(("build, base cached, no forge layer cached", target, cold,
                              f"{len(steps(out.stdout)[0])} cached, {len(steps(out.stdout)[1])} run"))
@@ -131,7 +140,7 @@ def main() -> int:
                 first = rebuilt[0] if rebuilt else "-"
                 rows.append(("rebuild after changing one patch", target, changed,
                              f"{len(cached)} cached, {len(rebuilt)} run from `{first}`"))
-            remove_forge_images(client)
+            remove_forge_images(client, env["VLLM_FORGE_REPOSITORY"])
     finally:
         infra.forget_registry_images(client, registry)
         registry.stop()
@@ -142,17 +151,16 @@ def main() -> int:
         "# Image build timings",
         "",
         f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `python benchmarks/image_build.py` on "
-        f"{machine()}; Docker engine {engine['Version']} (classic builder through the Docker SDK), "
+        f"{machine()}; Docker engine {engine['Version']} (BuildKit through `docker buildx bake --load`), "
         f"local docker-registry; stand-in base = Debian bookworm + vLLM {VERSION}'s real package tree "
         "(already pulled); arm64 runs under qemu-user-static. Other jobs shared the 2 cores.",
         "",
         "| what | target | seconds | steps |",
         "|---|---|---|---|",
     ] + [f"| {what} | {target} | {seconds:.2f} | {detail} |" for what, target, seconds, detail in rows]
-    lines += ["", "The classic builder turns each label into a step of its own; they rerun whenever the "
-              "context hash (a label) changes. After a patch edit the build reuses every layer up to "
-              "`COPY patches/` (tools, verify, recipes) and runs that step, the apply step, the record "
-              "and the label steps. The forge layers are the same few MB over upstream's real multi-GB "
+    lines += ["", "BuildKit sets the labels in the image config (no step of their own). After a patch "
+              "edit the build reuses every layer up to `COPY patches/` (tools, verify, recipes) and "
+              "runs that step, the apply step and the record. The forge layers are the same few MB over upstream's real multi-GB "
               "base, so our steps should cost about the same there (not measured: no registry serves "
               "it here); pulling the base is not part of these figures."]
     text = "\n".join(lines) + "\n"

@@ -2,9 +2,13 @@
 builder with native amd64 and arm64 nodes builds them all in parallel, with SBOM and provenance
 attestations.
 
-Each target gets the same reproducible context `build.py` would send (forge/context.py), unpacked
-under build-context/<target>/ (git-ignored), and the same build args, tags and labels. Run the bake
-from the repository root: `docker buildx bake -f docker-bake.json [--push]`.
+Each target gets the reproducible context of forge/context.py, unpacked under
+build-context/<target>/ (git-ignored), and the plan's build args, tags and labels. Run the bake
+from the directory the file is in: `docker buildx bake -f docker-bake.json [--push]`.
+
+This is the one build definition: `python build.py --target T --vllm V` writes the same file (for
+its one target, in a temporary directory) and runs `docker buildx bake` on it (forge/build.py), so
+a local build and a release build are the same BuildKit build of the same inputs.
 
 Attestations need a builder that can store them: BuildKit's docker-container driver, or Docker
 Engine 26+ with the containerd image store. The plain docker driver (Debian 12's docker.io 20.10,
@@ -73,14 +77,9 @@ def _unpack(plan: Plan, directory: Path) -> None:
         extract_safely(archive, directory)
 
 
-def cmd_bake(args) -> int:
-    targets = load_targets()
-    names = args.target or sorted(targets)
-    # Resolves (and so refuses) everything before writing anything. A bake file pins each base by
-    # digest, so an unlocked base has no way around the lock here.
-    plans = [resolve_plan(name, args.vllm, repository=args.repository, lock_path=args.lock,
-                          unlocked_flag=None) for name in names]
-    output = Path(args.output).resolve()
+def write_bake(plans: list[Plan], output: Path, attest: bool = True) -> Path:
+    """Unpack each plan's context under build-context/<target>/ beside `output` and write the bake
+    file there (context paths relative to that directory); returns `output`."""
     root = output.parent
     context_dirs = {}
     for plan in plans:
@@ -88,10 +87,21 @@ def cmd_bake(args) -> int:
         _unpack(plan, directory)
         context_dirs[plan.target.name] = str(directory.relative_to(root))
     try:
-        output.write_text(json.dumps(bake_file(plans, context_dirs, not args.no_attest), indent=2)
-                          + "\n")
+        output.write_text(json.dumps(bake_file(plans, context_dirs, attest), indent=2) + "\n")
     except OSError as exc:
         raise ForgeError(f"{output}: cannot write: {exc.strerror}") from exc
+    return output
+
+
+def cmd_bake(args) -> int:
+    targets = load_targets()
+    names = args.target or sorted(targets)
+    # Resolves (and so refuses) everything before writing anything. A bake file pins each base by
+    # digest, so an unlocked base has no way around the lock here.
+    plans = [resolve_plan(name, args.vllm, repository=args.repository, lock_path=args.lock,
+                          unlocked_flag=None) for name in names]
+    output = write_bake(plans, Path(args.output).resolve(), attest=not args.no_attest)
+    root = output.parent
     for plan in plans:
         print(f"{plan.target.name:<6} {plan.target.platform:<12} {plan.tags[0]}")
     print(f"wrote {output} (run from {root}: docker buildx bake -f {output.name} --push)")

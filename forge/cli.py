@@ -40,6 +40,9 @@ def _add_build(commands) -> None:
     p.add_argument("--base-image", help="override the target's base image tag (repo:tag)")
     p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
     p.add_argument("--json", action="store_true", help="with --plan: print the plan as JSON")
+    p.add_argument("--no-attest", action="store_true",
+                   help="no SBOM/provenance attestations (default: on where the engine's image "
+                        "store keeps them, i.e. the containerd image store)")
     p.set_defaults(handler="forge.build:cmd_build")
 
 

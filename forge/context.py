@@ -1,9 +1,16 @@
 """The Docker build context: exactly the files the image needs, packed into a byte-reproducible tar.
 
 Same commit + same lock -> same tar bytes -> same context hash: entries are sorted, owned by 0:0,
-with normalized modes and every mtime set to SOURCE_DATE_EPOCH (the commit time). The files are the
-ones git knows about (tracked, or untracked and not ignored) under CONTEXT_PATHS, so caches and
-build outputs never leak into an image.
+with normalized modes and every mtime set to SOURCE_DATE_EPOCH (the commit time), to the second.
+The files are the ones git knows about (tracked, or untracked and not ignored) under CONTEXT_PATHS,
+so caches and build outputs never leak into an image.
+
+A file's mtime carries a fraction of a second taken from its content (file_mtime): BuildKit sends a
+context to the builder incrementally and takes a file whose size and mtime it has seen before for
+unchanged, whichever directory it comes from, so two same-size versions of a file (an uncommitted
+edit, a build record naming another revision) would otherwise build from the stale one (seen
+2026-11-30 on Docker 20.10.24 + buildx 0.13.1: tests/test_images_build.py::
+test_a_same_size_edit_reaches_the_image fails with whole-second mtimes).
 """
 from __future__ import annotations
 
@@ -73,9 +80,16 @@ def context_files(root: Path = REPO_ROOT) -> list[str]:
                   and not n.endswith(".pyc"))
 
 
+def file_mtime(data: bytes, epoch: int) -> float:
+    """SOURCE_DATE_EPOCH plus a fraction of a second (whole microseconds) from the content's sha256:
+    the same for the same bytes, different (but for one chance in a million) for other bytes."""
+    micros = int.from_bytes(hashlib.sha256(data).digest()[:8], "big") % 1_000_000
+    return epoch + micros / 1_000_000
+
+
 def _add(archive: tarfile.TarFile, name: str, data: bytes, mode: int, epoch: int) -> None:
     info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime = len(data), mode, epoch
+    info.size, info.mode, info.mtime = len(data), mode, file_mtime(data, epoch)
     info.uid = info.gid = 0
     info.uname = info.gname = ""
     archive.addfile(info, io.BytesIO(data))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from forge import context
@@ -35,9 +35,6 @@ class Plan:
     moe_configs: list[str]
     repository: str
     source: context.Source
-    # The platform's own manifest inside the locked index, found at build time: the classic builder
-    # would otherwise reuse whichever platform it pulled first for the index digest.
-    platform_digest: str | None = None
     record: dict = field(default_factory=dict)
     labels: dict = field(default_factory=dict)
     context_bytes: bytes = field(default=b"", repr=False)
@@ -72,7 +69,9 @@ class Plan:
 
     @property
     def from_image(self) -> str:
-        return f"{self.base.repo}@{self.platform_digest or self.base_digest}"
+        """The base by its locked digest (a multi-platform index): BuildKit picks the target's
+        platform inside it, the same way for `build.py` and for `docker buildx bake`."""
+        return f"{self.base.repo}@{self.base_digest}"
 
     def build_args(self) -> dict[str, str]:
         return {"BASE_IMAGE": self.from_image, "VLLM_VERSION": self.vllm,
@@ -258,6 +257,12 @@ def _override(ref: str) -> BaseImage:
     return BaseImage(repo, tag)
 
 
+def pin_base(plan: Plan, digest: str) -> Plan:
+    """A new, finished plan of an unlocked base (`--allow-unlocked`) pinned to `digest`, the one
+    the registry names now; the plan it came from stays as it was."""
+    return finish(replace(plan, base_digest=digest))
+
+
 def finish(plan: Plan) -> Plan:
     """Record, context and labels: needs the base digest (locked, or resolved at build time)."""
     target = plan.target
@@ -334,8 +339,6 @@ def format_plan(plan: Plan) -> str:
     lines = [f"plan: vLLM {plan.vllm} for {t.name} ({t.platform}, CUDA {t.cuda}, sm {t.cuda_arch})",
              f"  base        {plan.base.ref}",
              f"  digest      {digest}"]
-    if plan.platform_digest and plan.platform_digest != plan.base_digest:
-        lines.append(f"  {t.platform:<11} {plan.platform_digest}")
     lines += ["  patches"]
     lines += [f"    {p['id']:<36} {p['kind']:<10} {p['status']:<16} {p['detail']}" for p in plan.patches]
     pins = [p for p in plan.patches if p["kind"] == "dependency" and p["status"] == "applies"]

@@ -274,17 +274,17 @@ def manifest_digest(ref: str | Reference) -> str | None:
     return None if response.status_code == 404 else response.headers["Docker-Content-Digest"]
 
 
-def platform_digest(ref: str | Reference, digest: str, platform: str) -> str:
-    """The digest of `platform`'s image inside the manifest `digest` of `ref`'s repository: the
-    entry of an index / manifest list, or `digest` itself for a single-platform manifest of that
-    platform. The manifest's bytes are checked against `digest`, so the answer follows from the
-    lock alone. ForgeError when the manifest offers no `platform` image."""
+def image_config(ref: str | Reference, digest: str, platform: str) -> dict | None:
+    """The config blob (os, architecture, rootfs.diff_ids, config.Labels, ...) of `platform`'s image
+    inside the manifest `digest` of `ref`'s repository: an index / manifest list entry, or `digest`
+    itself for a single image of that platform; None when it offers no `platform` image. Manifest
+    and blob bytes are checked against their digests."""
     reference = ref if isinstance(ref, Reference) else parse_reference(ref)
     offered = _platform_entries(reference, digest)
-    if platform in offered:
-        return offered[platform]
-    raise ForgeError(f"base {reference.name}@{digest} has no {platform} image (it offers "
-                     f"{', '.join(offered) or 'none'})")
+    if platform not in offered:
+        return None
+    manifest = _verified_manifest(reference, offered[platform])
+    return _blob_json(reference, manifest["config"]["digest"])
 
 
 def manifest_platforms(ref: str | Reference, digest: str) -> list[str]:

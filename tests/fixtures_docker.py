@@ -2,7 +2,8 @@
 
 Session fixtures start what is missing and leave the machine as they found it:
   docker_engine     a Docker engine answering on /var/run/docker.sock (started with
-                    tests/infra/start-dockerd.sh when none answers; stopped again at the end if so)
+                    tests/infra/start-dockerd.sh when none answers; stopped again at the end if so),
+                    with the buildx CLI plugin (tests/infra/install-buildx.sh): builds use BuildKit
   local_registry    Debian's docker-registry on a free 127.0.0.1 port, storage in a temp dir
   arm64_emulation   qemu-aarch64 through binfmt_misc (tests/infra/enable-binfmt.sh)
   standin_base      the stand-in for upstream's vllm/vllm-openai:v0.25.0 in the local registry: a
@@ -307,7 +308,9 @@ def publish_standin(client, registry: Registry, version: str = STANDIN_VERSION) 
 
 @pytest.fixture(scope="session")
 def docker_engine():
+    """The engine, and buildx beside it: every image build goes through BuildKit's CLI."""
     started = start_engine()
+    _run("install-buildx.sh", timeout=600)
     client = engine_client()
     yield client
     client.close()
@@ -425,19 +428,42 @@ def publish_sbom_scanner(client, registry: Registry) -> str:
 
 
 @pytest.fixture(scope="session")
-def buildx():
-    """The real buildx CLI plugin (Debian 13's, unpacked by tests/infra/install-buildx.sh); the
-    fixture's value is the docker CLI that now runs `docker buildx ...`."""
-    _run("install-buildx.sh", timeout=600)
+def buildx(docker_engine):
+    """The real buildx CLI plugin (Debian 13's, unpacked by tests/infra/install-buildx.sh, which
+    docker_engine runs); the fixture's value is the docker CLI that runs `docker buildx ...`."""
     return "docker"
+
+
+def engine26_host() -> str:
+    """The DOCKER_HOST tests/infra/start-dockerd26.sh gives its engine (same state dir default)."""
+    state = os.environ.get("DOCKER26_STATE_DIR", "/tmp/vllm-forge-dockerd26")
+    return f"unix://{state}/docker.sock"
+
+
+def host_answers(host: str) -> bool:
+    import docker
+
+    try:
+        client = docker.DockerClient(base_url=host, timeout=10)
+    except docker.errors.DockerException:
+        return False
+    try:
+        return client.ping()
+    except docker.errors.DockerException:
+        return False
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="session")
 def buildkit_engine(docker_engine):
-    """DOCKER_HOST of a private Engine 26 (BuildKit, containerd image store), stopped at the end."""
+    """DOCKER_HOST of a private Engine 26 (BuildKit, containerd image store); stopped at the end
+    only when this session started it (another run on the machine may be using it)."""
+    already = host_answers(engine26_host())
     host = _run("start-dockerd26.sh", timeout=900).strip().splitlines()[-1]
     yield host
-    _run("stop-dockerd26.sh", timeout=120)
+    if not already:
+        _run("stop-dockerd26.sh", timeout=120)
 
 
 @pytest.fixture(scope="session")

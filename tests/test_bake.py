@@ -178,3 +178,65 @@ def test_bake_on_the_readme_engine_debian_12_docker_driver(standin_base, buildx,
     finally:
         for tag in tags:
             docker_engine.images.remove(tag, force=True)
+
+
+def _platform_image(registry, repository: str, tag: str, arch: str) -> tuple[dict, list]:
+    """(the arch's image entry, the attestation entries) of the index a tag names."""
+    index = _get(registry, f"{repository}/manifests/{tag}", OCI_INDEX)
+    images = [m for m in index["manifests"] if m["platform"]["architecture"] == arch]
+    attestations = [m for m in index["manifests"]
+                    if m.get("annotations", {}).get("vnd.docker.reference.type") == "attestation-manifest"]
+    assert len(images) == 1, index
+    return images[0], attestations
+
+
+def test_local_build_on_engine_26_gets_attestations_and_is_the_bake_image(
+        standin_base, buildx, buildkit_engine, sbom_scanner, tmp_path):
+    """`build.py --push` on Engine 26 (containerd image store) is the release's BuildKit build:
+    SBOM and provenance attestations, and the very image manifest `docker buildx bake --push` makes
+    from `build.py bake`'s file. A second `--push` leaves the immutable tag where it was (a new
+    index would differ only in its provenance) and points the moving tag there."""
+    lock = lock_standin(standin_base, tmp_path / "lock.yaml")
+    registry = standin_base.registry
+    env = {**os.environ, "VLLM_FORGE_BASE_MIRROR": standin_base.mirror, "VLLM_FORGE_LOCK": str(lock),
+           "VLLM_FORGE_SBOM_GENERATOR": sbom_scanner, "DOCKER_HOST": buildkit_engine}
+
+    def forge(repository, *args):
+        return subprocess.run([sys.executable, str(REPO / "build.py"), *args], cwd=REPO, capture_output=True,
+                              text=True, env={**env, "VLLM_FORGE_REPOSITORY": f"{standin_base.mirror}/{repository}"},
+                              timeout=1200)
+
+    built = forge("forge-local26", "--target", "a100", "--vllm", VERSION, "--push")
+    assert built.returncode == 0, built.stdout[-4000:] + built.stderr
+    assert "attestations: SBOM and provenance" in built.stdout
+    assert "generating sbom using" in built.stdout
+    plan = json.loads(forge("forge-local26", "--target", "a100", "--vllm", VERSION, "--plan", "--json").stdout)
+    immutable, moving = (t.rsplit(":", 1)[1] for t in plan["tags"])
+    first = registry.digest("forge-local26", immutable, accept=OCI_INDEX)
+    assert first and registry.digest("forge-local26", moving, accept=OCI_INDEX) == first
+    image, attestations = _platform_image(registry, "forge-local26", immutable, "amd64")
+    assert len(attestations) == 1 and attestations[0]["annotations"]["vnd.docker.reference.digest"] == image["digest"]
+    statement_types = {layer["annotations"]["in-toto.io/predicate-type"]
+                       for layer in _get(registry, f"forge-local26/manifests/{attestations[0]['digest']}")["layers"]}
+    assert "https://spdx.dev/Document" in statement_types
+    assert any(t.startswith("https://slsa.dev/provenance/") for t in statement_types), statement_types
+
+    # The release route, same commit and lock, another repository: the same image manifest.
+    made = forge("forge-baked26", "bake", "--vllm", VERSION, "--target", "a100", "-o", str(tmp_path / "docker-bake.json"))
+    assert made.returncode == 0, made.stderr
+    baked = subprocess.run([buildx, "buildx", "bake", "-f", "docker-bake.json", "--push", "--progress", "plain"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=1200, env=env)
+    assert baked.returncode == 0, baked.stderr[-4000:]
+    assert json.loads((tmp_path / "docker-bake.json").read_text())["target"]["a100"]["tags"][0].endswith(immutable)
+    baked_image, _ = _platform_image(registry, "forge-baked26", immutable, "amd64")
+    assert baked_image["digest"] == image["digest"]
+    config_digest = _get(registry, f"forge-local26/manifests/{image['digest']}")["config"]["digest"]
+    local_config = _get(registry, f"forge-local26/blobs/{config_digest}", "*/*")
+    assert local_config["config"]["Labels"] == plan["labels"]
+    assert local_config["config"]["Labels"]["io.vllm-forge.context-sha256"] == plan["context"]["sha256"]
+
+    again = forge("forge-local26", "--target", "a100", "--vllm", VERSION, "--push")
+    assert again.returncode == 0, again.stdout[-4000:] + again.stderr
+    assert "already names this image" in again.stdout
+    assert registry.digest("forge-local26", immutable, accept=OCI_INDEX) == first, "an immutable tag never moves"
+    assert registry.digest("forge-local26", moving, accept=OCI_INDEX) == first

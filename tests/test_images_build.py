@@ -4,11 +4,13 @@ under qemu; `build.py` run as users run it, as a subprocess."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -65,7 +67,7 @@ def one_line_error(result) -> str:
 
 
 @pytest.fixture(scope="module")
-def setup(standin_base, tmp_path_factory, docker_engine):
+def setup(standin_base, tmp_path_factory, docker_engine, buildx):
     """Environment that points forge at the local registry (as a mirror of upstream) and a lock file
     made by `build.py lock` against it."""
     work = tmp_path_factory.mktemp("images")
@@ -137,7 +139,8 @@ def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
 def test_build_amd64_target_runs_patched(setup, docker_engine):
     result = forge("--target", "a100", "--vllm", VERSION, env=setup["env"])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
-    assert "Step " in result.stdout, "the build shows the engine's progress"
+    assert "exporting to image" in result.stdout, "the build shows BuildKit's progress"
+    assert "attestations: none (this engine's image store cannot keep them" in result.stdout
     plan = json.loads(forge("--target", "a100", "--vllm", VERSION, "--plan", "--json", env=setup["env"]).stdout)
     immutable, moving = plan["tags"]
     assert immutable.endswith(f"vllm{VERSION}-a100-{plan['content_digest'][:12]}") and moving.endswith(f"vllm{VERSION}-a100")
@@ -374,3 +377,96 @@ def test_tuned_moe_config_lands_where_vllm_reads_it(setup, docker_engine, tmp_pa
     assert json.loads(body) == json.loads(config)
     assert int(count) == 1
     assert listed == str([name])
+
+
+# --- one build engine: a local build is the bake build ----------------------------------------
+
+def test_local_build_and_bake_build_are_the_same_image(setup, docker_engine, buildx, tmp_path):
+    """`build.py` and `build.py bake` + `docker buildx bake` (on the README's engine, so
+    --no-attest) from the same commit and lock: same content tag, context digest, labels, image."""
+    repository = f"{setup['standin'].mirror}/forge-same"
+    env = {**setup["env"], "VLLM_FORGE_REPOSITORY": repository}
+    local = forge("--target", "a100", "--vllm", VERSION, env=env)
+    assert local.returncode == 0, local.stdout[-3000:] + local.stderr
+    plan = json.loads(forge("--target", "a100", "--vllm", VERSION, "--plan", "--json", env=env).stdout)
+    immutable = plan["tags"][0]
+    local_attrs = docker_engine.api.inspect_image(immutable)
+    docker_engine.images.remove(immutable, force=True)
+    docker_engine.images.remove(plan["tags"][1], force=True)
+
+    made = forge("bake", "--vllm", VERSION, "--target", "a100", "--no-attest", "-o",
+                 str(tmp_path / "docker-bake.json"), env=env)
+    assert made.returncode == 0, made.stderr
+    bake_target = json.loads((tmp_path / "docker-bake.json").read_text())["target"]["a100"]
+    assert bake_target["tags"] == plan["tags"], "bake names the image by the same content tag"
+    baked = subprocess.run([buildx, "buildx", "bake", "-f", "docker-bake.json", "--load", "--progress",
+                            "plain"], cwd=tmp_path, capture_output=True, text=True, timeout=1200,
+                           env={k: v for k, v in os.environ.items() if k != "DOCKER_HOST"})
+    assert baked.returncode == 0, baked.stderr[-4000:]
+    baked_attrs = docker_engine.api.inspect_image(immutable)
+    local_labels, baked_labels = local_attrs["Config"]["Labels"], baked_attrs["Config"]["Labels"]
+    assert baked_labels["io.vllm-forge.context-sha256"] == local_labels["io.vllm-forge.context-sha256"] \
+        == plan["context"]["sha256"]
+    assert baked_labels["io.vllm-forge.content-digest"] == local_labels["io.vllm-forge.content-digest"] \
+        == f"sha256:{plan['content_digest']}"
+    assert baked_labels == local_labels == plan["labels"]
+    # The same BuildKit build of the same definition: the very same image (config, layers).
+    assert baked_attrs["RootFS"]["Layers"] == local_attrs["RootFS"]["Layers"]
+    assert baked_attrs["Id"] == local_attrs["Id"]
+
+
+def test_build_without_buildx_says_how_to_get_it(setup, docker_engine):
+    """No docker CLI (so no buildx plugin) on PATH: one line naming what is missing and where the
+    README says how to get it; nothing built."""
+    repository = f"{setup['standin'].mirror}/forge-no-buildx"
+    env = {**setup["env"], "VLLM_FORGE_REPOSITORY": repository, "PATH": "/nonexistent"}
+    result = forge("--target", "a100", "--vllm", VERSION, env=env)
+    assert result.returncode == 2, result.stdout[-3000:] + result.stderr
+    line = one_line_error(result)
+    assert "the docker CLI is not on PATH" in line and "docker buildx" in line
+    assert "tests/infra/install-buildx.sh" in line
+    assert not docker_engine.images.list(name=repository)
+
+
+def test_a_conflict_inside_the_build_exits_3_with_the_apply_step_s_reason(setup, docker_engine):
+    """The plan checks the release's sdist; a base whose installed vLLM differs from it (here: one
+    line of the patched file edited) fails inside BuildKit's RUN of `build.py apply`: exit 3, one
+    line with apply's own reason, nothing tagged."""
+    registry = setup["standin"].registry
+    odd = f"{registry.host}/forge-odd/vllm-openai:v{VERSION}"
+    dockerfile = (f"FROM vllm-forge-test/standin:v{VERSION}-amd64\n"
+                  f"RUN sed -i 's/Sharing target model embedding weights/Sharing the embedding/' {PATCHED_FILE}\n")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        archive.addfile(info, io.BytesIO(dockerfile.encode()))
+    for chunk in docker_engine.api.build(fileobj=io.BytesIO(buffer.getvalue()), custom_context=True,
+                                         tag=odd, rm=True, decode=True):
+        assert "error" not in chunk, chunk
+    for chunk in docker_engine.api.push(odd.rsplit(":", 1)[0], tag=f"v{VERSION}", stream=True, decode=True):
+        assert "error" not in chunk, chunk
+    repository = f"{setup['standin'].mirror}/forge-odd-build"
+    env = {**setup["env"], "VLLM_FORGE_REPOSITORY": repository}
+    result = forge("--target", "a100", "--vllm", VERSION, "--base-image", odd, "--allow-unlocked", env=env)
+    assert result.returncode == 3, result.stdout[-3000:] + result.stderr
+    line = one_line_error(result)
+    assert "the patch step failed on the base image's vLLM" in line
+    assert "patch gemma4-mtp-share-embeddings:" in line, "apply's own reason, from inside the RUN"
+    assert not docker_engine.images.list(name=repository)
+
+
+def test_a_same_size_edit_reaches_the_image(setup, docker_engine, tmp_path):
+    """BuildKit sends the context incrementally and takes a file of a size and mtime it has seen
+    for unchanged, from whichever directory: two checkouts whose one file differs at equal size
+    (and equal SOURCE_DATE_EPOCH) must each build their own file into the image."""
+    repository = f"{setup['standin'].mirror}/forge-same-size"
+    env = {**setup["env"], "VLLM_FORGE_REPOSITORY": repository, "SOURCE_DATE_EPOCH": "1790000000"}
+    for word in ("first", "other"):  # same length
+        copy = _copy_tree(SNAPSHOT["repo"], tmp_path / f"repo-{word}")
+        (copy / "verify" / "marker.py").write_text(f"MARK = '{word}'\n")
+        result = forge("--target", "a100", "--vllm", VERSION, cwd=copy, env=env)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+        shipped = _run_in(docker_engine, f"{repository}:vllm{VERSION}-a100",
+                          "cat /opt/vllm-forge/verify/marker.py")
+        assert shipped == f"MARK = '{word}'\n"

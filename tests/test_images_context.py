@@ -36,7 +36,35 @@ def test_same_inputs_same_bytes_and_normalized_entries(tmp_path):
     names = [m.name for m in members]
     assert names == sorted(names)
     assert {"Dockerfile", "build-record.json", "build.py", "forge/plan.py", "verify", "recipes"} <= set(names)
-    assert all(m.uid == 0 and m.gid == 0 and m.mtime == 1700000000 for m in members)
+    assert all(m.uid == 0 and m.gid == 0 and int(m.mtime) == 1700000000 for m in members)
+
+
+def test_same_size_other_content_gets_another_mtime(tmp_path):
+    """BuildKit takes a context file of a size and mtime it has seen for unchanged: a same-size
+    edit must change the mtime (below the second; the second stays SOURCE_DATE_EPOCH), and the
+    same bytes must keep it."""
+    root = _copy(tmp_path)
+    plan_file = root / "forge" / "plan.py"
+    text = plan_file.read_text()
+    first, _ = context.build_context(RECORD, 1700000000, root)
+    plan_file.write_text(text.replace("import json", "import jso_", 1))
+    edited, _ = context.build_context(RECORD, 1700000000, root)
+    plan_file.write_text(text)
+    again, _ = context.build_context(RECORD, 1700000000, root)
+
+    def member(data, name):
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            return archive.getmember(name)
+
+    before, after = member(first, "forge/plan.py"), member(edited, "forge/plan.py")
+    assert before.size == after.size and before.mtime != after.mtime
+    assert int(before.mtime) == int(after.mtime) == 1700000000
+    assert member(again, "forge/plan.py").mtime == before.mtime
+    assert member(edited, "forge/bake.py").mtime == member(first, "forge/bake.py").mtime
+    extracted = tmp_path / "out"
+    with tarfile.open(fileobj=io.BytesIO(edited)) as archive:
+        archive.extractall(extracted, filter="data")
+    assert (extracted / "forge" / "plan.py").stat().st_mtime == after.mtime
 
 
 def test_caches_and_untracked_ignored_files_stay_out(tmp_path):
