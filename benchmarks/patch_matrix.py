@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from forge import releases  # noqa: E402
-from forge.patches import load_series  # noqa: E402
+from forge.patching.series import load_series  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "patch_matrix.md"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from forge import releases
+from forge.upstream import releases
 from forge.errors import ForgeError
 
 # Real transformers wheels from PyPI (pure Python): 5.15.0 breaks Gemma 4 on vLLM < 0.28,
@@ -34,7 +34,7 @@ def make_site_packages(version: str, destination: Path, dist_info: bool = True) 
 
 
 def write_dist_info(site_dir: Path, version: str) -> Path:
-    from forge.dependencies import release_requirements
+    from forge.patching.dependencies import release_requirements
 
     info = site_dir / f"vllm-{version}.dist-info"
     info.mkdir()

@@ -4,7 +4,7 @@ import tarfile
 
 import pytest
 
-from forge import archives
+from forge.upstream import archives
 from forge.errors import ForgeError
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from forge.lock import save_lock
+from forge.images.lock import save_lock
 
 pytestmark = [pytest.mark.docker]
 
@@ -49,7 +49,7 @@ def test_bake_file_covers_every_target_with_attestations(standin_base, buildx, t
         record = json.loads((context / "build-record.json").read_text())
         assert record["target"] == name and record["base"]["digest"] == standin_base.digest
         assert (context / "Dockerfile").read_text() == (REPO / "images/Dockerfile").read_text()
-        assert (context / "forge" / "patches.py").exists() and (context / "patches" / "series.yaml").exists()
+        assert (context / "forge" / "patching" / "status.py").exists() and (context / "patches" / "series.yaml").exists()
     # The real tool reads it back: the same targets, platforms, args and attestations.
     printed = subprocess.run([buildx, "buildx", "bake", "-f", output.name, "--print"], cwd=tmp_path,
                              capture_output=True, text=True, timeout=120)
@@ -71,7 +71,7 @@ def test_bake_same_commit_and_lock_gives_same_contexts(standin_base, tmp_path):
     assert r1.returncode == r2.returncode == 0
     t1, t2 = json.loads(out1.read_text())["target"], json.loads(out2.read_text())["target"]
     assert {n: t["labels"] for n, t in t1.items()} == {n: t["labels"] for n, t in t2.items()}
-    assert len({t["labels"]["io.vllm-forge.context-sha256"] for t in t1.values()}) == 4
+    assert len({t["labels"]["io.vllm-forge.images.context-sha256"] for t in t1.values()}) == 4
 
 
 def test_bake_refuses_an_unlocked_base_and_writes_nothing(standin_base, tmp_path):
@@ -133,7 +133,7 @@ def test_buildx_bake_builds_both_platforms_with_sbom_and_provenance(
         config = _get(registry, f"forge-bake/blobs/{image['config']['digest']}", "*/*")
         labels = config["config"]["Labels"]
         assert labels["io.vllm-forge.target"] == name
-        assert labels["io.vllm-forge.context-sha256"] == bake_targets[name]["labels"]["io.vllm-forge.context-sha256"]
+        assert labels["io.vllm-forge.images.context-sha256"] == bake_targets[name]["labels"]["io.vllm-forge.images.context-sha256"]
         immutable = bake_targets[name]["tags"][0].rsplit(":", 1)[1]
         assert registry.digest("forge-bake", immutable, accept=OCI_INDEX) == registry.digest("forge-bake", moving, accept=OCI_INDEX)
 
@@ -233,7 +233,7 @@ def test_local_build_on_engine_26_gets_attestations_and_is_the_bake_image(
     config_digest = _get(registry, f"forge-local26/manifests/{image['digest']}")["config"]["digest"]
     local_config = _get(registry, f"forge-local26/blobs/{config_digest}", "*/*")
     assert local_config["config"]["Labels"] == plan["labels"]
-    assert local_config["config"]["Labels"]["io.vllm-forge.context-sha256"] == plan["context"]["sha256"]
+    assert local_config["config"]["Labels"]["io.vllm-forge.images.context-sha256"] == plan["context"]["sha256"]
 
     again = forge("forge-local26", "--target", "a100", "--vllm", VERSION, "--push")
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr

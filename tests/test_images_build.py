@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forge.lock import load_lock, locked_platforms, save_lock
-from forge.patches import load_series, release_status
+from forge.images.lock import load_lock, locked_platforms, save_lock
+from forge.patching.series import load_series
+from forge.patching.status import release_status
 from forge.targets import load_targets
 from tests.build_cli import run_build
 
@@ -104,7 +105,7 @@ def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
     device = load_targets()[target].moe_device_name
     expected = {s.id: s.status for s in release_status(VERSION, series=series, moe_device=device)}
     assert expected["gemma4-mtp-share-embeddings"] == "applies"
-    assert labels["io.vllm-forge.patches"] == ",".join(f"{k}={v}" for k, v in expected.items())
+    assert labels["io.vllm-forge.patching.status"] == ",".join(f"{k}={v}" for k, v in expected.items())
     assert labels["org.opencontainers.image.base.digest"] == setup["standin"].digest
     assert labels["org.opencontainers.image.revision"]
     out = _run_in(client, tag, f"uname -m; cat /opt/vllm-forge/build-record.json; "
@@ -129,7 +130,7 @@ def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
     assert folder == "/opt/vllm-forge/moe-configs"
     # verify loads its recipe inside the image with every cross-file check (targets.yaml is there).
     for recipe in load_targets()[target].recipes:
-        loaded = _run_in(client, tag, f"cd /opt/vllm-forge && python3 -c \"from forge.recipes import "
+        loaded = _run_in(client, tag, f"cd /opt/vllm-forge && python3 -c \"from forge.serving.recipes import "
                                       f"load_recipe; print(load_recipe('{recipe}', '{target}').target)\"",
                          platform=f"linux/{arch}")
         assert loaded.strip() == target
@@ -405,7 +406,7 @@ def test_local_build_and_bake_build_are_the_same_image(setup, docker_engine, bui
     assert baked.returncode == 0, baked.stderr[-4000:]
     baked_attrs = docker_engine.api.inspect_image(immutable)
     local_labels, baked_labels = local_attrs["Config"]["Labels"], baked_attrs["Config"]["Labels"]
-    assert baked_labels["io.vllm-forge.context-sha256"] == local_labels["io.vllm-forge.context-sha256"] \
+    assert baked_labels["io.vllm-forge.images.context-sha256"] == local_labels["io.vllm-forge.images.context-sha256"] \
         == plan["context"]["sha256"]
     assert baked_labels["io.vllm-forge.content-digest"] == local_labels["io.vllm-forge.content-digest"] \
         == f"sha256:{plan['content_digest']}"

@@ -9,9 +9,11 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from forge import dependencies, pypi
+from forge.patching import dependencies
+from forge.upstream import pypi
 from forge.errors import ForgeError
-from forge.patches import load_series, release_status
+from forge.patching.series import load_series
+from forge.patching.status import release_status
 from tests.fixtures_patches import write_series
 from tests.test_patch_series import run_build
 
@@ -180,7 +182,7 @@ def test_plan_record_labels_and_build_args_list_each_constraint_with_its_pin(tmp
         ("applies", "transformers", "<5.15", str(newest_fitting))
     assert next(p for p in plan["patches"] if p["id"] == FASTAPI)["pin"] is None
     assert plan["build_args"]["VLLM_FORGE_PINS"] == f"transformers=={newest_fitting}"
-    assert plan["labels"]["io.vllm-forge.dependencies"] == f"transformers<5.15=={newest_fitting}"
+    assert plan["labels"]["io.vllm-forge.patching.dependencies"] == f"transformers<5.15=={newest_fitting}"
     human = run_build("--target", "gb10", "--vllm", "0.27.1", "--plan", VLLM_FORGE_LOCK=str(lock))
     assert f"    transformers=={newest_fitting}  (constraint <5.15" in human.stdout
     newer = json.loads(run_build("--target", "gb10", "--vllm", "0.28.0", "--plan", "--json",
@@ -192,7 +194,7 @@ def test_plan_record_labels_and_build_args_list_each_constraint_with_its_pin(tmp
 def test_verify_reads_the_shipped_moe_configs_without_the_package_index(tmp_path, monkeypatch):
     """mtp_smoke asks which MoE configs the series ships, inside images on GPU hosts that may not
     reach PyPI and hold no forge cache: that load skips the dependency index checks."""
-    from forge.patches import shipped_moe_configs
+    from forge.patching.status import shipped_moe_configs
 
     monkeypatch.setenv("VLLM_FORGE_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("VLLM_FORGE_PYPI", "http://127.0.0.1:9/simple/")

@@ -21,7 +21,7 @@ import re
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from forge import pypi
+from forge.upstream import pypi
 from tests.build_cli import run_build
 from tests.fixtures_docker import STANDIN_SITE, push, standin_with_wheels
 
@@ -104,7 +104,7 @@ def test_image_on_a_base_with_transformers_5_15_ends_up_with_the_pinned_version(
     image = docker_engine.images.get(image_id)
     try:
         assert image.attrs["Architecture"] == arch
-        assert image.labels["io.vllm-forge.dependencies"] == f"transformers<5.15=={pin}"
+        assert image.labels["io.vllm-forge.patching.dependencies"] == f"transformers<5.15=={pin}"
         inside = image_facts(docker_engine, image_id)
         assert (inside["version"], inside["machine"]) == (pin, MACHINE[arch])
         [dependency] = inside["applied"]["dependencies"]

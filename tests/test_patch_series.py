@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from forge.errors import ForgeError
-from forge.patch_series import render_series
-from forge.patches import load_series, save_series
+from forge.patching.series import render_series
+from forge.patching.series import load_series, save_series
 from tests.fixtures_patches import REAL_SERIES, real_patch_entry, write_series
 from tests import build_cli
 

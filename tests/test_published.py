@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from forge import published
+from forge.images import published
 from forge.errors import ForgeError
 from tests.build_cli import run_build
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from forge import readme_table
-from forge.cli import build_parser
+from forge.patching import readme_table
+from forge.commands.cli import build_parser
 from forge.errors import ForgeError
 from tests.build_cli import run_build
 

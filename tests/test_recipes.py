@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forge import recipes
+from forge.serving import recipes
 from forge.errors import ForgeError
-from forge.recipes import ENGINE_SETTINGS, RECIPES_DIR, load_all, load_recipe, moe_config_name
+from forge.serving.recipes import ENGINE_SETTINGS, RECIPES_DIR, load_all, load_recipe, moe_config_name
 from forge.targets import load_targets
 
 REPO = Path(__file__).resolve().parents[1]

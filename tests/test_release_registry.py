@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from forge import published
+from forge.images import published
 from tests.fixtures_docker import push
 from tests.workflow_steps import run_step, step_script, workflow_checkout
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from forge import http_session, releases
+from forge import http_session
+from forge.upstream import releases
 from forge.errors import ForgeError
 from forge.progress import CLEAR_LINE
 from tests.terminal import run_python

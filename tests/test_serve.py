@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from forge.errors import ForgeError
-from forge.images import image_ref
-from forge.recipes import load_all, load_recipe
-from forge.serve import _runner_env, plan_serve
-from forge.vllm_args import release_args
+from forge.image_names import image_ref
+from forge.serving.recipes import load_all, load_recipe
+from forge.serving.serve import _runner_env, plan_serve
+from forge.serving.vllm_args import release_args
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKED_RELEASES = ["0.25.0", "0.27.1", "0.33.0"]

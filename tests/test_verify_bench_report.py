@@ -166,7 +166,7 @@ def test_projection_is_mean_length_over_step_cost(sweep):
 
 
 def test_the_31b_h200_recipe_states_what_the_sweep_chose(sweep):
-    from forge.recipes import load_recipe
+    from forge.serving.recipes import load_recipe
 
     pick = sweep[2]["picks"]["spark343"]
     recipe = load_recipe("gemma-4-31b-it", "h200")
@@ -260,7 +260,7 @@ def test_engine_definitions_become_engine_settings(tmp_path):
     """What the H200 run's recipe pass asked for: stock as the release ships (its runner, no
     attention override, no tuned MoE folder), FA4 by leaving the backend to vLLM, and a MoE
     config folder per engine."""
-    from forge.recipes import load_recipe
+    from forge.serving.recipes import load_recipe
 
     args = bench.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--dummy", "--layers", "10",
                              "--attention-backend", "TRITON_ATTN", "--moe-config-dir", "patches/moe-configs",

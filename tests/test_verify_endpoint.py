@@ -206,7 +206,7 @@ MTP_SMOKE_FLAGS = help_flags("verify/mtp_smoke.py")
 def assert_named_flags_exist(detail: str) -> None:
     """A flag a message names is one of mtp_smoke.py's, or, where it speaks of how the server was
     started, one `vllm serve` of the served release accepts."""
-    from forge.vllm_args import release_args
+    from forge.serving.vllm_args import release_args
 
     for flag in re.findall(r"--[a-z][a-z0-9-]*", detail):
         assert flag in MTP_SMOKE_FLAGS or (

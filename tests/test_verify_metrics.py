@@ -96,7 +96,7 @@ def test_malformed_exposition_line_is_reported():
 
 
 def test_acceptance_gate_against_the_h200_recipe_thresholds():
-    from forge.recipes import load_recipe
+    from forge.serving.recipes import load_recipe
 
     t = load_recipe("gemma-4-26b-a4b-it", "h200").thresholds
     collapsed = checks.check_acceptance(window_from_prometheus(), t.min_acceptance_rate,

@@ -477,7 +477,7 @@ def main(argv=None) -> int:
             return 0
         if not args.recipe:
             raise ForgeError("--recipe is required")
-        from forge.recipes import load_recipe
+        from forge.serving.recipes import load_recipe
 
         if not args.target:
             from verify.mtp_smoke import detect_target

@@ -109,7 +109,7 @@ def detect_target() -> str:
 
 
 def load_recipe(args):
-    from forge.recipes import load_recipe as load
+    from forge.serving.recipes import load_recipe as load
 
     return load(args.recipe, args.target or detect_target())
 
@@ -273,7 +273,7 @@ def tuned_config_expected(moe, vllm_version: str | None) -> bool:
         return False
     if vllm_version is None:
         return True  # the engine did not say its release: hold the recipe to its word
-    from forge.patches import shipped_moe_configs
+    from forge.patching.status import shipped_moe_configs
 
     return moe.name in shipped_moe_configs(vllm_version)
 
