@@ -71,7 +71,7 @@ def test_bake_same_commit_and_lock_gives_same_contexts(standin_base, tmp_path):
     assert r1.returncode == r2.returncode == 0
     t1, t2 = json.loads(out1.read_text())["target"], json.loads(out2.read_text())["target"]
     assert {n: t["labels"] for n, t in t1.items()} == {n: t["labels"] for n, t in t2.items()}
-    assert len({t["labels"]["io.vllm-forge.images.context-sha256"] for t in t1.values()}) == 4
+    assert len({t["labels"]["io.vllm-forge.context-sha256"] for t in t1.values()}) == 4
 
 
 def test_bake_refuses_an_unlocked_base_and_writes_nothing(standin_base, tmp_path):
@@ -133,7 +133,7 @@ def test_buildx_bake_builds_both_platforms_with_sbom_and_provenance(
         config = _get(registry, f"forge-bake/blobs/{image['config']['digest']}", "*/*")
         labels = config["config"]["Labels"]
         assert labels["io.vllm-forge.target"] == name
-        assert labels["io.vllm-forge.images.context-sha256"] == bake_targets[name]["labels"]["io.vllm-forge.images.context-sha256"]
+        assert labels["io.vllm-forge.context-sha256"] == bake_targets[name]["labels"]["io.vllm-forge.context-sha256"]
         immutable = bake_targets[name]["tags"][0].rsplit(":", 1)[1]
         assert registry.digest("forge-bake", immutable, accept=OCI_INDEX) == registry.digest("forge-bake", moving, accept=OCI_INDEX)
 
@@ -233,7 +233,7 @@ def test_local_build_on_engine_26_gets_attestations_and_is_the_bake_image(
     config_digest = _get(registry, f"forge-local26/manifests/{image['digest']}")["config"]["digest"]
     local_config = _get(registry, f"forge-local26/blobs/{config_digest}", "*/*")
     assert local_config["config"]["Labels"] == plan["labels"]
-    assert local_config["config"]["Labels"]["io.vllm-forge.images.context-sha256"] == plan["context"]["sha256"]
+    assert local_config["config"]["Labels"]["io.vllm-forge.context-sha256"] == plan["context"]["sha256"]
 
     again = forge("forge-local26", "--target", "a100", "--vllm", VERSION, "--push")
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr

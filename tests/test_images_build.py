@@ -105,7 +105,7 @@ def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
     device = load_targets()[target].moe_device_name
     expected = {s.id: s.status for s in release_status(VERSION, series=series, moe_device=device)}
     assert expected["gemma4-mtp-share-embeddings"] == "applies"
-    assert labels["io.vllm-forge.patching.status"] == ",".join(f"{k}={v}" for k, v in expected.items())
+    assert labels["io.vllm-forge.patches"] == ",".join(f"{k}={v}" for k, v in expected.items())
     assert labels["org.opencontainers.image.base.digest"] == setup["standin"].digest
     assert labels["org.opencontainers.image.revision"]
     out = _run_in(client, tag, f"uname -m; cat /opt/vllm-forge/build-record.json; "
@@ -406,7 +406,7 @@ def test_local_build_and_bake_build_are_the_same_image(setup, docker_engine, bui
     assert baked.returncode == 0, baked.stderr[-4000:]
     baked_attrs = docker_engine.api.inspect_image(immutable)
     local_labels, baked_labels = local_attrs["Config"]["Labels"], baked_attrs["Config"]["Labels"]
-    assert baked_labels["io.vllm-forge.images.context-sha256"] == local_labels["io.vllm-forge.images.context-sha256"] \
+    assert baked_labels["io.vllm-forge.context-sha256"] == local_labels["io.vllm-forge.context-sha256"] \
         == plan["context"]["sha256"]
     assert baked_labels["io.vllm-forge.content-digest"] == local_labels["io.vllm-forge.content-digest"] \
         == f"sha256:{plan['content_digest']}"

@@ -182,7 +182,7 @@ def test_plan_record_labels_and_build_args_list_each_constraint_with_its_pin(tmp
         ("applies", "transformers", "<5.15", str(newest_fitting))
     assert next(p for p in plan["patches"] if p["id"] == FASTAPI)["pin"] is None
     assert plan["build_args"]["VLLM_FORGE_PINS"] == f"transformers=={newest_fitting}"
-    assert plan["labels"]["io.vllm-forge.patching.dependencies"] == f"transformers<5.15=={newest_fitting}"
+    assert plan["labels"]["io.vllm-forge.dependencies"] == f"transformers<5.15=={newest_fitting}"
     human = run_build("--target", "gb10", "--vllm", "0.27.1", "--plan", VLLM_FORGE_LOCK=str(lock))
     assert f"    transformers=={newest_fitting}  (constraint <5.15" in human.stdout
     newer = json.loads(run_build("--target", "gb10", "--vllm", "0.28.0", "--plan", "--json",

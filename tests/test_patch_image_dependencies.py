@@ -104,7 +104,7 @@ def test_image_on_a_base_with_transformers_5_15_ends_up_with_the_pinned_version(
     image = docker_engine.images.get(image_id)
     try:
         assert image.attrs["Architecture"] == arch
-        assert image.labels["io.vllm-forge.patching.dependencies"] == f"transformers<5.15=={pin}"
+        assert image.labels["io.vllm-forge.dependencies"] == f"transformers<5.15=={pin}"
         inside = image_facts(docker_engine, image_id)
         assert (inside["version"], inside["machine"]) == (pin, MACHINE[arch])
         [dependency] = inside["applied"]["dependencies"]
