@@ -17,9 +17,21 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
   5 commands  the argparse CLI behind build.py / `vllm-forge` and command handlers that compose
               several packages (most `cmd_*` still sit next to the one package they drive)
 """
+import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+
+def _repo_root() -> Path:
+    """The checkout whose data (patches/, images/, recipes/) forge reads: the one this package
+    sits in (a checkout, an editable install, the image's /opt/vllm-forge); for a plain
+    `pip install .`, $VLLM_FORGE_HOME, else the current directory."""
+    here = Path(__file__).resolve().parent.parent
+    if (here / "patches" / "series.yaml").is_file():
+        return here
+    return Path(os.environ.get("VLLM_FORGE_HOME") or Path.cwd()).resolve()
+
+
+REPO_ROOT = _repo_root()
 
 LAYERS = {"core": 0, "upstream": 1, "patching": 2, "serving": 3, "watch": 4, "images": 4,
           "commands": 5}

@@ -10,9 +10,9 @@ import os
 import re
 from pathlib import Path
 
+from forge import REPO_ROOT
 from forge.errors import ForgeError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 FALLBACK_REPOSITORY = "ghcr.io/vllm-forge/vllm-forge"
 # 12 hex digits (48 bits) of the content digest: short enough to read, far from colliding among
 # the builds of one target and release.

@@ -14,10 +14,10 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TARGETS_FILE = REPO_ROOT / "images" / "targets.yaml"
 PLATFORMS = ("linux/amd64", "linux/arm64")
 # A mirror that serves upstream's bases under another registry (same digests), e.g. 127.0.0.1:5000

@@ -200,7 +200,7 @@ def help_flags(*command) -> set[str]:
     return set(re.findall(r"--[a-z][a-z0-9-]*", text))
 
 
-MTP_SMOKE_FLAGS = help_flags("verify/mtp_smoke.py")
+MTP_SMOKE_FLAGS = help_flags("-m", "verify.mtp_smoke")
 
 
 def assert_named_flags_exist(detail: str) -> None:

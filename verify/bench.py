@@ -37,13 +37,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from forge.errors import ForgeError  # noqa: E402
-from verify import bench_report, controls  # noqa: E402
-from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models  # noqa: E402
-from verify.prompts import gate_prompts, load_prompts  # noqa: E402
-from verify.vllm_logs import parse_engine_log  # noqa: E402
+from forge.errors import ForgeError
+from verify import bench_report, controls
+from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
+from verify.prompts import gate_prompts, load_prompts
+from verify.vllm_logs import parse_engine_log
 
 WORKER = Path(__file__).with_name("engine_worker.py")
 CONFIG = re.compile(r"^(bf16|fp8)(?:-mtp([1-9]))?$")

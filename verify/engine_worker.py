@@ -25,10 +25,6 @@ from pathlib import Path
 def main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     os.environ.update(spec.get("env", {}))
-    # The controls plugin's dist-info must be importable here too (vLLM may fork its engine).
-    for entry in reversed(spec.get("env", {}).get("PYTHONPATH", "").split(":")):
-        if entry and entry not in sys.path:
-            sys.path.insert(0, entry)
     result: dict = {"name": spec.get("name"), "engine": {"started": False}, "windows": {}}
     result_file = Path(spec["result_file"])
     try:

@@ -30,18 +30,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from forge.errors import ForgeError  # noqa: E402
-from verify import checks as gate  # noqa: E402
-from verify import controls  # noqa: E402
-from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models  # noqa: E402
-from verify.metrics import (MetricsError, SpecCounters,  # noqa: E402
+from forge.errors import ForgeError
+from verify import checks as gate
+from verify import controls
+from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
+from verify.metrics import (MetricsError, SpecCounters,
                             counters_from_prometheus, counters_from_snapshot)
-from verify.prompts import gate_prompts, load_prompts  # noqa: E402
-from verify.report import (INFO, Check, failed, not_checked, passed, render_table,  # noqa: E402
+from verify.prompts import gate_prompts, load_prompts
+from verify.report import (INFO, Check, failed, not_checked, passed, render_table,
                            verdict, write_report)
-from verify.vllm_logs import EngineLogFacts, parse_engine_log  # noqa: E402
+from verify.vllm_logs import EngineLogFacts, parse_engine_log
 
 WORKER = Path(__file__).with_name("engine_worker.py")
 # GPU name fragments -> forge target names (images/targets.yaml).

@@ -23,7 +23,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from forge import REPO_ROOT
+
 DOCKERFILE = "images/Dockerfile"
 # What the image carries, lightest-changing first is the Dockerfile's business; here only the set.
 CONTEXT_PATHS = ("build.py", "forge", "patches", "verify", "recipes", "images/targets.yaml")

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import yaml
 
+from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.schema import load_yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_LOCK_FILE = REPO_ROOT / "images" / "lock.yaml"
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 HEADER = """\

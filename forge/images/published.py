@@ -25,11 +25,11 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
+from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.schema import Field, ListOf, pep440_version, validate
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_INDEX = REPO_ROOT / "images" / "published.json"
 SCHEMA_VERSION = 1
 

@@ -14,12 +14,13 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from forge import REPO_ROOT
 from forge.errors import ForgeError
 
 BEGIN = "<!-- patch-table:begin -->"
 END = "<!-- patch-table:end -->"
 COMMAND = "python build.py readme-table"
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = REPO_ROOT / "README.md"
 
 
 def checked_releases(series, offline: bool = False) -> list[str]:

@@ -20,13 +20,14 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from forge import REPO_ROOT
 from forge.patching import diffs
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.schema import (Field, ListOf, load_yaml, pep440_specifier, pep440_version, sha256_hex,
                           validate)
 
-PATCHES_DIR = Path(__file__).resolve().parents[2] / "patches"
+PATCHES_DIR = REPO_ROOT / "patches"
 DEFAULT_SERIES = PATCHES_DIR / "series.yaml"
 KINDS = ("source", "moe-config", "dependency")
 

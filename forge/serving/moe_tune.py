@@ -25,11 +25,12 @@ import sys
 import time
 from pathlib import Path
 
+from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.patching.moe_config_names import config_file_name
 from forge.progress import say, track
 
-PATCHES_DIR = Path(__file__).resolve().parents[2] / "patches"
+PATCHES_DIR = REPO_ROOT / "patches"
 MOE_CONFIG_DIR = PATCHES_DIR / "moe-configs"
 # Gemma-4-26B-A4B at TP=1 (REFERENCE.md §4): 128 experts, top-8, hidden 2816, intermediate 704.
 GEMMA4_SHAPE = {"experts": 128, "intermediate": 704, "hidden": 2816, "topk": 8}

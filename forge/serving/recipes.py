@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
 
-RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+RECIPES_DIR = REPO_ROOT / "recipes"
 RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 # vLLM's CacheDType values; FP8 ones need FP8 hardware support for the KV cache.
 KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")

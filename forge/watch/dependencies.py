@@ -10,12 +10,13 @@ from pathlib import Path
 import yaml
 from packaging.utils import canonicalize_name
 
+from forge import REPO_ROOT
 from forge.watch.drift import PROBES
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.schema import Field, ListOf, load_yaml, pep440_version, validate
 
-DEFAULT_WATCH = Path(__file__).resolve().parents[2] / "patches" / "dependency-watch.yaml"
+DEFAULT_WATCH = REPO_ROOT / "patches" / "dependency-watch.yaml"
 
 
 def _probe_name(value: str) -> str | None:
