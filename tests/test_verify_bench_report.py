@@ -2,7 +2,11 @@
 engine results captured on H200s (vLLM 0.25.0, dummy weights):
 - bench-L6: 2026-11-29, 26B-A4B shapes, 6 layers, no controls (every draft rejected);
 - v11-h200x2-2026-11-30/sweep-31b: 31B shapes, 10 layers, eager compile backend, each window on
-  the agreeing model (@agree) and the random one (@random), verify/controls.py."""
+  the agreeing model (@agree) and the random one (@random), verify/controls.py;
+- lead-h200x2-2026-11-30/sweep-26b-{v2,v1}: 26B-A4B shapes, 10 layers, eager compile backend,
+  k = 1..5 on each runner with controls, stock in the V2 sweep (tests/gpu/session/lead.sh, call a);
+  the rebuilt reports are committed as benchmarks/results/verify-sweep-26b-{v2,v1}-h200-vllm0.25.0.json
+  and in benchmarks/results/verify-sweep-h200-vllm0.25.0.md §2."""
 import json
 import shutil
 from pathlib import Path
@@ -21,6 +25,14 @@ SWEEP_ARGS = ["--recipe", "gemma-4-31b-it", "--target", "h200", "--dummy", "--sh
               "--runners", "v1,v2", "--compile-backend", "eager", "--windows", "sustained,conc8",
               "--attention-backend", "TRITON_ATTN", "--moe-config-dir", "patches/moe-configs",
               "--profile", "spark343=0.84/0.60/0.39/0.27", "--profile", "seed87=rate@0.87"]
+LEAD = GPU / "lead-h200x2-2026-11-30"
+RESULTS = Path(__file__).parent.parent / "benchmarks" / "results"
+SWEEP_26B_ARGS = ["--recipe", "gemma-4-26b-a4b-it", "--shape", "26b-a4b", "--target", "h200", "--dummy",
+                  "--layers", "10", "--compile-backend", "eager", "--windows", "sustained,conc8",
+                  "--attention-backend", "TRITON_ATTN", "--moe-config-dir", "patches/moe-configs",
+                  "--profile", "spark343=0.84/0.60/0.39/0.27", "--profile", "seed87=rate@0.87"]
+SWEEP_26B_CONFIGS = {"v2": "stock,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3,fp8-mtp4,fp8-mtp5",
+                     "v1": "fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3,fp8-mtp4,fp8-mtp5"}
 SPARK343 = [0.84, 0.60, 0.39, 0.27]  # eugr/spark-vllm-docker#343, 26B-A4B NVFP4, k=4
 
 
@@ -42,6 +54,13 @@ def collected(tmp_path_factory):
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     return _collect(tmp_path_factory, V11 / "sweep-31b", SWEEP_ARGS)
+
+
+@pytest.fixture(scope="module")
+def sweeps_26b(tmp_path_factory):
+    return {runner: _collect(tmp_path_factory, LEAD / f"sweep-26b-{runner}" / "engines",
+                             SWEEP_26B_ARGS + ["--configs", configs, "--runners", runner])
+            for runner, configs in SWEEP_26B_CONFIGS.items()}
 
 
 def test_collect_rebuilds_the_gpu_report_exactly(collected):
@@ -297,3 +316,88 @@ def test_smoke_report_table_and_verdict_from_the_captured_run(tmp_path):
     path = write_report(tmp_path / "r.json", checks, recipe="gemma-4-26b-a4b-it")
     assert json.loads(path.read_text())["passed"] is False
     assert verdict([Check("x", INFO, "")]) is False  # nothing passed: not a pass
+
+
+def _table(markdown: str) -> list[str]:
+    return [line for line in markdown.splitlines() if line.startswith("|")]
+
+
+def _results_section(title: str) -> str:
+    """One runner's part of the committed sweep report, up to the next heading."""
+    text = (RESULTS / "verify-sweep-h200-vllm0.25.0.md").read_text()
+    return text.split(title, 1)[1].split("\n#", 1)[0]
+
+
+@pytest.mark.parametrize("runner, title", [("v2", "### 2.1 V2 runner"), ("v1", "### 2.2 V1 runner")])
+def test_collect_rebuilds_the_committed_26b_sweeps(sweeps_26b, runner, title):
+    code, out, report = sweeps_26b[runner]
+    committed = json.loads((RESULTS / f"verify-sweep-26b-{runner}-h200-vllm0.25.0.json").read_text())
+    captured = json.loads((LEAD / f"sweep-26b-{runner}" / "captured" / "bench.json").read_text())
+    assert code == 0  # every engine of both sweeps measured
+    assert report["engines"] == committed["engines"] == captured["engines"]
+    assert report["picks"] == committed["picks"] == captured["picks"]
+    rebuilt = (out / "bench.md").read_text()
+    assert _table(rebuilt) == _table(_results_section(title))
+    # the GPU host's own table (rendered there by the same code) says the same
+    assert _table(rebuilt) == _table((LEAD / f"sweep-26b-{runner}" / "captured" / "bench.md").read_text())
+
+
+def test_render_rebuilds_the_committed_26b_markdown(tmp_path):
+    for runner, title in (("v2", "### 2.1 V2 runner"), ("v1", "### 2.2 V1 runner")):
+        shutil.copy(RESULTS / f"verify-sweep-26b-{runner}-h200-vllm0.25.0.json", tmp_path / "bench.json")
+        assert bench.main(["--render", str(tmp_path / "bench.json")]) == 0
+        rendered = (tmp_path / "bench.md").read_text()
+        assert _table(rendered) == _table(_results_section(title))
+        picks = [line for line in rendered.splitlines() if line.startswith("- best at")]
+        assert picks and all(line in _results_section(title) for line in picks)
+
+
+def test_26b_controls_accept_everything_agreeing_and_nothing_random(sweeps_26b):
+    measured = 0
+    for runner in ("v2", "v1"):
+        for name, engine in sweeps_26b[runner][2]["engines"].items():
+            for window, f in engine["figures"].items():
+                if not engine["k"]:
+                    assert f["spec"] is None
+                    continue
+                spec = f["spec"]
+                if window.endswith("@agree"):
+                    assert spec["accepted"] == spec["draft_tokens"] > 0, (name, window)
+                    assert spec["per_position_rates"] == [1.0] * engine["k"]
+                else:
+                    assert spec["accepted"] == 0 and spec["draft_tokens"] > 0, (name, window)
+                    assert f["tokens_per_step"] == 1
+                measured += 1
+    assert measured == 2 * 5 * 4  # two runners, k = 1..5, four windows each
+
+
+def test_26b_v2_pick_follows_from_the_step_costs(sweeps_26b):
+    """The H200 26B-A4B recipe's k and runner: the projection at the field profile (#343)
+    L(k) / step cost(k), highest wins; k=5 is not projected from a 4-position profile."""
+    engines = sweeps_26b["v2"][2]["engines"]
+    stock = bench_report._decode(engines["stock"], "sustained")
+    projected = {}
+    for k in range(1, 5):
+        engine = engines[f"fp8-mtp{k}-v2"]
+        length = bench_report.profile_length(SPARK343, k)
+        tok_s = 1000 * length / engine["derived"]["step_ms"]
+        assert engine["derived"]["projected"]["spark343"]["tok_s"] == pytest.approx(tok_s, rel=1e-3)
+        projected[k] = tok_s
+    best = max(projected, key=projected.get)
+    pick = sweeps_26b["v2"][2]["picks"]["spark343"]
+    assert (pick["engine"], pick["k"], pick["runner"]) == (f"fp8-mtp{best}-v2", best, "v2")
+    assert pick["speedup_vs_stock"] == pytest.approx(pick["tok_s"] / stock, abs=0.002)
+    assert "spark343" not in engines["fp8-mtp5-v2"]["derived"]["projected"]
+    # a constant acceptance of 0.87 favours the longest window measured
+    assert sweeps_26b["v2"][2]["picks"]["seed87"]["k"] == 5
+
+
+def test_26b_v1_speculation_never_pays_and_v2_steps_are_cheaper(sweeps_26b):
+    v1 = sweeps_26b["v1"][2]
+    v2 = sweeps_26b["v2"][2]["engines"]
+    # V1 (patched, eager compile): no k beats its own plain engine at any profile, so the pick is k=0
+    assert all(pick["k"] == 0 and pick["speedup_vs_stock"] is None for pick in v1["picks"].values())
+    assert "no stock engine in this run" in (sweeps_26b["v1"][1] / "bench.md").read_text()
+    for k in range(1, 6):
+        assert (v2[f"fp8-mtp{k}-v2"]["derived"]["step_cost_x_plain"]
+                < v1["engines"][f"fp8-mtp{k}-v1"]["derived"]["step_cost_x_plain"]), k

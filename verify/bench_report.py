@@ -162,6 +162,11 @@ def plain_name(dtype: str, runner: str) -> str:
     return engine_name(dtype, 0, runner)
 
 
+def _versus_stock(speedup) -> str:
+    # A run without a stock engine (e.g. a V1-only sweep) has no ratio to print.
+    return f"{speedup}x stock" if speedup is not None else "no stock engine in this run"
+
+
 def render_markdown(report: dict) -> str:
     m = report["machine"]
     lines = [f"# verify/bench.py results: {report['recipe']} ({report['target']})", "",
@@ -221,7 +226,7 @@ def render_markdown(report: dict) -> str:
     for profile, pick in (report.get("picks") or {}).items():
         lines.append(f"\n- best at profile `{profile}` ({report['profiles'][profile]}): "
                      f"{pick['engine']} (k={pick['k']}, runner {pick['runner']}), projected "
-                     f"{pick['tok_s']} tok/s, {pick.get('speedup_vs_stock')}x stock")
+                     f"{pick['tok_s']} tok/s, {_versus_stock(pick.get('speedup_vs_stock'))}")
     lines += ["", f"Plot: {report.get('plot') or 'not rendered (' + report.get('plot_note', '') + ')'}"]
     return "\n".join(lines) + "\n"
 
