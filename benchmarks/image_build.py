@@ -96,7 +96,7 @@ def remove_forge_images(client, repository: str, target: str | None = None) -> N
 def machine() -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
-    mem = int(next(l for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("MemTotal"))
+    mem = int(next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
               .split()[1]) / 2**20
     return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, {platform.system()} {platform.release()}"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 from forge import REPO_ROOT
 from forge.errors import ForgeError

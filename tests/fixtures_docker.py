@@ -23,9 +23,9 @@ import io
 import json
 import os
 import shutil
-import sys
 import socket
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time

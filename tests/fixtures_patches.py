@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from forge.upstream import releases
 from forge.errors import ForgeError
+from forge.upstream import releases
 
 # Real transformers wheels from PyPI (pure Python): 5.15.0 breaks Gemma 4 on vLLM < 0.28,
 # 5.14.1 is the newest below it.

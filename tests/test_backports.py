@@ -17,9 +17,9 @@ import pytest
 from packaging.version import Version
 
 from forge.patching import diffs
-from forge.upstream import releases
 from forge.patching.series import load_series
 from forge.patching.status import status_of
+from forge.upstream import releases
 from tests.fixtures_patches import snapshot
 from tests.test_patch_series import run_build
 

@@ -19,13 +19,12 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from forge.watch import drift
-from forge.upstream import pyenvs
-from forge.upstream import releases
-from forge.watch.drift import declared_specifier
-from forge.watch.dependencies import load_watch
 from forge.errors import ForgeError
 from forge.patching.series import Patch, load_series
+from forge.upstream import pyenvs, releases
+from forge.watch import drift
+from forge.watch.dependencies import load_watch
+from forge.watch.drift import declared_specifier
 from verify import dummy_models
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +87,7 @@ def test_the_check_covers_every_supported_release(report_5_15, bare_series):
     assert checked[0] == Version(series.checked_from) and checked[-1] == Version(series.checked_through)
     assert checked == [v for v in releases.list_releases()
                        if Version(series.checked_from) <= v <= Version(series.checked_through)]
-    assert f"transformers==5.15.0" in report_5_15.environment
+    assert "transformers==5.15.0" in report_5_15.environment
 
 
 def excluded_by_vllm(release: str, version: str) -> bool:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from forge.patching import diffs
-from forge.upstream import releases
 from forge.patching.series import load_series
+from forge.upstream import releases
 
 SIMPLE = b"""# header comment: ignored
 --- a/pkg/mod.py

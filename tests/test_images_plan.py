@@ -192,8 +192,9 @@ def test_releases_outside_the_manifest_are_refused_by_plan_and_build(tmp_path):
 
 
 def test_committed_targets_offer_no_release_before_the_manifest():
-    from forge.patching.series import load_series
     from packaging.version import Version
+
+    from forge.patching.series import load_series
 
     checked_from = Version(load_series().checked_from)
     for target in load_targets().values():

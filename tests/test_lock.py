@@ -107,8 +107,8 @@ def test_lock_refuses_a_base_lacking_a_target_platform(standin_base, docker_engi
     fits can still be locked, and the lock records what the digest offers."""
     import os
 
-    from tests.fixtures_docker import push
     from forge.images.lock import locked_platforms
+    from tests.fixtures_docker import push
 
     mirror = standin_base.mirror
     # An amd64-only release tag, as a registry could serve one: the stand-in's amd64 image.

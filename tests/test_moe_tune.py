@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from forge.serving import moe_tune
 from forge.errors import ForgeError
 from forge.patching.series import load_series
+from forge.serving import moe_tune
 
 ROOT = Path(__file__).resolve().parents[1]
 TUNE = ROOT / "tests" / "fixtures" / "gpu" / "tune"

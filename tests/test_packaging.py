@@ -4,6 +4,7 @@ import re
 import shutil
 import subprocess
 import sys
+
 import tomllib
 
 from forge import REPO_ROOT

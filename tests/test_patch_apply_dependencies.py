@@ -11,8 +11,7 @@ import sys
 import pytest
 from packaging.version import Version
 
-from forge.patching.apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR, TEMP_SUFFIX
-from forge.patching.apply import apply_series
+from forge.patching.apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR, TEMP_SUFFIX, apply_series
 from forge.patching.series import load_series
 from forge.patching.status import tree_status
 from tests.fixtures_patches import snapshot, wheelhouse

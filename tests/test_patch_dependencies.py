@@ -9,11 +9,11 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from forge.patching import dependencies
-from forge.upstream import pypi
 from forge.errors import ForgeError
+from forge.patching import dependencies
 from forge.patching.series import load_series
 from forge.patching.status import release_status
+from forge.upstream import pypi
 from tests.fixtures_patches import write_series
 from tests.test_patch_series import run_build
 

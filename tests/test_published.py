@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from forge.images import published
 from forge.errors import ForgeError
+from forge.images import published
 from tests.build_cli import run_build
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forge.serving import recipes
 from forge.errors import ForgeError
+from forge.serving import recipes
 from forge.serving.recipes import ENGINE_SETTINGS, RECIPES_DIR, load_all, load_recipe, moe_config_name
 from forge.targets import load_targets
 
@@ -263,4 +263,4 @@ def test_recipe_survives_pickle_and_copy():
         assert clone == recipe
         assert clone.serve.max_num_seqs == 32 and clone.engine_kwargs() == recipe.engine_kwargs()
     with pytest.raises(AttributeError):
-        recipe.serve.no_such_setting
+        _ = recipe.serve.no_such_setting

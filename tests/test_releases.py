@@ -1,8 +1,8 @@
 """The release cache against PyPI's real index and sdists, and a real local index for bad cases."""
 import hashlib
 import http.server
-import re
 import io
+import re
 import tarfile
 import threading
 from pathlib import Path
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from forge import http_session
-from forge.upstream import releases
 from forge.errors import ForgeError
 from forge.progress import CLEAR_LINE
+from forge.upstream import releases
 from tests.terminal import run_python
 
 

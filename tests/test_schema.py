@@ -5,6 +5,7 @@ import pytest
 
 from forge.errors import ForgeError
 from forge.schema import Field, ListOf, SchemaError, load_yaml, pep440_specifier, validate
+from tests.build_cli import run_build
 
 SCHEMA = {
     "id": Field(str),
@@ -14,7 +15,6 @@ SCHEMA = {
     "releases": Field(str, check=pep440_specifier),
     "files": Field(ListOf({"path": Field(str)}, min_items=1)),
 }
-from tests.build_cli import run_build
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forge.watch import drift
-from forge.upstream import releases
-from forge.watch import upstream
-from forge.watch.dependencies import load_watch
 from forge.patching.series import load_series
+from forge.upstream import releases
+from forge.watch import drift, upstream
+from forge.watch.dependencies import load_watch
 from tests.test_dependency_drift import add_constraint, method_line, series_without_constraints
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

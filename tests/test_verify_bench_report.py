@@ -113,7 +113,7 @@ def test_figures_follow_their_definitions(collected, sweep):
 
 
 def test_dummy_weights_without_controls_accept_nothing(collected):
-    for name, engine in collected[2]["engines"].items():
+    for engine in collected[2]["engines"].values():
         spec = engine["figures"]["sustained"]["spec"]
         if engine["k"] == 0:
             assert spec is None
@@ -170,7 +170,7 @@ def test_speedups_are_ratios_from_the_same_run(sweep):
 def test_projection_is_mean_length_over_step_cost(sweep):
     engines = sweep[2]["engines"]
     stock = bench_report._decode(engines["stock"], "sustained")
-    for name, engine in engines.items():
+    for engine in engines.values():
         projected = (engine.get("derived") or {}).get("projected") or {}
         for profile, p in projected.items():
             rates = SPARK343 if profile == "spark343" else 0.87

@@ -6,8 +6,13 @@ from pathlib import Path
 import pytest
 
 from verify import checks
-from verify.metrics import (MetricsError, SpecCounters, counters_from_prometheus,
-                            counters_from_snapshot, parse_prometheus)
+from verify.metrics import (
+    MetricsError,
+    SpecCounters,
+    counters_from_prometheus,
+    counters_from_snapshot,
+    parse_prometheus,
+)
 from verify.report import FAIL, PASS
 
 SMOKE = Path(__file__).parent / "fixtures" / "gpu" / "smoke-patched-L6"

@@ -36,14 +36,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 from forge.errors import ForgeError
 from verify import bench_report, controls
 from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
 from verify.prompts import gate_prompts, load_prompts
 from verify.vllm_logs import parse_engine_log
 
+ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("engine_worker.py")
 CONFIG = re.compile(r"^(bf16|fp8)(?:-mtp([1-9]))?$")
 DEFAULT_CONFIGS = "stock,bf16,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3"
@@ -332,7 +331,7 @@ def _wait(procs: dict, timeout: int, server: tuple[str, str] | None = None) -> N
     barrier.mkdir(parents=True, exist_ok=True)
     while time.monotonic() < deadline:
         running = 0
-        for name, (proc, log, spec) in procs.items():
+        for name, (proc, _log, _spec) in procs.items():
             if proc.poll() is None:
                 running += 1
                 continue

@@ -85,7 +85,7 @@ def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
     plains = {family(e): n for n, e in engines.items() if not e["k"] and e.get("figures")
               and not e.get("stock")}
     stock = next((n for n, e in engines.items() if e.get("stock") and e.get("figures")), None)
-    for name, engine in engines.items():
+    for engine in engines.values():
         figures = engine.get("figures")
         if not figures:
             continue
@@ -296,7 +296,7 @@ def render_plot(report: dict, path: Path) -> str | None:
     left.legend(fontsize=7)
     profile = next(iter(report.get("profiles") or {}), None)
     series: dict = {}
-    for name, e in engines.items():
+    for e in engines.values():
         d = e.get("derived") or {}
         key = f"{e.get('runner')}, {e.get('compile')}, {e.get('attention')}"
         if profile and (d.get("projected") or {}).get(profile) and not e.get("stock"):

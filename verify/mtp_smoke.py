@@ -29,19 +29,16 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 from forge.errors import ForgeError
 from verify import checks as gate
 from verify import controls
 from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
-from verify.metrics import (MetricsError, SpecCounters,
-                            counters_from_prometheus, counters_from_snapshot)
+from verify.metrics import MetricsError, SpecCounters, counters_from_prometheus, counters_from_snapshot
 from verify.prompts import gate_prompts, load_prompts
-from verify.report import (INFO, Check, failed, not_checked, passed, render_table,
-                           verdict, write_report)
+from verify.report import INFO, Check, failed, not_checked, passed, render_table, verdict, write_report
 from verify.vllm_logs import EngineLogFacts, parse_engine_log
 
+ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("engine_worker.py")
 # GPU name fragments -> forge target names (images/targets.yaml).
 DEVICE_TARGETS = (("GB10", "gb10"), ("H200", "h200"), ("H100", "h100"), ("A100", "a100"))

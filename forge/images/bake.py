@@ -24,10 +24,10 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from forge.upstream.archives import extract_safely
 from forge.errors import ForgeError
 from forge.images.plan import Plan, resolve_plan
 from forge.targets import load_targets
+from forge.upstream.archives import extract_safely
 
 CONTEXT_ROOT = "build-context"
 # A builder that cannot pull docker/buildkit-syft-scanner (air-gapped, or a private mirror) names

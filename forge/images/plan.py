@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
-from forge.images import context
 from forge.errors import ForgeError
 from forge.image_names import default_repository, immutable_tag, moving_tag
+from forge.images import context
 from forge.images.lock import lock_file, read_lock
 from forge.targets import BaseImage, Target, get_target
 
@@ -351,7 +351,7 @@ def format_plan(plan: Plan) -> str:
     lines += [f"  recipes     {', '.join(t.recipes) or 'none'} (checked against vLLM {plan.vllm})"]
     lines += [f"    not for this release: {name}" for name in plan.skipped_recipes]
     lines += [f"  patch set   {plan.patch_set_hash}",
-              f"  content     " + (f"sha256:{plan.content_digest}" if plan.content_digest else
+              "  content     " + (f"sha256:{plan.content_digest}" if plan.content_digest else
                                    "unknown until the base digest is (the immutable tag names it)"),
               f"  source      {plan.source.revision} (SOURCE_DATE_EPOCH {plan.source.epoch})"]
     if plan.context_sha256:

@@ -47,8 +47,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from forge.patching import diffs
 from forge.errors import ConflictError, ForgeError
+from forge.patching import diffs
 from forge.patching.installed import InstalledVllm, find_vllm
 from forge.patching.series import Series, load_series
 from forge.patching.status import PatchStatus, tree_status

@@ -25,9 +25,9 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from forge.errors import ForgeError
 from forge.patching import dependencies
 from forge.upstream import pypi
-from forge.errors import ForgeError
 
 STAGING_DIR = ".vllm-forge-staging"      # inside vllm/: cleaned by every later run
 

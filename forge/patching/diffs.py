@@ -43,7 +43,7 @@ class Hunk:
     old_lines: list[bytes] = field(default_factory=list)   # context + removed, with terminators
     new_lines: list[bytes] = field(default_factory=list)   # context + added, with terminators
 
-    def reversed(self) -> "Hunk":
+    def reversed(self) -> Hunk:
         return Hunk(self.number, self.new_start, self.old_start, self.new_lines, self.old_lines)
 
 
@@ -57,7 +57,7 @@ class FileDiff:
     def path(self) -> str:
         return self.new_path or self.old_path  # type: ignore[return-value]
 
-    def reversed(self) -> "FileDiff":
+    def reversed(self) -> FileDiff:
         return FileDiff(self.new_path, self.old_path, [h.reversed() for h in self.hunks])
 
 

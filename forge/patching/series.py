@@ -21,11 +21,10 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from forge import REPO_ROOT
-from forge.patching import diffs
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
-from forge.schema import (Field, ListOf, load_yaml, pep440_specifier, pep440_version, sha256_hex,
-                          validate)
+from forge.patching import diffs
+from forge.schema import Field, ListOf, load_yaml, pep440_specifier, pep440_version, sha256_hex, validate
 
 PATCHES_DIR = REPO_ROOT / "patches"
 DEFAULT_SERIES = PATCHES_DIR / "series.yaml"
@@ -225,8 +224,7 @@ def _check_dependency_fields(entry: dict, where: str) -> None:
 def _check_against_index(patch: Patch, where: str, checked_from: str, offline: bool) -> None:
     """Facts only the indexes know: the package exists and can satisfy the constraint, and the
     releases range covers a vLLM release that exists."""
-    from forge.upstream import pypi
-    from forge.upstream import releases
+    from forge.upstream import pypi, releases
 
     try:
         published = pypi.published_versions(patch.package, offline=offline)

@@ -27,11 +27,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from forge.patching import diffs
 from forge.errors import ConflictError
 from forge.files import write_text_atomically
-from forge.patching.installed import InstalledVllm, find_vllm
-from forge.patching.series import Patch, Series, load_series, save_series
+from forge.patching import diffs
+from forge.patching.series import Patch, Series, load_series
 
 __all__ = ["release_status", "matrix", "patch_set_hash", "PatchStatus", "status_of", "tree_status",
            "for_moe_device", "moe_devices_of", "shipped_moe_configs", "raise_on_conflict",

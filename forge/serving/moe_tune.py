@@ -217,8 +217,7 @@ class KernelBench:
         import torch
         from vllm.model_executor.layers.fused_moe import fused_moe as fm
         from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-        from vllm.model_executor.layers.fused_moe.config import (
-            FUSED_MOE_UNQUANTIZED_CONFIG, fp8_w8a8_moe_quant_config)
+        from vllm.model_executor.layers.fused_moe.config import FUSED_MOE_UNQUANTIZED_CONFIG, fp8_w8a8_moe_quant_config
 
         self.torch, self.fm, self.dtype, self.shape = torch, fm, dtype, shape
         self.activation = MoEActivation.GELU_TANH  # Gemma 4's experts (gemma4.py)

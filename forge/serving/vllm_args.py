@@ -15,8 +15,8 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forge.upstream import releases
 from forge.errors import ForgeError
+from forge.upstream import releases
 
 ARG_UTILS = "vllm/engine/arg_utils.py"
 SERVE_CLI = "vllm/entrypoints/cli/serve.py"
@@ -43,7 +43,7 @@ class ReleaseArgs:
         return name in self.serve_flags or name.replace("_", "-") in self.serve_flags
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def release_args(version: str) -> ReleaseArgs:
     tree = releases.release_tree(version)
     source = _SourceIndex(tree)

@@ -7,8 +7,8 @@ inside the destination, without setuid or group/other write bits.
 from __future__ import annotations
 
 import tarfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from forge.errors import ForgeError
 

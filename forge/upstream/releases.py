@@ -23,11 +23,11 @@ from urllib.parse import urljoin
 
 from packaging.version import InvalidVersion, Version
 
-from forge.upstream.archives import extract_safely
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.http_session import retrying_session
 from forge.progress import Progress
+from forge.upstream.archives import extract_safely
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/vllm/"
 SDIST_NAME = re.compile(r"^vllm-(?P<version>[^/]+)\.tar\.gz$")

@@ -11,10 +11,10 @@ import yaml
 from packaging.utils import canonicalize_name
 
 from forge import REPO_ROOT
-from forge.watch.drift import PROBES
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.schema import Field, ListOf, load_yaml, pep440_version, validate
+from forge.watch.drift import PROBES
 
 DEFAULT_WATCH = REPO_ROOT / "patches" / "dependency-watch.yaml"
 

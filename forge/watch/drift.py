@@ -162,8 +162,7 @@ def run_probe(python: Path, trees: dict[str, Path]) -> dict:
 def check(package: str, version: str, series, releases_to_check: list[str] | None = None,
           offline: bool = False) -> DriftReport:
     """Run the reproduction for package==version against every supported release."""
-    from forge.upstream import pyenvs
-    from forge.upstream import releases
+    from forge.upstream import pyenvs, releases
 
     probe = probe_for(package)
     targets = releases_to_check or supported_releases(series, offline=offline)

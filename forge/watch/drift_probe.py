@@ -28,8 +28,8 @@ code path that needs more than the probe loads fails loudly instead of passing.
 A name the probe needs that a release lacks is a ProbeError too ("probe-error": never a pass).
 """
 from __future__ import annotations
-
 import __future__
+
 import ast
 import builtins
 import importlib

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from forge.watch import drift
 from forge.errors import ConflictError, ForgeError
 from forge.schema import pep440_version
+from forge.watch import drift
 
 
 @dataclass
@@ -354,8 +354,8 @@ def _cell(status: str) -> str:
 def cmd_upstream_watch(args) -> int:
     """Exit 0: nothing new, or edits proposed (written with --write); 3: a patch conflicts or a
     new dependency version breaks a supported release (the workflow opens an issue)."""
-    from forge.watch.dependencies import load_watch
     from forge.patching.series import load_series
+    from forge.watch.dependencies import load_watch
 
     series = load_series(args.series)
     watch = load_watch(args.dependency_watch or series.path.parent / "dependency-watch.yaml")
