@@ -125,7 +125,7 @@ def test_index_cached_for_one_url_is_not_used_for_another(local_index, monkeypat
 
 
 # _sdist_bytes holds two files under vllm/ (csrc/ is left out).
-COLD_TREE = "from forge import releases; print(releases.release_tree('9.0.0'))"
+COLD_TREE = "from forge.upstream import releases; print(releases.release_tree('9.0.0'))"
 
 
 def test_cold_release_tree_on_a_terminal_shows_download_and_extraction(local_index):
