@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def write_text_atomically(path: Path | str, text: str,
-                          check: Callable[[Path], None] | None = None) -> Path:
+                          check: Callable[[Path], object] | None = None) -> Path:
     """Replace `path` with `text`. `check(temp_path)` may raise to refuse the new content, which
     then never reaches `path` (the temp file sits in the same directory, so relative paths the
     content names resolve as they will for the real file)."""

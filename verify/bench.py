@@ -124,7 +124,7 @@ def parse_engine(text: str) -> dict:
         fields[key.strip()] = value.strip()
     if "name" not in fields:
         raise ForgeError(f"--engine {text!r}: name= is required")
-    engine = {"dtype": "fp8", "k": 0, "runner": "default", "attention": None, "moe": None,
+    engine: dict = {"dtype": "fp8", "k": 0, "runner": "default", "attention": None, "moe": None,
               "compile": None, **fields}
     engine["stock"] = engine["name"] == "stock"  # the release's default: named so on purpose
     if engine["stock"] and engine["moe"] is None:
@@ -281,7 +281,7 @@ def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
         stale.unlink()
     size = (max_parallel or len(specs)) if parallel else 1
     groups = [specs[i:i + size] for i in range(0, len(specs), size)]
-    results = {}
+    results: dict[str, dict] = {}
     for group in groups:
         procs = {}
         for spec in group:
@@ -439,7 +439,7 @@ def server_burst(url: str, count: int, max_tokens: int = 32, token_prompts: bool
 
     url = url.rstrip("/")
     model = requests.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
-    texts = [t for _, t in gate_prompts(load_prompts())]
+    texts: list = [t for _, t in gate_prompts(load_prompts())]
     if token_prompts:
         texts = [encode_without_tokenizer(t) for t in texts]
 

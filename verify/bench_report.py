@@ -106,11 +106,12 @@ def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
             step = statistics.mean(steps)
             derived["step_ms"] = round(step, 3)
             derived["step_ms_spread"] = round((max(steps) - min(steps)) / step, 3)
-            plain_step = (engines.get(plain, {}).get("derived") or {}).get("step_ms") if plain else None
-            plain_step = plain_step or _mean_step(engines.get(plain, {}))
+            plain_engine = engines.get(plain or "", {})
+            plain_step = (plain_engine.get("derived") or {}).get("step_ms") if plain else None
+            plain_step = plain_step or _mean_step(plain_engine)
             if plain_step:
                 derived["step_cost_x_plain"] = round(step / plain_step, 3)
-            stock_tok_s = _decode(engines.get(stock, {}), "sustained")
+            stock_tok_s = _decode(engines.get(stock or "", {}), "sustained")
             derived["projected"] = {}
             for profile, rates in profiles.items():
                 length = profile_length(rates, engine["k"]) if engine["k"] else 1.0

@@ -413,7 +413,7 @@ def measure_window(server: Endpoint, model: str, prompts: list, params: dict,
 
 def endpoint_checks(recipe, args) -> tuple[list[Check], dict]:
     server = Endpoint(args.endpoint, args.timeout)
-    context = {"endpoint": server.url, "vllm": None}
+    context: dict[str, object] = {"endpoint": server.url, "vllm": None}
     try:
         model = served_model(server)
     except EndpointError as exc:

@@ -256,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _with_default_command(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
-    known = set(parser._subparsers._group_actions[0].choices)  # noqa: SLF001 (argparse has no API)
+    known = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr,arg-type]  # argparse has no API
     if argv and argv[0] not in known and argv[0] not in ("-h", "--help"):
         return [DEFAULT_COMMAND, *argv]
     return argv

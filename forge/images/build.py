@@ -76,7 +76,7 @@ def cmd_build(args) -> int:
 def immutable_digest(plan: Plan) -> str | None:
     from forge.images.registry import manifest_digest
 
-    return manifest_digest(plan.immutable_ref)
+    return manifest_digest(plan.immutable_ref) if plan.immutable_ref else None
 
 
 def connect():
@@ -190,7 +190,7 @@ def _run_streaming(command: list[str], cwd: str) -> tuple[int, str, str]:
     inner_error = last_line = ""
     with subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, errors="replace") as process:
-        for line in process.stdout:
+        for line in process.stdout or ():
             sys.stdout.write(line)
             sys.stdout.flush()
             step = STEP_LINE.match(line.rstrip("\n"))
@@ -236,7 +236,7 @@ def same_image_pushed(client, plan: Plan, image_id: str, existing: str | None) -
     if not existing:
         return False
     local = client.api.inspect_image(image_id)
-    remote = image_config(plan.immutable_ref, existing, plan.target.platform)
+    remote = image_config(plan.immutable_ref, existing, plan.target.platform) if plan.immutable_ref else None
     if remote is None or _identity(local) != _remote_identity(remote):
         raise ForgeError(f"refusing to push {plan.immutable_ref}: that immutable tag already names "
                          f"{existing} in the registry, this build ({image_id}) is a different "
@@ -289,9 +289,9 @@ def _push_one(client, tag: str) -> str:
                 raise ForgeError(f"push of {tag} failed: {_one_line(chunk['error'])}")
             if chunk.get("aux", {}).get("Digest"):
                 digest = chunk["aux"]["Digest"]
-            elif PUSHED_DIGEST.match(str(chunk.get("status", ""))):
+            elif pushed := PUSHED_DIGEST.match(str(chunk.get("status", ""))):
                 # The containerd image store (Engine 26) says it only in the status line.
-                digest = PUSHED_DIGEST.match(chunk["status"]).group(1)
+                digest = pushed.group(1)
                 progress.feed({"aux": {"Digest": digest}})  # ends the line as the aux would
     except docker.errors.APIError as exc:
         raise ForgeError(f"push of {tag} failed: {_one_line(exc)}") from exc

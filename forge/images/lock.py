@@ -78,8 +78,8 @@ def read_lock(path: Path | str | None = None) -> tuple[dict[str, str], dict[str,
 def save_lock(pins: dict[str, str], path: Path | str | None = None,
               platforms: dict[str, list[str]] | None = None) -> Path:
     path = lock_file(path)
-    data = {"bases": dict(sorted(pins.items()))}
-    offered = {ref: sorted(platforms[ref]) for ref in sorted(pins) if ref in (platforms or {})}
+    data: dict[str, dict] = {"bases": dict(sorted(pins.items()))}
+    offered = {ref: sorted(platforms[ref]) for ref in sorted(pins) if platforms and ref in platforms}
     if offered:
         data["platforms"] = offered
     body = yaml.safe_dump(data, default_flow_style=False, sort_keys=False, width=200)

@@ -302,7 +302,7 @@ def _platform_entries(reference: Reference, digest: str) -> dict[str, str]:
         config = manifest.get("config", {}).get("digest")
         image = _blob_json(reference, config) if config else {}
         return {f"{image.get('os', 'unknown')}/{image.get('architecture', 'unknown')}": digest}
-    offered = {}
+    offered: dict[str, str] = {}
     for entry in entries:
         wanted = entry.get("platform", {})
         name = f"{wanted.get('os', 'unknown')}/{wanted.get('architecture', 'unknown')}"

@@ -358,7 +358,7 @@ def _remove_temps(directories) -> list[Path]:
     return removed
 
 
-def _remove_empty_dirs(directories: list[Path]) -> list[Path]:
+def _remove_empty_dirs(directories: list[Path] | set[Path]) -> list[Path]:
     """rmdir each directory that exists and is empty, deepest first."""
     removed = []
     for directory in sorted(directories, key=lambda d: len(d.parts), reverse=True):
@@ -415,6 +415,7 @@ def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | N
             if w.new is None:
                 os.unlink(w.target)
             else:
+                assert w.temp is not None    # staged before the commit starts
                 os.replace(w.temp, w.target)
                 w.temp = None
             undo.append(lambda w=w: _restore(w))
@@ -422,7 +423,7 @@ def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | N
         if record is not None:
             _write_record(record_dir, dict(record, state="applied"))
         else:
-            _finish_revert(record_dir, old_record)
+            _finish_revert(record_dir, old_record or {})
     except OSError as exc:
         for step in reversed(undo):
             step()
@@ -451,7 +452,7 @@ def _start_record(record_dir: Path, writes: list[_Write], record: dict, created:
     record = dict(record, state="staging", created_dirs=[str(d) for d in created], files=[])
     for index, w in enumerate(writes):
         original = f"originals/{index}" if w.original is not None else None
-        entry = {"path": w.label, "original": original, "original_sha256": _sha(w.original),
+        entry: dict[str, object] = {"path": w.label, "original": original, "original_sha256": _sha(w.original),
                  "patched_sha256": _sha(w.new)}
         if w.original is not None and w.new is None:
             entry["original_mode"] = w.mode

@@ -61,7 +61,7 @@ def release_requirements(version: str, offline: bool = False) -> list[str]:
     sdist = releases.fetch_sdist(version, offline=offline)
     prefix = f"vllm-{version}/"
     with tarfile.open(sdist) as archive:
-        files = {m.name[len(prefix):]: archive.extractfile(m).read().decode()
+        files = {m.name[len(prefix):]: archive.extractfile(m).read().decode()  # type: ignore[union-attr]  # regular files only
                  for m in archive.getmembers()
                  if m.isfile() and m.name.startswith(prefix + "requirements/")}
     if REQUIREMENTS_ENTRY not in files:

@@ -55,7 +55,7 @@ def parse_pins(pins: list[str] | None) -> dict[str, Version]:
     (an image build pins what its plan chose, so the image holds what its labels say)."""
     from packaging.requirements import InvalidRequirement, Requirement
 
-    parsed = {}
+    parsed: dict[str, Version] = {}
     for text in pins or []:
         try:
             requirement = Requirement(text)
@@ -100,7 +100,7 @@ def _choose(package: str, wanted, installed, offline: bool, find_links: str | No
             raise ForgeError(f"--find-links {find_links}: no such directory")
         available, source = pypi.wheelhouse_versions(where, package), f"--find-links {find_links}"
     else:
-        available = None if offline else pypi.live_versions(package)
+        available = None if offline else pypi.live_versions(package)  # type: ignore[assignment]
         if available is None:
             raise ForgeError(_offline_refusal(package, wanted, installed, offline, pin))
         source = f"the package index {pypi.simple_url()}"
@@ -169,7 +169,7 @@ def file_changes(dependency: DependencyPlan, staged: Path, installed
     """Absolute path -> (new bytes, mode) (None: remove) that replace the installed version by the
     staged one. Scripts pip put in bin/ are installed only for a --site-packages target (as
     `pip --target` does); in an environment the previous version's scripts stay."""
-    new: dict[Path, bytes | None] = {}
+    new: dict[Path, tuple[bytes, int] | None] = {}
     for path in sorted(staged.rglob("*")):
         relative = path.relative_to(staged)
         if path.is_file() and not (installed.on_sys_path and relative.parts[0] == "bin"):

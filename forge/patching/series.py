@@ -227,12 +227,13 @@ def _check_against_index(patch: Patch, where: str, checked_from: str, offline: b
     from forge.upstream import pypi, releases
 
     try:
-        published = pypi.published_versions(patch.package, offline=offline)
+        published = pypi.published_versions(patch.package or "", offline=offline)
     except pypi.UnknownProject as exc:
         raise ForgeError(f"{where}.package: {exc}") from exc
     except ForgeError as exc:
         raise ForgeError(f"{where}.package: cannot check it: {exc}") from exc
-    if not any(patch.specifier.contains(v, prereleases=True) for v in published):
+    specifier = patch.specifier or SpecifierSet()
+    if not any(specifier.contains(v, prereleases=True) for v in published):
         raise ForgeError(f"{where}.specifier: no published version of {patch.package} satisfies "
                          f"{patch.specifier} (newest {published[-1] if published else 'none'})")
     known = releases.list_releases(minimum=checked_from, offline=offline)
@@ -268,7 +269,7 @@ _BlockStyleDumper.add_representer(str, _represent_str)
 def series_to_data(series: Series) -> dict:
     patches = []
     for p in series.patches:
-        entry = {"id": p.id, "title": p.title, "kind": p.kind, "releases": p.releases}
+        entry: dict[str, object] = {"id": p.id, "title": p.title, "kind": p.kind, "releases": p.releases}
         if p.retired_in:
             entry["retired_in"] = p.retired_in
         if p.kind == "dependency":

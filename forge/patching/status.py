@@ -122,7 +122,7 @@ def _fits(patch: Patch, root: Path, reverse: bool) -> bool:
 
 
 def _marker_present(patch: Patch, root: Path) -> bool:
-    marker = patch.fixes_marker.encode()
+    marker = (patch.fixes_marker or "").encode()
     return any(marker in (root / rel).read_bytes()
                for rel in diffs.target_paths(patch.diffs) if (root / rel).is_file())
 

@@ -124,8 +124,9 @@ class _SourceIndex:
                     continue
                 for node in self.parse(str(path.relative_to(self.tree))).body:
                     target = _assigned_name(node)
-                    if target and node.value is not None and "Literal" in ast.unparse(node.value):
-                        self._aliases.setdefault(target, node.value)
+                    value = getattr(node, "value", None)   # an Assign or AnnAssign (_assigned_name)
+                    if target and value is not None and "Literal" in ast.unparse(value):
+                        self._aliases.setdefault(target, value)
         return self._aliases
 
 
@@ -220,7 +221,7 @@ def _dataclass_fields(module: ast.Module, name: str, source: _SourceIndex) -> se
 
 def _kwargs_classes(function: ast.FunctionDef) -> dict:
     """`model_kwargs = get_kwargs(ModelConfig)` -> {"model_kwargs": "ModelConfig"}."""
-    found = {}
+    found: dict = {}
     for node in ast.walk(function):
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
                 and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call)
@@ -283,7 +284,7 @@ def _kwargs_subscript(node: ast.AST, kwargs_classes: dict) -> tuple[str, str] | 
     if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
             and isinstance(kwargs_classes.get(node.value.id), str)
             and isinstance(node.slice, ast.Constant)):
-        return kwargs_classes[node.value.id], node.slice.value
+        return kwargs_classes[node.value.id], str(node.slice.value)
     if isinstance(node, ast.Name) and isinstance(kwargs_classes.get(node.id), tuple):
         return kwargs_classes[node.id]
     return None
@@ -304,7 +305,7 @@ def _env_vars(module: ast.Module) -> set[str]:
         target = getattr(node, "target", None) or (getattr(node, "targets", None) or [None])[0]
         if (isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name)
                 and target.id == "environment_variables" and isinstance(node.value, ast.Dict)):
-            return {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+            return {str(k.value) for k in node.value.keys if isinstance(k, ast.Constant)}
     raise ForgeError("vllm/envs.py: no environment_variables table found")
 
 

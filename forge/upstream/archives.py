@@ -26,7 +26,7 @@ def extract_safely(archive: tarfile.TarFile, destination: Path, members=None,
     for member in members:
         inside = (root / member.name).resolve().is_relative_to(root)
         if not (member.isfile() or member.isdir()) or not inside:
-            raise ForgeError(f"{archive.name}: refusing to extract {member.name!r}: not a plain "
+            raise ForgeError(f"{archive.name!s}: refusing to extract {member.name!r}: not a plain "
                              f"file or directory inside {root}")
         member.mode &= 0o755
     archive.extractall(destination, members=_reporting(members, on_member))

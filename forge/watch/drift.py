@@ -79,7 +79,7 @@ class DriftReport:
 
 # --- which releases, which constraints ---------------------------------------------------------
 
-def supported_releases(series, offline: bool = False, extra: list[str] = ()) -> list[str]:
+def supported_releases(series, offline: bool = False, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
     """Releases on PyPI from the series' checked_from through checked_through (plus `extra`,
     releases the upstream watch is about to add)."""
     from forge.upstream import releases

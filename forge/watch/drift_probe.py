@@ -37,6 +37,7 @@ import json
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 SPECULATIVE = "vllm/config/speculative.py"
 HF_CONFIG = "vllm/transformers_utils/config.py"
@@ -198,7 +199,7 @@ def _defines(module: ast.Module, name: str) -> bool:
 
 def _absolute_module(relative: str, statement: ast.ImportFrom) -> str:
     if not statement.level:
-        return statement.module
+        return statement.module or ""
     package = relative[:-len(".py")].split("/")[:-statement.level]
     return ".".join(package + ([statement.module] if statement.module else []))
 
@@ -231,6 +232,7 @@ def _mentions(node, text: str) -> bool:
 
 
 def convertor_name(code: ReleaseCode, model_type: str) -> str:
+    node: Any
     for node in code.module(CONVERTORS).body:
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
         if any(isinstance(t, ast.Name) and t.id == CONVERTOR_MAP for t in targets):
@@ -238,7 +240,7 @@ def convertor_name(code: ReleaseCode, model_type: str) -> str:
                 break
             for key, value in zip(node.value.keys, node.value.values):
                 if isinstance(key, ast.Constant) and key.value == model_type:
-                    return value.id
+                    return value.id  # type: ignore[attr-defined]  # a Name, or the AttributeError is the finding
             return CONVERTOR_DEFAULT
     raise ProbeError(f"{CONVERTORS}: no {CONVERTOR_MAP} dict")
 
@@ -256,7 +258,7 @@ def probe(code: ReleaseCode, model_dir: str, role: str) -> dict:
     from transformers import AutoConfig
 
     hf_config = AutoConfig.from_pretrained(model_dir)
-    result = {"config_class": type(hf_config).__name__}
+    result: dict[str, object] = {"config_class": type(hf_config).__name__}
     try:
         if role == "assistant":
             result["renamed_at"] = f"{SPECULATIVE}:{rename_assistant(code, hf_config)}"
