@@ -178,3 +178,14 @@ def get_target(name: str, path: Path | str | None = None) -> Target:
         raise ForgeError(f"{path or targets_file()}: unknown target {name!r} "
                          f"(known: {', '.join(sorted(targets))})")
     return targets[name]
+
+
+def target_for_device(device_name: str, path: Path | str | None = None) -> Target:
+    """The target whose `device_names` lists this card (torch.cuda.get_device_name(), exactly)."""
+    targets = load_targets(path)
+    for target in targets.values():
+        if device_name in target.device_names:
+            return target
+    known = ", ".join(f"{n!r}" for t in targets.values() for n in t.device_names)
+    raise ForgeError(f"{path or targets_file()}: no target lists GPU {device_name!r} in device_names "
+                     f"(listed: {known})")

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.targets import target_for_device
 from verify import checks as gate
 from verify import controls
 from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
@@ -41,7 +42,6 @@ from verify.vllm_logs import EngineLogFacts, parse_engine_log
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("engine_worker.py")
 # GPU name fragments -> forge target names (images/targets.yaml).
-DEVICE_TARGETS = (("GB10", "gb10"), ("H200", "h200"), ("H100", "h100"), ("A100", "a100"))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -98,10 +98,10 @@ def detect_target() -> str:
         name = torch.cuda.get_device_name()
     except Exception as exc:  # noqa: BLE001
         raise ForgeError(f"no --target given and no GPU name readable ({exc})") from exc
-    for fragment, target in DEVICE_TARGETS:
-        if fragment in name:
-            return target
-    raise ForgeError(f"no --target given and GPU {name!r} is not a known target")
+    try:
+        return target_for_device(name).name
+    except ForgeError as exc:
+        raise ForgeError(f"no --target given: {exc}") from exc
 
 
 def load_recipe(args):
