@@ -12,6 +12,7 @@ import os
 import sys
 
 from forge.errors import ForgeError
+from forge.versions import normalize_vllm_argument
 
 # Typing `python build.py --target gb10 --vllm 0.27.1` means "build": no command word needed.
 DEFAULT_COMMAND = "build"
@@ -271,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(_with_default_command(argv, parser))
     module_name, function_name = args.handler.split(":")
     try:
+        normalize_vllm_argument(args)   # parsed once here; every command gets the normal form
         handler = getattr(importlib.import_module(module_name), function_name)
         return handler(args) or 0
     except ForgeError as exc:
