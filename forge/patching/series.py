@@ -24,6 +24,7 @@ from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.patching import diffs
+from forge.patching.moe_config_names import parse_config_name
 from forge.schema import Field, ListOf, load_yaml, pep440_specifier, pep440_version, sha256_hex, validate
 
 PATCHES_DIR = REPO_ROOT / "patches"
@@ -202,7 +203,7 @@ def _check_kind_fields(patch: Patch, entry: dict, where: str) -> None:
         if patch.fixes_marker:
             raise ForgeError(f"{where}.fixes_marker: only source patches have one")
         for f in patch.files:
-            if not (f.name.startswith("E=") and f.name.endswith(".json")):
+            if parse_config_name(f.name) is None:
                 raise ForgeError(f"{where}.files: {f.path} is not named like a fused-MoE config "
                                  "(E=...,N=...,device_name=....json)")
 

@@ -30,6 +30,7 @@ from packaging.version import Version
 from forge.errors import ConflictError
 from forge.files import write_text_atomically
 from forge.patching import diffs
+from forge.patching.moe_config_names import parse_config_name
 from forge.patching.series import Patch, Series, load_series
 
 __all__ = ["release_status", "matrix", "patch_set_hash", "PatchStatus", "status_of", "tree_status",
@@ -151,8 +152,8 @@ def tree_status(series: Series, root: Path, version: Version, moe_device: str | 
 
 def moe_devices_of(patch: Patch) -> set[str]:
     """The GPUs a moe-config patch was tuned for: the device_name= field of its file names."""
-    return {field.split("=", 1)[1] for f in patch.files for field in f.name[:-len(".json")].split(",")
-            if field.startswith("device_name=")}
+    names = (parse_config_name(f.name) for f in patch.files)
+    return {name.device for name in names if name is not None}
 
 
 def shipped_moe_configs(version: str, series: Series | None = None) -> set[str]:

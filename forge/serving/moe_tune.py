@@ -27,7 +27,7 @@ from pathlib import Path
 
 from forge import REPO_ROOT
 from forge.errors import ForgeError
-from forge.patching.moe_config_names import config_file_name
+from forge.patching.moe_config_names import config_file_name, parse_config_name
 from forge.progress import say, track
 
 PATCHES_DIR = REPO_ROOT / "patches"
@@ -147,11 +147,11 @@ def render_config_json(configs: dict[int, dict], triton_version: str | None) -> 
 
 def patch_id(file_name: str) -> str:
     """'E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json' -> 'moe-e128-n704-nvidia-h200-fp8_w8a8'."""
-    stem = file_name.removesuffix(".json")
-    fields = dict(part.split("=", 1) for part in stem.split(","))
-    dtype = fields.get("dtype", "bf16")
-    device = fields["device_name"].lower().replace("_", "-")
-    return f"moe-e{fields['E']}-n{fields['N']}-{device}-{dtype}"
+    name = parse_config_name(file_name)
+    if name is None:
+        raise ForgeError(f"{file_name}: not named like a fused-MoE config (E=...,N=...,device_name=....json)")
+    device = name.device.lower().replace("_", "-")
+    return f"moe-e{name.experts}-n{name.n}-{device}-{name.dtype or 'bf16'}"
 
 
 def provenance_text(results: dict) -> str:
