@@ -6,6 +6,7 @@ from forge.patching.apply import apply_series
 from forge.patching.report import print_matrix, print_release
 from forge.patching.series import load_series
 from forge.patching.status import matrix, release_status
+from forge.patching.vocabulary import Status
 from forge.upstream import releases
 
 
@@ -20,7 +21,7 @@ def cmd_patches(args) -> int:
         results = matrix(versions, offline=args.offline, series=series)
         print_matrix(results, series, as_json=args.json)
     conflicts = [(v, s) for v, statuses in results.items() for s in statuses
-                 if s.status == "conflict"]
+                 if s.status == Status.CONFLICT]
     if conflicts:
         version, s = conflicts[0]
         raise ConflictError(f"vLLM {version}: patch {s.id}: {s.detail}"

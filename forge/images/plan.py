@@ -17,6 +17,7 @@ from forge.errors import ForgeError
 from forge.image_names import default_repository, immutable_tag, moving_tag
 from forge.images import context
 from forge.images.lock import lock_file, read_lock
+from forge.patching.vocabulary import Kind, Status
 from forge.targets import BaseImage, Target, get_target
 
 LABEL_PREFIX = "io.vllm-forge."
@@ -115,7 +116,7 @@ def _patch_entries(series, statuses, vllm: str) -> list[dict]:
         files = [{"path": f.path, "sha256": f.sha256} for f in series.get(status.id).files]
         entries.append({"id": status.id, "kind": status.kind, "status": status.status,
                         "detail": status.detail, "files": files})
-        if status.kind == "dependency":   # package, specifier, the version the build pins
+        if status.kind == Kind.DEPENDENCY:   # package, specifier, the version the build pins
             entries[-1].update(plan_entry(series.get(status.id), status.status, vllm))
     return entries
 
@@ -123,7 +124,7 @@ def _patch_entries(series, statuses, vllm: str) -> list[dict]:
 def dependency_pins(entries: list[dict]) -> list[str]:
     """PACKAGE==VERSION for each constraint the image build brings in (`apply --pin`)."""
     return [f"{e['package']}=={e['pin']}" for e in entries
-            if e["kind"] == "dependency" and e["status"] == "applies" and e.get("pin")]
+            if e["kind"] == Kind.DEPENDENCY and e["status"] == Status.APPLIES and e.get("pin")]
 
 
 def _check_env_declared(target: Target) -> None:
@@ -164,8 +165,8 @@ def resolve_plan(target_name: str, vllm: str, repository: str | None = None,
     plan = Plan(target=target, vllm=str(vllm), base=base, base_digest=digest,
                 base_locked=digest is not None, patches=_patch_entries(series, statuses, vllm),
                 patch_set_hash=patch_set_hash(statuses, series),
-                moe_configs=sorted(f.name for s in statuses if s.kind == "moe-config"
-                                   and s.status == "applies" for f in series.get(s.id).files),
+                moe_configs=sorted(f.name for s in statuses if s.kind == Kind.MOE_CONFIG
+                                   and s.status == Status.APPLIES for f in series.get(s.id).files),
                 repository=repository or default_repository(), source=context.source_info(),
                 skipped_recipes=skipped_recipes)
     if digest:
@@ -319,7 +320,7 @@ def content_labels(plan: Plan) -> dict[str, str]:
         # Each dependency constraint the build brings in: package, specifier, pinned version.
         LABEL_PREFIX + "dependencies": ";".join(
             f"{p['package']}{p['specifier']}=={p['pin']}" for p in plan.patches
-            if p["kind"] == "dependency" and p["status"] == "applies" and p.get("pin")),
+            if p["kind"] == Kind.DEPENDENCY and p["status"] == Status.APPLIES and p.get("pin")),
         LABEL_PREFIX + "context-sha256": plan.context_sha256,
         LABEL_PREFIX + "build-record": RECORD_PATH,
     }
@@ -342,7 +343,7 @@ def format_plan(plan: Plan) -> str:
              f"  digest      {digest}"]
     lines += ["  patches"]
     lines += [f"    {p['id']:<36} {p['kind']:<10} {p['status']:<16} {p['detail']}" for p in plan.patches]
-    pins = [p for p in plan.patches if p["kind"] == "dependency" and p["status"] == "applies"]
+    pins = [p for p in plan.patches if p["kind"] == Kind.DEPENDENCY and p["status"] == Status.APPLIES]
     lines += ["  dependency pins" + ("" if pins else ": none")]
     lines += [f"    {p['package']}=={p['pin']}  (constraint {p['specifier']}, {p['id']}; installed "
               "by `build.py apply --pin` where the base holds another version)" for p in pins]

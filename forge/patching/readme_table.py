@@ -16,6 +16,7 @@ from packaging.version import Version
 
 from forge import REPO_ROOT
 from forge.errors import ForgeError
+from forge.patching.vocabulary import Kind
 
 BEGIN = "<!-- patch-table:begin -->"
 END = "<!-- patch-table:end -->"
@@ -49,7 +50,7 @@ def render_table(series, results: dict) -> str:
 
 def _upstream_note(patch) -> str:
     upstream = patch.upstream or {}
-    parts = [f"constraint `{patch.package}{patch.specifier}`" if patch.kind == "dependency" else "",
+    parts = [f"constraint `{patch.package}{patch.specifier}`" if patch.kind == Kind.DEPENDENCY else "",
              f"vLLM issue #{upstream['issue']}" if upstream.get("issue") else "",
              f"fix PR #{upstream['pr']}" if upstream.get("pr") else "",
              f"upstream in {upstream['fixed_in']}" if upstream.get("fixed_in") else "",

@@ -5,9 +5,11 @@ import json
 
 from packaging.version import Version
 
+from forge.patching.vocabulary import Status
+
 # Short cells keep the matrix readable at 80 columns.
-SHORT = {"applies": "applies", "already-upstream": "upstream", "not-needed": "-",
-         "conflict": "CONFLICT", "satisfied": "satisfied"}
+SHORT = {Status.APPLIES: "applies", Status.ALREADY_UPSTREAM: "upstream", Status.NOT_NEEDED: "-",
+         Status.CONFLICT: "CONFLICT", Status.SATISFIED: "satisfied"}
 
 
 def _table(rows: list[list[str]]) -> str:

@@ -25,11 +25,12 @@ from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.patching import diffs
 from forge.patching.moe_config_names import parse_config_name
+from forge.patching.vocabulary import Kind
 from forge.schema import Field, ListOf, load_yaml, pep440_specifier, pep440_version, sha256_hex, validate
 
 PATCHES_DIR = REPO_ROOT / "patches"
 DEFAULT_SERIES = PATCHES_DIR / "series.yaml"
-KINDS = ("source", "moe-config", "dependency")
+KINDS = tuple(kind.value for kind in Kind)
 
 
 def _patch_id(value: str) -> str | None:
@@ -152,19 +153,19 @@ def load_series(path: str | Path | None = None, offline: bool = False,
         where = f"{path}: patches[{index}]"
         if any(p.id == entry["id"] for p in patches):
             raise ForgeError(f"{where}.id: duplicate patch id {entry['id']!r}")
-        if entry["kind"] == "dependency":
+        if entry["kind"] == Kind.DEPENDENCY:
             _check_dependency_fields(entry, where)     # before reading files it must not have
         files = [_checked_file(base, f, f"{where}.files[{i}]", digest)
                  for i, f in enumerate(entry["files"] or [])]
         patch = Patch(files=files, **{k: v for k, v in entry.items()
                                       if k not in ("files", "package", "specifier")})
         _check_kind_fields(patch, entry, where)
-        if patch.kind == "dependency":
+        if patch.kind == Kind.DEPENDENCY:
             patch.package = canonicalize_name(entry["package"])
             patch.specifier = SpecifierSet(entry["specifier"])
             if check_index:
                 _check_against_index(patch, where, data["checked_from"], offline)
-        if patch.kind == "source":
+        if patch.kind == Kind.SOURCE:
             for f in files:
                 patch.diffs.extend(diffs.load_diff(f.absolute))
         patches.append(patch)
@@ -187,19 +188,19 @@ def _checked_file(base: Path, entry: dict, where: str, digest) -> PatchFile:
 
 
 def _check_kind_fields(patch: Patch, entry: dict, where: str) -> None:
-    if patch.kind == "dependency":
+    if patch.kind == Kind.DEPENDENCY:
         return      # checked before its (absent) files were read
     for name in ("package", "specifier"):
         if entry.get(name) is not None:
             raise ForgeError(f"{where}.{name}: only dependency patches have one")
     if not patch.files:
         raise ForgeError(f"{where}.files: required field is missing")
-    if patch.kind == "source":
+    if patch.kind == Kind.SOURCE:
         if not patch.upstream or not (patch.upstream.get("issue") or patch.upstream.get("pr")):
             raise ForgeError(f"{where}.upstream: a source patch names its upstream issue or pr")
         if any(not f.path.endswith(".diff") for f in patch.files):
             raise ForgeError(f"{where}.files: a source patch's files are .diff files")
-    if patch.kind == "moe-config":
+    if patch.kind == Kind.MOE_CONFIG:
         if patch.fixes_marker:
             raise ForgeError(f"{where}.fixes_marker: only source patches have one")
         for f in patch.files:
@@ -273,7 +274,7 @@ def series_to_data(series: Series) -> dict:
         entry: dict[str, object] = {"id": p.id, "title": p.title, "kind": p.kind, "releases": p.releases}
         if p.retired_in:
             entry["retired_in"] = p.retired_in
-        if p.kind == "dependency":
+        if p.kind == Kind.DEPENDENCY:
             entry["package"] = p.package
             entry["specifier"] = str(p.specifier)
         if p.upstream:

@@ -32,14 +32,15 @@ from forge.files import write_text_atomically
 from forge.patching import diffs
 from forge.patching.moe_config_names import parse_config_name
 from forge.patching.series import Patch, Series, load_series
+from forge.patching.vocabulary import Kind, Status
 
 __all__ = ["release_status", "matrix", "patch_set_hash", "PatchStatus", "status_of", "tree_status",
            "for_moe_device", "moe_devices_of", "shipped_moe_configs", "raise_on_conflict",
            "MOE_CONFIGS_DIR"]
 
 MOE_CONFIGS_DIR = "vllm/model_executor/layers/fused_moe/configs"
-TREE_KINDS = ("source", "moe-config")      # judged from the release's vllm/ tree alone
-STATUSES = ("applies", "already-upstream", "not-needed", "conflict", "satisfied")
+TREE_KINDS = (Kind.SOURCE, Kind.MOE_CONFIG)      # judged from the release's vllm/ tree alone
+STATUSES = tuple(Status)
 
 
 @dataclass(frozen=True)
@@ -62,38 +63,38 @@ def status_of(patch: Patch, root: Path, version: Version, install_path: list[str
     A dependency constraint is judged against release `version`'s declared requirements, or,
     with `install_path` (where an install's packages are found), against the installed version."""
     def status(name: str, detail: str) -> PatchStatus:
-        return PatchStatus(patch.id, patch.kind, name, detail)
+        return PatchStatus(patch.id, patch.kind, str(name), detail)   # the plain spelling, for JSON
 
-    if patch.kind == "dependency":
+    if patch.kind == Kind.DEPENDENCY:
         from forge.patching import dependencies
 
         if install_path is not None:
             return status(*dependencies.install_status(patch, version, install_path))
         return status(*dependencies.release_status(patch, version, offline=offline))
     if not patch.in_range(version):
-        return status("not-needed", f"{version} is outside releases {patch.releases}")
-    if patch.kind == "moe-config":
+        return status(Status.NOT_NEEDED, f"{version} is outside releases {patch.releases}")
+    if patch.kind == Kind.MOE_CONFIG:
         return _moe_status(patch, root, status)
     if patch.retired_for(version):
         if _fits(patch, root, reverse=True):
-            return status("already-upstream", f"retired in {patch.retired_in}; reverse applies")
-        return status("not-needed", f"retired in {patch.retired_in}")
+            return status(Status.ALREADY_UPSTREAM, f"retired in {patch.retired_in}; reverse applies")
+        return status(Status.NOT_NEEDED, f"retired in {patch.retired_in}")
     missing = [d.old_path for d in patch.diffs if d.old_path and not (root / d.old_path).is_file()]
     if missing:
-        return status("not-needed", f"{missing[0]} is absent")
+        return status(Status.NOT_NEEDED, f"{missing[0]} is absent")
     try:
         broken = _breaks_python(root, diffs.plan_diff(root, patch.diffs))
         if broken:
-            return status("conflict", f"the hunks fit but {broken}")
+            return status(Status.CONFLICT, f"the hunks fit but {broken}")
         hunks = sum(len(d.hunks) for d in patch.diffs)
-        return status("applies", f"{hunks} hunk(s) fit in {_files(patch)}")
+        return status(Status.APPLIES, f"{hunks} hunk(s) fit in {_files(patch)}")
     except diffs.HunkError as forward_error:
         if _fits(patch, root, reverse=True):
-            return status("already-upstream", f"reverse applies to {_files(patch)}")
+            return status(Status.ALREADY_UPSTREAM, f"reverse applies to {_files(patch)}")
         if patch.fixes_marker and not _marker_present(patch, root):
-            return status("not-needed", f"the code it fixes is absent "
+            return status(Status.NOT_NEEDED, f"the code it fixes is absent "
                                         f"({patch.fixes_marker!r} not in {_files(patch)})")
-        return status("conflict", f"neither forward nor reverse applies: {forward_error}")
+        return status(Status.CONFLICT, f"neither forward nor reverse applies: {forward_error}")
 
 
 def _breaks_python(root: Path, planned: dict[str, bytes | None]) -> str | None:
@@ -135,10 +136,10 @@ def _files(patch: Patch) -> str:
 def _moe_status(patch: Patch, root: Path, status) -> PatchStatus:
     bundled = [f.name for f in patch.files if (root / MOE_CONFIGS_DIR / f.name).is_file()]
     if len(bundled) == len(patch.files):
-        return status("already-upstream", f"vLLM bundles {', '.join(bundled)}")
+        return status(Status.ALREADY_UPSTREAM, f"vLLM bundles {', '.join(bundled)}")
     detail = f"vLLM bundles no {patch.files[0].name}" if len(patch.files) == 1 else \
         f"vLLM bundles {len(bundled)} of {len(patch.files)} configs"
-    return status("applies", detail + "; delivered through VLLM_TUNED_CONFIG_FOLDER")
+    return status(Status.APPLIES, detail + "; delivered through VLLM_TUNED_CONFIG_FOLDER")
 
 
 def tree_status(series: Series, root: Path, version: Version, moe_device: str | None = None,
@@ -163,7 +164,7 @@ def shipped_moe_configs(version: str, series: Series | None = None) -> set[str]:
     # configs need none of the index checks that dependency constraints get on load.
     series = series or load_series(check_index=False)
     parsed = Version(str(version))
-    return {f.name for p in series.patches if p.kind == "moe-config" and p.in_range(parsed)
+    return {f.name for p in series.patches if p.kind == Kind.MOE_CONFIG and p.in_range(parsed)
             and not p.retired_for(parsed) for f in p.files}
 
 
@@ -177,9 +178,9 @@ def for_moe_device(statuses: list[PatchStatus], series: Series, moe_device: str 
     narrowed = []
     for status in statuses:
         patch = series.get(status.id)
-        devices = moe_devices_of(patch) if patch.kind == "moe-config" else set()
+        devices = moe_devices_of(patch) if patch.kind == Kind.MOE_CONFIG else set()
         if devices and moe_device not in devices and status.status != "not-needed":
-            status = PatchStatus(status.id, status.kind, "not-needed",
+            status = PatchStatus(status.id, status.kind, str(Status.NOT_NEEDED),
                                  f"tuned for {', '.join(sorted(devices))}, not {moe_device}")
         narrowed.append(status)
     return narrowed
@@ -191,7 +192,8 @@ def _engine_digest() -> str:
     """Changes to the status engine invalidate cached statuses as surely as manifest changes."""
     digest = hashlib.sha256()
     here = Path(__file__).resolve().parent
-    for name in ("diffs.py", "status.py", "series.py", "dependencies.py"):
+    for name in ("diffs.py", "status.py", "series.py", "dependencies.py", "vocabulary.py",
+                 "moe_config_names.py"):
         digest.update((here / name).read_bytes())
     return digest.hexdigest()
 
@@ -222,7 +224,7 @@ def release_status(version: str, offline: bool = False, series: Series | None = 
     # own: computed each time (from the cached requirements and index), never cached here.
     by_id = {s.id: s for s in statuses}
     by_id.update({s.id: s for s in tree_status(series, Path("."), parsed, offline=offline,
-                                               kinds=("dependency",))})
+                                               kinds=(Kind.DEPENDENCY,))})
     return for_moe_device([by_id[p.id] for p in series.patches], series, moe_device)
 
 
@@ -240,7 +242,7 @@ def patch_set_hash(statuses: list[PatchStatus], series: Series | None = None) ->
     for status in statuses:
         if status.status == "applies":
             patch = series.get(status.id)
-            if patch.kind == "dependency":
+            if patch.kind == Kind.DEPENDENCY:
                 digest.update(f"{status.id}\0{patch.package}{patch.specifier}\n".encode())
             for f in patch.files:
                 digest.update(f"{status.id}\0{f.sha256}\n".encode())

@@ -39,6 +39,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from forge.errors import ForgeError
+from forge.patching.vocabulary import Kind
 
 PROBE_SCRIPT = Path(__file__).resolve().parent / "drift_probe.py"
 PROBE_TIMEOUT_S = 600
@@ -93,7 +94,7 @@ def dependency_constraints(series, package: str) -> list:
     """The series' `kind: dependency` entries for `package` (Patch.package, Patch.specifier)."""
     name = canonicalize_name(package)
     return [p for p in series.patches
-            if p.kind == "dependency" and canonicalize_name(p.package) == name]
+            if p.kind == Kind.DEPENDENCY and canonicalize_name(p.package) == name]
 
 
 def covering_constraint(constraints: list, release: str, version: str):

@@ -29,6 +29,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from forge.errors import ConflictError, ForgeError
+from forge.patching.vocabulary import Status
 from forge.schema import pep440_version
 from forge.watch import drift
 
@@ -346,7 +347,7 @@ def _edit_lines(proposal: Proposal) -> list[str]:
 
 
 def _cell(status: str) -> str:
-    return "**CONFLICT**" if status == "conflict" else status
+    return "**CONFLICT**" if status == Status.CONFLICT else status
 
 
 # --- build.py upstream-watch ------------------------------------------------------------------
