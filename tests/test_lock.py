@@ -97,7 +97,8 @@ def test_lock_for_a_tag_the_registry_lacks_writes_nothing(standin_base, tmp_path
 def test_lock_unknown_target_is_one_line():
     result = subprocess.run([sys.executable, "build.py", "lock", "--vllm", "0.27.1", "--target", "tpu"],
                             cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and result.stderr.startswith("error: unknown target 'tpu'")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: ") and "targets.yaml: unknown target 'tpu' (known: " in result.stderr
 
 
 @pytest.mark.docker

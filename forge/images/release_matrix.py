@@ -32,16 +32,13 @@ def vllm_of_tag(tag: str) -> str:
 def release_matrix(vllm: str, only_targets: list[str] | None = None,
                    repository: str | None = None, runners: dict[str, str] | None = None) -> dict:
     from forge.images.plan import resolve_plan
-    from forge.targets import load_targets
+    from forge.targets import get_target, load_targets
 
     runners = {**RUNNERS, **(runners or {})}
-    targets = load_targets()
-    names = only_targets or sorted(targets)
+    names = only_targets or sorted(load_targets())
     include = []
     for name in names:
-        if name not in targets:
-            raise ForgeError(f"unknown target {name!r} (known: {', '.join(sorted(targets))})")
-        target = targets[name]
+        target = get_target(name)      # an unknown name: the one message every command gives
         if target.platform not in runners:
             raise ForgeError(f"{target.source}: targets.{name}.platform: no runner for "
                              f"{target.platform} (known: {', '.join(sorted(runners))})")
