@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import signal
+import subprocess
 import sys
 
 import pytest
@@ -13,7 +15,7 @@ from packaging.version import Version
 
 from forge.patch_apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR, TEMP_SUFFIX
 from forge.patches import apply_series, load_series, tree_status
-from tests.fixtures_patches import snapshot, wheelhouse
+from tests.fixtures_patches import install_wheel, snapshot, wheelhouse
 from tests.test_patch_series import run_build
 
 TARGET = "vllm/v1/spec_decode/llm_base_proposer.py"
@@ -240,3 +242,68 @@ def test_a_pin_holds_an_image_to_its_planned_version_even_where_the_base_satisfi
     assert transformers_in(site) == "5.14.0"
     assert run_build("apply", "--site-packages", str(site), "--revert").returncode == 0
     assert snapshot(site) == original
+
+
+def upgrade_as_pip_does(site, version: str) -> None:
+    """What `pip install -U transformers==V` does to an environment after apply: pip itself
+    uninstalls the installed version (every file its RECORD lists), then the new wheel's files go
+    in (the same bytes pip's --target install of it produces, tests.fixtures_patches)."""
+    result = subprocess.run([sys.executable, "-m", "pip", "uninstall", "--yes",
+                             "--disable-pip-version-check", "transformers"],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(site)})
+    assert result.returncode == 0, result.stderr
+    assert transformers_in(site) is None, result.stdout
+    install_wheel(site, "transformers", version)
+    assert transformers_in(site) == version
+
+
+@pytest.mark.parametrize("where", ["index", "find-links"])
+def test_apply_pins_a_dependency_that_drifted_after_an_earlier_apply_and_revert_undoes_both(
+        site_with_transformers, tmp_path, where):
+    """The bug seen on the H200: an install patched while transformers 5.14.1 satisfied the
+    constraint got 5.15.0 over it; apply said "nothing to do" and Gemma 4 still could not start."""
+    site = site_with_transformers("0.25.0", "5.14.1")
+    original = snapshot(site)
+    source = ["--find-links", str(wheelhouse()), "--offline"] if where == "find-links" else []
+    env = {"VLLM_FORGE_PYPI": UNREACHABLE_INDEX} if where == "find-links" else {}
+    first = run_build("apply", "--site-packages", str(site), "--vllm", "0.25.0", *source, **env)
+    assert first.returncode == 0, first.stderr
+    assert transformers_in(site) == "5.14.1" and FIXED_LINE in (site / TARGET).read_bytes()
+    upgrade_as_pip_does(site, "5.15.0")
+    # What revert must give back: the install as it was before the first apply, except for the
+    # dependency someone else changed afterwards, which comes back exactly as they left it. The
+    # same steps on a second site without any apply make that state for real.
+    expected_site = site_with_transformers("0.25.0", "5.14.1")
+    assert snapshot(expected_site) == original
+    upgrade_as_pip_does(expected_site, "5.15.0")
+    expected = snapshot(expected_site)
+    assert expected != original
+
+    again = run_build("apply", "--site-packages", str(site), "--vllm", "0.25.0", *source, **env)
+    assert again.returncode == 0, again.stderr
+    assert "nothing to do" not in again.stdout
+    assert "drifted outside their constraint since: pinned again" in again.stdout
+    newest = "5.14.1" if where == "find-links" else newest_below_5_15()
+    assert f"transformers 5.15.0 -> {newest} (pinned =={newest}: constraint <5.15" \
+        in again.stdout
+    row = next(line for line in again.stdout.splitlines() if line.split()[0] == CONSTRAINT)
+    assert row.split()[1] == "applies" and "transformers 5.15.0 violates <5.15" in row
+    assert transformers_in(site) == newest and FIXED_LINE in (site / TARGET).read_bytes()
+    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    assert record["state"] == "applied" and record["dependencies"] == []
+    [later] = record["later"]
+    assert later["applied"] == [CONSTRAINT]
+    assert [(d["previous"], d["installed"]) for d in later["dependencies"]] == [("5.15.0", newest)]
+    assert {e.get("package") for e in later["files"]} == {"transformers"}
+
+    settled = run_build("apply", "--site-packages", str(site), *source, **env)
+    assert settled.returncode == 0, settled.stderr
+    assert "every dependency is inside its constraint; nothing to do" in settled.stdout
+    assert f"transformers {newest} satisfies <5.15" in settled.stdout
+
+    reverted = run_build("apply", "--site-packages", str(site), "--revert",
+                         VLLM_FORGE_PYPI=UNREACHABLE_INDEX)
+    assert reverted.returncode == 0, reverted.stderr
+    assert f"transformers {newest} -> 5.15.0 (restored)" in reverted.stdout
+    assert snapshot(site) == expected
+    assert FIXED_LINE not in (site / TARGET).read_bytes() and leftovers(site) == []
