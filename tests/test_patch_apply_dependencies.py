@@ -307,3 +307,34 @@ def test_apply_pins_a_dependency_that_drifted_after_an_earlier_apply_and_revert_
     assert f"transformers {newest} -> 5.15.0 (restored)" in reverted.stdout
     assert snapshot(site) == expected
     assert FIXED_LINE not in (site / TARGET).read_bytes() and leftovers(site) == []
+
+
+def test_a_failed_or_killed_re_pin_keeps_the_first_record_and_revert_restores_the_start(
+        site_with_transformers):
+    """First apply pinned 5.15.0 down to 5.14.1; 5.15.0 came back over it. A re-pin that fails
+    or is killed part way leaves the drifted install and the first run's record exactly as they
+    were; the finished re-pin then reverts to the install from before the first apply."""
+    site = site_with_transformers("0.25.0", "5.15.0")
+    original = snapshot(site)
+    links = ["--find-links", str(wheelhouse())]
+    assert run_build("apply", "--site-packages", str(site), *links).returncode == 0
+    upgrade_as_pip_does(site, "5.15.0")
+    drifted = snapshot(site)
+    for steps in (0, 1, 40):
+        failed = run_build("apply", "--site-packages", str(site), *links,
+                           **{FAIL_AFTER_ENV: str(steps)})
+        assert failed.returncode == 2 and failed.stderr.count("\n") == 1
+        assert f"rolled back {steps} step(s), nothing changed" in failed.stderr
+        assert snapshot(site) == drifted
+    killed = run_build("apply", "--site-packages", str(site), *links, **{KILL_AFTER_ENV: "0"})
+    assert killed.returncode == -signal.SIGKILL
+    again = run_build("apply", "--site-packages", str(site), *links)
+    assert again.returncode == 0, again.stderr
+    assert "transformers 5.15.0 -> 5.14.1 (pinned ==5.14.1" in again.stdout
+    assert list(site.rglob(f"*{TEMP_SUFFIX}")) == [] and transformers_in(site) == "5.14.1"
+    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    assert len(record["later"]) == 1       # the killed run left no trace in the record
+    reverted = run_build("apply", "--site-packages", str(site), "--revert")
+    assert reverted.returncode == 0, reverted.stderr
+    assert reverted.stdout.count(" (restored)") == 1
+    assert snapshot(site) == original and leftovers(site) == []
