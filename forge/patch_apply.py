@@ -20,6 +20,10 @@ every place it wrote: the next run removes the temp files and, for a run killed 
 everything else it created; after step 3 began, it asks for --revert, which restores every file
 byte for byte from the originals (no network needed, dependencies included).
 
+An install that already carries a record is checked again: a dependency that drifted outside
+its constraint since (pip install -U, a new base) is pinned again in a run appended to the
+record (record["later"]); revert undoes every run (see _revertible_entries).
+
 No directory is ever renamed: inside an image, vllm/ and site-packages sit in a lower overlayfs
 layer, where renaming a directory fails with "Invalid cross-device link" (EXDEV). Files are
 replaced with os.replace from a temp file in the same directory, which overlayfs allows.
