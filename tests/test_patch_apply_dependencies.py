@@ -338,3 +338,30 @@ def test_a_failed_or_killed_re_pin_keeps_the_first_record_and_revert_restores_th
     assert reverted.returncode == 0, reverted.stderr
     assert reverted.stdout.count(" (restored)") == 1
     assert snapshot(site) == original and leftovers(site) == []
+
+
+def test_a_drifted_dependency_offline_is_refused_naming_the_pip_command_and_nothing_changes(
+        site_with_transformers):
+    site = site_with_transformers("0.25.0", "5.14.1")
+    assert run_build("apply", "--site-packages", str(site), "--offline").returncode == 0
+    upgrade_as_pip_does(site, "5.15.0")
+    drifted = snapshot(site)
+    refused = run_build("apply", "--site-packages", str(site), "--offline")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "transformers must be brought inside <5.15,>=5.5.3 but --offline; nothing changed" \
+        in refused.stderr
+    assert f"-m pip install --no-deps --target {site} --upgrade transformers==" in refused.stderr
+    assert snapshot(site) == drifted
+
+
+def test_a_source_patch_lost_after_apply_is_refused_not_reported_as_carried(vllm_site):
+    site = vllm_site("0.25.0")
+    before = (site / TARGET).read_bytes()
+    assert run_build("apply", "--site-packages", str(site)).returncode == 0
+    (site / TARGET).write_bytes(before)        # what a reinstall of vLLM's file does
+    changed = snapshot(site)
+    refused = run_build("apply", "--site-packages", str(site))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "gemma4-mtp-share-embeddings recorded as applied but no longer in the installed " \
+        "files" in refused.stderr
+    assert snapshot(site) == changed
