@@ -206,8 +206,7 @@ def _reapply(installed, series, record, moe_device, offline, find_links, pins) -
     in), but every dependency is checked against what is installed NOW. A `pip install -U` (or a
     new base) after the first apply may have put a violating version back: that drift is pinned
     again, in a run of its own appended to the record (see `_revert` for what revert restores)."""
-    statuses = tree_status(series, installed.site_dir, installed.version, moe_device,
-                           install_path=installed.search_path)
+    statuses = install_statuses(series, installed, record, moe_device)
     recorded = set(_applied_ids(record))
     lost = [s.id for s in statuses if s.id in recorded and s.kind == "source"
             and s.status == "applies"]
@@ -237,6 +236,24 @@ def _reapply(installed, series, record, moe_device, offline, find_links, pins) -
         dependency_apply.discard_staging(installed)
     return ApplyReport(installed, "re-pinned", applied=applied, statuses=statuses, notes=notes,
                        dependencies=run["dependencies"])
+
+
+def install_statuses(series, installed: InstalledVllm, record: dict | None,
+                     moe_device: str | None = None) -> list[PatchStatus]:
+    """Every patch's status on an install as it is now: dependencies from the versions installed
+    now (a drift after apply shows as `applies`), and a source patch the record lists that is in
+    the files as `applied` (the tree alone cannot tell it from an upstream fix)."""
+    statuses = tree_status(series, installed.site_dir, installed.version, moe_device,
+                           install_path=installed.search_path)
+    recorded = set(_applied_ids(record)) if record is not None else set()
+    return [PatchStatus(s.id, s.kind, "applied", f"by vllm-forge ({_record_path(installed)}); "
+                                                  f"{s.detail}")
+            if s.id in recorded and s.kind == "source" and s.status == "already-upstream" else s
+            for s in statuses]
+
+
+def read_install_record(installed: InstalledVllm) -> dict | None:
+    return _read_record(installed)
 
 
 def _runs(record: dict) -> list[dict]:

@@ -279,6 +279,11 @@ def test_apply_pins_a_dependency_that_drifted_after_an_earlier_apply_and_revert_
     expected = snapshot(expected_site)
     assert expected != original
 
+    status = run_build("patches", "--site-packages", str(site), "--offline")
+    assert status.returncode == 0, status.stderr
+    rows = {line.split()[0]: line.split() for line in status.stdout.splitlines() if line.strip()}
+    assert rows[CONSTRAINT][2] == "applies" and "5.15.0 violates <5.15" in status.stdout
+    assert rows["gemma4-mtp-share-embeddings"][2] == "applied"
     again = run_build("apply", "--site-packages", str(site), "--vllm", "0.25.0", *source, **env)
     assert again.returncode == 0, again.stderr
     assert "nothing to do" not in again.stdout
@@ -300,6 +305,10 @@ def test_apply_pins_a_dependency_that_drifted_after_an_earlier_apply_and_revert_
     assert settled.returncode == 0, settled.stderr
     assert "every dependency is inside its constraint; nothing to do" in settled.stdout
     assert f"transformers {newest} satisfies <5.15" in settled.stdout
+    status = run_build("patches", "--site-packages", str(site), "--offline", "--json")
+    assert status.returncode == 0, status.stderr
+    by_id = {p["id"]: p["status"] for p in json.loads(status.stdout)["patches"]}
+    assert by_id[CONSTRAINT] == "satisfied" and by_id["gemma4-mtp-share-embeddings"] == "applied"
 
     reverted = run_build("apply", "--site-packages", str(site), "--revert",
                          VLLM_FORGE_PYPI=UNREACHABLE_INDEX)
