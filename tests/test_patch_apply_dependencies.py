@@ -374,3 +374,20 @@ def test_a_source_patch_lost_after_apply_is_refused_not_reported_as_carried(vllm
     assert "gemma4-mtp-share-embeddings recorded as applied but no longer in the installed " \
         "files" in refused.stderr
     assert snapshot(site) == changed
+
+
+def test_a_re_pin_killed_while_replacing_files_is_reverted_to_the_start(site_with_transformers):
+    site = site_with_transformers("0.25.0", "5.15.0")
+    original = snapshot(site)
+    links = ["--find-links", str(wheelhouse())]
+    assert run_build("apply", "--site-packages", str(site), *links).returncode == 0
+    upgrade_as_pip_does(site, "5.15.0")
+    killed = run_build("apply", "--site-packages", str(site), *links, **{KILL_AFTER_ENV: "40"})
+    assert killed.returncode == -signal.SIGKILL
+    assert list(site.rglob(f"*{TEMP_SUFFIX}"))
+    again = run_build("apply", "--site-packages", str(site), *links)
+    assert again.returncode == 2 and "an earlier apply was interrupted" in again.stderr
+    reverted = run_build("apply", "--site-packages", str(site), "--revert")
+    assert reverted.returncode == 0, reverted.stderr
+    assert snapshot(site) == original and leftovers(site) == []
+    assert transformers_in(site) == "5.15.0"
