@@ -183,12 +183,7 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
         return ApplyReport(installed, "nothing-to-apply", statuses=statuses, notes=notes)
     patched_files = [w.label for w in writes]
     try:
-        for dependency in pinned:
-            dependency_writes = _dependency_writes(dependency, installed, find_links)
-            writes += dependency_writes
-            applied.append(dependency.patch_id)
-            notes.append(f"{dependency.package}: {len(dependency_writes)} file(s) changed in "
-                         f"{dependency.base}")
+        writes += _pin_writes(pinned, installed, find_links, applied, notes)
         order = [p.id for p in series.patches]
         applied.sort(key=order.index)
         record = {"series": series.digest, "vllm": str(installed.version), "applied": applied,
@@ -205,7 +200,8 @@ def _reapply(installed, series, record, moe_device, offline, find_links, pins) -
     """An install that carries a record: the source patches stay as they are (each must still be
     in), but every dependency is checked against what is installed NOW. A `pip install -U` (or a
     new base) after the first apply may have put a violating version back: that drift is pinned
-    again, in a run of its own appended to the record (see `_revert` for what revert restores)."""
+    again, in a run of its own appended to the record (see _revertible_entries for
+    what revert restores)."""
     statuses = install_statuses(series, installed, record, moe_device)
     recorded = set(_applied_ids(record))
     lost = [s.id for s in statuses if s.id in recorded and s.kind == "source"
@@ -220,14 +216,9 @@ def _reapply(installed, series, record, moe_device, offline, find_links, pins) -
     if not pinned:
         return ApplyReport(installed, "already-applied", applied=_applied_ids(record),
                            statuses=statuses, dependencies=_dependencies(record))
-    writes, applied, notes = [], [], []
+    applied, notes = [], []
     try:
-        for dependency in pinned:
-            dependency_writes = _dependency_writes(dependency, installed, find_links)
-            writes += dependency_writes
-            applied.append(dependency.patch_id)
-            notes.append(f"{dependency.package}: {len(dependency_writes)} file(s) changed in "
-                         f"{dependency.base}")
+        writes = _pin_writes(pinned, installed, find_links, applied, notes)
         run = {"applied": applied,
                "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "dependencies": [d.to_record() for d in pinned]}
@@ -271,6 +262,19 @@ def _applied_ids(record: dict) -> list[str]:
 
 def _dependencies(record: dict) -> list[dict]:
     return [d for run in _runs(record) for d in run.get("dependencies", [])]
+
+
+def _pin_writes(pinned, installed: InstalledVllm, find_links, applied: list[str],
+                notes: list[str]) -> list[_Write]:
+    """The file writes of every pinned dependency (staged with pip); appends to applied/notes."""
+    writes = []
+    for dependency in pinned:
+        dependency_writes = _dependency_writes(dependency, installed, find_links)
+        writes += dependency_writes
+        applied.append(dependency.patch_id)
+        notes.append(f"{dependency.package}: {len(dependency_writes)} file(s) changed in "
+                     f"{dependency.base}")
+    return writes
 
 
 def _dependency_writes(dependency, installed: InstalledVllm, find_links) -> list[_Write]:
