@@ -279,6 +279,8 @@ def cmd_patches(args) -> int:
     from forge.patch_report import print_matrix, print_release
 
     series = load_series(offline=args.offline)
+    if args.site_packages:
+        return _installed_report(args, series)
     if args.vllm:
         statuses = release_status(args.vllm, offline=args.offline, series=series)
         print_release(args.vllm, statuses, series, as_json=args.json)
@@ -295,6 +297,22 @@ def cmd_patches(args) -> int:
         version, s = conflicts[0]
         raise ConflictError(f"vLLM {version}: patch {s.id}: {s.detail}"
                             + (f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""))
+    return 0
+
+
+def _installed_report(args, series) -> int:
+    """`patches --site-packages DIR`: statuses on an install as it is now (what apply would do)."""
+    from forge.installed import find_vllm
+    from forge.patch_apply import install_statuses, read_install_record
+    from forge.patch_report import print_release
+
+    installed = find_vllm(args.site_packages)
+    record = read_install_record(installed)
+    statuses = install_statuses(series, installed, record)
+    if not args.json:
+        print(f"installed at {installed.package_dir}"
+              + (" (vllm-forge record present)" if record is not None else ""))
+    print_release(str(installed.version), statuses, series, as_json=args.json)
     return 0
 
 
