@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import signal
+import subprocess
 import sys
 
 import pytest
@@ -14,7 +16,7 @@ from packaging.version import Version
 from forge.patching.apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR, TEMP_SUFFIX, apply_series
 from forge.patching.series import load_series
 from forge.patching.status import tree_status
-from tests.fixtures_patches import snapshot, wheelhouse
+from tests.fixtures_patches import install_wheel, snapshot, wheelhouse
 from tests.test_patch_series import run_build
 
 TARGET = "vllm/v1/spec_decode/llm_base_proposer.py"
@@ -241,3 +243,152 @@ def test_a_pin_holds_an_image_to_its_planned_version_even_where_the_base_satisfi
     assert transformers_in(site) == "5.14.0"
     assert run_build("apply", "--site-packages", str(site), "--revert").returncode == 0
     assert snapshot(site) == original
+
+
+def upgrade_as_pip_does(site, version: str) -> None:
+    """What `pip install -U transformers==V` does to an environment after apply: pip itself
+    uninstalls the installed version (every file its RECORD lists), then the new wheel's files go
+    in (the same bytes pip's --target install of it produces, tests.fixtures_patches)."""
+    result = subprocess.run([sys.executable, "-m", "pip", "uninstall", "--yes",
+                             "--disable-pip-version-check", "transformers"],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(site)})
+    assert result.returncode == 0, result.stderr
+    assert transformers_in(site) is None, result.stdout
+    install_wheel(site, "transformers", version)
+    assert transformers_in(site) == version
+
+
+@pytest.mark.parametrize("where", ["index", "find-links"])
+def test_apply_pins_a_dependency_that_drifted_after_an_earlier_apply_and_revert_undoes_both(
+        site_with_transformers, tmp_path, where):
+    """The bug seen on the H200: an install patched while transformers 5.14.1 satisfied the
+    constraint got 5.15.0 over it; apply said "nothing to do" and Gemma 4 still could not start."""
+    site = site_with_transformers("0.25.0", "5.14.1")
+    original = snapshot(site)
+    source = ["--find-links", str(wheelhouse()), "--offline"] if where == "find-links" else []
+    env = {"VLLM_FORGE_PYPI": UNREACHABLE_INDEX} if where == "find-links" else {}
+    first = run_build("apply", "--site-packages", str(site), "--vllm", "0.25.0", *source, **env)
+    assert first.returncode == 0, first.stderr
+    assert transformers_in(site) == "5.14.1" and FIXED_LINE in (site / TARGET).read_bytes()
+    upgrade_as_pip_does(site, "5.15.0")
+    # What revert must give back: the install as it was before the first apply, except for the
+    # dependency someone else changed afterwards, which comes back exactly as they left it. The
+    # same steps on a second site without any apply make that state for real.
+    expected_site = site_with_transformers("0.25.0", "5.14.1")
+    assert snapshot(expected_site) == original
+    upgrade_as_pip_does(expected_site, "5.15.0")
+    expected = snapshot(expected_site)
+    assert expected != original
+
+    status = run_build("patches", "--site-packages", str(site), "--offline")
+    assert status.returncode == 0, status.stderr
+    rows = {line.split()[0]: line.split() for line in status.stdout.splitlines() if line.strip()}
+    assert rows[CONSTRAINT][2] == "applies" and "5.15.0 violates <5.15" in status.stdout
+    assert rows["gemma4-mtp-share-embeddings"][2] == "applied"
+    again = run_build("apply", "--site-packages", str(site), "--vllm", "0.25.0", *source, **env)
+    assert again.returncode == 0, again.stderr
+    assert "nothing to do" not in again.stdout
+    assert "drifted outside their constraint since: pinned again" in again.stdout
+    newest = "5.14.1" if where == "find-links" else newest_below_5_15()
+    assert f"transformers 5.15.0 -> {newest} (pinned =={newest}: constraint <5.15" \
+        in again.stdout
+    row = next(line for line in again.stdout.splitlines() if line.split()[0] == CONSTRAINT)
+    assert row.split()[1] == "applies" and "transformers 5.15.0 violates <5.15" in row
+    assert transformers_in(site) == newest and FIXED_LINE in (site / TARGET).read_bytes()
+    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    assert record["state"] == "applied" and record["dependencies"] == []
+    [later] = record["later"]
+    assert later["applied"] == [CONSTRAINT]
+    assert [(d["previous"], d["installed"]) for d in later["dependencies"]] == [("5.15.0", newest)]
+    assert {e.get("package") for e in later["files"]} == {"transformers"}
+
+    settled = run_build("apply", "--site-packages", str(site), *source, **env)
+    assert settled.returncode == 0, settled.stderr
+    assert "every dependency is inside its constraint; nothing to do" in settled.stdout
+    assert f"transformers {newest} satisfies <5.15" in settled.stdout
+    status = run_build("patches", "--site-packages", str(site), "--offline", "--json")
+    assert status.returncode == 0, status.stderr
+    by_id = {p["id"]: p["status"] for p in json.loads(status.stdout)["patches"]}
+    assert by_id[CONSTRAINT] == "satisfied" and by_id["gemma4-mtp-share-embeddings"] == "applied"
+
+    reverted = run_build("apply", "--site-packages", str(site), "--revert",
+                         VLLM_FORGE_PYPI=UNREACHABLE_INDEX)
+    assert reverted.returncode == 0, reverted.stderr
+    assert f"transformers {newest} -> 5.15.0 (restored)" in reverted.stdout
+    assert snapshot(site) == expected
+    assert FIXED_LINE not in (site / TARGET).read_bytes() and leftovers(site) == []
+
+
+def test_a_failed_or_killed_re_pin_keeps_the_first_record_and_revert_restores_the_start(
+        site_with_transformers):
+    """First apply pinned 5.15.0 down to 5.14.1; 5.15.0 came back over it. A re-pin that fails
+    or is killed part way leaves the drifted install and the first run's record exactly as they
+    were; the finished re-pin then reverts to the install from before the first apply."""
+    site = site_with_transformers("0.25.0", "5.15.0")
+    original = snapshot(site)
+    links = ["--find-links", str(wheelhouse())]
+    assert run_build("apply", "--site-packages", str(site), *links).returncode == 0
+    upgrade_as_pip_does(site, "5.15.0")
+    drifted = snapshot(site)
+    for steps in (0, 1, 40):
+        failed = run_build("apply", "--site-packages", str(site), *links,
+                           **{FAIL_AFTER_ENV: str(steps)})
+        assert failed.returncode == 2 and failed.stderr.count("\n") == 1
+        assert f"rolled back {steps} step(s), nothing changed" in failed.stderr
+        assert snapshot(site) == drifted
+    killed = run_build("apply", "--site-packages", str(site), *links, **{KILL_AFTER_ENV: "0"})
+    assert killed.returncode == -signal.SIGKILL
+    again = run_build("apply", "--site-packages", str(site), *links)
+    assert again.returncode == 0, again.stderr
+    assert "transformers 5.15.0 -> 5.14.1 (pinned ==5.14.1" in again.stdout
+    assert list(site.rglob(f"*{TEMP_SUFFIX}")) == [] and transformers_in(site) == "5.14.1"
+    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    assert len(record["later"]) == 1       # the killed run left no trace in the record
+    reverted = run_build("apply", "--site-packages", str(site), "--revert")
+    assert reverted.returncode == 0, reverted.stderr
+    assert reverted.stdout.count(" (restored)") == 1
+    assert snapshot(site) == original and leftovers(site) == []
+
+
+def test_a_drifted_dependency_offline_is_refused_naming_the_pip_command_and_nothing_changes(
+        site_with_transformers):
+    site = site_with_transformers("0.25.0", "5.14.1")
+    assert run_build("apply", "--site-packages", str(site), "--offline").returncode == 0
+    upgrade_as_pip_does(site, "5.15.0")
+    drifted = snapshot(site)
+    refused = run_build("apply", "--site-packages", str(site), "--offline")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "transformers must be brought inside <5.15,>=5.5.3 but --offline; nothing changed" \
+        in refused.stderr
+    assert f"-m pip install --no-deps --target {site} --upgrade transformers==" in refused.stderr
+    assert snapshot(site) == drifted
+
+
+def test_a_source_patch_lost_after_apply_is_refused_not_reported_as_carried(vllm_site):
+    site = vllm_site("0.25.0")
+    before = (site / TARGET).read_bytes()
+    assert run_build("apply", "--site-packages", str(site)).returncode == 0
+    (site / TARGET).write_bytes(before)        # what a reinstall of vLLM's file does
+    changed = snapshot(site)
+    refused = run_build("apply", "--site-packages", str(site))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "gemma4-mtp-share-embeddings recorded as applied but no longer in the installed " \
+        "files" in refused.stderr
+    assert snapshot(site) == changed
+
+
+def test_a_re_pin_killed_while_replacing_files_is_reverted_to_the_start(site_with_transformers):
+    site = site_with_transformers("0.25.0", "5.15.0")
+    original = snapshot(site)
+    links = ["--find-links", str(wheelhouse())]
+    assert run_build("apply", "--site-packages", str(site), *links).returncode == 0
+    upgrade_as_pip_does(site, "5.15.0")
+    killed = run_build("apply", "--site-packages", str(site), *links, **{KILL_AFTER_ENV: "40"})
+    assert killed.returncode == -signal.SIGKILL
+    assert list(site.rglob(f"*{TEMP_SUFFIX}"))
+    again = run_build("apply", "--site-packages", str(site), *links)
+    assert again.returncode == 2 and "an earlier apply was interrupted" in again.stderr
+    reverted = run_build("apply", "--site-packages", str(site), "--revert")
+    assert reverted.returncode == 0, reverted.stderr
+    assert snapshot(site) == original and leftovers(site) == []
+    assert transformers_in(site) == "5.15.0"

@@ -52,6 +52,9 @@ def _add_patches(commands) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--vllm", metavar="VERSION", help="one release")
     which.add_argument("--all", action="store_true", help="every release from 0.21.0 to the newest")
+    which.add_argument("--site-packages", metavar="DIR",
+                       help="an installed vLLM as it is now: dependencies as installed (a drift "
+                            "after apply shows as applies), patches in the apply record as applied")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_offline_flag(p)
     p.set_defaults(handler="forge.commands.patches:cmd_patches")

@@ -20,6 +20,10 @@ every place it wrote: the next run removes the temp files and, for a run killed 
 everything else it created; after step 3 began, it asks for --revert, which restores every file
 byte for byte from the originals (no network needed, dependencies included).
 
+An install that already carries a record is checked again: a dependency that drifted outside
+its constraint since (pip install -U, a new base) is pinned again in a run appended to the
+record (record["later"]); revert undoes every run (see _revertible_entries).
+
 No directory is ever renamed: inside an image, vllm/ and site-packages sit in a lower overlayfs
 layer, where renaming a directory fails with "Invalid cross-device link" (EXDEV). Files are
 replaced with os.replace from a temp file in the same directory, which overlayfs allows.
@@ -52,6 +56,7 @@ from forge.patching import diffs
 from forge.patching.installed import InstalledVllm, find_vllm
 from forge.patching.series import Series, load_series
 from forge.patching.status import PatchStatus, tree_status
+from forge.patching.vocabulary import Status
 
 RECORD_DIR = ".vllm-forge"
 RECORD_FILE = "applied.json"
@@ -63,8 +68,8 @@ KILL_AFTER_ENV = "VLLM_FORGE_KILL_AFTER_RENAMES"
 @dataclass
 class ApplyReport:
     installed: InstalledVllm
-    action: str                    # applied | already-applied | nothing-to-apply | reverted |
-    #                                nothing-to-revert
+    action: str                    # applied | already-applied | re-pinned | nothing-to-apply |
+    #                                reverted | nothing-to-revert
     applied: list[str] = field(default_factory=list)        # patch ids written
     files: list[str] = field(default_factory=list)          # files written (a dependency's
     #                                                         files are counted, not listed)
@@ -78,7 +83,11 @@ class ApplyReport:
             "applied": f"applied {len(self.applied)} patch(es) to {where}: "
                        f"{', '.join(self.applied)}",
             "already-applied": f"{where} already carries this patch series "
-                               f"({', '.join(self.applied) or 'no files'}); nothing to do",
+                               f"({', '.join(self.applied) or 'no files'}) and every dependency "
+                               "is inside its constraint; nothing to do",
+            "re-pinned": f"{where} carries this patch series, but {len(self.applied)} "
+                         "dependency(ies) drifted outside their constraint since: pinned again "
+                         f"({', '.join(self.applied)}); `--revert` undoes every run",
             "nothing-to-apply": f"nothing to apply to {where}",
             "reverted": f"reverted {', '.join(self.applied)} on {where}; "
                         f"{len(self.files)} file(s) restored byte for byte",
@@ -108,6 +117,7 @@ class _Write:
     label: str                 # how the record names it
     temp: Path | None = None
     mode: int | None = None    # for a new file (default 0o644); an existing file keeps its mode
+    package: str | None = None  # the dependency these files belong to (None: vLLM, MoE configs)
 
 
 def apply_series(site_packages=None, expected_version=None, revert=False, moe_config_dir=None,
@@ -155,11 +165,10 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
         if record.get("state") != "applied":
             raise ForgeError(f"{_record_path(installed)}: an earlier apply was interrupted; "
                              "run `build.py apply --revert` first")
-        if record.get("series") == series.digest:
-            return ApplyReport(installed, "already-applied", applied=record.get("applied", []),
-                               dependencies=record.get("dependencies", []))
-        raise ForgeError(f"{_record_path(installed)}: vLLM was patched by a different patch "
-                         "series; run `build.py apply --revert` first")
+        if record.get("series") != series.digest:
+            raise ForgeError(f"{_record_path(installed)}: vLLM was patched by a different patch "
+                             "series; run `build.py apply --revert` first")
+        return _reapply(installed, series, record, moe_device, offline, find_links, pins)
     _check_covered(series, installed)
     statuses = tree_status(series, installed.site_dir, installed.version, moe_device,
                            install_path=installed.search_path)
@@ -175,12 +184,7 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
         return ApplyReport(installed, "nothing-to-apply", statuses=statuses, notes=notes)
     patched_files = [w.label for w in writes]
     try:
-        for dependency in pinned:
-            dependency_writes = _dependency_writes(dependency, installed, find_links)
-            writes += dependency_writes
-            applied.append(dependency.patch_id)
-            notes.append(f"{dependency.package}: {len(dependency_writes)} file(s) changed in "
-                         f"{dependency.base}")
+        writes += _pin_writes(pinned, installed, find_links, applied, notes)
         order = [p.id for p in series.patches]
         applied.sort(key=order.index)
         record = {"series": series.digest, "vllm": str(installed.version), "applied": applied,
@@ -191,6 +195,89 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
         dependency_apply.discard_staging(installed)
     return ApplyReport(installed, "applied", applied=applied, files=patched_files,
                        statuses=statuses, notes=notes, dependencies=record["dependencies"])
+
+
+def _reapply(installed, series, record, moe_device, offline, find_links, pins) -> ApplyReport:
+    """An install that carries a record: the source patches stay as they are (each must still be
+    in), but every dependency is checked against what is installed NOW. A `pip install -U` (or a
+    new base) after the first apply may have put a violating version back: that drift is pinned
+    again, in a run of its own appended to the record (see _revertible_entries for
+    what revert restores)."""
+    statuses = install_statuses(series, installed, record, moe_device)
+    recorded = set(_applied_ids(record))
+    lost = [s.id for s in statuses if s.id in recorded and s.kind == "source"
+            and s.status == "applies"]
+    if lost:
+        raise ForgeError(f"{_record_path(installed)}: {', '.join(lost)} recorded as applied but "
+                         "no longer in the installed files (vLLM changed after vllm-forge patched "
+                         "it); nothing changed")
+    from forge.patching import dependency_apply
+
+    pinned = dependency_apply.plan(series, statuses, installed, offline, find_links, pins)
+    if not pinned:
+        return ApplyReport(installed, "already-applied", applied=_applied_ids(record),
+                           statuses=statuses, dependencies=_dependencies(record))
+    applied: list[str] = []
+    notes: list[str] = []
+    try:
+        writes = _pin_writes(pinned, installed, find_links, applied, notes)
+        dependencies = [d.to_record() for d in pinned]
+        run = {"applied": applied,
+               "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "dependencies": dependencies}
+        _commit(writes, installed, new_record=run, old_record=record)
+    finally:
+        dependency_apply.discard_staging(installed)
+    return ApplyReport(installed, "re-pinned", applied=applied, statuses=statuses, notes=notes,
+                       dependencies=dependencies)
+
+
+def install_statuses(series, installed: InstalledVllm, record: dict | None,
+                     moe_device: str | None = None) -> list[PatchStatus]:
+    """Every patch's status on an install as it is now: dependencies from the versions installed
+    now (a drift after apply shows as `applies`), and a source patch the record lists that is in
+    the files as `applied` (the tree alone cannot tell it from an upstream fix)."""
+    statuses = tree_status(series, installed.site_dir, installed.version, moe_device,
+                           install_path=installed.search_path)
+    recorded = set(_applied_ids(record)) if record is not None else set()
+    return [PatchStatus(s.id, s.kind, str(Status.APPLIED), f"by vllm-forge ({_record_path(installed)}); "
+                                                  f"{s.detail}")
+            if s.id in recorded and s.kind == "source" and s.status == "already-upstream" else s
+            for s in statuses]
+
+
+def read_install_record(installed: InstalledVllm) -> dict | None:
+    return _read_record(installed)
+
+
+def _runs(record: dict) -> list[dict]:
+    """The runs a record holds, oldest first: the first apply (the record's own fields), then
+    every later one that brought a drifted dependency back inside its constraint."""
+    return [record, *record.get("later", [])]
+
+
+def _applied_ids(record: dict) -> list[str]:
+    ids = []
+    for run in _runs(record):
+        ids += [i for i in run.get("applied", []) if i not in ids]
+    return ids
+
+
+def _dependencies(record: dict) -> list[dict]:
+    return [d for run in _runs(record) for d in run.get("dependencies", [])]
+
+
+def _pin_writes(pinned, installed: InstalledVllm, find_links, applied: list[str],
+                notes: list[str]) -> list[_Write]:
+    """The file writes of every pinned dependency (staged with pip); appends to applied/notes."""
+    writes = []
+    for dependency in pinned:
+        dependency_writes = _dependency_writes(dependency, installed, find_links)
+        writes += dependency_writes
+        applied.append(dependency.patch_id)
+        notes.append(f"{dependency.package}: {len(dependency_writes)} file(s) changed in "
+                     f"{dependency.base}")
+    return writes
 
 
 def _dependency_writes(dependency, installed: InstalledVllm, find_links) -> list[_Write]:
@@ -210,7 +297,8 @@ def _dependency_writes(dependency, installed: InstalledVllm, find_links) -> list
         if new is None and original is not None:
             mode = stat.S_IMODE(target.stat().st_mode)     # to put a removed file back as it was
         if new != original:     # most files are the same in neighbouring releases
-            writes.append(_Write(target, new, original, _label(target, installed), mode=mode))
+            writes.append(_Write(target, new, original, _label(target, installed), mode=mode,
+                                 package=dependency.package))
     return writes
 
 
@@ -279,7 +367,7 @@ def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
         return ApplyReport(installed, "nothing-to-revert")
     record_dir = installed.package_dir / RECORD_DIR
     writes = []
-    for entry in record["files"]:
+    for entry in _revertible_entries(record):
         target = _target_of(installed, entry["path"])
         current = target.read_bytes() if target.is_file() else None
         if _sha(current) == entry["original_sha256"]:
@@ -291,9 +379,35 @@ def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
         writes.append(_Write(target, original, current, entry["path"],
                              mode=entry.get("original_mode")))
     _commit(writes, installed, new_record=None, old_record=record)
-    return ApplyReport(installed, "reverted", applied=record.get("applied", []),
+    return ApplyReport(installed, "reverted", applied=_applied_ids(record),
                        files=[w.label for w in writes],
-                       dependencies=record.get("dependencies", []))
+                       dependencies=_restored_dependencies(record))
+
+
+def _restored_dependencies(record: dict) -> list[dict]:
+    """Per package, the newest run's pin: its `previous` is the version revert puts back."""
+    newest: dict[str, dict] = {}
+    for run in reversed(_runs(record)):
+        for dependency in run.get("dependencies", []):
+            newest.setdefault(dependency["package"], dependency)
+    return list(newest.values())
+
+
+def _revertible_entries(record: dict) -> list[dict]:
+    """The file entries revert restores. Revert undoes every run of the record: each file goes
+    back to the bytes the run that wrote it found. One exception: when a later run pinned a
+    dependency again, the files an earlier run had written for that same dependency were replaced
+    by someone else in between (the drift: `pip install -U`, a new base); those are theirs now,
+    and the later run's originals (the drifted version, exactly as it was) are what comes back.
+    So the install returns to how it was before the first apply, except that a dependency changed
+    by others after an apply comes back as they left it."""
+    runs = _runs(record)
+    entries = []
+    for index, run in enumerate(runs):
+        repinned_later = {d["package"] for later in runs[index + 1:]
+                          for d in later.get("dependencies", [])}
+        entries += [e for e in run.get("files", []) if e.get("package") not in repinned_later]
+    return entries
 
 
 def _sha(data: bytes | None) -> str | None:
@@ -338,8 +452,18 @@ def clean_leftovers(installed: InstalledVllm) -> list[Path]:
         half_written.unlink()
     record = json.loads(path.read_text()) if path.exists() else None
     if record is not None:
-        targets = [_target_of(installed, entry["path"]) for entry in record.get("files", [])]
+        targets = [_target_of(installed, entry["path"])
+                   for run in _runs(record) for entry in run.get("files", [])]
         removed += _remove_temps({t.parent for t in targets})
+    if record is not None and record.get("state") == "staging" and record.get("later"):
+        # A later run killed before it changed a file: drop just that run.
+        *earlier, last = record["later"]
+        removed += _remove_empty_dirs([Path(d) for d in last.get("created_dirs", [])])
+        previous = dict(record, state="applied", later=earlier)
+        if not earlier:
+            del previous["later"]
+        _forget_run(record_dir, previous)
+        return removed
     if record is None or record.get("state") == "staging":
         created = [Path(d) for d in (record or {}).get("created_dirs", [])]
         removed += _remove_empty_dirs(created)
@@ -392,16 +516,20 @@ def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | N
     record_dir = installed.package_dir / RECORD_DIR
     created = _missing_dirs(writes)
     record = None
+    # An apply with an old record appends a run to it: a failure puts the old record back.
+    appending = new_record is not None and old_record is not None
+    forget = (lambda: _forget_run(record_dir, old_record or {})) if appending else \
+        (lambda: shutil.rmtree(record_dir, ignore_errors=True)) if new_record is not None else None
     try:
         if new_record is not None:
-            record = _start_record(record_dir, writes, new_record, created)
+            record = _start_record(record_dir, writes, new_record, created, old_record)
         for directory in created:
             directory.mkdir()
         for w in writes:
             if w.new is not None:
                 w.temp = _stage(w.target, w.new, w.mode)
     except OSError as exc:
-        _discard(writes, created, record_dir if new_record is not None else None)
+        _discard(writes, created, forget)
         raise ForgeError(f"cannot write {exc.filename or installed.package_dir}: "
                          f"{exc.strerror or exc}; nothing changed") from exc
     undo: list = []
@@ -427,7 +555,7 @@ def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | N
     except OSError as exc:
         for step in reversed(undo):
             step()
-        _discard(writes, created, record_dir if new_record is not None else None)
+        _discard(writes, created, forget)
         raise ForgeError(f"failed while writing {exc.filename or 'the patched files'}: "
                          f"{exc.strerror or exc}; rolled back {len(undo)} step(s), "
                          "nothing changed") from exc
@@ -439,29 +567,37 @@ def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | N
 def _finish_revert(record_dir: Path, record: dict) -> None:
     """The record goes last: applied.json first (from then on the install counts as clean),
     then the rest of the record directory, file by file (no directory rename)."""
-    _remove_empty_dirs([Path(d) for d in record.get("created_dirs", [])])
+    _remove_empty_dirs([Path(d) for run in _runs(record) for d in run.get("created_dirs", [])])
     (record_dir / RECORD_FILE).unlink()
     shutil.rmtree(record_dir, ignore_errors=True)
 
 
-def _start_record(record_dir: Path, writes: list[_Write], record: dict, created: list[Path]
-                  ) -> dict:
+def _start_record(record_dir: Path, writes: list[_Write], record: dict, created: list[Path],
+                  previous: dict | None = None) -> dict:
     """The record in state "staging": every file (with its original bytes) and every directory
-    the run may create, written before anything else so a killed run can be cleaned up."""
-    record_dir.mkdir()
-    record = dict(record, state="staging", created_dirs=[str(d) for d in created], files=[])
+    the run may create, written before anything else so a killed run can be cleaned up. With a
+    `previous` record (a later run), the run is appended to it as record["later"][-1]."""
+    prefix = _originals_prefix(len(_runs(previous)) if previous is not None else 0)
+    run = dict(record, created_dirs=[str(d) for d in created], files=[])
     for index, w in enumerate(writes):
-        original = f"originals/{index}" if w.original is not None else None
+        original = f"{prefix}{index}" if w.original is not None else None
         entry: dict[str, object] = {"path": w.label, "original": original, "original_sha256": _sha(w.original),
                  "patched_sha256": _sha(w.new)}
         if w.original is not None and w.new is None:
             entry["original_mode"] = w.mode
-        record["files"].append(entry)
+        if w.package is not None:
+            entry["package"] = w.package
+        run["files"].append(entry)
+    if previous is None:
+        record_dir.mkdir()
+        record = dict(run, state="staging")
+    else:
+        record = dict(previous, state="staging", later=[*previous.get("later", []), run])
     _write_record(record_dir, record)
-    (record_dir / "originals").mkdir()
+    (record_dir / "originals").mkdir(exist_ok=True)
     for index, w in enumerate(writes):
         if w.original is not None:
-            (record_dir / "originals" / str(index)).write_bytes(w.original)
+            (record_dir / f"{prefix}{index}").write_bytes(w.original)
     return record
 
 
@@ -500,11 +636,24 @@ def _restore(w: _Write) -> None:
         os.replace(_stage(w.target, w.original, mode), w.target)
 
 
-def _discard(writes: list[_Write], created: list[Path], record_dir: Path | None) -> None:
+def _discard(writes: list[_Write], created: list[Path], forget_record) -> None:
     for w in writes:
         if w.temp is not None and w.temp.exists():
             w.temp.unlink()
         w.temp = None
     _remove_empty_dirs(created)
-    if record_dir is not None:
-        shutil.rmtree(record_dir, ignore_errors=True)
+    if forget_record is not None:
+        forget_record()
+
+
+def _forget_run(record_dir: Path, previous: dict) -> None:
+    """Undo the start of an appended run: the previous record back, the run's originals gone."""
+    _write_record(record_dir, previous)
+    prefix = _originals_prefix(len(_runs(previous)))
+    for original in (record_dir / "originals").glob(f"{Path(prefix).name}*"):
+        original.unlink()
+
+
+def _originals_prefix(run_index: int) -> str:
+    """Where run `run_index` (0: the first apply) keeps its original bytes, inside the record."""
+    return "originals/" if run_index == 0 else f"originals/run{run_index}-"

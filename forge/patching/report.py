@@ -9,7 +9,7 @@ from forge.patching.vocabulary import Status
 
 # Short cells keep the matrix readable at 80 columns.
 SHORT = {Status.APPLIES: "applies", Status.ALREADY_UPSTREAM: "upstream", Status.NOT_NEEDED: "-",
-         Status.CONFLICT: "CONFLICT", Status.SATISFIED: "satisfied"}
+         Status.CONFLICT: "CONFLICT", Status.SATISFIED: "satisfied", Status.APPLIED: "applied"}
 
 
 def _table(rows: list[list[str]]) -> str:

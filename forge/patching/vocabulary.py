@@ -22,6 +22,7 @@ class Status(str, Enum):
     NOT_NEEDED = "not-needed"
     CONFLICT = "conflict"
     SATISFIED = "satisfied"      # a dependency on an install: the installed version satisfies it
+    APPLIED = "applied"          # a source patch on an install that vllm-forge's record lists as applied
 
     def __str__(self) -> str:
         return self.value
