@@ -4,12 +4,14 @@ Subpackages, each owning one kind of knowledge, in layers: a module imports only
 package or from a LOWER layer (tests/test_import_graph.py checks this and that there is no cycle).
 
   0 core      forge/*.py: errors, files (atomic writes), schema (YAML validation), progress,
-              http_session, targets (images/targets.yaml: every layer needs the hardware),
-              image_names (repository, moving and immutable tags: serving names the image it runs)
+              http_session, versions (--vllm parsed once, PEP 440 normal form), targets
+              (images/targets.yaml: every layer needs the hardware), image_names (repository,
+              moving and immutable tags: serving names the image it runs)
   1 upstream  vLLM releases on PyPI (sdists, source trees), the PyPI JSON index, archives, cached
               per-package Python environments
-  2 patching  the patch series: manifest (series), diffs, status per release or install, atomic
-              apply, the installed vLLM, dependency constraints, the status report and README table
+  2 patching  the patch series: manifest (series), its vocabulary (Kind, Status), diffs, status
+              per release or install, atomic apply, the installed vLLM, dependency constraints,
+              MoE config file names, the status report and README table
   3 serving   recipes, the vLLM arguments of a release, `serve`, MoE kernel tuning
   4 watch     the upstream watch: new releases, dependency drift (its probe), the watched deps
   4 images    lock, plan, build context, BuildKit build and bake, registry, retag, published index,
