@@ -214,6 +214,14 @@ class Recipe:
             return self.checkpoint.weights
         return self.serve.quantization or "bf16"
 
+    def moe_config_for(self, tensor_parallel: int) -> Section | None:
+        """The MoE config expectation at this tensor parallel size: the recipe's own at 1, a
+        multi-node layout's at its size (None where the recipe states none)."""
+        if tensor_parallel == 1:
+            return self.moe_config
+        return next((layout.moe_config for layout in self.multi_node
+                     if layout.tensor_parallel_size == tensor_parallel), None)
+
     def layout(self, nodes: int) -> Section | None:
         """The multi-node layout this recipe states for `nodes` nodes, if any."""
         return next((layout for layout in self.multi_node if layout.nodes == nodes), None)

@@ -106,3 +106,45 @@ def check_lossless(with_draft: list[list[int]] | None, without: list[list[int]] 
         return failed(label, f"{len(with_draft)} vs {len(without)} outputs")
     tokens = sum(len(a) for a in with_draft)
     return passed(label, f"{len(with_draft)} prompts, {tokens} tokens identical")
+
+
+# --- what vLLM says it runs: quantization, MoE backend, attention backend (recipe `expect`) ---
+
+def check_quantization(facts: EngineLogFacts, expected: str | None) -> Check:
+    """The quantization method on the engine config line: `fp8` when asked for, and for a
+    pre-quantized checkpoint the format vLLM detected (modelopt_fp4, compressed-tensors)."""
+    name = "quantization"
+    want = expected or "None"
+    if facts.quantization is None:
+        return failed(name, f"expected {want}; no engine config line (quantization=...) in the log")
+    if facts.quantization != want:
+        return failed(name, f"expected {want}, engine runs quantization={facts.quantization}")
+    return passed(name, f"engine config: quantization={facts.quantization}")
+
+
+def check_moe_backend(facts: EngineLogFacts, expected: str | None) -> Check:
+    """The fused-MoE kernel family vLLM picked ("TRITON Fp8", "MARLIN Fp8",
+    "FLASHINFER_CUTLASS NvFp4"): which kernel runs decides which tuned config, if any, is read."""
+    name = "MoE backend"
+    found = ", ".join(facts.moe_backends) or "no MoE backend line"
+    if expected is None:
+        return Check(name, INFO, f"not stated by the recipe; log: {found}")
+    if expected in facts.moe_backends:
+        return passed(name, f"Using {expected} MoE backend")
+    return failed(name, f"expected {expected}, log: {found}")
+
+
+def check_attention_backend(facts: EngineLogFacts, expected: str,
+                            flash_attn_version: int | None = None) -> Check:
+    name = "attention backend"
+    found = ", ".join(facts.attention_backends) or "no attention backend line"
+    if expected not in facts.attention_backends:
+        return failed(name, f"expected {expected}, log: {found}")
+    others = [b for b in facts.attention_backends if b != expected]
+    if others:
+        return failed(name, f"expected {expected} only, log also: {', '.join(others)}")
+    if flash_attn_version and facts.flash_attn_version != flash_attn_version:
+        return failed(name, f"expected FlashAttention {flash_attn_version}, log: "
+                            f"{facts.flash_attn_version or 'no version line'}")
+    version = f" (FlashAttention {facts.flash_attn_version})" if facts.flash_attn_version else ""
+    return passed(name, f"{expected}{version}")
