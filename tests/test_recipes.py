@@ -66,6 +66,11 @@ def test_moe_model_runs_v2_and_names_vllms_config_file():
         if recipe.name == "gemma-4-26b-a4b-it":
             assert recipe.serve.model_runner == "v2"
             assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+            if recipe.target == "a100":
+                # fp8 on sm_80 runs the MoE through Marlin: no Triton JSON is ever read there,
+                # so the recipe names none and verify checks the backend line instead.
+                assert recipe.moe_config is None and recipe.expect.moe_backend == "MARLIN Fp8"
+                continue
             device = targets[recipe.target].moe_device_name
             dtype = ",dtype=fp8_w8a8" if recipe.serve.quantization == "fp8" else ""
             assert recipe.moe_config.name == f"E=128,N=704,device_name={device}{dtype}.json"
@@ -74,6 +79,22 @@ def test_moe_model_runs_v2_and_names_vllms_config_file():
             assert recipe.moe_config is None
             assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
     assert moe_config_name("h200", None) == "E=128,N=704,device_name=NVIDIA_H200.json"
+    # TP=2: each rank holds half of every expert's intermediate size (N=352)
+    assert moe_config_name("h200", "fp8", 2) == "E=128,N=352,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+
+
+def test_h200_two_node_layout_names_the_n352_file_the_tuner_would_write():
+    from forge.moe_tune import config_file_name
+
+    recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
+    layout = recipe.layout(2)
+    assert (layout.tensor_parallel_size, layout.pipeline_parallel_size, layout.gpus_per_node) == (2, 1, 1)
+    moe = recipe.moe_config_for(2)
+    assert moe.name == config_file_name("NVIDIA H200", "fp8_w8a8", n=352)
+    assert moe.name == "E=128,N=352,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    # the tuner's H200 files are N=704 (TP=1): none is expected at TP=2
+    assert not moe.expected
+    assert recipe.moe_config_for(1) is recipe.moe_config and recipe.moe_config_for(4) is None
 
 
 def test_engine_kwargs_and_cli_args_come_from_one_table():
@@ -239,13 +260,46 @@ def test_recipes_without_the_targets_file_are_refused(monkeypatch, tmp_path):
     assert str(failure.value).startswith(f"{absent}: cannot read")
 
 
-def test_tuned_moe_config_expected_exactly_where_patches_ship_one():
-    shipped = {p.name for p in (REPO / "patches" / "moe-configs").glob("*.json")}
+def _moe_expectations():
     for recipe in load_all():
         if recipe.moe_config is not None:
-            assert recipe.moe_config.expected == (recipe.moe_config.name in shipped), (
-                f"{recipe.path}: moe_config.expected must say whether patches/moe-configs/ "
-                f"ships {recipe.moe_config.name}")
+            yield recipe, recipe.moe_config
+        for layout in recipe.multi_node:
+            if layout.moe_config is not None:
+                yield recipe, layout.moe_config
+
+
+def test_tuned_moe_config_expected_exactly_where_patches_ship_one():
+    shipped = {p.name for p in (REPO / "patches" / "moe-configs").glob("*.json")}
+    for recipe, moe in _moe_expectations():
+        if moe.provider == "vllm":
+            # vLLM bundles it (checked against every release below); ours would shadow it
+            assert moe.name not in shipped, f"{recipe.path}: {moe.name} would shadow upstream's"
+            continue
+        assert moe.expected == (moe.name in shipped), (
+            f"{recipe.path}: moe_config.expected must say whether patches/moe-configs/ "
+            f"ships {moe.name}")
+
+
+SUPPORTED_RELEASES = ["0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
+                      "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0",
+                      "0.32.0", "0.33.0"]
+
+
+@pytest.mark.parametrize("version", SUPPORTED_RELEASES)
+def test_files_expected_from_vllm_are_bundled_by_the_release(version):
+    """Every release bundles E=128,N=704 (and N=352) for the H100 fp8: the H100 recipe expects
+    upstream's file, read from the real release source."""
+    from forge.releases import release_tree
+
+    configs = release_tree(version) / "vllm/model_executor/layers/fused_moe/configs"
+    expected = {moe.name for _, moe in _moe_expectations() if moe.provider == "vllm"}
+    assert "E=128,N=704,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json" in expected
+    for name in expected:
+        assert (configs / name).is_file(), f"vLLM {version} does not bundle {name}"
+    # and none for the H200 or GB10: those expectations stay ours or none
+    assert not list(configs.glob("E=128,N=704,device_name=NVIDIA_H200*"))
+    assert not list(configs.glob("E=128,N=*,device_name=NVIDIA_GB10*"))
 
 
 def test_recipe_survives_pickle_and_copy():
