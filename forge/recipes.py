@@ -535,8 +535,8 @@ def known_failure(values: dict, tensor_parallel: int, root: Path | None = None) 
                                        else None):
         if (failure["base_model"], failure["weights"], failure["tensor_parallel_size"]) == \
                 (base, weights, tensor_parallel):
-            return (f"{base} {weights} at tensor parallel {tensor_parallel} fails upstream: "
-                    f"{failure['why']} ({failure['issue']})")
+            return (f"{base} {weights} at tensor parallel {tensor_parallel} fails upstream, "
+                    f"{failure['issue']}: {failure['why']}")
     return None
 
 
