@@ -1,6 +1,7 @@
 """Recipes: every file validates, names a real target, and states honest, derived thresholds;
 a malformed recipe gives one line naming the file and field (through build.py, exit 2)."""
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,12 @@ from forge.targets import load_targets
 REPO = Path(__file__).resolve().parents[1]
 MODELS = {"gemma-4-26b-a4b-it": "google/gemma-4-26B-A4B-it",
           "gemma-4-31b-it": "google/gemma-4-31B-it",
-          "gemma-4-e4b-it": "google/gemma-4-E4B-it"}
+          "gemma-4-e4b-it": "google/gemma-4-E4B-it",
+          "gemma-4-26b-a4b-it-nvfp4": "nvidia/Gemma-4-26B-A4B-NVFP4",
+          "gemma-4-31b-it-nvfp4": "nvidia/Gemma-4-31B-IT-NVFP4",
+          "gemma-4-31b-it-nvfp4-ct": "RedHatAI/gemma-4-31B-it-NVFP4"}
+# A cited source: a public issue/PR, a release file, or the project's reference notes.
+CITED = re.compile(r"REFERENCE\.md|docs/reference\.md|#\d+|vllm/[\w/]+\.py")
 
 
 def test_every_model_has_a_recipe_on_every_target_that_lists_it():
@@ -33,7 +39,8 @@ def test_recipe_is_consistent(recipe):
     targets = load_targets()
     assert recipe.target in targets and recipe.name in targets[recipe.target].recipes
     assert recipe.model == MODELS[recipe.name]
-    assert recipe.drafter == recipe.model + "-assistant"
+    # the drafter is the base model's own (BF16 beside an NVFP4 checkpoint too)
+    assert recipe.drafter == recipe.base_model + "-assistant"
     assert recipe.speculative.method == "mtp"
     # The releases the tests check are all admitted.
     assert all(recipe.admits(v) for v in ("0.25.0", "0.27.1", "0.33.0"))
@@ -42,7 +49,7 @@ def test_recipe_is_consistent(recipe):
         assert not recipe.serve.kv_cache_dtype.startswith("fp8")
     # Every reference figure says where it comes from.
     for ref in recipe.reference:
-        assert "REFERENCE.md" in ref["source"], ref
+        assert CITED.search(ref["source"]), ref
     assert recipe.reference, "each recipe carries figures users compare against"
 
 
@@ -57,13 +64,20 @@ def test_thresholds_are_derived_from_the_step_cost(recipe):
     assert t.min_acceptance_rate < 0.87
     assert t.min_acceptance_rate > 0.39
     assert t.min_speedup >= 1.0
-    assert "REFERENCE.md" in t.step_cost_source
+    assert CITED.search(t.step_cost_source)
+    # each ratio says first whether it was measured, derived, or is an assumption
+    assert t.step_cost_source.startswith(("measured", "derived", "assumption", "not measured"))
 
 
 def test_moe_model_runs_v2_and_names_vllms_config_file():
     targets = load_targets()
     for recipe in load_all():
-        if recipe.name == "gemma-4-26b-a4b-it":
+        if recipe.name == "gemma-4-26b-a4b-it-nvfp4":
+            # FlashInfer CUTLASS runs the NVFP4 MoE on GB10: no Triton JSON
+            assert recipe.moe_config is None
+            assert recipe.expect.moe_backend == "FLASHINFER_CUTLASS NvFp4"
+            assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+        elif recipe.name == "gemma-4-26b-a4b-it":
             assert recipe.serve.model_runner == "v2"
             assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
             if recipe.target == "a100":
@@ -110,8 +124,9 @@ def test_engine_kwargs_and_cli_args_come_from_one_table():
                 assert cli[setting.flag] == expected
             else:
                 assert setting.flag not in cli
-        assert kwargs["speculative_config"] == {"model": recipe.drafter, "method": "mtp",
-                                                "num_speculative_tokens": 3}
+        assert kwargs["speculative_config"] == {
+            "model": recipe.drafter, "method": "mtp",
+            "num_speculative_tokens": recipe.speculative.num_speculative_tokens}
         # CUDA graphs always: nothing turns on eager mode.
         assert "enforce_eager" not in kwargs and "--enforce-eager" not in argv
         baseline = recipe.engine_kwargs(speculative=False)
@@ -244,7 +259,7 @@ def test_readme_threshold_table_matches_the_recipe_files():
     text = (REPO / "recipes" / "README.md").read_text()
     for r in load_all():
         t = r.thresholds
-        row = (f"| {r.name} | {r.target} | {r.serve.model_runner} | {r.serve.quantization or 'bf16'} "
+        row = (f"| {r.name} | {r.target} | {r.serve.model_runner} | {r.weights} "
                f"| {t.step_cost_ratio} | {t.min_speedup} | {t.min_mean_acceptance_length} "
                f"| {t.min_acceptance_rate} |")
         assert row in text, row
@@ -313,3 +328,116 @@ def test_recipe_survives_pickle_and_copy():
         assert clone.serve.max_num_seqs == 32 and clone.engine_kwargs() == recipe.engine_kwargs()
     with pytest.raises(AttributeError):
         recipe.serve.no_such_setting
+
+
+# --- NVFP4, expectations, removed variables, multi-node layouts ------------------------------
+
+def test_nvfp4_recipes_cover_both_sizes_and_both_checkpoint_formats():
+    nvfp4 = [r for r in load_all() if r.weights == "nvfp4"]
+    assert {(r.base_model, r.checkpoint.format) for r in nvfp4} == {
+        ("google/gemma-4-26B-A4B-it", "modelopt_fp4"), ("google/gemma-4-31B-it", "modelopt_fp4"),
+        ("google/gemma-4-31B-it", "compressed-tensors")}
+    for r in nvfp4:
+        assert r.target == "gb10"
+        # vLLM detects the format: no --quantization, and verify expects the detected name
+        assert r.serve.quantization is None and "--quantization" not in r.cli_args()
+        assert r.expect.quantization == r.checkpoint.format
+        assert r.serve.kv_cache_memory_bytes
+        assert r.thresholds.step_cost_source.startswith("assumption")
+        assert r.expect.source.startswith("assumption")
+    # the fallback box's recipe is in the gb10 image
+    assert "gemma-4-26b-a4b-it-nvfp4" in load_targets()["gb10"].recipes
+
+
+@pytest.mark.parametrize("version", ["0.25.0", "0.27.1", "0.33.0"])
+def test_expected_quantization_names_are_the_releases_method_names(version):
+    from forge.vllm_args import release_args
+
+    methods = release_args(version).choices["--quantization"]
+    for r in load_all():
+        if r.expect.quantization:
+            assert r.expect.quantization in methods, (r.path, version)
+
+
+def test_every_gb10_recipe_sets_an_explicit_kv_cache_size():
+    for r in load_all():
+        if r.target == "gb10":
+            assert r.serve.kv_cache_memory_bytes >= 2**30, r.path
+            assert r.engine_kwargs()["kv_cache_memory_bytes"] == r.serve.kv_cache_memory_bytes
+            args = r.cli_args()
+            assert args[args.index("--kv-cache-memory-bytes") + 1] == str(r.serve.kv_cache_memory_bytes)
+
+
+@pytest.mark.parametrize("variable,flag", [("VLLM_USE_FLASHINFER_MOE_FP4", "--moe-backend"),
+                                           ("VLLM_NVFP4_GEMM_BACKEND", "--linear-backend")])
+def test_variables_vllm_024_removed_are_refused(tmp_path, variable, flag):
+    root = _copy_recipes(tmp_path)
+    _edit(root, _set("serve", "env", {variable: "1"}), name="gemma-4-26b-a4b-it-nvfp4",
+          target="gb10")
+    result = _serve(root, name="gemma-4-26b-a4b-it-nvfp4", target="gb10")
+    assert result.returncode == 2
+    line = result.stderr.strip()
+    assert line.startswith(f"error: {root}/gemma-4-26b-a4b-it-nvfp4/gb10.yaml: serve.env: ")
+    assert f"{variable} was removed in vLLM 0.24.0" in line and f"use {flag} instead" in line
+
+
+@pytest.mark.parametrize("version", ["0.23.0", "0.24.0"])
+def test_removal_release_is_what_the_sources_say(version):
+    from forge.recipes import REMOVED_ENV_VARS
+    from forge.vllm_args import release_args
+
+    read = release_args(version).env_vars
+    for variable, (removed_in, _) in REMOVED_ENV_VARS.items():
+        assert (variable in read) == (version < removed_in), (variable, version)
+
+
+EXPECT_MALFORMED = [
+    ("quantization expectation disagrees", _set("expect", "quantization", "modelopt_fp4"),
+     "expect.quantization: must be 'fp8'"),
+    ("attention expectation disagrees", _set("expect", "attention_backend", "FLASH_ATTN"),
+     "expect.attention_backend: must be serve.attention_backend 'TRITON_ATTN'"),
+    ("lower-case backend", _set("serve", "attention_backend", "triton_attn"),
+     "serve.attention_backend: must be an AttentionBackendEnum name"),
+    ("layout with mismatched ranks", lambda d: d["multi_node"][0].update(tensor_parallel_size=4),
+     "multi_node[0].tensor_parallel_size: tensor x pipeline parallel = 4 must equal"),
+    ("layout names the TP=1 file", lambda d: d["multi_node"][0]["moe_config"].update(
+        name="E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"),
+     "multi_node[0].moe_config.name: vLLM looks for 'E=128,N=352,device_name=NVIDIA_H200,"
+     "dtype=fp8_w8a8.json'"),
+    ("expected file without provider", lambda d: d["moe_config"].pop("provider"),
+     "moe_config.provider: say who supplies the expected file"),
+]
+
+
+@pytest.mark.parametrize("label,edit,message", EXPECT_MALFORMED, ids=[m[0] for m in EXPECT_MALFORMED])
+def test_malformed_expectations_and_layouts_are_one_line(tmp_path, label, edit, message):
+    root = _copy_recipes(tmp_path)
+    path = _edit(root, edit)
+    result = _serve(root)
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {path}: "), result.stderr
+    assert message in lines[0], lines[0]
+
+
+def test_a_recipe_stating_a_known_failing_layout_is_refused_naming_the_issue(tmp_path):
+    root = _copy_recipes(tmp_path)
+    layout = {"nodes": 2, "tensor_parallel_size": 2, "source": "two Sparks"}
+    path = _edit(root, lambda d: d.update(multi_node=[layout]), name="gemma-4-26b-a4b-it-nvfp4",
+                 target="gb10")
+    result = _serve(root, name="gemma-4-26b-a4b-it-nvfp4", target="gb10")
+    assert result.returncode == 2
+    line = result.stderr.strip()
+    assert line.startswith(f"error: {path}: multi_node[0].tensor_parallel_size: ")
+    assert "vLLM #39595" in line and "every MoE backend" in line
+
+
+def test_known_failures_file_is_validated(tmp_path):
+    root = _copy_recipes(tmp_path)
+    (root / "known-failures.yaml").write_text(
+        "failures:\n  - base_model: google/gemma-4-26B-A4B-it\n    weights: nvfp5\n"
+        "    tensor_parallel_size: 2\n    issue: x\n    why: y\n")
+    with pytest.raises(ForgeError) as failure:
+        recipes.load_known_failures(root)
+    assert str(failure.value).startswith(str(root / "known-failures.yaml"))
+    assert "failures[0].weights: must be one of bf16, fp8, nvfp4" in str(failure.value)
