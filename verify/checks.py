@@ -58,11 +58,21 @@ def check_moe_config(facts: EngineLogFacts, expected_name: str | None, expected:
     if expected:
         if used:
             return passed(name, f"{expected_name} used; backend {backend}")
-        missing = " (log: Config file not found)" if facts.moe_config_missing else ""
+        missing = (f" (log: Config file not found: {_looked_for(facts)})"
+                   if facts.moe_config_missing else "")
         return failed(name, f"expected {expected_name}, not used{missing}; backend {backend}")
-    state = ("default config (Config file not found)" if facts.moe_config_missing
+    state = (f"default config (Config file not found: {_looked_for(facts)})"
+             if facts.moe_config_missing
              else ", ".join(facts.moe_config_used) or "no MoE config line")
     return Check(name, INFO, f"none expected by the recipe; {state}; backend {backend}")
+
+
+def _looked_for(facts: EngineLogFacts) -> str:
+    """The file names vLLM looked for (its line lists every path it tried, joined by ", ";
+    the names hold commas themselves)."""
+    names = {path.strip().rsplit("/", 1)[-1] for line in facts.moe_config_missing
+             for path in line.split(", ") if path.strip().endswith(".json")}
+    return ", ".join(sorted(names)) or "?"
 
 
 def check_acceptance(window: SpecCounters | None, min_rate: float, min_length: float,
