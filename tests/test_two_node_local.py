@@ -12,7 +12,8 @@ from forge.vllm_args import release_args
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu" / "two_node_commands.py"
-STAND_IN_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init", "--disable-custom-all-reduce"]
+STAND_IN_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init", "--disable-custom-all-reduce",
+                  "--compilation-config", '{"pass_config":{"fuse_allreduce_rms":false}}']
 
 
 def _plan(tmp_path, *extra):
@@ -53,7 +54,11 @@ def test_plan_is_the_recipes_node_commands_plus_the_listed_stand_ins(tmp_path):
         assert "--enforce-eager" not in args
         env = run["env"]
         assert env["CUDA_VISIBLE_DEVICES"] == str(run["rank"])
-        assert env["NCCL_NVLS_ENABLE"] == "0"
+        # NVLink multicast off everywhere it could start (lent machines' rule)
+        assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+        assert env["NVSHMEM_DISABLE_NVLS"] == "1" and env["VLLM_ALLREDUCE_USE_SYMM_MEM"] == "0"
+        assert json.loads(args[args.index("--compilation-config") + 1]) == {
+            "pass_config": {"fuse_allreduce_rms": False}}
         assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "lo"
         assert env["VLLM_HOST_IP"] == "127.0.0.1"
         assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1"
@@ -62,6 +67,13 @@ def test_plan_is_the_recipes_node_commands_plus_the_listed_stand_ins(tmp_path):
     # the dummy target config carries the 26B-A4B MoE shape: at TP=2 vLLM looks for N=352
     config = json.loads((tmp_path / "models" / "gemma-4-26b-a4b-L10" / "config.json").read_text())
     assert config["moe_intermediate_size"] // 2 == 352 and config["num_experts"] == 128
+    # the pass it turns off is a field of 0.25.0's PassConfig, and FlashInfer picks "mnnvl"
+    # (NVSwitch multicast) there whenever vLLM counts more than one node
+    from forge.releases import release_tree
+
+    tree = release_tree("0.25.0") / "vllm"
+    assert "fuse_allreduce_rms: bool" in (tree / "config" / "compilation.py").read_text()
+    assert 'backend = "mnnvl"' in (tree / "distributed/device_communicators/flashinfer_all_reduce.py").read_text()
     # the recipe commands it started from are build.py serve --nodes 2's, minus docker
     assert len(plan["recipe_commands"]) == 2 and "--headless" in plan["recipe_commands"][1]
 

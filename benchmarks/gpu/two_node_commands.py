@@ -17,6 +17,13 @@ and every change is listed under "stand_in" in the JSON:
   device, so NCCL_IB_DISABLE=1; NVLink SHARP off (NCCL_NVLS_ENABLE=0);
 - --disable-custom-all-reduce: vLLM's custom all-reduce maps the peer GPU's memory over CUDA IPC,
   which a process that sees one GPU cannot do (across real hosts vLLM does not use it either);
+- NVLink multicast stays off (the lent machines' rule: it can take the shared GPUs out of
+  service): NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1,
+  VLLM_ALLREDUCE_USE_SYMM_MEM=0 (vLLM's torch symmetric-memory all-reduce), and
+  --compilation-config '{"pass_config":{"fuse_allreduce_rms":false}}': on Hopper at TP>1 vLLM
+  0.25 fuses all-reduce + RMSNorm through FlashInfer, whose backend with 2 nodes is "mnnvl"
+  (NVSwitch multicast; vllm/distributed/device_communicators/flashinfer_all_reduce.py). Across
+  real hosts without multi-node NVLink that workspace fails and vLLM drops the fusion itself;
 - the model and drafter are Gemma-4-26B-A4B-shaped configs with dummy weights
   (verify/dummy_models.py), loaded with --load-format dummy --skip-tokenizer-init;
 - VLLM_TUNED_CONFIG_FOLDER points at patches/moe-configs, as the image sets it;
@@ -38,6 +45,8 @@ from forge.serve import Interconnect, NodeCommand, layout_for, node_commands  # 
 from verify.dummy_models import write_dummy_models  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
+STAND_IN_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init", "--disable-custom-all-reduce",
+                  "--compilation-config", '{"pass_config":{"fuse_allreduce_rms":false}}']
 VLLM = [sys.executable, "-m", "vllm.entrypoints.cli.main"]
 
 
@@ -45,7 +54,9 @@ def stand_in_env(rank: int, work: Path) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": str(rank),
             "VLLM_CACHE_ROOT": str(work / f"cache-rank{rank}"),
             "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1",
-            "NCCL_NVLS_ENABLE": "0", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
+            "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+            "NVSHMEM_DISABLE_NVLS": "1", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0",
+            "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
             "VLLM_TUNED_CONFIG_FOLDER": str(ROOT / "patches" / "moe-configs"),
             "PYTHONUNBUFFERED": "1"}
 
@@ -61,7 +72,7 @@ def local_commands(recipe_name: str, target: str, models: Path, work: Path, laye
     runs = []
     for node in nodes:
         args = _swap_models(node.vllm_args, recipe, str(target_dir), str(draft_dir))
-        args += ["--load-format", "dummy", "--skip-tokenizer-init", "--disable-custom-all-reduce"]
+        args += STAND_IN_FLAGS
         env = {**node.env, **stand_in_env(node.rank, work)}
         runs.append({"rank": node.rank, "headless": node.headless, "env": env,
                      "argv": VLLM + args, "log": str(work / f"rank{node.rank}.log")})
