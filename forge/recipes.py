@@ -398,7 +398,7 @@ def _check_consistency(values: dict, path: Path, source: str) -> None:
         fail("target", f"unknown target {values['target']!r} (targets: {', '.join(targets)})")
     if values["target"] in NO_FP8_KV_TARGETS and values["serve"]["kv_cache_dtype"].startswith("fp8"):
         fail("serve.kv_cache_dtype", f"no FP8 KV cache on {values['target']} (no FP8 hardware)")
-    base = values["checkpoint"]["base_model"] if values["checkpoint"] else values["model"]
+    base = _base_model(values)
     if not values["drafter"].startswith(base):
         fail("drafter", f"must be the model's own drafter {base}-assistant "
                         f"(got {values['drafter']!r})")
@@ -441,7 +441,8 @@ def _check_layouts(values: dict, path: Path, fail) -> None:
         if ranks != gpus:
             fail(f"{where}.tensor_parallel_size", f"tensor x pipeline parallel = {ranks} must "
                                                   f"equal nodes x gpus_per_node = {gpus}")
-        failure = known_failure(values, layout["tensor_parallel_size"], path.parent.parent)
+        failure = known_failure(_base_model(values), _weights(values),
+                                layout["tensor_parallel_size"], path.parent.parent)
         if failure:
             fail(f"{where}.tensor_parallel_size", failure)
         _check_moe_config(layout["moe_config"], values, layout["tensor_parallel_size"],
@@ -475,6 +476,9 @@ def _check_moe_config(moe: dict | None, values: dict, tensor_parallel: int, wher
                       fail) -> None:
     if moe is None:
         return
+    if MOE_INTERMEDIATE % tensor_parallel:
+        fail(where, f"tensor parallel {tensor_parallel} does not divide the MoE intermediate "
+                    f"size {MOE_INTERMEDIATE}")
     expected_name = moe_config_name(values["target"], values["serve"]["quantization"],
                                     tensor_parallel)
     if expected_name and moe["name"] != expected_name:
@@ -514,30 +518,42 @@ KNOWN_FAILURE = {
 }
 
 
+def known_failures_path(root: Path | None = None) -> Path:
+    """The known failures are facts about vLLM, not about one recipes directory: a directory
+    given with --recipes-dir may carry its own file, else the repository's applies."""
+    for directory in (root, RECIPES_DIR):
+        if directory is not None and (directory / KNOWN_FAILURES_FILE).is_file():
+            return directory / KNOWN_FAILURES_FILE
+    raise ForgeError(f"{RECIPES_DIR / KNOWN_FAILURES_FILE}: missing (the upstream failures "
+                     f"recipes are checked against)")
+
+
 def load_known_failures(root: Path | None = None) -> list[dict]:
-    path = (root or RECIPES_DIR) / KNOWN_FAILURES_FILE
-    if not path.exists():
-        return []
-    data = load_yaml(path)
-    source = display_path(path)
-    if not isinstance(data, dict) or set(data) != {"failures"}:
-        raise ForgeError(f"{source}: failures: must be the only top-level field")
-    return validate(data, {"failures": Field(ListOf(KNOWN_FAILURE))}, source)["failures"]
+    path = known_failures_path(root)
+    schema = {"failures": Field(ListOf(KNOWN_FAILURE))}
+    return validate(load_yaml(path), schema, display_path(path))["failures"]
 
 
-def known_failure(values: dict, tensor_parallel: int, root: Path | None = None) -> str | None:
-    """Why `values` (a recipe's validated fields) fails at this tensor parallel size upstream,
-    or None. `root` is the recipes directory the recipe was read from."""
-    base = values["checkpoint"]["base_model"] if values["checkpoint"] else values["model"]
-    weights = (values["checkpoint"]["weights"] if values["checkpoint"]
-               else values["serve"]["quantization"] or "bf16")
-    for failure in load_known_failures(root if root and (root / KNOWN_FAILURES_FILE).exists()
-                                       else None):
+def known_failure(base_model: str, weights: str, tensor_parallel: int,
+                  root: Path | None = None) -> str | None:
+    """Why `base_model` with these weights fails at this tensor parallel size upstream, or
+    None. `root`: the recipes directory the recipe was read from."""
+    for failure in load_known_failures(root):
         if (failure["base_model"], failure["weights"], failure["tensor_parallel_size"]) == \
-                (base, weights, tensor_parallel):
-            return (f"{base} {weights} at tensor parallel {tensor_parallel} fails upstream, "
-                    f"{failure['issue']}: {failure['why']}")
+                (base_model, weights, tensor_parallel):
+            return (f"{base_model} {weights} at tensor parallel {tensor_parallel} fails "
+                    f"upstream, {failure['issue']}: {failure['why']}")
     return None
+
+
+def _base_model(values: dict) -> str:
+    return values["checkpoint"]["base_model"] if values["checkpoint"] else values["model"]
+
+
+def _weights(values: dict) -> str:
+    if values["checkpoint"]:
+        return values["checkpoint"]["weights"]
+    return values["serve"]["quantization"] or "bf16"
 
 
 def known_targets() -> list[str]:

@@ -145,9 +145,9 @@ def layout_for(recipe: Recipe, nodes: int):
         return layout
     from forge.recipes import known_failure
 
-    values = {"model": recipe.model, "serve": recipe.serve.values,
-              "checkpoint": recipe.checkpoint.values if recipe.checkpoint else None}
-    failure = known_failure(values, nodes, recipe.path.parent.parent if recipe.path else None)
+    # One GPU a node (a DGX Spark pair): N nodes split the model N ways by tensor parallel.
+    failure = known_failure(recipe.base_model, recipe.weights, nodes,
+                            recipe.path.parent.parent if recipe.path else None)
     if failure:
         raise ForgeError(f"{_where(recipe)}: multi_node: no {nodes}-node layout: {failure}")
     stated = ", ".join(str(layout.nodes) for layout in recipe.multi_node) or "none"

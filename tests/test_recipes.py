@@ -441,3 +441,9 @@ def test_known_failures_file_is_validated(tmp_path):
         recipes.load_known_failures(root)
     assert str(failure.value).startswith(str(root / "known-failures.yaml"))
     assert "failures[0].weights: must be one of bf16, fp8, nvfp4" in str(failure.value)
+    # a directory without its own file is held to the repository's
+    (root / "known-failures.yaml").unlink()
+    assert recipes.known_failures_path(root) == REPO / "recipes" / "known-failures.yaml"
+    assert recipes.known_failure("google/gemma-4-26B-A4B-it", "nvfp4", 2, root).startswith(
+        "google/gemma-4-26B-A4B-it nvfp4 at tensor parallel 2 fails upstream, vLLM #39595")
+    assert recipes.known_failure("google/gemma-4-26B-A4B-it", "fp8", 2, root) is None
