@@ -95,6 +95,7 @@ def test_moe_model_runs_v2_and_names_vllms_config_file():
     assert moe_config_name("h200", None) == "E=128,N=704,device_name=NVIDIA_H200.json"
     # TP=2: each rank holds half of every expert's intermediate size (N=352)
     assert moe_config_name("h200", "fp8", 2) == "E=128,N=352,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    assert moe_config_name("h200", None, 2) == "E=128,N=352,device_name=NVIDIA_H200.json"
 
 
 def test_h200_two_node_layout_names_the_n352_file_the_tuner_would_write():
