@@ -109,3 +109,105 @@ def test_script_passes_shellcheck_and_keeps_nvls_off():
     subprocess.run(["shellcheck", str(script)], check=True, timeout=60)
     text = script.read_text()
     assert "--burst 500" in text and "--server-log" in text and "mtp_smoke.py" in text
+
+
+# --- a rehearsal of the whole script on the CPU ---------------------------------------------------
+# No GPU here: a stand-in `vllm.entrypoints.cli.main` takes each node's exact command line, writes
+# an engine log captured from vLLM 0.25.0 on an H200 (made TP=2: tensor_parallel_size=2 and the
+# N=352 file it looks for), and on rank 0 serves vLLM's HTTP surface (/health, /v1/models,
+# /v1/completions, /metrics with the captured Prometheus text). The real proof is the GPU run;
+# this proves the script starts both nodes, waits, runs the smoke and the burst, stops the nodes
+# and packs everything.
+
+STAND_IN_MAIN = r'''
+import json, os, signal, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+argv = sys.argv[1:]
+assert argv[0] == "serve", argv
+rank = int(argv[argv.index("--node-rank") + 1])
+print(open(os.environ["STAND_IN_LOG"]).read().replace("tensor_parallel_size=1", "tensor_parallel_size=2")
+      .replace("N=704", "N=352"), flush=True)
+print("ARGV " + json.dumps(argv), flush=True)
+if "--headless" in argv:
+    print("INFO Launching vLLM (v0.25.0) headless multiproc executor", flush=True)
+    signal.pause()
+prom = open(os.environ["STAND_IN_PROM"]).read()
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def _send(self, body, kind="application/json"):
+        data = body.encode(); self.send_response(200); self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data))); self.end_headers(); self.wfile.write(data)
+    def do_GET(self):
+        if self.path == "/health": self._send("")
+        elif self.path == "/v1/models": self._send(json.dumps({"data": [{"id": argv[1]}]}))
+        elif self.path == "/metrics": self._send(prom, "text/plain")
+        else: self.send_error(404)
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self._send(json.dumps({"choices": [{"index": 0, "text": "ok"}]}))
+class S(ThreadingHTTPServer):
+    request_queue_size = 1024
+S(("127.0.0.1", int(argv[argv.index("--port") + 1])), H).serve_forever()
+'''
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_script_rehearsal_on_the_cpu(tmp_path):
+    import tarfile
+
+    site = tmp_path / "site"
+    main = site / "vllm" / "entrypoints" / "cli"
+    main.mkdir(parents=True)
+    for d in (site / "vllm", site / "vllm" / "entrypoints", main):
+        (d / "__init__.py").write_text("")
+    (main / "main.py").write_text(STAND_IN_MAIN)
+    (site / ".done").write_text("")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\necho 'GPU 1: NVIDIA H200 (UUID: GPU-1)'\n")
+    smi.chmod(0o755)
+    fixtures = REPO / "tests" / "fixtures" / "gpu"
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SITE": str(site),
+           "OUT": str(out), "WORK": str(work), "PORT": str(_free_port()),
+           "MASTER_PORT": str(_free_port()), "START_LIMIT": "60",
+           "STAND_IN_LOG": str(fixtures / "bench-L6" / "engines" / "fp8-mtp3-v2.log"),
+           "STAND_IN_PROM": str(fixtures / "smoke-patched-L6" / "prometheus" / "greedy.after.prom")}
+    result = subprocess.run(["bash", "benchmarks/gpu/two_node_local.sh"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "server up" in result.stdout and "done" in result.stdout
+    tarball = out / "two-node-h200-vllm0.25.0-L10.tgz"
+    with tarfile.open(tarball) as archive:
+        names = set(archive.getnames())
+        summary = archive.extractfile("./summary.txt").read().decode()
+        smoke = json.loads(archive.extractfile("./smoke/mtp_smoke.json").read())
+        burst = json.loads(archive.extractfile("./burst/bench.json").read())
+        rank1 = archive.extractfile("./rank1.log").read().decode()
+    assert {"./rank0.log", "./rank1.log", "./commands.sh", "./plan.json", "./smoke.txt",
+            "./burst.txt"} <= names
+    assert not any("/models/" in n or "cache-rank" in n for n in names)
+    # each node got exactly its planned command line
+    plan = json.loads((work / "plan.json").read_text())
+    for run in plan["runs"]:
+        log = (work / f"rank{run['rank']}.log").read_text()
+        assert "ARGV " + json.dumps(run["argv"][3:]) in log
+    assert "headless multiproc executor" in rank1
+    # the deciding lines: which MoE config the TP=2 engine looked for, and the smoke's reading
+    assert "E=128,N=352,device_name=NVIDIA_H200,dtype=fp8_w8a8.json" in summary
+    checks = {c["name"]: c["status"] for c in smoke["checks"]}
+    assert checks["tuned MoE config"] == "INFO"          # none expected at TP=2
+    assert checks["attention backend"] == "PASS" and checks["MoE backend"] == "PASS"
+    assert burst["server_burst"]["answered"] == 500
+    # both nodes were stopped (their command lines carry this run's master port)
+    still = subprocess.run(["pgrep", "-f", "--", f"--master-port {env['MASTER_PORT']}"],
+                           capture_output=True, text=True)
+    assert still.returncode == 1, still.stdout

@@ -16,19 +16,20 @@ LAYERS=${LAYERS:-10}            # target layers of the dummy 26B-A4B (30 = all; 
 PORT=${PORT:-8011}
 MASTER_PORT=${MASTER_PORT:-29611}
 START_LIMIT=${START_LIMIT:-330}
+SITE=${SITE:-/tmp/site}          # where gpu-lab's gpu_setup.sh installs vLLM
 RECIPE=gemma-4-26b-a4b-it TARGET=h200 VLLM_VERSION=0.25.0
 rm -rf "$WORK" && mkdir -p "$WORK" "$OUT"
 
-if [ ! -f /tmp/site/.done ]; then
-  [ -f .gpu-stage/gpu_setup.sh ] || { say "no /tmp/site and no .gpu-stage/: stage vLLM $VLLM_VERSION first"; exit 3; }
+if [ ! -f "$SITE/.done" ]; then
+  [ -f .gpu-stage/gpu_setup.sh ] || { say "no $SITE and no .gpu-stage/: stage vLLM $VLLM_VERSION first"; exit 3; }
   say "installing the staged vLLM $VLLM_VERSION into /tmp/site"
   bash .gpu-stage/gpu_setup.sh install > "$WORK/setup.txt" 2>&1 || { tail -n 20 "$WORK/setup.txt"; exit 3; }
 fi
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+export PYTHONPATH=$SITE PYTHONUNBUFFERED=1
 { nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc; } > "$WORK/machine.txt" 2>&1
 [ "$(nvidia-smi -L | grep -c GPU)" -ge 2 ] || { say "needs two GPUs: $(cat "$WORK/machine.txt")"; exit 3; }
 # As the image does: the patch series (the V2 runner starts without it; it is what users run).
-python3 build.py apply --site-packages /tmp/site --vllm "$VLLM_VERSION" > "$WORK/apply.txt" 2>&1
+python3 build.py apply --site-packages "$SITE" --vllm "$VLLM_VERSION" > "$WORK/apply.txt" 2>&1
 say "build.py apply: $(tail -n 1 "$WORK/apply.txt")"
 
 PLAN=(python3 benchmarks/gpu/two_node_commands.py --recipe "$RECIPE" --target "$TARGET"
