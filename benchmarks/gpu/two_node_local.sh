@@ -40,22 +40,29 @@ fi
 mapfile -t NODE_CMDS < "$WORK/commands.sh"
 say "node commands in $WORK/commands.sh (${#NODE_CMDS[@]} nodes, $LAYERS layers)"
 
-# Each node in its own session, so stopping it stops its engine and workers too.
-setsid bash -c "exec ${NODE_CMDS[1]}" > "$WORK/rank1.log" 2>&1 &
+# Each node in its own session (setsid), so stopping it stops its engine and workers too.
+# (exec: the background job's pid stays the node's own pid, and with setsid its session id)
+launch() {
+  if command -v setsid > /dev/null; then exec setsid bash -c "exec $1"; else exec bash -c "exec $1"; fi
+}
+launch "${NODE_CMDS[1]}" > "$WORK/rank1.log" 2>&1 &
 PID1=$!
-setsid bash -c "exec ${NODE_CMDS[0]}" > "$WORK/rank0.log" 2>&1 &
+launch "${NODE_CMDS[0]}" > "$WORK/rank0.log" 2>&1 &
 PID0=$!
 stop_nodes() {
-  for pid in $PID0 $PID1; do kill -TERM -- "-$pid" 2>/dev/null; done
+  for pid in $PID0 $PID1; do kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null; done
   sleep 5
-  for pid in $PID0 $PID1; do kill -KILL -- "-$pid" 2>/dev/null; done
+  for pid in $PID0 $PID1; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null; done
+}
+healthy() {
+  python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' "$1" 2> /dev/null
 }
 trap stop_nodes EXIT
 say "rank 0 (API, pid $PID0) and rank 1 (headless, pid $PID1) starting"
 
 UP=0
 while [ $(( $(date +%s) - T0 )) -lt "$START_LIMIT" ]; do
-  if curl -sf "http://127.0.0.1:$PORT/health" > /dev/null; then UP=1; break; fi
+  if healthy "http://127.0.0.1:$PORT/health"; then UP=1; break; fi
   kill -0 "$PID0" 2>/dev/null || { say "rank 0 exited"; break; }
   kill -0 "$PID1" 2>/dev/null || { say "rank 1 exited"; break; }
   sleep 10
