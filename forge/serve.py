@@ -15,7 +15,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -65,7 +65,6 @@ class NodeCommand:
     env: dict[str, str]
     vllm_args: list[str]                       # ["serve", MODEL, ...]
     headless: bool = False
-    notes: list[str] = field(default_factory=list)
 
     def bare_shell(self) -> str:
         """The command without docker: `env K=V ... vllm serve ...`."""
@@ -91,6 +90,16 @@ class MultiNodePlan:
 def plan_serve(recipe_name: str, target: str, vllm: str, repository: str | None = None,
                port: int = 8000, hf_cache: str = "~/.cache/huggingface",
                recipes_dir: str | None = None) -> ServePlan:
+    recipe, release, env, notes = _checked_recipe(recipe_name, target, vllm, recipes_dir)
+    from forge.images import image_ref
+
+    argv = docker_argv(image_ref(target, release.version, repository), recipe, env, port, hf_cache)
+    return ServePlan(argv, notes)
+
+
+def _checked_recipe(recipe_name: str, target: str, vllm: str, recipes_dir: str | None):
+    """(recipe, the release's parser facts, engine environment, notes), the recipe checked
+    against that release."""
     version = _version(vllm)
     _check_target(target)
     recipe = load_recipe(recipe_name, target, Path(recipes_dir) if recipes_dir else None)
@@ -102,10 +111,7 @@ def plan_serve(recipe_name: str, target: str, vllm: str, repository: str | None 
     release = release_args(version)
     env, notes = _runner_env(recipe, release)
     check_for_release(recipe, release)
-    from forge.images import image_ref
-
-    argv = docker_argv(image_ref(target, version, repository), recipe, env, port, hf_cache)
-    return ServePlan(argv, notes)
+    return recipe, release, env, notes
 
 
 def plan_multi_node(recipe_name: str, target: str, vllm: str, nodes: int, network: Interconnect,
@@ -114,23 +120,13 @@ def plan_multi_node(recipe_name: str, target: str, vllm: str, nodes: int, networ
                     recipes_dir: str | None = None) -> MultiNodePlan:
     """One docker command per node for the recipe's `nodes`-node layout, every flag checked
     against the release's parser like the single-node command."""
-    version = _version(vllm)
-    _check_target(target)
-    recipe = load_recipe(recipe_name, target, Path(recipes_dir) if recipes_dir else None)
-    if not recipe.admits(version):
-        raise ForgeError(f"{_where(recipe)}: vllm: the recipe is for vLLM {recipe.vllm}, "
-                         f"not {version}")
+    recipe, release, env, notes = _checked_recipe(recipe_name, target, vllm, recipes_dir)
     layout = layout_for(recipe, nodes)
-    from forge.vllm_args import release_args
-
-    release = release_args(version)
-    env, notes = _runner_env(recipe, release)
-    check_for_release(recipe, release)
     commands = node_commands(recipe, layout, network, port, env)
     check_node_flags(commands, release, recipe)
     from forge.images import image_ref
 
-    image = image_ref(target, version, repository)
+    image = image_ref(target, release.version, repository)
     argvs = [node_docker_argv(image, node, hf_cache, network) for node in commands]
     return MultiNodePlan(commands, argvs, notes)
 
