@@ -6,7 +6,10 @@
 # drafter, CUDA graphs on. Then verify/mtp_smoke.py --endpoint and a 500-request burst against
 # it. Everything (both ranks' logs, smoke report, burst figures, the deciding log lines) goes into
 # one tarball under $OUT. Run from the repository root: bash benchmarks/gpu/two_node_local.sh
-# Budget: < 9 minutes (engine start up to START_LIMIT s, smoke 60 s, burst 90 s).
+# Budget: < 9 minutes (engine start up to START_LIMIT s, smoke 60 s, burst 90 s). Only one file
+# comes back in $OUT (the tarball; the device tool returns a few files per call).
+# Overrides: STAGE (default .gpu-stage), SITE (/tmp/site), LAYERS (10), OUT, WORK, PORT,
+# MASTER_PORT, START_LIMIT.
 set -u
 T0=$(date +%s)
 say() { echo "[two-node +$(( $(date +%s) - T0 ))s] $*"; }
@@ -17,16 +20,19 @@ PORT=${PORT:-8011}
 MASTER_PORT=${MASTER_PORT:-29611}
 START_LIMIT=${START_LIMIT:-330}
 SITE=${SITE:-/tmp/site}          # where gpu-lab's gpu_setup.sh installs vLLM
+STAGE=${STAGE:-.gpu-stage}       # gpu-lab's staged parts and gpu_setup.sh (stage.py PROJECT_ROOT)
 RECIPE=gemma-4-26b-a4b-it TARGET=h200 VLLM_VERSION=0.25.0
 rm -rf "$WORK" && mkdir -p "$WORK" "$OUT"
 
 if [ ! -f "$SITE/.done" ]; then
-  [ -f .gpu-stage/gpu_setup.sh ] || { say "no $SITE and no .gpu-stage/: stage vLLM $VLLM_VERSION first"; exit 3; }
+  [ -f "$STAGE/gpu_setup.sh" ] || { say "no $SITE and no $STAGE/gpu_setup.sh: stage vLLM $VLLM_VERSION first"; exit 3; }
   say "installing the staged vLLM $VLLM_VERSION into /tmp/site"
-  bash .gpu-stage/gpu_setup.sh install > "$WORK/setup.txt" 2>&1 || { tail -n 20 "$WORK/setup.txt"; exit 3; }
+  bash "$STAGE/gpu_setup.sh" install > "$WORK/setup.txt" 2>&1 || { tail -n 20 "$WORK/setup.txt"; exit 3; }
 fi
 export PYTHONPATH=$SITE PYTHONUNBUFFERED=1
-{ nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc; } > "$WORK/machine.txt" 2>&1
+{ date -u; nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc
+  python3 -c "import torch, vllm, transformers; print('torch', torch.__version__, 'vllm', vllm.__version__, 'transformers', transformers.__version__)"
+} > "$WORK/machine.txt" 2>&1
 [ "$(nvidia-smi -L | grep -c GPU)" -ge 2 ] || { say "needs two GPUs: $(cat "$WORK/machine.txt")"; exit 3; }
 # As the image does: the patch series (the V2 runner starts without it; it is what users run).
 python3 build.py apply --site-packages "$SITE" --vllm "$VLLM_VERSION" > "$WORK/apply.txt" 2>&1
