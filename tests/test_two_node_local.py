@@ -12,7 +12,7 @@ from forge.vllm_args import release_args
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu" / "two_node_commands.py"
-STAND_IN_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init", "--disable-custom-all-reduce",
+STAND_IN_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init",
                   "--compilation-config", '{"pass_config":{"fuse_allreduce_rms":false}}']
 
 
@@ -72,6 +72,9 @@ def test_plan_is_the_recipes_node_commands_plus_the_listed_stand_ins(tmp_path):
     from forge.releases import release_tree
 
     tree = release_tree("0.25.0") / "vllm"
+    # and vLLM turns its custom all-reduce off by itself across nodes
+    assert "Disabled the custom all-reduce since we are running on multi-node." in (
+        tree / "config" / "parallel.py").read_text()
     assert "fuse_allreduce_rms: bool" in (tree / "config" / "compilation.py").read_text()
     assert 'backend = "mnnvl"' in (tree / "distributed/device_communicators/flashinfer_all_reduce.py").read_text()
     # the recipe commands it started from are build.py serve --nodes 2's, minus docker

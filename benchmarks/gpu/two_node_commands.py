@@ -15,8 +15,6 @@ and every change is listed under "stand_in" in the JSON:
 - NCCL may not use peer-to-peer or shared memory between the two processes, so the ranks talk
   over its socket transport as two hosts would (NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1); no RoCE
   device, so NCCL_IB_DISABLE=1; NVLink SHARP off (NCCL_NVLS_ENABLE=0);
-- --disable-custom-all-reduce: vLLM's custom all-reduce maps the peer GPU's memory over CUDA IPC,
-  which a process that sees one GPU cannot do (across real hosts vLLM does not use it either);
 - NVLink multicast stays off (the lent machines' rule: it can take the shared GPUs out of
   service): NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1,
   VLLM_ALLREDUCE_USE_SYMM_MEM=0 (vLLM's torch symmetric-memory all-reduce), and
@@ -27,6 +25,8 @@ and every change is listed under "stand_in" in the JSON:
 - the model and drafter are Gemma-4-26B-A4B-shaped configs with dummy weights
   (verify/dummy_models.py), loaded with --load-format dummy --skip-tokenizer-init;
 - VLLM_TUNED_CONFIG_FOLDER points at patches/moe-configs, as the image sets it;
+(vLLM's custom all-reduce needs no flag: with --nnodes > 1 vLLM turns it off itself,
+vllm/config/parallel.py line 991 in 0.25.0.)
 - `vllm` is `python3 -m vllm.entrypoints.cli.main` (the staged install has no entry points).
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ from forge.serve import Interconnect, NodeCommand, layout_for, node_commands  # 
 from verify.dummy_models import write_dummy_models  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
-STAND_IN_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init", "--disable-custom-all-reduce",
+STAND_IN_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init",
                   "--compilation-config", '{"pass_config":{"fuse_allreduce_rms":false}}']
 VLLM = [sys.executable, "-m", "vllm.entrypoints.cli.main"]
 
