@@ -88,8 +88,9 @@ def test_docker_command_shape(tmp_path):
     assert argv[argv.index("--entrypoint") + 1:argv.index("--entrypoint") + 5] == [
         "vllm", image, "serve", "google/gemma-4-26B-A4B-it"]
     assert shlex.split(plan.shell()) == argv
+    k = load_recipe("gemma-4-26b-a4b-it", "h200").speculative.num_speculative_tokens
     assert "'{\"model\":\"google/gemma-4-26B-A4B-it-assistant\",\"method\":\"mtp\"," \
-           "\"num_speculative_tokens\":3}'" in plan.shell()
+           f"\"num_speculative_tokens\":{k}}}'" in plan.shell()
 
 
 def test_home_relative_hf_cache_is_expanded():
