@@ -1,6 +1,7 @@
 """Recipes: every file validates, names a real target, and states honest, derived thresholds;
 a malformed recipe gives one line naming the file and field (through build.py, exit 2)."""
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,14 @@ from forge.targets import load_targets
 REPO = Path(__file__).resolve().parents[1]
 MODELS = {"gemma-4-26b-a4b-it": "google/gemma-4-26B-A4B-it",
           "gemma-4-31b-it": "google/gemma-4-31B-it",
-          "gemma-4-e4b-it": "google/gemma-4-E4B-it"}
+          "gemma-4-e4b-it": "google/gemma-4-E4B-it",
+          "gemma-4-26b-a4b-it-nvfp4": "nvidia/Gemma-4-26B-A4B-NVFP4",
+          "gemma-4-31b-it-nvfp4": "nvidia/Gemma-4-31B-IT-NVFP4",
+          "gemma-4-31b-it-nvfp4-ct": "RedHatAI/gemma-4-31B-it-NVFP4"}
+# A cited source: a public issue/PR, a release file, or the project's reference notes.
+# A cited source: the reference notes, an upstream issue/PR, a release file, or a committed
+# measurement (docs/gpu-evidence.md).
+CITED = re.compile(r"REFERENCE\.md|docs/reference\.md|docs/gpu-evidence\.md|#\d+|vllm/[\w/]+\.py")
 
 
 def test_every_model_has_a_recipe_on_every_target_that_lists_it():
@@ -33,7 +41,8 @@ def test_recipe_is_consistent(recipe):
     targets = load_targets()
     assert recipe.target in targets and recipe.name in targets[recipe.target].recipes
     assert recipe.model == MODELS[recipe.name]
-    assert recipe.drafter == recipe.model + "-assistant"
+    # the drafter is the base model's own (BF16 beside an NVFP4 checkpoint too)
+    assert recipe.drafter == recipe.base_model + "-assistant"
     assert recipe.speculative.method == "mtp"
     # The releases the tests check are all admitted.
     assert all(recipe.admits(v) for v in ("0.25.0", "0.27.1", "0.33.0"))
@@ -42,7 +51,7 @@ def test_recipe_is_consistent(recipe):
         assert not recipe.serve.kv_cache_dtype.startswith("fp8")
     # Every reference figure says where it comes from.
     for ref in recipe.reference:
-        assert "REFERENCE.md" in ref["source"], ref
+        assert CITED.search(ref["source"]), ref
     assert recipe.reference, "each recipe carries figures users compare against"
 
 
@@ -57,16 +66,27 @@ def test_thresholds_are_derived_from_the_step_cost(recipe):
     assert t.min_acceptance_rate < 0.87
     assert t.min_acceptance_rate > 0.39
     assert t.min_speedup >= 1.0
-    # a cited source: the reference notes or a committed measurement (docs/gpu-evidence.md)
-    assert any(s in t.step_cost_source for s in ("REFERENCE.md", "docs/reference.md", "gpu-evidence.md"))
+    assert CITED.search(t.step_cost_source)
+    # each ratio says first whether it was measured, derived, or is an assumption
+    assert t.step_cost_source.startswith(("measured", "derived", "assumption", "not measured"))
 
 
 def test_moe_model_runs_v2_and_names_vllms_config_file():
     targets = load_targets()
     for recipe in load_all():
-        if recipe.name == "gemma-4-26b-a4b-it":
+        if recipe.name == "gemma-4-26b-a4b-it-nvfp4":
+            # FlashInfer CUTLASS runs the NVFP4 MoE on GB10: no Triton JSON
+            assert recipe.moe_config is None
+            assert recipe.expect.moe_backend == "FLASHINFER_CUTLASS NvFp4"
+            assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+        elif recipe.name == "gemma-4-26b-a4b-it":
             assert recipe.serve.model_runner == "v2"
             assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+            if recipe.target == "a100":
+                # fp8 on sm_80 runs the MoE through Marlin: no Triton JSON is ever read there,
+                # so the recipe names none and verify checks the backend line instead.
+                assert recipe.moe_config is None and recipe.expect.moe_backend == "MARLIN Fp8"
+                continue
             device = targets[recipe.target].moe_device_name
             dtype = ",dtype=fp8_w8a8" if recipe.serve.quantization == "fp8" else ""
             assert recipe.moe_config.name == f"E=128,N=704,device_name={device}{dtype}.json"
@@ -78,6 +98,23 @@ def test_moe_model_runs_v2_and_names_vllms_config_file():
             runner = "1" if measured and recipe.serve.model_runner == "v2" else "0"
             assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": runner}
     assert moe_config_name("h200", None) == "E=128,N=704,device_name=NVIDIA_H200.json"
+    # TP=2: each rank holds half of every expert's intermediate size (N=352)
+    assert moe_config_name("h200", "fp8", 2) == "E=128,N=352,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    assert moe_config_name("h200", None, 2) == "E=128,N=352,device_name=NVIDIA_H200.json"
+
+
+def test_h200_two_node_layout_names_the_n352_file_the_tuner_would_write():
+    from forge.serving.moe_tune import config_file_name
+
+    recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
+    layout = recipe.layout(2)
+    assert (layout.tensor_parallel_size, layout.pipeline_parallel_size, layout.gpus_per_node) == (2, 1, 1)
+    moe = recipe.moe_config_for(2)
+    assert moe.name == config_file_name("NVIDIA H200", "fp8_w8a8", n=352)
+    assert moe.name == "E=128,N=352,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    # the tuner's H200 files are N=704 (TP=1): none is expected at TP=2
+    assert not moe.expected
+    assert recipe.moe_config_for(1) is recipe.moe_config and recipe.moe_config_for(4) is None
 
 
 def test_engine_kwargs_and_cli_args_come_from_one_table():
@@ -228,7 +265,7 @@ def test_readme_threshold_table_matches_the_recipe_files():
     text = (REPO / "recipes" / "README.md").read_text()
     for r in load_all():
         t = r.thresholds
-        row = (f"| {r.name} | {r.target} | {r.serve.model_runner} | {r.serve.quantization or 'bf16'} "
+        row = (f"| {r.name} | {r.target} | {r.serve.model_runner} | {r.weights} "
                f"| {t.step_cost_ratio} | {t.min_speedup} | {t.min_mean_acceptance_length} "
                f"| {t.min_acceptance_rate} |")
         assert row in text, row
@@ -244,13 +281,46 @@ def test_recipes_without_the_targets_file_are_refused(monkeypatch, tmp_path):
     assert str(failure.value).startswith(f"{absent}: cannot read")
 
 
-def test_tuned_moe_config_expected_exactly_where_patches_ship_one():
-    shipped = {p.name for p in (REPO / "patches" / "moe-configs").glob("*.json")}
+def _moe_expectations():
     for recipe in load_all():
         if recipe.moe_config is not None:
-            assert recipe.moe_config.expected == (recipe.moe_config.name in shipped), (
-                f"{recipe.path}: moe_config.expected must say whether patches/moe-configs/ "
-                f"ships {recipe.moe_config.name}")
+            yield recipe, recipe.moe_config
+        for layout in recipe.multi_node:
+            if layout.moe_config is not None:
+                yield recipe, layout.moe_config
+
+
+def test_tuned_moe_config_expected_exactly_where_patches_ship_one():
+    shipped = {p.name for p in (REPO / "patches" / "moe-configs").glob("*.json")}
+    for recipe, moe in _moe_expectations():
+        if moe.provider == "vllm":
+            # vLLM bundles it (checked against every release below); ours would shadow it
+            assert moe.name not in shipped, f"{recipe.path}: {moe.name} would shadow upstream's"
+            continue
+        assert moe.expected == (moe.name in shipped), (
+            f"{recipe.path}: moe_config.expected must say whether patches/moe-configs/ "
+            f"ships {moe.name}")
+
+
+SUPPORTED_RELEASES = ["0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
+                      "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0",
+                      "0.32.0", "0.33.0"]
+
+
+@pytest.mark.parametrize("version", SUPPORTED_RELEASES)
+def test_files_expected_from_vllm_are_bundled_by_the_release(version):
+    """Every release bundles E=128,N=704 (and N=352) for the H100 fp8: the H100 recipe expects
+    upstream's file, read from the real release source."""
+    from forge.upstream.releases import release_tree
+
+    configs = release_tree(version) / "vllm/model_executor/layers/fused_moe/configs"
+    expected = {moe.name for _, moe in _moe_expectations() if moe.provider == "vllm"}
+    assert "E=128,N=704,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json" in expected
+    for name in expected:
+        assert (configs / name).is_file(), f"vLLM {version} does not bundle {name}"
+    # and none for the H200 or GB10: those expectations stay ours or none
+    assert not list(configs.glob("E=128,N=704,device_name=NVIDIA_H200*"))
+    assert not list(configs.glob("E=128,N=*,device_name=NVIDIA_GB10*"))
 
 
 def test_recipe_survives_pickle_and_copy():
@@ -264,3 +334,122 @@ def test_recipe_survives_pickle_and_copy():
         assert clone.serve.max_num_seqs == 32 and clone.engine_kwargs() == recipe.engine_kwargs()
     with pytest.raises(AttributeError):
         _ = recipe.serve.no_such_setting
+
+
+# --- NVFP4, expectations, removed variables, multi-node layouts ------------------------------
+
+def test_nvfp4_recipes_cover_both_sizes_and_both_checkpoint_formats():
+    nvfp4 = [r for r in load_all() if r.weights == "nvfp4"]
+    assert {(r.base_model, r.checkpoint.format) for r in nvfp4} == {
+        ("google/gemma-4-26B-A4B-it", "modelopt_fp4"), ("google/gemma-4-31B-it", "modelopt_fp4"),
+        ("google/gemma-4-31B-it", "compressed-tensors")}
+    for r in nvfp4:
+        assert r.target == "gb10"
+        # vLLM detects the format: no --quantization, and verify expects the detected name
+        assert r.serve.quantization is None and "--quantization" not in r.cli_args()
+        assert r.expect.quantization == r.checkpoint.format
+        assert r.serve.kv_cache_memory_bytes
+        assert r.thresholds.step_cost_source.startswith("assumption")
+        assert r.expect.source.startswith("assumption")
+    # the fallback box's recipe is in the gb10 image
+    assert "gemma-4-26b-a4b-it-nvfp4" in load_targets()["gb10"].recipes
+
+
+@pytest.mark.parametrize("version", ["0.25.0", "0.27.1", "0.33.0"])
+def test_expected_quantization_names_are_the_releases_method_names(version):
+    from forge.serving.vllm_args import release_args
+
+    methods = release_args(version).choices["--quantization"]
+    for r in load_all():
+        if r.expect.quantization:
+            assert r.expect.quantization in methods, (r.path, version)
+
+
+def test_every_gb10_recipe_sets_an_explicit_kv_cache_size():
+    for r in load_all():
+        if r.target == "gb10":
+            assert r.serve.kv_cache_memory_bytes >= 2**30, r.path
+            assert r.engine_kwargs()["kv_cache_memory_bytes"] == r.serve.kv_cache_memory_bytes
+            args = r.cli_args()
+            assert args[args.index("--kv-cache-memory-bytes") + 1] == str(r.serve.kv_cache_memory_bytes)
+
+
+@pytest.mark.parametrize("variable,flag", [("VLLM_USE_FLASHINFER_MOE_FP4", "--moe-backend"),
+                                           ("VLLM_NVFP4_GEMM_BACKEND", "--linear-backend")])
+def test_variables_vllm_024_removed_are_refused(tmp_path, variable, flag):
+    root = _copy_recipes(tmp_path)
+    _edit(root, _set("serve", "env", {variable: "1"}), name="gemma-4-26b-a4b-it-nvfp4",
+          target="gb10")
+    result = _serve(root, name="gemma-4-26b-a4b-it-nvfp4", target="gb10")
+    assert result.returncode == 2
+    line = result.stderr.strip()
+    assert line.startswith(f"error: {root}/gemma-4-26b-a4b-it-nvfp4/gb10.yaml: serve.env: ")
+    assert f"{variable} was removed in vLLM 0.24.0" in line and f"use {flag} instead" in line
+
+
+@pytest.mark.parametrize("version", ["0.23.0", "0.24.0"])
+def test_removal_release_is_what_the_sources_say(version):
+    from forge.serving.recipes import REMOVED_ENV_VARS
+    from forge.serving.vllm_args import release_args
+
+    read = release_args(version).env_vars
+    for variable, (removed_in, _) in REMOVED_ENV_VARS.items():
+        assert (variable in read) == (version < removed_in), (variable, version)
+
+
+EXPECT_MALFORMED = [
+    ("quantization expectation disagrees", _set("expect", "quantization", "modelopt_fp4"),
+     "expect.quantization: must be 'fp8'"),
+    ("attention expectation disagrees", _set("expect", "attention_backend", "FLASH_ATTN"),
+     "expect.attention_backend: must be serve.attention_backend 'TRITON_ATTN'"),
+    ("lower-case backend", _set("serve", "attention_backend", "triton_attn"),
+     "serve.attention_backend: must be an AttentionBackendEnum name"),
+    ("layout with mismatched ranks", lambda d: d["multi_node"][0].update(tensor_parallel_size=4),
+     "multi_node[0].tensor_parallel_size: tensor x pipeline parallel = 4 must equal"),
+    ("layout names the TP=1 file", lambda d: d["multi_node"][0]["moe_config"].update(
+        name="E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"),
+     "multi_node[0].moe_config.name: vLLM looks for 'E=128,N=352,device_name=NVIDIA_H200,"
+     "dtype=fp8_w8a8.json'"),
+    ("expected file without provider", lambda d: d["moe_config"].pop("provider"),
+     "moe_config.provider: say who supplies the expected file"),
+]
+
+
+@pytest.mark.parametrize("label,edit,message", EXPECT_MALFORMED, ids=[m[0] for m in EXPECT_MALFORMED])
+def test_malformed_expectations_and_layouts_are_one_line(tmp_path, label, edit, message):
+    root = _copy_recipes(tmp_path)
+    path = _edit(root, edit)
+    result = _serve(root)
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {path}: "), result.stderr
+    assert message in lines[0], lines[0]
+
+
+def test_a_recipe_stating_a_known_failing_layout_is_refused_naming_the_issue(tmp_path):
+    root = _copy_recipes(tmp_path)
+    layout = {"nodes": 2, "tensor_parallel_size": 2, "source": "two Sparks"}
+    path = _edit(root, lambda d: d.update(multi_node=[layout]), name="gemma-4-26b-a4b-it-nvfp4",
+                 target="gb10")
+    result = _serve(root, name="gemma-4-26b-a4b-it-nvfp4", target="gb10")
+    assert result.returncode == 2
+    line = result.stderr.strip()
+    assert line.startswith(f"error: {path}: multi_node[0].tensor_parallel_size: ")
+    assert "vLLM #39595" in line and "every MoE backend" in line
+
+
+def test_known_failures_file_is_validated(tmp_path):
+    root = _copy_recipes(tmp_path)
+    (root / "known-failures.yaml").write_text(
+        "failures:\n  - base_model: google/gemma-4-26B-A4B-it\n    weights: nvfp5\n"
+        "    tensor_parallel_size: 2\n    issue: x\n    why: y\n")
+    with pytest.raises(ForgeError) as failure:
+        recipes.load_known_failures(root)
+    assert str(failure.value).startswith(str(root / "known-failures.yaml"))
+    assert "failures[0].weights: must be one of bf16, fp8, nvfp4" in str(failure.value)
+    # a directory without its own file is held to the repository's
+    (root / "known-failures.yaml").unlink()
+    assert recipes.known_failures_path(root) == REPO / "recipes" / "known-failures.yaml"
+    assert recipes.known_failure("google/gemma-4-26B-A4B-it", "nvfp4", 2, root).startswith(
+        "google/gemma-4-26B-A4B-it nvfp4 at tensor parallel 2 fails upstream, vLLM #39595")
+    assert recipes.known_failure("google/gemma-4-26B-A4B-it", "fp8", 2, root) is None

@@ -3,6 +3,7 @@ definitions (read from its real source), adapts or refuses where a release lacks
 --run hands exactly that argv to the real docker CLI."""
 import io
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -87,8 +88,9 @@ def test_docker_command_shape(tmp_path):
     assert argv[argv.index("--entrypoint") + 1:argv.index("--entrypoint") + 5] == [
         "vllm", image, "serve", "google/gemma-4-26B-A4B-it"]
     assert shlex.split(plan.shell()) == argv
+    k = load_recipe("gemma-4-26b-a4b-it", "h200").speculative.num_speculative_tokens
     assert "'{\"model\":\"google/gemma-4-26B-A4B-it-assistant\",\"method\":\"mtp\"," \
-           "\"num_speculative_tokens\":3}'" in plan.shell()
+           f"\"num_speculative_tokens\":{k}}}'" in plan.shell()
 
 
 def test_home_relative_hf_cache_is_expanded():
@@ -201,3 +203,235 @@ def test_bad_port_is_one_line():
         [sys.executable, "build.py", "serve", "--recipe", "gemma-4-e4b-it", "--target", "h100",
          "--vllm", "0.27.1", "--port", "70000"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and result.stderr == "error: --port: not a TCP port: 70000\n"
+
+
+# --- --nodes N: vLLM's native multi-node engine ------------------------------------------------
+
+from forge.serving.serve import Interconnect, detect_interconnect, plan_multi_node, roce_devices, route_to  # noqa: E402
+
+SUPPORTED_RELEASES = ["0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
+                      "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0",
+                      "0.32.0", "0.33.0"]
+LAYOUT_RECIPES = [(r.name, r.target) for r in load_all() if r.multi_node]
+SPARKS = Interconnect("192.168.100.10", ("192.168.100.10", "192.168.100.11"), "enp1s0f0np0",
+                      ("rocep1s0f0", "roceP2p1s0f0"))
+
+
+def _recipes_for_every_release(tmp_path: Path) -> Path:
+    """The recipes, admitted for every supported release (the files say >=0.25.0 for the MTP
+    patch; the multi-node flags are checked back to 0.21.0)."""
+    root = tmp_path / "recipes"
+    shutil.copytree(REPO / "recipes", root, ignore=shutil.ignore_patterns("*.md"))
+    for path in root.glob("*/*.yaml"):
+        data = yaml.safe_load(path.read_text())
+        data["vllm"] = ">=0.21.0"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return root
+
+
+@pytest.fixture(scope="module")
+def every_release_recipes(tmp_path_factory):
+    return _recipes_for_every_release(tmp_path_factory.mktemp("all-releases"))
+
+
+def test_layouts_exist_for_the_spark_pair_and_the_h200_proof():
+    assert ("gemma-4-26b-a4b-it", "gb10") in LAYOUT_RECIPES
+    assert ("gemma-4-31b-it", "gb10") in LAYOUT_RECIPES
+    assert ("gemma-4-26b-a4b-it", "h200") in LAYOUT_RECIPES
+
+
+@pytest.mark.parametrize("version", SUPPORTED_RELEASES)
+def test_two_node_commands_pass_every_releases_parser(version, every_release_recipes):
+    release = release_args(version)
+    for name, target in LAYOUT_RECIPES:
+        recipe = load_recipe(name, target)
+        plan = plan_multi_node(name, target, version, 2, SPARKS, repository="r/forge",
+                               recipes_dir=str(every_release_recipes))
+        assert len(plan.nodes) == len(plan.argvs) == 2
+        for node, argv in zip(plan.nodes, plan.argvs):
+            args = _serve_args(argv, recipe.model)
+            for flag, value in _flag_values(args):
+                assert release.has_flag(flag), f"{flag} is not a `vllm serve` flag in {version}"
+                if flag in release.choices:
+                    assert value in release.choices[flag], (flag, value, version)
+            values = dict(_flag_values(args))
+            assert values["--nnodes"] == "2" and values["--node-rank"] == str(node.rank)
+            assert values["--master-addr"] == "192.168.100.10"
+            assert values["--master-port"] == "29501"
+            assert values["--tensor-parallel-size"] == str(recipe.layout(2).tensor_parallel_size)
+            assert ("--headless" in values) == (node.rank > 0) == node.headless
+            assert ("--port" in values) == (node.rank == 0)
+            assert "--network" in argv and argv[argv.index("--network") + 1] == "host"
+            assert "--ipc=host" in argv and "-p" not in argv
+            env = dict(item.split("=", 1) for item in
+                       (argv[i + 1] for i, a in enumerate(argv) if a == "-e") if "=" in item)
+            assert env["VLLM_HOST_IP"] == SPARKS.node_ips[node.rank]
+            for name_ in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"):
+                assert env[name_] == "enp1s0f0np0"
+            assert env["NCCL_IB_HCA"] == "rocep1s0f0,roceP2p1s0f0"
+            assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_IGNORE_CPU_AFFINITY"] == "1"
+            assert all(k in release.env_vars for k in env if k.startswith("VLLM_"))
+            assert argv[argv.index("--device") + 1] == "/dev/infiniband"
+
+
+def test_build_py_prints_every_nodes_command():
+    result = subprocess.run(
+        [sys.executable, "build.py", "serve", "--recipe", "gemma-4-26b-a4b-it", "--target", "gb10",
+         "--vllm", "0.27.1", "--nodes", "2", "--master-addr", "127.0.0.1",
+         "--node-ips", "127.0.0.1,10.0.0.2", "--ib-hca", "mlx5_0,mlx5_1", "--repository", "r/f"],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    network = Interconnect("127.0.0.1", ("127.0.0.1", "10.0.0.2"), "lo", ("mlx5_0", "mlx5_1"))
+    plan = plan_multi_node("gemma-4-26b-a4b-it", "gb10", "0.27.1", 2, network, repository="r/f")
+    assert result.stdout == plan.shell() + "\n"
+    lines = result.stdout.splitlines()
+    assert lines[0] == "# node 0 (API server)" and lines[2] == "# node 1 (worker, headless)"
+    assert shlex.split(lines[1]) == plan.argvs[0] and shlex.split(lines[3]) == plan.argvs[1]
+
+
+REFUSED = [
+    (["--recipe", "gemma-4-26b-a4b-it-nvfp4", "--target", "gb10", "--nodes", "2",
+      "--master-addr", "127.0.0.1", "--node-ips", "127.0.0.1,10.0.0.2"],
+     "gemma-4-26b-a4b-it-nvfp4/gb10.yaml: multi_node: no 2-node layout: google/gemma-4-26B-A4B-it "
+     "nvfp4 at tensor parallel 2 fails upstream, vLLM #39595 (open): Gemma-4-26B-A4B NVFP4 fails "
+     "at tensor parallel 2 on every MoE backend"),
+    (["--recipe", "gemma-4-e4b-it", "--target", "h100", "--nodes", "2", "--master-addr",
+      "127.0.0.1", "--node-ips", "127.0.0.1,10.0.0.2"],
+     "gemma-4-e4b-it/h100.yaml: multi_node: no layout for 2 nodes (layouts for: none)"),
+    (["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--nodes", "3", "--master-addr",
+      "127.0.0.1", "--node-ips", "127.0.0.1,10.0.0.2,10.0.0.3"],
+     "gemma-4-26b-a4b-it/h200.yaml: multi_node: no layout for 3 nodes (layouts for: 2)"),
+    (["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--nodes", "2"],
+     "--master-addr: required with --nodes"),
+    (["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--nodes", "2", "--master-addr",
+      "127.0.0.1", "--node-ips", "127.0.0.1"],
+     "--node-ips: 2 nodes need 2 addresses (got 1: 127.0.0.1)"),
+    (["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--nodes", "2", "--master-addr",
+      "127.0.0.1", "--node-ips", "10.0.0.2,127.0.0.1"],
+     "--node-ips: node 0 runs the master: its address must be --master-addr 127.0.0.1"),
+    (["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--nodes", "2", "--master-addr",
+      "127.0.0.1"],
+     "--node-ips: give the 2 nodes' addresses on the interconnect, in rank order (node 0 is the "
+     "master, 127.0.0.1; this host's is 127.0.0.1 on lo)"),
+    (["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--nodes", "2", "--master-addr",
+      "127.0.0.1", "--node-ips", "127.0.0.1,10.0.0.2", "--run"],
+     "--node-rank: with --run, say which node this host is (0 .. 1)"),
+]
+
+
+@pytest.mark.parametrize("argv,message", REFUSED, ids=[r[1][:40] for r in REFUSED])
+def test_multi_node_refusals_are_one_line(argv, message):
+    result = subprocess.run([sys.executable, "build.py", "serve", "--vllm", "0.27.1", *argv],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+
+
+# --- interconnect detection on this machine's real interfaces and in a network namespace ---------
+
+def _ip_json(*args: str, netns: str | None = None):
+    prefix = ["ip", "-n", netns] if netns else ["ip"]
+    return json.loads(subprocess.run([*prefix, "-j", *args], capture_output=True, text=True,
+                                     check=True).stdout or "[]")
+
+
+def test_detection_on_this_hosts_interfaces():
+    # loopback, and every IPv4 address this host holds, map to the interface holding it
+    assert route_to("127.0.0.1") == {"dev": "lo", "src": "127.0.0.1"}
+    for link in _ip_json("-4", "addr", "show"):
+        for info in link.get("addr_info", []):
+            assert route_to(info["local"]) == {"dev": link["ifname"], "src": info["local"]}
+    # an address elsewhere: the interface the kernel routes it through, as `ip route get` says
+    default = _ip_json("route", "show", "default")
+    if default:
+        gateway = default[0]["gateway"]
+        kernel = _ip_json("route", "get", gateway)[0]
+        assert route_to(gateway) == {"dev": kernel["dev"], "src": kernel["prefsrc"]}
+
+
+@pytest.fixture
+def interconnect_namespace():
+    """A network namespace with a veth pair standing in for a CX7 link: 10.77.0.1/24 on cx7a."""
+    name = f"forge-serve-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        for command in (["link", "add", "cx7a", "type", "veth", "peer", "name", "cx7b"],
+                        ["addr", "add", "10.77.0.1/24", "dev", "cx7a"],
+                        ["link", "set", "cx7a", "up"], ["link", "set", "cx7b", "up"],
+                        ["link", "set", "lo", "up"]):
+            subprocess.run(["ip", "-n", name, *command], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=True)
+
+
+def test_detection_in_a_network_namespace(interconnect_namespace):
+    def in_namespace(*argv):
+        return subprocess.run(["ip", "netns", "exec", interconnect_namespace, *argv], cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+
+    probe = in_namespace(sys.executable, "-c",
+                         "import json; from forge.serving.serve import route_to; "
+                         "print(json.dumps([route_to('10.77.0.1'), route_to('10.77.0.2')]))")
+    assert probe.returncode == 0, probe.stderr
+    # on the master itself (address held by cx7a) and towards the worker: both cx7a
+    assert json.loads(probe.stdout) == [{"dev": "cx7a", "src": "10.77.0.1"},
+                                        {"dev": "cx7a", "src": "10.77.0.1"}]
+    result = in_namespace(sys.executable, "build.py", "serve", "--recipe", "gemma-4-31b-it",
+                          "--target", "gb10", "--vllm", "0.27.1", "--nodes", "2",
+                          "--master-addr", "10.77.0.1", "--node-ips", "10.77.0.1,10.77.0.2")
+    assert result.returncode == 0, result.stderr
+    for line in result.stdout.splitlines()[1::2]:
+        argv = shlex.split(line)
+        assert "NCCL_SOCKET_IFNAME=cx7a" in argv and "GLOO_SOCKET_IFNAME=cx7a" in argv
+        assert not any(a.startswith("NCCL_IB_HCA=") for a in argv)   # no RoCE device here
+        assert "--device" not in argv
+    # no route at all: one line naming the flag
+    unreachable = in_namespace(sys.executable, "build.py", "serve", "--recipe", "gemma-4-31b-it",
+                               "--target", "gb10", "--vllm", "0.27.1", "--nodes", "2",
+                               "--master-addr", "203.0.113.9")
+    assert unreachable.returncode == 2
+    assert unreachable.stderr.startswith("error: --master-addr: no route to 203.0.113.9")
+
+
+def test_roce_devices_are_read_from_sysfs(tmp_path):
+    # /sys/class/infiniband/<dev>/ports/<n>/link_layer, as the kernel lays it out
+    for device, layer in (("rocep1s0f0", "Ethernet"), ("roceP2p1s0f0", "Ethernet"),
+                          ("mlx5_ib0", "InfiniBand")):
+        port = tmp_path / device / "ports" / "1"
+        port.mkdir(parents=True)
+        (port / "link_layer").write_text(layer + "\n")
+    assert roce_devices(str(tmp_path)) == ["roceP2p1s0f0", "rocep1s0f0"]
+    network = detect_interconnect("127.0.0.1", ["127.0.0.1", "10.0.0.2"], None, None, 29501, 2,
+                                  sys_infiniband=str(tmp_path))
+    assert network.interface == "lo" and network.ib_hcas == ("roceP2p1s0f0", "rocep1s0f0")
+    # this machine has none
+    assert roce_devices() == ([] if not Path("/sys/class/infiniband").exists()
+                              else roce_devices("/sys/class/infiniband"))
+    assert roce_devices(str(tmp_path / "absent")) == []
+
+
+@pytest.mark.docker
+def test_run_hands_one_nodes_argv_to_docker(docker_engine, tmp_path):
+    repository = "vllm-forge-serve-test/forge"
+    reference = image_ref("h200", "0.25.0", repository)
+    empty_layer = io.BytesIO()
+    tarfile.open(fileobj=empty_layer, mode="w").close()
+    docker_engine.api.import_image_from_data(empty_layer.getvalue(), repository=reference.split(":")[0],
+                                             tag=reference.split(":")[1])
+    argv = ["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--vllm", "0.25.0",
+            "--repository", repository, "--hf-cache", str(tmp_path / "hf"), "--nodes", "2",
+            "--master-addr", "127.0.0.1", "--node-ips", "127.0.0.1,127.0.0.1"]
+    try:
+        result = subprocess.run([sys.executable, "build.py", "serve", *argv, "--run",
+                                 "--node-rank", "1"],
+                                cwd=REPO, capture_output=True, text=True, timeout=300)
+    finally:
+        docker_engine.images.remove(reference, force=True)
+    network = Interconnect("127.0.0.1", ("127.0.0.1", "127.0.0.1"), "lo")
+    plan = plan_multi_node("gemma-4-26b-a4b-it", "h200", "0.25.0", 2, network,
+                           repository=repository, hf_cache=str(tmp_path / "hf"))
+    assert result.stderr.startswith(f"+ {shlex.join(plan.argvs[1])}\n"), result.stderr
+    assert result.returncode == 125, result.stderr
+    assert "Unable to find image" not in result.stderr

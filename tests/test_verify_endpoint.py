@@ -182,7 +182,8 @@ def test_without_the_server_log_a_good_window_is_not_a_pass(tmp_path):
     assert checks["acceptance (temperature 0)"]["status"] == "PASS"
     assert code == 1 and report["passed"] is False
     assert [n for n, c in checks.items() if c["status"] == "NOT CHECKED" and c["gating"]] == [
-        "architectures", "draft shares target embedding", "CUDA graphs", "tuned MoE config"]
+        "architectures", "draft shares target embedding", "CUDA graphs", "tuned MoE config",
+        "quantization", "MoE backend", "attention backend"]
 
 
 # ------------------------------------------------------------------------------------------

@@ -102,3 +102,72 @@ def test_eager_engine_fails_the_cuda_graph_check():
 ])
 def test_root_cause_picks_the_deciding_line(text, expected):
     assert root_cause(text) == expected
+
+
+# --- quantization, MoE backend, attention backend (recipe `expect`) ------------------------------
+
+from forge.upstream.releases import release_tree  # noqa: E402
+
+# Each line as the release's source writes it (file, the literal in that file, the line it makes).
+LOG_SOURCES = [
+    ("vllm/platforms/cuda.py", '"Using %s backend."',
+     "Using %s backend." % "AttentionBackendEnum.TRITON_ATTN"),  # noqa: UP031 (vLLM's own %-format)
+    ("vllm/platforms/cuda.py", '"Using %s attention backend out of potential backends: %s."',
+     "Using %s attention backend out of potential backends: %s." % ("FLASH_ATTN", "['FLASH_ATTN']")),  # noqa: UP031
+    ("vllm/v1/attention/backends/flash_attn.py", '"Using FlashAttention version %s"',
+     "Using FlashAttention version %s" % 4),  # noqa: UP031 (vLLM's own %-format)
+    ("vllm/model_executor/layers/fused_moe/oracle/nvfp4.py",
+     "f\"Using '{backend.value}' NvFp4 MoE backend out \"",
+     "Using 'FLASHINFER_CUTLASS' NvFp4 MoE backend out of potential backends: ['FLASHINFER_CUTLASS']."),
+    ("vllm/model_executor/layers/fused_moe/oracle/fp8.py",
+     'f"Using {backend.value} Fp8 MoE backend out "',
+     "Using MARLIN Fp8 MoE backend out of potential backends: ['TRITON', 'MARLIN']."),
+    ("vllm/config/vllm.py", 'f"quantization={self.model_config.quantization}, "',
+     "tensor_parallel_size=2, pipeline_parallel_size=1, quantization=modelopt_fp4, "
+     "quantization_config=None, enforce_eager=False,"),
+    ("vllm/config/vllm.py", 'f"tensor_parallel_size={self.parallel_config.tensor_parallel_size}, "',
+     None),
+]
+
+
+@pytest.mark.parametrize("version", ["0.25.0", "0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0",
+                                     "0.31.0", "0.32.0", "0.33.0"])
+def test_the_lines_verify_reads_are_in_every_recipe_release(version):
+    tree = release_tree(version)
+    for relative, literal, _ in LOG_SOURCES:
+        assert literal in (tree / relative).read_text(), f"{version} {relative}: {literal}"
+
+
+def test_lines_rendered_as_vllm_writes_them_are_read_back():
+    log = "\n".join(f"(Worker pid=7) INFO 11-30 12:00:00 [x.py:1] {line}"
+                    for _, _, line in LOG_SOURCES if line)
+    read = parse_engine_log(log)
+    assert read.attention_backends == ["TRITON_ATTN", "FLASH_ATTN"]
+    assert read.flash_attn_version == 4
+    assert read.moe_backends == ["FLASHINFER_CUTLASS NvFp4", "MARLIN Fp8"]
+    assert read.quantization == "modelopt_fp4" and read.tensor_parallel_size == 2
+    assert checks.check_quantization(read, "modelopt_fp4").status == PASS
+    assert checks.check_quantization(read, "compressed-tensors").status == FAIL
+    assert checks.check_moe_backend(read, "FLASHINFER_CUTLASS NvFp4").status == PASS
+    assert checks.check_moe_backend(read, "TRITON Fp8").status == FAIL
+    assert checks.check_moe_backend(read, None).status == INFO
+    # two backends in one engine is not what a recipe pins
+    assert checks.check_attention_backend(read, "TRITON_ATTN").status == FAIL
+
+
+def test_captured_h200_engines_report_what_they_ran():
+    fp8 = facts("smoke-patched-L6/engine.log")
+    assert fp8.quantization == "fp8" and fp8.tensor_parallel_size == 1
+    assert fp8.attention_backends == ["TRITON_ATTN"] and fp8.flash_attn_version is None
+    assert checks.check_quantization(fp8, "fp8").status == PASS
+    assert checks.check_attention_backend(fp8, "TRITON_ATTN").status == PASS
+    assert checks.check_attention_backend(fp8, "FLASH_ATTN", 4).status == FAIL
+    assert checks.check_moe_backend(fp8, "TRITON Fp8").status == PASS
+    assert checks.check_moe_backend(fp8, "MARLIN Fp8").status == FAIL   # the A100 expectation
+    bf16 = facts("bench-L6/engines/bf16-v1.log")
+    assert bf16.quantization == "None"
+    assert checks.check_quantization(bf16, None).status == PASS
+    assert checks.check_quantization(bf16, "fp8").status == FAIL
+    nothing = parse_engine_log("INFO nothing here\n")
+    assert checks.check_quantization(nothing, "fp8").status == FAIL
+    assert checks.check_attention_backend(nothing, "TRITON_ATTN").status == FAIL

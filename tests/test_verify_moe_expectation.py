@@ -44,3 +44,37 @@ def test_captured_025_run_without_the_config_fails_but_a_027_run_would_not():
     on_027 = gate.check_moe_config(facts, moe.name, tuned_config_expected(moe, "0.27.1"))
     assert on_025.failed
     assert not on_027.failed and on_027.status == "INFO"
+
+
+def test_h100_expects_vllms_bundled_file_on_every_release():
+    moe = load_recipe("gemma-4-26b-a4b-it", "h100").moe_config
+    assert moe.provider == "vllm" and moe.expected
+    assert moe.name == "E=128,N=704,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json"
+    assert all(tuned_config_expected(moe, v) for v in ("0.25.0", "0.27.1", "0.33.0", None))
+
+
+def test_a100_expects_no_file_but_the_marlin_backend():
+    recipe = load_recipe("gemma-4-26b-a4b-it", "a100")
+    assert recipe.moe_config is None and tuned_config_expected(None, "0.25.0") is False
+    assert recipe.expect.moe_backend == "MARLIN Fp8"
+
+
+def test_a_tp2_server_log_is_held_to_the_n352_file():
+    """The engine config line's tensor_parallel_size picks the layout's file (N=352): a TP=2
+    H200 server reading no N=352 file is INFO (none expected), not a failure for N=704."""
+    from verify.mtp_smoke import log_checks
+
+    recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
+    n352 = "E=128,N=352,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    log = ("INFO 11-30 [core.py:114] Initializing a V1 LLM engine (v0.25.0) with config: "
+           "tensor_parallel_size=2, pipeline_parallel_size=1, quantization=fp8, enforce_eager=False,\n"
+           "WARNING 11-30 [fused_moe.py:1106] Using default MoE config. Performance might be "
+           f"sub-optimal! Config file not found at /opt/vllm-forge/moe-configs/{n352}\n")
+    facts = parse_engine_log(log)
+    assert facts.tensor_parallel_size == 2
+    moe_check = next(c for c in log_checks(facts, recipe, True, None) if c.name == "tuned MoE config")
+    assert moe_check.status == "INFO" and n352 in moe_check.detail
+    # the same log at TP=1 would be held to the shipped N=704 tune
+    at_tp1 = parse_engine_log(log.replace("tensor_parallel_size=2", "tensor_parallel_size=1"))
+    moe_check = next(c for c in log_checks(at_tp1, recipe, True, None) if c.name == "tuned MoE config")
+    assert moe_check.failed

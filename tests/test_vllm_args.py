@@ -126,3 +126,44 @@ def test_enable_flags_pair_with_disable_from_0_33():
     assert release_args("0.33.0").has_flag("--disable-prefix-caching")
     assert not release_args("0.27.1").has_flag("--disable-prefix-caching")
     assert not release_args("0.33.0").has_flag("--disable-max-model-len")
+
+
+ALL_RELEASES = ["0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0",
+                "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+MULTI_NODE_FLAGS = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless",
+                    "--tensor-parallel-size", "--pipeline-parallel-size",
+                    "--kv-cache-memory-bytes", "--attention-backend")
+
+
+@pytest.mark.parametrize("version", ALL_RELEASES)
+def test_native_multi_node_flags_and_attention_backends_in_every_release(version):
+    args = release_args(version)
+    for flag in MULTI_NODE_FLAGS:
+        assert args.has_flag(flag), (version, flag)
+    # --attention-backend takes AttentionBackendEnum member names, read from registry.py
+    backends = args.choices["--attention-backend"]
+    assert {"TRITON_ATTN", "FLASH_ATTN", "FLASHINFER"} <= backends
+    assert "AttentionBackendEnum" not in backends and "triton_attn" not in backends
+
+
+def test_attention_backend_outside_the_release_enum_is_refused(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    import yaml
+
+    from forge.errors import ForgeError
+    from forge.serving.serve import plan_serve
+
+    root = tmp_path / "recipes"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "recipes", root)
+    path = root / "gemma-4-31b-it" / "h200.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["serve"]["attention_backend"] = data["expect"]["attention_backend"] = "FLASH_ATTN_V9"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ForgeError) as refused:
+        plan_serve("gemma-4-31b-it", "h200", "0.27.1", recipes_dir=str(root))
+    message = str(refused.value)
+    assert message.startswith(f"{path}: serve.attention_backend: vLLM 0.27.1 accepts "
+                              "--attention-backend ")
+    assert "TRITON_ATTN" in message and message.endswith("not 'FLASH_ATTN_V9'")

@@ -68,11 +68,21 @@ def check_moe_config(facts: EngineLogFacts, expected_name: str | None, expected:
     if expected:
         if used:
             return passed(name, f"{expected_name} used; backend {backend}")
-        missing = " (log: Config file not found)" if facts.moe_config_missing else ""
+        missing = (f" (log: Config file not found: {_looked_for(facts)})"
+                   if facts.moe_config_missing else "")
         return failed(name, f"expected {expected_name}, not used{missing}; backend {backend}")
-    state = ("default config (Config file not found)" if facts.moe_config_missing
+    state = (f"default config (Config file not found: {_looked_for(facts)})"
+             if facts.moe_config_missing
              else ", ".join(facts.moe_config_used) or "no MoE config line")
     return Check(name, INFO, f"none expected by the recipe; {state}; backend {backend}")
+
+
+def _looked_for(facts: EngineLogFacts) -> str:
+    """The file names vLLM looked for (its line lists every path it tried, joined by ", ";
+    the names hold commas themselves)."""
+    names = {path.strip().rsplit("/", 1)[-1] for line in facts.moe_config_missing
+             for path in line.split(", ") if path.strip().endswith(".json")}
+    return ", ".join(sorted(names)) or "?"
 
 
 def check_acceptance(window: SpecCounters | None, min_rate: float, min_length: float,
@@ -152,3 +162,45 @@ def negative_control(gate: Check) -> Check:
 
 def controls_broken(checks: list[Check]) -> list[Check]:
     return [c for c in checks if c.failed and c.detail.startswith(BROKEN)]
+
+
+# --- what vLLM says it runs: quantization, MoE backend, attention backend (recipe `expect`) ---
+
+def check_quantization(facts: EngineLogFacts, expected: str | None) -> Check:
+    """The quantization method on the engine config line: `fp8` when asked for, and for a
+    pre-quantized checkpoint the format vLLM detected (modelopt_fp4, compressed-tensors)."""
+    name = "quantization"
+    want = expected or "None"
+    if facts.quantization is None:
+        return failed(name, f"expected {want}; no engine config line (quantization=...) in the log")
+    if facts.quantization != want:
+        return failed(name, f"expected {want}, engine runs quantization={facts.quantization}")
+    return passed(name, f"engine config: quantization={facts.quantization}")
+
+
+def check_moe_backend(facts: EngineLogFacts, expected: str | None) -> Check:
+    """The fused-MoE kernel family vLLM picked ("TRITON Fp8", "MARLIN Fp8",
+    "FLASHINFER_CUTLASS NvFp4"): which kernel runs decides which tuned config, if any, is read."""
+    name = "MoE backend"
+    found = ", ".join(facts.moe_backends) or "no MoE backend line"
+    if expected is None:
+        return Check(name, INFO, f"not stated by the recipe; log: {found}")
+    if expected in facts.moe_backends:
+        return passed(name, f"Using {expected} MoE backend")
+    return failed(name, f"expected {expected}, log: {found}")
+
+
+def check_attention_backend(facts: EngineLogFacts, expected: str,
+                            flash_attn_version: int | None = None) -> Check:
+    name = "attention backend"
+    found = ", ".join(facts.attention_backends) or "no attention backend line"
+    if expected not in facts.attention_backends:
+        return failed(name, f"expected {expected}, log: {found}")
+    others = [b for b in facts.attention_backends if b != expected]
+    if others:
+        return failed(name, f"expected {expected} only, log also: {', '.join(others)}")
+    if flash_attn_version and facts.flash_attn_version != flash_attn_version:
+        return failed(name, f"expected FlashAttention {flash_attn_version}, log: "
+                            f"{facts.flash_attn_version or 'no version line'}")
+    version = f" (FlashAttention {facts.flash_attn_version})" if facts.flash_attn_version else ""
+    return passed(name, f"{expected}{version}")

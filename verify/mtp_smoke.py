@@ -254,19 +254,28 @@ def _greedy_window(control: str | None) -> str:
 
 
 def log_checks(facts: EngineLogFacts, recipe, runner_v2: bool, mode: str | None) -> list[Check]:
-    moe = recipe.moe_config
+    # The engine's own tensor parallel size picks the file: N = 704 / TP (a multi-node layout).
+    moe = recipe.moe_config_for(facts.tensor_parallel_size or 1)
+    expect = recipe.expect
     return [gate.check_architectures(facts),
             gate.check_shared_embedding(facts, runner_v2),
             gate.check_cuda_graphs(facts, mode),
             gate.check_moe_config(facts, moe.name if moe else None,
-                                  tuned_config_expected(moe, facts.vllm_version))]
+                                  tuned_config_expected(moe, facts.vllm_version)),
+            gate.check_quantization(facts, expect.quantization),
+            gate.check_moe_backend(facts, expect.moe_backend),
+            gate.check_attention_backend(facts, expect.attention_backend,
+                                         expect.flash_attn_version)]
 
 
 def tuned_config_expected(moe, vllm_version: str | None) -> bool:
     """A recipe expects its tuned config only on releases the patch series ships it for (the H200
-    tunes are for 0.25-0.26: a 0.27 image carries none, and vLLM rightly reports it missing)."""
+    tunes are for 0.25-0.26: a 0.27 image carries none, and vLLM rightly reports it missing);
+    a file vLLM itself bundles (provider vllm) on every release."""
     if not (moe and moe.expected):
         return False
+    if moe.provider == "vllm":
+        return True
     if vllm_version is None:
         return True  # the engine did not say its release: hold the recipe to its word
     from forge.patching.status import shipped_moe_configs
@@ -293,7 +302,8 @@ def _token_ids(result: dict, name: str = "greedy") -> list[list[int]] | None:
 # Endpoint: a running OpenAI-compatible vLLM server
 
 # The checks read from the server's log (--server-log): without it they cannot run.
-LOG_CHECKS = ("architectures", "draft shares target embedding", "CUDA graphs", "tuned MoE config")
+LOG_CHECKS = ("architectures", "draft shares target embedding", "CUDA graphs", "tuned MoE config",
+              "quantization", "MoE backend", "attention backend")
 
 
 class EndpointError(Exception):

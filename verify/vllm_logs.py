@@ -17,6 +17,16 @@ MOE_CONFIG_USED = re.compile(r"Using configuration from (\S+) for MoE layer")
 MOE_CONFIG_MISSING = re.compile(r"Using default MoE config\. Performance might be sub-optimal! "
                                 r"Config file not found at ([^\n]+)")
 MOE_BACKEND = re.compile(r"Using '?(\w+)'? (Unquantized|Fp8|NvFp4|Mxfp4|W4A8) MoE backend")
+# The engine config line (vllm/config/vllm.py, VllmConfig.__str__): "... tensor_parallel_size=2,
+# ... quantization=modelopt_fp4, quantization_config=..., enforce_eager=False, ...".
+ENGINE_QUANTIZATION = re.compile(r"\bquantization=([\w.\-]+),")
+TENSOR_PARALLEL = re.compile(r"\btensor_parallel_size=(\d+)")
+# vllm/platforms/cuda.py: "Using AttentionBackendEnum.TRITON_ATTN backend." (a backend given with
+# --attention-backend) or "Using FLASH_ATTN attention backend out of potential backends: [...]"
+# (chosen by vLLM); vllm/v1/attention/backends/flash_attn.py: "Using FlashAttention version 4".
+ATTENTION_BACKEND = re.compile(r"Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]*) "
+                               r"(?:attention backend out of|backend\.)")
+FLASH_ATTN_VERSION = re.compile(r"Using FlashAttention version (\d+)")
 V2_RUNNER = "Using V2 Model Runner"
 ENGINE_VERSION = re.compile(r"Initializing a V\d LLM engine \(v([^)\s]+)\)")
 # Root causes worth naming, most specific first. The first is vLLM #47794 (the MTP width guard).
@@ -43,6 +53,10 @@ class EngineLogFacts:
     moe_config_missing: list[str] = field(default_factory=list)
     moe_backends: list[str] = field(default_factory=list)
     v2_runner: bool = False
+    quantization: str | None = None          # as the engine config line says; "None" for none
+    tensor_parallel_size: int | None = None
+    attention_backends: list[str] = field(default_factory=list)
+    flash_attn_version: int | None = None
     vllm_version: str | None = None
     root_cause: str | None = None
 
@@ -70,6 +84,13 @@ def parse_engine_log(text: str) -> EngineLogFacts:
     facts.moe_config_missing = _unique(m.strip() for m in MOE_CONFIG_MISSING.findall(text))
     facts.moe_backends = _unique(f"{b} {kind}" for b, kind in MOE_BACKEND.findall(text))
     facts.v2_runner = V2_RUNNER in text
+    quantization = ENGINE_QUANTIZATION.search(text)
+    facts.quantization = quantization.group(1) if quantization else None
+    tensor_parallel = TENSOR_PARALLEL.search(text)
+    facts.tensor_parallel_size = int(tensor_parallel.group(1)) if tensor_parallel else None
+    facts.attention_backends = _unique(ATTENTION_BACKEND.findall(text))
+    fa_version = FLASH_ATTN_VERSION.search(text)
+    facts.flash_attn_version = int(fa_version.group(1)) if fa_version else None
     version = ENGINE_VERSION.search(text)
     facts.vllm_version = version.group(1) if version else None
     facts.root_cause = root_cause(text)

@@ -118,7 +118,20 @@ def _add_serve(commands) -> None:
     p.add_argument("--run", action="store_true", help="run the command instead of printing it")
     p.add_argument("--recipes-dir", metavar="DIR",
                    help="read recipes from DIR/<recipe>/<target>.yaml (default: recipes/)")
+    _add_serve_nodes(p)
     p.set_defaults(handler="forge.serving.serve:cmd_serve")
+
+
+def _add_serve_nodes(p) -> None:
+    g = p.add_argument_group("multi-node (vLLM's native engine; the recipe's multi_node layout)")
+    g.add_argument("--nodes", type=int, default=1, help="nodes to span (default 1)")
+    g.add_argument("--master-addr", help="node 0's address on the interconnect")
+    g.add_argument("--master-port", type=int, default=29501)
+    g.add_argument("--node-ips", metavar="IP,IP", help="every node's interconnect address, rank order")
+    g.add_argument("--ifname", help="interconnect interface (default: the one routing to --master-addr)")
+    g.add_argument("--ib-hca", metavar="DEV,DEV",
+                   help="RoCE devices for NCCL_IB_HCA (default: those in /sys/class/infiniband)")
+    g.add_argument("--node-rank", type=int, help="with --run: which node this host is")
 
 
 def _add_tune_moe(commands) -> None:

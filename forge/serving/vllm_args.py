@@ -23,6 +23,8 @@ SERVE_CLI = "vllm/entrypoints/cli/serve.py"
 ENVS = "vllm/envs.py"
 ARGPARSE_UTILS = "vllm/utils/argparse_utils.py"
 QUANTIZATION_INIT = "vllm/model_executor/layers/quantization/__init__.py"
+# --attention-backend takes a member name of AttentionBackendEnum (not a Literal type).
+ATTENTION_REGISTRY = "vllm/v1/attention/backends/registry.py"
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,9 @@ def release_args(version: str) -> ReleaseArgs:
     source = _SourceIndex(tree)
     choices: dict[str, frozenset[str]] = {}
     flags = _engine_flags(source, choices) | _frontend_flags(source)
+    backends = _attention_backends(source)
+    if backends:
+        choices["--attention-backend"] = backends
     flags |= _option_strings(source.parse(SERVE_CLI), source, {}, {})
     flags |= {"-h", "--help"}                      # argparse's own
     if _pairs_enable_with_disable(source):
@@ -139,6 +144,17 @@ def _engine_flags(source: _SourceIndex, choices: dict) -> set[str]:
             if isinstance(function, ast.FunctionDef) and function.name == "add_cli_args":
                 flags |= _option_strings(function, source, _kwargs_classes(function), choices)
     return flags
+
+
+def _attention_backends(source: _SourceIndex) -> frozenset[str]:
+    """Member names of AttentionBackendEnum, the values --attention-backend accepts."""
+    if not (source.tree / ATTENTION_REGISTRY).exists():
+        return frozenset()
+    for node in source.parse(ATTENTION_REGISTRY).body:
+        if isinstance(node, ast.ClassDef) and node.name == "AttentionBackendEnum":
+            names = (_assigned_name(item) for item in node.body)
+            return frozenset(name for name in names if name and name.isupper())
+    return frozenset()
 
 
 def _frontend_flags(source: _SourceIndex) -> set[str]:
