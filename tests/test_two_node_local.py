@@ -48,7 +48,8 @@ def test_plan_is_the_recipes_node_commands_plus_the_listed_stand_ins(tmp_path):
         spec_at = recipe_args.index("--speculative-config")
         assert args[:spec_at] == recipe_args[:spec_at]
         spec = json.loads(args[args.index("--speculative-config") + 1])
-        assert spec["method"] == "mtp" and spec["num_speculative_tokens"] == 3
+        recipe_k = json.loads(recipe_args[spec_at + 1])["num_speculative_tokens"]
+        assert spec["method"] == "mtp" and spec["num_speculative_tokens"] == recipe_k
         assert Path(spec["model"]).name == "gemma-4-26b-a4b-assistant"
         assert Path(argv[4]).name == "gemma-4-26b-a4b-L10"
         assert "--enforce-eager" not in args
