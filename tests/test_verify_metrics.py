@@ -103,12 +103,13 @@ def test_malformed_exposition_line_is_reported():
 def test_acceptance_gate_against_the_h200_recipe_thresholds():
     from forge.serving.recipes import load_recipe
 
-    t = load_recipe("gemma-4-26b-a4b-it", "h200").thresholds
+    recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
+    t = recipe.thresholds
     collapsed = checks.check_acceptance(window_from_prometheus(), t.min_acceptance_rate,
                                         t.min_mean_acceptance_length)
     assert collapsed.status == FAIL and "all rejected" in collapsed.detail
-    # Just above and just below the recipe's thresholds (k=3: length = 1 + 3 x rate).
-    k, drafts = 3, 1000
+    # Just above and just below the recipe's thresholds (length = 1 + k x rate).
+    k, drafts = recipe.speculative.num_speculative_tokens, 1000
     rate = t.min_acceptance_rate + 0.01
     good = SpecCounters(drafts, k * drafts, rate * k * drafts, ())
     assert checks.check_acceptance(good, t.min_acceptance_rate, t.min_mean_acceptance_length).status == PASS
