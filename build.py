@@ -7,7 +7,7 @@
 """
 import sys
 
-from forge.cli import main
+from forge.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

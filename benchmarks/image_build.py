@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Image build timings on a real Docker engine and a real local registry (same parts as the tests).
 
-    python benchmarks/image_build.py [--out benchmarks/results/image_build.md]
+    python -m benchmarks.image_build [--out benchmarks/results/image_build.md]
 
 Measures, for target a100 (amd64, native) and gb10 (arm64, under qemu) over the stand-in base of
 vLLM 0.25.0 (already pulled, so "cached base"):
@@ -27,10 +27,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from tests import fixtures_docker as infra  # noqa: E402  (the tests' real-infrastructure helpers)
+from forge import REPO_ROOT as REPO
+from tests import fixtures_docker as infra  # the tests' real-infrastructure helpers
 
 VERSION = infra.STANDIN_VERSION
 PATCH = "patches/source/gemma4-mtp-share-embeddings.diff"
@@ -98,7 +96,7 @@ def remove_forge_images(client, repository: str, target: str | None = None) -> N
 def machine() -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
-    mem = int(next(l for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("MemTotal"))
+    mem = int(next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
               .split()[1]) / 2**20
     return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, {platform.system()} {platform.release()}"
 
@@ -150,7 +148,7 @@ def main() -> int:
     lines = [
         "# Image build timings",
         "",
-        f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `python benchmarks/image_build.py` on "
+        f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `python -m benchmarks.image_build` on "
         f"{machine()}; Docker engine {engine['Version']} (BuildKit through `docker buildx bake --load`), "
         f"local docker-registry; stand-in base = Debian bookworm + vLLM {VERSION}'s real package tree "
         "(already pulled); arm64 runs under qemu-user-static. Other jobs shared the 2 cores.",

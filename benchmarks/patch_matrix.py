@@ -7,7 +7,7 @@ Each figure is the wall clock of the real command in a fresh process, best of --
   cold-extract    sdists cached, nothing extracted: every tree unpacked from its sdist
   cold-download   an empty cache: index read and every sdist downloaded from PyPI (--download)
 
-Usage: python benchmarks/patch_matrix.py [--repeat 3] [--download] [--write]
+Usage: python -m benchmarks.patch_matrix [--repeat 3] [--download] [--write]
 --write replaces benchmarks/results/patch_matrix.md with the figures, machine and date.
 """
 from __future__ import annotations
@@ -22,11 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from forge import releases  # noqa: E402
-from forge.patches import load_series  # noqa: E402
+from forge import REPO_ROOT as REPO
+from forge.patching.series import load_series
+from forge.upstream import releases
 
 RESULTS = REPO / "benchmarks" / "results" / "patch_matrix.md"
 
@@ -110,7 +108,7 @@ def render(figures, count, versions, series) -> str:
         f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"- machine: {machine()}",
         f"- releases: {count} ({versions[0]} .. {versions[-1]}), patches: {len(series.patches)}",
-        "- command: `python benchmarks/patch_matrix.py --download --write`",
+        "- command: `python -m benchmarks.patch_matrix --download --write`",
         "- each figure: wall clock of the real command in a fresh Python process",
         "",
         "| case | seconds | runs | what is cached |",

@@ -1,13 +1,39 @@
 """vllm-forge: a versioned patch set for vLLM and reproducible per-hardware serving images.
 
-Modules, each owning one kind of knowledge:
-  releases  vLLM releases on PyPI: versions, sdists (sha256-checked, cached), source trees
-  patches   the patch series: manifest, status per release, atomic apply/revert
-  targets   hardware targets (images/targets.yaml)
-  images    build context, docker builds, tags, labels, lock, bake
-  recipes   model x target serving settings and thresholds
-  cli       the argument parser behind build.py
+Subpackages, each owning one kind of knowledge, in layers: a module imports only from its own
+package or from a LOWER layer (tests/test_import_graph.py checks this and that there is no cycle).
+
+  0 core      forge/*.py: errors, files (atomic writes), schema (YAML validation), progress,
+              http_session, versions (--vllm parsed once, PEP 440 normal form), targets
+              (images/targets.yaml: every layer needs the hardware), image_names (repository,
+              moving and immutable tags: serving names the image it runs)
+  1 upstream  vLLM releases on PyPI (sdists, source trees), the PyPI JSON index, archives, cached
+              per-package Python environments
+  2 patching  the patch series: manifest (series), its vocabulary (Kind, Status), diffs, status
+              per release or install, atomic apply, the installed vLLM, dependency constraints,
+              MoE config file names, the status report and README table
+  3 serving   recipes, the vLLM arguments of a release, `serve`, MoE kernel tuning
+  4 watch     the upstream watch: new releases, dependency drift (its probe), the watched deps
+  4 images    lock, plan, build context, BuildKit build and bake, registry, retag, published index,
+              the release matrix (watch and images do not import each other)
+  5 commands  the argparse CLI behind build.py / `vllm-forge` and command handlers that compose
+              several packages (most `cmd_*` still sit next to the one package they drive)
 """
+import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+
+def _repo_root() -> Path:
+    """The checkout whose data (patches/, images/, recipes/) forge reads: the one this package
+    sits in (a checkout, an editable install, the image's /opt/vllm-forge); for a plain
+    `pip install .`, $VLLM_FORGE_HOME, else the current directory."""
+    here = Path(__file__).resolve().parent.parent
+    if (here / "patches" / "series.yaml").is_file():
+        return here
+    return Path(os.environ.get("VLLM_FORGE_HOME") or Path.cwd()).resolve()
+
+
+REPO_ROOT = _repo_root()
+
+LAYERS = {"core": 0, "upstream": 1, "patching": 2, "serving": 3, "watch": 4, "images": 4,
+          "commands": 5}

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def write_text_atomically(path: Path | str, text: str,
-                          check: Callable[[Path], None] | None = None) -> Path:
+                          check: Callable[[Path], object] | None = None) -> Path:
     """Replace `path` with `text`. `check(temp_path)` may raise to refuse the new content, which
     then never reaches `path` (the temp file sits in the same directory, so relative paths the
     content names resolve as they will for the real file)."""

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 REDRAW_S = 0.1
 CLEAR_LINE = "\r\x1b[K"

@@ -7,9 +7,10 @@ fields and bad values, and every error names the file and the dotted path of the
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -21,7 +22,7 @@ Check = Callable[[Any], "str | None"]
 
 @dataclass(frozen=True)
 class Field:
-    kind: type | tuple[type, ...] | dict | "ListOf"
+    kind: type | tuple[type, ...] | dict | ListOf
     required: bool = True
     default: Any = None
     choices: tuple | None = None

@@ -14,10 +14,10 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TARGETS_FILE = REPO_ROOT / "images" / "targets.yaml"
 PLATFORMS = ("linux/amd64", "linux/arm64")
 # A mirror that serves upstream's bases under another registry (same digests), e.g. 127.0.0.1:5000
@@ -178,3 +178,14 @@ def get_target(name: str, path: Path | str | None = None) -> Target:
         raise ForgeError(f"{path or targets_file()}: unknown target {name!r} "
                          f"(known: {', '.join(sorted(targets))})")
     return targets[name]
+
+
+def target_for_device(device_name: str, path: Path | str | None = None) -> Target:
+    """The target whose `device_names` lists this card (torch.cuda.get_device_name(), exactly)."""
+    targets = load_targets(path)
+    for target in targets.values():
+        if device_name in target.device_names:
+            return target
+    known = ", ".join(f"{n!r}" for t in targets.values() for n in t.device_names)
+    raise ForgeError(f"{path or targets_file()}: no target lists GPU {device_name!r} in device_names "
+                     f"(listed: {known})")

@@ -1,7 +1,7 @@
 """Shared test setup. Fixtures that start real services live in their own modules, listed here."""
 import pytest
 
-from forge import releases
+from forge.upstream import releases
 
 pytest_plugins = ["tests.fixtures_docker", "tests.fixtures_patches"]
 

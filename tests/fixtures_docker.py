@@ -23,9 +23,9 @@ import io
 import json
 import os
 import shutil
-import sys
 import socket
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -48,7 +48,7 @@ MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 
 
 def bases_cache() -> Path:
-    from forge.releases import cache_dir
+    from forge.upstream.releases import cache_dir
 
     path = cache_dir() / "bases"
     path.mkdir(parents=True, exist_ok=True)
@@ -177,8 +177,8 @@ def _dist_info(version: str, requires: list[str] | None = None) -> dict[str, byt
 
 def _standin_context(arch: str, version: str, extra_site: Path | None = None,
                      host_ca: bool = False) -> tuple[bytes, str]:
-    from forge.dependencies import release_requirements
-    from forge.releases import release_tree
+    from forge.patching.dependencies import release_requirements
+    from forge.upstream.releases import release_tree
 
     tree = release_tree(version)
     # A stand-in with other distributions declares vLLM's real requirements, as the wheel does,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from forge import releases
 from forge.errors import ForgeError
+from forge.upstream import releases
 
 # Real transformers wheels from PyPI (pure Python): 5.15.0 breaks Gemma 4 on vLLM < 0.28,
 # 5.14.1 is the newest below it.
@@ -34,7 +34,7 @@ def make_site_packages(version: str, destination: Path, dist_info: bool = True) 
 
 
 def write_dist_info(site_dir: Path, version: str) -> Path:
-    from forge.dependencies import release_requirements
+    from forge.patching.dependencies import release_requirements
 
     info = site_dir / f"vllm-{version}.dist-info"
     info.mkdir()

@@ -4,8 +4,8 @@ import tarfile
 
 import pytest
 
-from forge import archives
 from forge.errors import ForgeError
+from forge.upstream import archives
 
 
 def _archive(tmp_path, entries):

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from forge import diffs, releases
-from forge.patches import load_series, status_of
+from forge.patching import diffs
+from forge.patching.series import load_series
+from forge.patching.status import status_of
+from forge.upstream import releases
 from tests.fixtures_patches import snapshot
 from tests.test_patch_series import run_build
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from forge.lock import save_lock
+from forge.images.lock import save_lock
 
 pytestmark = [pytest.mark.docker]
 
@@ -49,7 +49,7 @@ def test_bake_file_covers_every_target_with_attestations(standin_base, buildx, t
         record = json.loads((context / "build-record.json").read_text())
         assert record["target"] == name and record["base"]["digest"] == standin_base.digest
         assert (context / "Dockerfile").read_text() == (REPO / "images/Dockerfile").read_text()
-        assert (context / "forge" / "patches.py").exists() and (context / "patches" / "series.yaml").exists()
+        assert (context / "forge" / "patching" / "status.py").exists() and (context / "patches" / "series.yaml").exists()
     # The real tool reads it back: the same targets, platforms, args and attestations.
     printed = subprocess.run([buildx, "buildx", "bake", "-f", output.name, "--print"], cwd=tmp_path,
                              capture_output=True, text=True, timeout=120)

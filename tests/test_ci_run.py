@@ -12,11 +12,16 @@ CI_FILES = [".ci/run", ".ci/apt-packages.txt", "requirements.txt", "requirements
             "pyproject.toml"]
 
 
-def run_ci(tmp_path: Path, tests: dict[str, str]) -> subprocess.CompletedProcess:
+def run_ci(tmp_path: Path, tests: dict[str, str], package: str = "") -> subprocess.CompletedProcess:
+    """The real .ci/run in a stand-in checkout: `tests` its tests/, `package` the text of its
+    forge/__init__.py (what lint and type checks read)."""
     checkout = tmp_path / "checkout"
     for name in CI_FILES:
         (checkout / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO_ROOT / name, checkout / name)
+    for name in ("forge", "verify"):
+        (checkout / name).mkdir()
+        (checkout / name / "__init__.py").write_text(package if name == "forge" else "")
     (checkout / "tests").mkdir()
     for name, text in tests.items():
         (checkout / "tests" / name).write_text(text)
@@ -39,6 +44,17 @@ def test_a_failing_test_fails_the_run_with_pytest_status_and_phase_times(tmp_pat
     assert result.returncode == 1
     assert "[ci] FAILED: pytest exited 1" in result.stderr
     assert "1 failed" in result.stdout
-    for phase in ("Debian packages", "Python packages", "vLLM source cache", "tests"):
+    for phase in ("Debian packages", "Python packages", "lint and types", "vLLM source cache", "tests"):
         assert f"=== [ci] {phase} took " in result.stdout
     assert "=== [ci] total " in result.stdout
+
+
+def test_lint_and_type_errors_fail_a_run_whose_tests_pass(tmp_path):
+    passing = {"__init__.py": "", "test_sample.py": "def test_passes():\n    assert 1 + 1 == 2\n"}
+    lint = run_ci(tmp_path / "lint", passing, package="import os\n")
+    assert "1 passed" in lint.stdout
+    assert lint.returncode == 1 and "[ci] FAILED: ruff found lint errors" in lint.stderr
+    assert "F401" in lint.stdout     # ruff names the unused import
+    types = run_ci(tmp_path / "types", passing, package="COUNT: int = 'three'\n")
+    assert types.returncode == 1 and "[ci] FAILED: mypy found type errors" in types.stderr
+    assert "Incompatible types in assignment" in types.stdout

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from forge import REPO_ROOT
-from forge.cli import DEFAULT_COMMAND, build_parser
+from forge.commands.cli import DEFAULT_COMMAND, build_parser
 from tests.build_cli import run_build
 
 
@@ -77,7 +77,7 @@ def unknown_flags(command: str, text: str) -> list[str]:
 
 def test_every_build_py_command_quoted_in_the_sources_exists():
     quoted = []
-    for path in sorted((REPO_ROOT / "forge").glob("*.py")):
+    for path in sorted((REPO_ROOT / "forge").rglob("*.py")):
         for match in QUOTED_COMMAND.finditer(path.read_text()):
             words = re.sub(r"\{[^}]*\}", "0.27.1", match.group(1)).replace("[", " ").replace("]", " ").split()
             quoted.append((path.name, match.group(0)))
@@ -87,7 +87,7 @@ def test_every_build_py_command_quoted_in_the_sources_exists():
 
 
 def _lock(tmp_path, vllm="0.25.0"):
-    from forge.lock import save_lock
+    from forge.images.lock import save_lock
     from forge.targets import load_targets
 
     refs = {t.base_for(vllm).ref for t in load_targets().values()}

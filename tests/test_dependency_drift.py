@@ -19,11 +19,12 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from forge import drift, pyenvs, releases
-from forge.drift import declared_specifier
-from forge.dependency_watch import load_watch
 from forge.errors import ForgeError
-from forge.patch_series import Patch, load_series
+from forge.patching.series import Patch, load_series
+from forge.upstream import pyenvs, releases
+from forge.watch import drift
+from forge.watch.dependencies import load_watch
+from forge.watch.drift import declared_specifier
 from verify import dummy_models
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -86,7 +87,7 @@ def test_the_check_covers_every_supported_release(report_5_15, bare_series):
     assert checked[0] == Version(series.checked_from) and checked[-1] == Version(series.checked_through)
     assert checked == [v for v in releases.list_releases()
                        if Version(series.checked_from) <= v <= Version(series.checked_through)]
-    assert f"transformers==5.15.0" in report_5_15.environment
+    assert "transformers==5.15.0" in report_5_15.environment
 
 
 def excluded_by_vllm(release: str, version: str) -> bool:
@@ -393,10 +394,10 @@ class Sibling:
 
 
 def test_the_probe_loads_a_definition_with_its_same_file_helpers_and_refuses_the_rest(tmp_path):
-    """forge/drift_probe.py's loader on a small source tree: functions and literal constants of the
+    """forge/watch/drift_probe.py's loader on a small source tree: functions and literal constants of the
     file and functions of other vllm files run for real; module state, classes it was not asked
     for, other-file classes and missing modules refuse with the file and line that bound them."""
-    from forge.drift_probe import ProbeError, ReleaseCode
+    from forge.watch.drift_probe import ProbeError, ReleaseCode
 
     (tmp_path / "vllm").mkdir()
     (tmp_path / "vllm" / "m.py").write_text(MODULE_UNDER_PROBE)

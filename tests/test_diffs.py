@@ -1,4 +1,4 @@
-"""forge.diffs: the strict pure-Python unified-diff engine.
+"""forge.patching.diffs: the strict pure-Python unified-diff engine.
 
 Small hand-made cases pin the rules (exactly one match, byte-exact lines, reverse = swap
 sides); the real-source tests cross-check the engine against `git apply` on real vLLM release
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from forge import diffs, releases
-from forge.patches import load_series
+from forge.patching import diffs
+from forge.patching.series import load_series
+from forge.upstream import releases
 
 SIMPLE = b"""# header comment: ignored
 --- a/pkg/mod.py

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forge.lock import load_lock, locked_platforms, save_lock
-from forge.patches import load_series, release_status
+from forge.images.lock import load_lock, locked_platforms, save_lock
+from forge.patching.series import load_series
+from forge.patching.status import release_status
 from forge.targets import load_targets
 from tests.build_cli import run_build
 
@@ -129,7 +130,7 @@ def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
     assert folder == "/opt/vllm-forge/moe-configs"
     # verify loads its recipe inside the image with every cross-file check (targets.yaml is there).
     for recipe in load_targets()[target].recipes:
-        loaded = _run_in(client, tag, f"cd /opt/vllm-forge && python3 -c \"from forge.recipes import "
+        loaded = _run_in(client, tag, f"cd /opt/vllm-forge && python3 -c \"from forge.serving.recipes import "
                                       f"load_recipe; print(load_recipe('{recipe}', '{target}').target)\"",
                          platform=f"linux/{arch}")
         assert loaded.strip() == target

@@ -5,7 +5,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from forge import context
+from forge.images import context
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = {"target": "a100", "vllm_version": "0.25.0"}
@@ -35,7 +35,7 @@ def test_same_inputs_same_bytes_and_normalized_entries(tmp_path):
         members = archive.getmembers()
     names = [m.name for m in members]
     assert names == sorted(names)
-    assert {"Dockerfile", "build-record.json", "build.py", "forge/plan.py", "verify", "recipes"} <= set(names)
+    assert {"Dockerfile", "build-record.json", "build.py", "forge/images/plan.py", "verify", "recipes"} <= set(names)
     assert all(m.uid == 0 and m.gid == 0 and int(m.mtime) == 1700000000 for m in members)
 
 
@@ -44,7 +44,7 @@ def test_same_size_other_content_gets_another_mtime(tmp_path):
     edit must change the mtime (below the second; the second stays SOURCE_DATE_EPOCH), and the
     same bytes must keep it."""
     root = _copy(tmp_path)
-    plan_file = root / "forge" / "plan.py"
+    plan_file = root / "forge" / "images" / "plan.py"
     text = plan_file.read_text()
     first, _ = context.build_context(RECORD, 1700000000, root)
     plan_file.write_text(text.replace("import json", "import jso_", 1))
@@ -56,15 +56,15 @@ def test_same_size_other_content_gets_another_mtime(tmp_path):
         with tarfile.open(fileobj=io.BytesIO(data)) as archive:
             return archive.getmember(name)
 
-    before, after = member(first, "forge/plan.py"), member(edited, "forge/plan.py")
+    before, after = member(first, "forge/images/plan.py"), member(edited, "forge/images/plan.py")
     assert before.size == after.size and before.mtime != after.mtime
     assert int(before.mtime) == int(after.mtime) == 1700000000
-    assert member(again, "forge/plan.py").mtime == before.mtime
-    assert member(edited, "forge/bake.py").mtime == member(first, "forge/bake.py").mtime
+    assert member(again, "forge/images/plan.py").mtime == before.mtime
+    assert member(edited, "forge/images/bake.py").mtime == member(first, "forge/images/bake.py").mtime
     extracted = tmp_path / "out"
     with tarfile.open(fileobj=io.BytesIO(edited)) as archive:
         archive.extractall(extracted, filter="data")
-    assert (extracted / "forge" / "plan.py").stat().st_mtime == after.mtime
+    assert (extracted / "forge" / "images" / "plan.py").stat().st_mtime == after.mtime
 
 
 def test_caches_and_untracked_ignored_files_stay_out(tmp_path):
@@ -75,7 +75,7 @@ def test_caches_and_untracked_ignored_files_stay_out(tmp_path):
     (root / "patches" / "debug.log").write_text("noise")
     _git(root, "init", "-q")
     names = context.context_files(root)
-    assert "forge/plan.py" in names and "build.py" in names
+    assert "forge/images/plan.py" in names and "build.py" in names
     assert not any("__pycache__" in n or n.endswith(".log") for n in names)
     assert [n for n in names if n.startswith("images/")] == ["images/targets.yaml"], \
         "only the context paths are sent (of images/, the targets the recipes name)"
@@ -95,6 +95,6 @@ def test_source_revision_epoch_and_dirty(tmp_path):
     (root / "forge" / "__pycache__").mkdir()
     (root / "forge" / "__pycache__" / "plan.cpython-311.pyc").write_bytes(b"\0")
     assert not context.source_info(root).dirty, "byte-code caches are not changes"
-    (root / "forge" / "plan.py").write_text("# changed\n")
+    (root / "forge" / "images" / "plan.py").write_text("# changed\n")
     dirty = context.source_info(root)
     assert dirty.revision == head + "+dirty" and dirty.dirty

@@ -1,7 +1,7 @@
-"""Repository and tag naming (forge.images) that recipes, CI and the build share."""
+"""Repository and tag naming (forge.image_names) that recipes, CI and the build share."""
 import pytest
 
-from forge import images
+from forge import image_names as images
 from forge.errors import ForgeError
 
 

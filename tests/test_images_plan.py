@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forge.lock import save_lock
+from forge.images.lock import save_lock
 from forge.targets import load_targets
 from tests.build_cli import run_build
 
@@ -192,8 +192,9 @@ def test_releases_outside_the_manifest_are_refused_by_plan_and_build(tmp_path):
 
 
 def test_committed_targets_offer_no_release_before_the_manifest():
-    from forge.patches import load_series
     from packaging.version import Version
+
+    from forge.patching.series import load_series
 
     checked_from = Version(load_series().checked_from)
     for target in load_targets().values():

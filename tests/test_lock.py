@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from forge.errors import ForgeError
-from forge.lock import DEFAULT_LOCK_FILE, load_lock, save_lock
-from forge.registry import manifest_digest, parse_reference
+from forge.images.lock import DEFAULT_LOCK_FILE, load_lock, save_lock
+from forge.images.registry import manifest_digest, parse_reference
 
 REPO = Path(__file__).resolve().parents[1]
 DIGEST = "sha256:" + "ab" * 32
@@ -28,7 +28,7 @@ def test_save_then_load_round_trips_sorted_with_header(tmp_path):
 
 
 def test_platforms_round_trip(tmp_path):
-    from forge.lock import locked_platforms
+    from forge.images.lock import locked_platforms
 
     path = save_lock({"r:1": DIGEST, "r:2": DIGEST}, tmp_path / "l.yaml",
                      {"r:1": ["linux/arm64", "linux/amd64"], "r:3": ["linux/amd64"]})
@@ -97,7 +97,8 @@ def test_lock_for_a_tag_the_registry_lacks_writes_nothing(standin_base, tmp_path
 def test_lock_unknown_target_is_one_line():
     result = subprocess.run([sys.executable, "build.py", "lock", "--vllm", "0.27.1", "--target", "tpu"],
                             cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and result.stderr.startswith("error: unknown target 'tpu'")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: ") and "targets.yaml: unknown target 'tpu' (known: " in result.stderr
 
 
 @pytest.mark.docker
@@ -107,8 +108,8 @@ def test_lock_refuses_a_base_lacking_a_target_platform(standin_base, docker_engi
     fits can still be locked, and the lock records what the digest offers."""
     import os
 
+    from forge.images.lock import locked_platforms
     from tests.fixtures_docker import push
-    from forge.lock import locked_platforms
 
     mirror = standin_base.mirror
     # An amd64-only release tag, as a registry could serve one: the stand-in's amd64 image.

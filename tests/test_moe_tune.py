@@ -1,4 +1,4 @@
-"""forge.moe_tune on the CPU: search space, vLLM's file naming, the keep-only-where-tuned-wins
+"""forge.serving.moe_tune on the CPU: search space, vLLM's file naming, the keep-only-where-tuned-wins
 rule, and importing the H200 sweep's real results into the patch series. The sweep itself needs
 the GPU (tests/gpu/test_gpu_verify.py)."""
 import json
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from forge import moe_tune
 from forge.errors import ForgeError
-from forge.patch_series import load_series
+from forge.patching.series import load_series
+from forge.serving import moe_tune
 
 ROOT = Path(__file__).resolve().parents[1]
 TUNE = ROOT / "tests" / "fixtures" / "gpu" / "tune"
@@ -34,7 +34,7 @@ def test_file_names_match_the_ones_vllm_ships(release_tree):
     assert (configs / name).exists(), name
     assert moe_tune.config_file_name("NVIDIA H200 NVL", "bf16") == "E=128,N=704,device_name=NVIDIA_H200.json"
     # What the recipes expect on the H200 is what the tuner writes.
-    from forge.recipes import load_recipe
+    from forge.serving.recipes import load_recipe
 
     recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
     assert recipe.moe_config.name == moe_tune.config_file_name("NVIDIA H200", "fp8_w8a8")
@@ -136,7 +136,7 @@ V11_TUNE = Path(__file__).parent / "fixtures" / "gpu" / "v11-h200x2-2026-11-30" 
 
 
 def test_token_counts_come_from_the_recipe():
-    from forge.recipes import load_recipe
+    from forge.serving.recipes import load_recipe
 
     recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
     k = recipe.speculative.num_speculative_tokens

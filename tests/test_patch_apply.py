@@ -15,10 +15,10 @@ import pytest
 from packaging.version import Version
 
 from forge.errors import ConflictError, ForgeError
-from forge.patch_apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR
-from forge.patches import apply_series, find_vllm, load_series
-from tests.fixtures_patches import (real_patch_entry, snapshot,
-                                    write_dist_info, write_series)
+from forge.patching.apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR, apply_series
+from forge.patching.installed import find_vllm
+from forge.patching.series import load_series
+from tests.fixtures_patches import real_patch_entry, snapshot, write_dist_info, write_series
 from tests.test_patch_series import REPO, run_build
 
 TARGET = "vllm/v1/spec_decode/llm_base_proposer.py"

@@ -13,8 +13,9 @@ import sys
 import pytest
 from packaging.version import Version
 
-from forge.patch_apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR, TEMP_SUFFIX
-from forge.patches import apply_series, load_series, tree_status
+from forge.patching.apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR, TEMP_SUFFIX, apply_series
+from forge.patching.series import load_series
+from forge.patching.status import tree_status
 from tests.fixtures_patches import install_wheel, snapshot, wheelhouse
 from tests.test_patch_series import run_build
 
@@ -36,7 +37,7 @@ def newest_below_5_15() -> str:
     own >=5.5.3 (5.14.1 when this was written)."""
     from packaging.specifiers import SpecifierSet
 
-    from forge import pypi
+    from forge.upstream import pypi
 
     return str(max(SpecifierSet("<5.15,>=5.5.3").filter(pypi.published_versions("transformers"))))
 

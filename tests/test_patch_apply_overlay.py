@@ -14,9 +14,9 @@ from tests.fixtures_docker import REPO, standin_image
 SITE = "/usr/local/lib/python3.11/dist-packages"
 TARGET = f"{SITE}/vllm/v1/spec_decode/llm_base_proposer.py"
 # Hashes of every file under the site directory, from inside the container.
-HASHES = ("import hashlib, json, pathlib; root = pathlib.Path('%s'); print(json.dumps({"
+HASHES = (f"import hashlib, json, pathlib; root = pathlib.Path('{SITE}'); print(json.dumps({{"
           "str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() "
-          "for p in sorted(root.rglob('*')) if p.is_file()}))" % SITE)
+          "for p in sorted(root.rglob('*')) if p.is_file()}))")
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,11 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from forge import dependencies, pypi
 from forge.errors import ForgeError
-from forge.patches import load_series, release_status
+from forge.patching import dependencies
+from forge.patching.series import load_series
+from forge.patching.status import release_status
+from forge.upstream import pypi
 from tests.fixtures_patches import write_series
 from tests.test_patch_series import run_build
 
@@ -192,7 +194,7 @@ def test_plan_record_labels_and_build_args_list_each_constraint_with_its_pin(tmp
 def test_verify_reads_the_shipped_moe_configs_without_the_package_index(tmp_path, monkeypatch):
     """mtp_smoke asks which MoE configs the series ships, inside images on GPU hosts that may not
     reach PyPI and hold no forge cache: that load skips the dependency index checks."""
-    from forge.patches import shipped_moe_configs
+    from forge.patching.status import shipped_moe_configs
 
     monkeypatch.setenv("VLLM_FORGE_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("VLLM_FORGE_PYPI", "http://127.0.0.1:9/simple/")

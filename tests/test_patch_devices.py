@@ -5,8 +5,9 @@ import subprocess
 import sys
 
 from forge import REPO_ROOT
-from forge.patches import (apply_series, for_moe_device, load_series, moe_devices_of, patch_set_hash,
-                           release_status)
+from forge.patching.apply import apply_series
+from forge.patching.series import load_series
+from forge.patching.status import for_moe_device, moe_devices_of, patch_set_hash, release_status
 from tests.fixtures_patches import real_patch_entry, write_series
 
 H200_BF16 = "E=128,N=704,device_name=NVIDIA_H200.json"

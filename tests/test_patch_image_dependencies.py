@@ -21,7 +21,7 @@ import re
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from forge import pypi
+from forge.upstream import pypi
 from tests.build_cli import run_build
 from tests.fixtures_docker import STANDIN_SITE, push, standin_with_wheels
 

@@ -6,12 +6,12 @@ import json
 import pytest
 from packaging.version import Version
 
-from forge import releases
 from forge.errors import ConflictError
-from forge.patches import (apply_series, load_series, matrix, patch_set_hash, release_status, status_of,
-                           tree_status)
-from tests.fixtures_patches import (real_patch_entry, snapshot,
-                                    write_series)
+from forge.patching.apply import apply_series
+from forge.patching.series import load_series
+from forge.patching.status import matrix, patch_set_hash, release_status, status_of, tree_status
+from forge.upstream import releases
+from tests.fixtures_patches import real_patch_entry, snapshot, write_series
 from tests.test_patch_series import run_build
 
 PATCH = "gemma4-mtp-share-embeddings"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from forge import releases
+from forge.upstream import releases
 from tests.test_patch_series import run_build
 
 TARGET = "vllm/v1/spec_decode/llm_base_proposer.py"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from forge import published
 from forge.errors import ForgeError
+from forge.images import published
 from tests.build_cli import run_build
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -146,7 +146,7 @@ def test_a_report_of_another_image_is_refused(tmp_path, field, report_args, caus
     assert result.stderr == f"error: {report}: {field}: {cause}\n"
     assert not index_file.exists()
     # The flags it names are the publish command's own, or those of the command it names.
-    command = (["verify/mtp_smoke.py"] if "mtp_smoke.py with" in cause
+    command = (["-m", "verify.mtp_smoke"] if "mtp_smoke.py with" in cause
                else ["build.py", "publish"])
     named = set(re.findall(r"--[a-z][a-z-]*", cause))
     assert named and named <= help_flags(*command)

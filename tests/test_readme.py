@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from forge import readme_table
-from forge.cli import build_parser
+from forge.commands.cli import build_parser
 from forge.errors import ForgeError
+from forge.patching import readme_table
 from tests.build_cli import run_build
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

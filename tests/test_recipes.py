@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forge import recipes
 from forge.errors import ForgeError
-from forge.recipes import ENGINE_SETTINGS, RECIPES_DIR, load_all, load_recipe, moe_config_name
+from forge.serving import recipes
+from forge.serving.recipes import ENGINE_SETTINGS, RECIPES_DIR, load_all, load_recipe, moe_config_name
 from forge.targets import load_targets
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,7 +104,7 @@ def test_moe_model_runs_v2_and_names_vllms_config_file():
 
 
 def test_h200_two_node_layout_names_the_n352_file_the_tuner_would_write():
-    from forge.moe_tune import config_file_name
+    from forge.serving.moe_tune import config_file_name
 
     recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
     layout = recipe.layout(2)
@@ -311,7 +311,7 @@ SUPPORTED_RELEASES = ["0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0"
 def test_files_expected_from_vllm_are_bundled_by_the_release(version):
     """Every release bundles E=128,N=704 (and N=352) for the H100 fp8: the H100 recipe expects
     upstream's file, read from the real release source."""
-    from forge.releases import release_tree
+    from forge.upstream.releases import release_tree
 
     configs = release_tree(version) / "vllm/model_executor/layers/fused_moe/configs"
     expected = {moe.name for _, moe in _moe_expectations() if moe.provider == "vllm"}
@@ -333,7 +333,7 @@ def test_recipe_survives_pickle_and_copy():
         assert clone == recipe
         assert clone.serve.max_num_seqs == 32 and clone.engine_kwargs() == recipe.engine_kwargs()
     with pytest.raises(AttributeError):
-        recipe.serve.no_such_setting
+        _ = recipe.serve.no_such_setting
 
 
 # --- NVFP4, expectations, removed variables, multi-node layouts ------------------------------
@@ -357,7 +357,7 @@ def test_nvfp4_recipes_cover_both_sizes_and_both_checkpoint_formats():
 
 @pytest.mark.parametrize("version", ["0.25.0", "0.27.1", "0.33.0"])
 def test_expected_quantization_names_are_the_releases_method_names(version):
-    from forge.vllm_args import release_args
+    from forge.serving.vllm_args import release_args
 
     methods = release_args(version).choices["--quantization"]
     for r in load_all():
@@ -389,8 +389,8 @@ def test_variables_vllm_024_removed_are_refused(tmp_path, variable, flag):
 
 @pytest.mark.parametrize("version", ["0.23.0", "0.24.0"])
 def test_removal_release_is_what_the_sources_say(version):
-    from forge.recipes import REMOVED_ENV_VARS
-    from forge.vllm_args import release_args
+    from forge.serving.recipes import REMOVED_ENV_VARS
+    from forge.serving.vllm_args import release_args
 
     read = release_args(version).env_vars
     for variable, (removed_in, _) in REMOVED_ENV_VARS.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from forge import releases
+from forge.upstream import releases
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "reference.md"

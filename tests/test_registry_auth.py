@@ -9,8 +9,8 @@ import pytest
 
 from forge import http_session
 from forge.errors import ForgeError
-from forge.registry import manifest_digest
-from forge.retag import move_tag
+from forge.images.registry import manifest_digest
+from forge.images.retag import move_tag
 
 DIGEST = "sha256:" + "ab" * 32
 

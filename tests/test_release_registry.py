@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from forge import published
+from forge.images import published
 from tests.fixtures_docker import push
 from tests.workflow_steps import run_step, step_script, workflow_checkout
 
@@ -45,7 +45,8 @@ def push_build(client, registry, tag: str, content: str) -> str:
 
 def smoke_checks(passed: bool):
     """The checks of an mtp_smoke run; a failed one has its drafts all rejected."""
-    from verify.report import REQUIRED_GATES, failed, passed as ok
+    from verify.report import REQUIRED_GATES, failed
+    from verify.report import passed as ok
 
     checks = [ok("server answers", "serves gemma-4-26b-a4b-it")] + [ok(n, "ok") for n in REQUIRED_GATES]
     if not passed:

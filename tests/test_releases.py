@@ -1,17 +1,18 @@
 """The release cache against PyPI's real index and sdists, and a real local index for bad cases."""
 import hashlib
 import http.server
-import re
 import io
+import re
 import tarfile
 import threading
 from pathlib import Path
 
 import pytest
 
-from forge import http_session, releases
+from forge import http_session
 from forge.errors import ForgeError
 from forge.progress import CLEAR_LINE
+from forge.upstream import releases
 from tests.terminal import run_python
 
 
@@ -124,7 +125,7 @@ def test_index_cached_for_one_url_is_not_used_for_another(local_index, monkeypat
 
 
 # _sdist_bytes holds two files under vllm/ (csrc/ is left out).
-COLD_TREE = "from forge import releases; print(releases.release_tree('9.0.0'))"
+COLD_TREE = "from forge.upstream import releases; print(releases.release_tree('9.0.0'))"
 
 
 def test_cold_release_tree_on_a_terminal_shows_download_and_extraction(local_index):

@@ -5,6 +5,7 @@ import pytest
 
 from forge.errors import ForgeError
 from forge.schema import Field, ListOf, SchemaError, load_yaml, pep440_specifier, validate
+from tests.build_cli import run_build
 
 SCHEMA = {
     "id": Field(str),
@@ -14,7 +15,6 @@ SCHEMA = {
     "releases": Field(str, check=pep440_specifier),
     "files": Field(ListOf({"path": Field(str)}, min_items=1)),
 }
-from tests.build_cli import run_build
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,7 +121,7 @@ def test_duplicate_keys_in_project_files_are_refused_by_the_cli(tmp_path, relati
 
 
 def test_duplicate_key_in_a_recipe_is_refused(tmp_path):
-    from forge.recipes import load_recipe
+    from forge.serving.recipes import load_recipe
 
     root = _copy_repo_data(tmp_path) / "recipes"
     path = root / "gemma-4-26b-a4b-it" / "h200.yaml"
@@ -133,7 +133,7 @@ def test_duplicate_key_in_a_recipe_is_refused(tmp_path):
 
 def test_manifest_bounds_must_be_ordered(tmp_path):
     """Before: checked_through 0.22.0 < checked_from 0.25.0 loaded, covering no release at all."""
-    from forge.patches import load_series
+    from forge.patching.series import load_series
     from tests.fixtures_patches import real_patch_entry, write_series
 
     entry, diff = real_patch_entry()

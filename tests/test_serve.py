@@ -2,8 +2,8 @@
 definitions (read from its real source), adapts or refuses where a release lacks something, and
 --run hands exactly that argv to the real docker CLI."""
 import io
-import os
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from forge.errors import ForgeError
-from forge.images import image_ref
-from forge.recipes import load_all, load_recipe
-from forge.serve import _runner_env, plan_serve
-from forge.vllm_args import release_args
+from forge.image_names import image_ref
+from forge.serving.recipes import load_all, load_recipe
+from forge.serving.serve import _runner_env, plan_serve
+from forge.serving.vllm_args import release_args
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKED_RELEASES = ["0.25.0", "0.27.1", "0.33.0"]
@@ -207,8 +207,7 @@ def test_bad_port_is_one_line():
 
 # --- --nodes N: vLLM's native multi-node engine ------------------------------------------------
 
-from forge.serve import (Interconnect, detect_interconnect, plan_multi_node,  # noqa: E402
-                         roce_devices, route_to)
+from forge.serving.serve import Interconnect, detect_interconnect, plan_multi_node, roce_devices, route_to  # noqa: E402
 
 SUPPORTED_RELEASES = ["0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
                       "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0",
@@ -373,7 +372,7 @@ def test_detection_in_a_network_namespace(interconnect_namespace):
                               capture_output=True, text=True, timeout=120)
 
     probe = in_namespace(sys.executable, "-c",
-                         "import json; from forge.serve import route_to; "
+                         "import json; from forge.serving.serve import route_to; "
                          "print(json.dumps([route_to('10.77.0.1'), route_to('10.77.0.2')]))")
     assert probe.returncode == 0, probe.stderr
     # on the master itself (address held by cx7a) and towards the worker: both cx7a

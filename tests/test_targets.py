@@ -91,3 +91,23 @@ def test_cli_unknown_target_is_one_line_exit_2_and_builds_nothing():
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert "unknown target 'tpu'" in result.stderr
+
+
+def test_gpu_names_find_their_target_through_device_names():
+    from forge.targets import target_for_device
+
+    targets = load_targets()
+    for target in targets.values():
+        for device in target.device_names:
+            assert target_for_device(device).name == target.name
+    assert target_for_device("NVIDIA H200 NVL").name == "h200"
+
+
+def test_a_gpu_no_target_lists_is_one_line_naming_the_file_and_field():
+    from forge.targets import target_for_device
+
+    with pytest.raises(ForgeError) as caught:
+        target_for_device("NVIDIA H20")   # a fragment match would have said h200
+    message = str(caught.value)
+    assert message.startswith(f"{REAL}: no target lists GPU 'NVIDIA H20' in device_names")
+    assert "'NVIDIA H200 NVL'" in message and "\n" not in message

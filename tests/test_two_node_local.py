@@ -7,19 +7,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from forge.recipes import load_recipe
-from forge.vllm_args import release_args
+from forge.serving.recipes import load_recipe
+from forge.serving.vllm_args import release_args
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "gpu" / "two_node_commands.py"
 STAND_IN_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init",
                   "--compilation-config", '{"pass_config":{"fuse_allreduce_rms":false}}']
 
 
 def _plan(tmp_path, *extra):
-    result = subprocess.run([sys.executable, str(SCRIPT), "--models", str(tmp_path / "models"),
-                             "--work", str(tmp_path / "work"), *extra],
-                            capture_output=True, text=True, check=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "benchmarks.gpu.two_node_commands",
+                             "--models", str(tmp_path / "models"), "--work", str(tmp_path / "work"), *extra],
+                            cwd=REPO, capture_output=True, text=True, check=True, timeout=120)
     return result.stdout
 
 
@@ -70,7 +69,7 @@ def test_plan_is_the_recipes_node_commands_plus_the_listed_stand_ins(tmp_path):
     assert config["moe_intermediate_size"] // 2 == 352 and config["num_experts"] == 128
     # the pass it turns off is a field of 0.25.0's PassConfig, and FlashInfer picks "mnnvl"
     # (NVSwitch multicast) there whenever vLLM counts more than one node
-    from forge.releases import release_tree
+    from forge.upstream.releases import release_tree
 
     tree = release_tree("0.25.0") / "vllm"
     # and vLLM turns its custom all-reduce off by itself across nodes

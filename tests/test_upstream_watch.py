@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forge import drift, releases, upstream
-from forge.dependency_watch import load_watch
-from forge.patch_series import load_series
+from forge.patching.series import load_series
+from forge.upstream import releases
+from forge.watch import drift, upstream
+from forge.watch.dependencies import load_watch
 from tests.test_dependency_drift import add_constraint, method_line, series_without_constraints
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -113,7 +113,7 @@ def test_figures_follow_their_definitions(collected, sweep):
 
 
 def test_dummy_weights_without_controls_accept_nothing(collected):
-    for name, engine in collected[2]["engines"].items():
+    for engine in collected[2]["engines"].values():
         spec = engine["figures"]["sustained"]["spec"]
         if engine["k"] == 0:
             assert spec is None
@@ -170,7 +170,7 @@ def test_speedups_are_ratios_from_the_same_run(sweep):
 def test_projection_is_mean_length_over_step_cost(sweep):
     engines = sweep[2]["engines"]
     stock = bench_report._decode(engines["stock"], "sustained")
-    for name, engine in engines.items():
+    for engine in engines.values():
         projected = (engine.get("derived") or {}).get("projected") or {}
         for profile, p in projected.items():
             rates = SPARK343 if profile == "spark343" else 0.87
@@ -185,7 +185,7 @@ def test_projection_is_mean_length_over_step_cost(sweep):
 
 
 def test_the_31b_h200_recipe_states_what_the_sweep_chose(sweep):
-    from forge.recipes import load_recipe
+    from forge.serving.recipes import load_recipe
 
     pick = sweep[2]["picks"]["spark343"]
     recipe = load_recipe("gemma-4-31b-it", "h200")
@@ -279,7 +279,7 @@ def test_engine_definitions_become_engine_settings(tmp_path):
     """What the H200 run's recipe pass asked for: stock as the release ships (its runner, no
     attention override, no tuned MoE folder), FA4 by leaving the backend to vLLM, and a MoE
     config folder per engine."""
-    from forge.recipes import load_recipe
+    from forge.serving.recipes import load_recipe
 
     args = bench.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--dummy", "--layers", "10",
                              "--attention-backend", "TRITON_ATTN", "--moe-config-dir", "patches/moe-configs",

@@ -55,7 +55,7 @@ def _window(name: str, window: str):
 def test_gate_passes_the_agreeing_model_and_fails_the_random_one(engine):
     """31B-shaped dummy model, V1 and V2 runners: the same gate (the 31B H200 recipe's
     thresholds) on vLLM's counters of each window."""
-    from forge.recipes import load_recipe
+    from forge.serving.recipes import load_recipe
 
     rate = load_recipe("gemma-4-31b-it", "h200").thresholds.min_acceptance_rate
     k = int(engine.split("mtp")[1][0])

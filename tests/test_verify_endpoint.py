@@ -1,6 +1,7 @@
 """mtp_smoke --endpoint and bench --endpoint against a real HTTP server on 127.0.0.1 that serves
 Prometheus text captured from vLLM 0.25.0 on an H200 (a stand-in for a vLLM server's HTTP
 surface: /v1/models, /v1/completions, /metrics; vLLM's own parser is not replaced)."""
+import json
 import re
 import socket
 import subprocess
@@ -9,7 +10,6 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-import json
 
 import pytest
 
@@ -37,7 +37,7 @@ def with_acceptance(text: str, extra_drafts: int, rate: float) -> str:
     bump("vllm:spec_decode_num_accepted_tokens_total", accepted)
     for position, count in enumerate(per_position):
         pattern = re.compile(rf'^(vllm:spec_decode_num_accepted_tokens_per_pos_total\{{[^}}]*position="{position}"\}}) (\S+)$', re.M)
-        text = pattern.sub(lambda m: f"{m[1]} {float(m[2]) + count}", text)
+        text = pattern.sub(lambda m, count=count: f"{m[1]} {float(m[2]) + count}", text)
     return text
 
 
@@ -201,13 +201,13 @@ def help_flags(*command) -> set[str]:
     return set(re.findall(r"--[a-z][a-z0-9-]*", text))
 
 
-MTP_SMOKE_FLAGS = help_flags("verify/mtp_smoke.py")
+MTP_SMOKE_FLAGS = help_flags("-m", "verify.mtp_smoke")
 
 
 def assert_named_flags_exist(detail: str) -> None:
     """A flag a message names is one of mtp_smoke.py's, or, where it speaks of how the server was
     started, one `vllm serve` of the served release accepts."""
-    from forge.vllm_args import release_args
+    from forge.serving.vllm_args import release_args
 
     for flag in re.findall(r"--[a-z][a-z0-9-]*", detail):
         assert flag in MTP_SMOKE_FLAGS or (
@@ -292,7 +292,7 @@ def test_completion_timeout_is_a_failed_acceptance_check(tmp_path):
         "POST /v1/completions (greedy window, prompt 1 of 8): no answer within 1 s (--timeout)")
 
 
-WITHOUT_SPEC_COUNTERS = "\n".join(l for l in AFTER.splitlines() if "spec_decode" not in l)
+WITHOUT_SPEC_COUNTERS = "\n".join(line for line in AFTER.splitlines() if "spec_decode" not in line)
 
 
 @pytest.mark.parametrize("metrics, fault, cause", [

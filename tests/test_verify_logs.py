@@ -106,16 +106,16 @@ def test_root_cause_picks_the_deciding_line(text, expected):
 
 # --- quantization, MoE backend, attention backend (recipe `expect`) ------------------------------
 
-from forge.releases import release_tree  # noqa: E402
+from forge.upstream.releases import release_tree  # noqa: E402
 
 # Each line as the release's source writes it (file, the literal in that file, the line it makes).
 LOG_SOURCES = [
     ("vllm/platforms/cuda.py", '"Using %s backend."',
-     "Using %s backend." % "AttentionBackendEnum.TRITON_ATTN"),
+     "Using %s backend." % "AttentionBackendEnum.TRITON_ATTN"),  # noqa: UP031 (vLLM's own %-format)
     ("vllm/platforms/cuda.py", '"Using %s attention backend out of potential backends: %s."',
-     "Using %s attention backend out of potential backends: %s." % ("FLASH_ATTN", "['FLASH_ATTN']")),
+     "Using %s attention backend out of potential backends: %s." % ("FLASH_ATTN", "['FLASH_ATTN']")),  # noqa: UP031
     ("vllm/v1/attention/backends/flash_attn.py", '"Using FlashAttention version %s"',
-     "Using FlashAttention version %s" % 4),
+     "Using FlashAttention version %s" % 4),  # noqa: UP031 (vLLM's own %-format)
     ("vllm/model_executor/layers/fused_moe/oracle/nvfp4.py",
      "f\"Using '{backend.value}' NvFp4 MoE backend out \"",
      "Using 'FLASHINFER_CUTLASS' NvFp4 MoE backend out of potential backends: ['FLASHINFER_CUTLASS']."),

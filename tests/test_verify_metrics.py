@@ -6,8 +6,13 @@ from pathlib import Path
 import pytest
 
 from verify import checks
-from verify.metrics import (MetricsError, SpecCounters, counters_from_prometheus,
-                            counters_from_snapshot, parse_prometheus)
+from verify.metrics import (
+    MetricsError,
+    SpecCounters,
+    counters_from_prometheus,
+    counters_from_snapshot,
+    parse_prometheus,
+)
 from verify.report import FAIL, PASS
 
 SMOKE = Path(__file__).parent / "fixtures" / "gpu" / "smoke-patched-L6"
@@ -96,7 +101,7 @@ def test_malformed_exposition_line_is_reported():
 
 
 def test_acceptance_gate_against_the_h200_recipe_thresholds():
-    from forge.recipes import load_recipe
+    from forge.serving.recipes import load_recipe
 
     recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
     t = recipe.thresholds

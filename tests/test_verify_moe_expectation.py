@@ -1,8 +1,8 @@
 """verify expects a recipe's tuned MoE config only on releases whose image carries it."""
 from pathlib import Path
 
-from forge.patches import shipped_moe_configs
-from forge.recipes import load_recipe
+from forge.patching.status import shipped_moe_configs
+from forge.serving.recipes import load_recipe
 from verify import checks as gate
 from verify.mtp_smoke import tuned_config_expected
 from verify.vllm_logs import parse_engine_log

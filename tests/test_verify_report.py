@@ -4,8 +4,21 @@ import json
 
 import pytest
 
-from verify.report import (FAIL, INFO, NOT_CHECKED, PASS, REQUIRED_GATES, Check, checks_from_report,
-                           not_checked, passed, render_table, unmet_gates, verdict, write_report)
+from verify.report import (
+    FAIL,
+    INFO,
+    NOT_CHECKED,
+    PASS,
+    REQUIRED_GATES,
+    Check,
+    checks_from_report,
+    not_checked,
+    passed,
+    render_table,
+    unmet_gates,
+    verdict,
+    write_report,
+)
 
 
 def all_required_passed() -> list[Check]:

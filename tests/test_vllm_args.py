@@ -1,10 +1,10 @@
-"""forge.vllm_args reads `vllm serve`'s flags from real vLLM release sources (PyPI sdists)."""
+"""forge.serving.vllm_args reads `vllm serve`'s flags from real vLLM release sources (PyPI sdists)."""
 import ast
 
 import pytest
 
-from forge import vllm_args
-from forge.vllm_args import release_args
+from forge.serving import vllm_args
+from forge.serving.vllm_args import release_args
 
 RELEASES = ["0.25.0", "0.27.1", "0.33.0"]
 
@@ -35,7 +35,7 @@ def test_serve_flags_hold_engine_frontend_and_parser_flags(version):
 def test_make_arg_parser_moved_in_0_33():
     # 0.33 moved the serve parser out of the openai package; the reader follows serve.py's import.
     def module_of(version):
-        from forge import releases
+        from forge.upstream import releases
         return vllm_args._make_arg_parser_module(vllm_args._SourceIndex(releases.release_tree(version)))
 
     assert module_of("0.25.0") == "vllm/entrypoints/openai/cli_args.py"
@@ -92,7 +92,7 @@ def _flags_in_release_docs(version: str) -> dict[str, str]:
     import re
     import tarfile
 
-    from forge import releases
+    from forge.upstream import releases
 
     found: dict[str, str] = {}
     with tarfile.open(releases.fetch_sdist(version)) as sdist:
@@ -153,7 +153,7 @@ def test_attention_backend_outside_the_release_enum_is_refused(tmp_path):
     import yaml
 
     from forge.errors import ForgeError
-    from forge.serve import plan_serve
+    from forge.serving.serve import plan_serve
 
     root = tmp_path / "recipes"
     shutil.copytree(Path(__file__).resolve().parents[1] / "recipes", root)

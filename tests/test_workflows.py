@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from forge.cli import build_parser
+from forge.commands.cli import build_parser
 from forge.targets import load_targets
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -134,7 +134,7 @@ def actions_env() -> dict:
 def _lock_for(vllm: str):
     import tempfile
 
-    from forge.lock import save_lock
+    from forge.images.lock import save_lock
 
     refs = {t.base_for(vllm).ref for t in load_targets().values()}
     path = Path(tempfile.mkdtemp(prefix="vllm-forge-workflows-")) / "lock.yaml"

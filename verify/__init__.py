@@ -1,5 +1,5 @@
 """verify/: scripts that prove a serving image still works after a vLLM upgrade.
 
-They run inside the image from /opt/vllm-forge/verify (or from a checkout); each script puts the
-repository root on sys.path itself so `forge` and `verify` import without installation.
+Run them as modules from the repository root (`python3 -m verify.mtp_smoke ...`; in the image,
+from /opt/vllm-forge) or, after `pip install .`, as `vllm-forge-mtp-smoke` / `vllm-forge-bench`.
 """

@@ -36,15 +36,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from forge.errors import ForgeError
+from verify import bench_report, controls
+from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
+from verify.prompts import gate_prompts, load_prompts
+from verify.vllm_logs import parse_engine_log
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from forge.errors import ForgeError  # noqa: E402
-from verify import bench_report, controls  # noqa: E402
-from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models  # noqa: E402
-from verify.prompts import gate_prompts, load_prompts  # noqa: E402
-from verify.vllm_logs import parse_engine_log  # noqa: E402
-
 WORKER = Path(__file__).with_name("engine_worker.py")
 CONFIG = re.compile(r"^(bf16|fp8)(?:-mtp([1-9]))?$")
 DEFAULT_CONFIGS = "stock,bf16,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3"
@@ -126,7 +124,7 @@ def parse_engine(text: str) -> dict:
         fields[key.strip()] = value.strip()
     if "name" not in fields:
         raise ForgeError(f"--engine {text!r}: name= is required")
-    engine = {"dtype": "fp8", "k": 0, "runner": "default", "attention": None, "moe": None,
+    engine: dict = {"dtype": "fp8", "k": 0, "runner": "default", "attention": None, "moe": None,
               "compile": None, **fields}
     engine["stock"] = engine["name"] == "stock"  # the release's default: named so on purpose
     if engine["stock"] and engine["moe"] is None:
@@ -283,7 +281,7 @@ def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
         stale.unlink()
     size = (max_parallel or len(specs)) if parallel else 1
     groups = [specs[i:i + size] for i in range(0, len(specs), size)]
-    results = {}
+    results: dict[str, dict] = {}
     for group in groups:
         procs = {}
         for spec in group:
@@ -333,7 +331,7 @@ def _wait(procs: dict, timeout: int, server: tuple[str, str] | None = None) -> N
     barrier.mkdir(parents=True, exist_ok=True)
     while time.monotonic() < deadline:
         running = 0
-        for name, (proc, log, spec) in procs.items():
+        for name, (proc, _log, _spec) in procs.items():
             if proc.poll() is None:
                 running += 1
                 continue
@@ -441,7 +439,7 @@ def server_burst(url: str, count: int, max_tokens: int = 32, token_prompts: bool
 
     url = url.rstrip("/")
     model = requests.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
-    texts = [t for _, t in gate_prompts(load_prompts())]
+    texts: list = [t for _, t in gate_prompts(load_prompts())]
     if token_prompts:
         texts = [encode_without_tokenizer(t) for t in texts]
 
@@ -477,7 +475,7 @@ def main(argv=None) -> int:
             return 0
         if not args.recipe:
             raise ForgeError("--recipe is required")
-        from forge.recipes import load_recipe
+        from forge.serving.recipes import load_recipe
 
         if not args.target:
             from verify.mtp_smoke import detect_target

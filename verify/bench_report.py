@@ -85,7 +85,7 @@ def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
     plains = {family(e): n for n, e in engines.items() if not e["k"] and e.get("figures")
               and not e.get("stock")}
     stock = next((n for n, e in engines.items() if e.get("stock") and e.get("figures")), None)
-    for name, engine in engines.items():
+    for engine in engines.values():
         figures = engine.get("figures")
         if not figures:
             continue
@@ -106,11 +106,12 @@ def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
             step = statistics.mean(steps)
             derived["step_ms"] = round(step, 3)
             derived["step_ms_spread"] = round((max(steps) - min(steps)) / step, 3)
-            plain_step = (engines.get(plain, {}).get("derived") or {}).get("step_ms") if plain else None
-            plain_step = plain_step or _mean_step(engines.get(plain, {}))
+            plain_engine = engines.get(plain or "", {})
+            plain_step = (plain_engine.get("derived") or {}).get("step_ms") if plain else None
+            plain_step = plain_step or _mean_step(plain_engine)
             if plain_step:
                 derived["step_cost_x_plain"] = round(step / plain_step, 3)
-            stock_tok_s = _decode(engines.get(stock, {}), "sustained")
+            stock_tok_s = _decode(engines.get(stock or "", {}), "sustained")
             derived["projected"] = {}
             for profile, rates in profiles.items():
                 length = profile_length(rates, engine["k"]) if engine["k"] else 1.0
@@ -296,7 +297,7 @@ def render_plot(report: dict, path: Path) -> str | None:
     left.legend(fontsize=7)
     profile = next(iter(report.get("profiles") or {}), None)
     series: dict = {}
-    for name, e in engines.items():
+    for e in engines.values():
         d = e.get("derived") or {}
         key = f"{e.get('runner')}, {e.get('compile')}, {e.get('attention')}"
         if profile and (d.get("projected") or {}).get(profile) and not e.get("stock"):

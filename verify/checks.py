@@ -92,6 +92,8 @@ def check_acceptance(window: SpecCounters | None, min_rate: float, min_length: f
     if not window.drafts:
         return failed(label, "no drafts proposed in the window: speculative decoding is not running")
     rate, length = window.acceptance_rate, window.mean_acceptance_length
+    if rate is None or length is None:
+        return failed(label, "drafts proposed but no draft tokens counted: the spec-decode counters disagree")
     positions = ", ".join(f"{r:.0%}" for r in window.per_position_rates or [])
     figures = (f"rate {rate:.1%} (min {min_rate:.0%}), mean length {length:.2f} "
                f"(min {min_length:.2f}), per position [{positions}], "

@@ -85,7 +85,7 @@ def register() -> None:
             original(self, model, model_config)
             _record(model)
 
-        load_weights._forge_controls = True
+        load_weights._forge_controls = True  # type: ignore[attr-defined]  # marks the patch as ours
         DummyModelLoader.load_weights = load_weights
     try:
         from vllm.v1.worker.worker_base import WorkerBase

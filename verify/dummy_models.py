@@ -25,7 +25,7 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 VOCAB = 262144
 BOS_ID, EOS_ID, PAD_ID = 2, 1, 0
 
-SHAPES = {
+SHAPES: dict[str, dict] = {
     "26b-a4b": {
         "label": "Gemma-4-26B-A4B", "layers": 30,
         "target": {"hidden_size": 2816, "intermediate_size": 2112, "num_attention_heads": 16,

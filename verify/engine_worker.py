@@ -25,10 +25,6 @@ from pathlib import Path
 def main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     os.environ.update(spec.get("env", {}))
-    # The controls plugin's dist-info must be importable here too (vLLM may fork its engine).
-    for entry in reversed(spec.get("env", {}).get("PYTHONPATH", "").split(":")):
-        if entry and entry not in sys.path:
-            sys.path.insert(0, entry)
     result: dict = {"name": spec.get("name"), "engine": {"started": False}, "windows": {}}
     result_file = Path(spec["result_file"])
     try:
@@ -145,7 +141,7 @@ def _followup_pass(llm, window: dict, first: list[int], second: list[int]) -> di
     turn1 = llm.generate([_prompt(first)], reply, use_tqdm=False)[0]
     history = list(first) + list(turn1.outputs[0].token_ids) + list(second)
     cold = [history[0], history[1] + 1] + [t + 1 for t in history[2:]]
-    figures = {}
+    figures: dict[str, object] = {}
     for label, ids in (("cold", cold), ("cached", history)):
         started = time.perf_counter()
         out = llm.generate([{"prompt_token_ids": ids}], one_token, use_tqdm=False)[0]
@@ -158,7 +154,7 @@ def _followup_pass(llm, window: dict, first: list[int], second: list[int]) -> di
 
 def request_figures(output, keep_token_ids: bool) -> dict:
     generated = output.outputs[0].token_ids
-    figures = {"prompt_tokens": len(output.prompt_token_ids or []), "tokens": len(generated),
+    figures: dict[str, object] = {"prompt_tokens": len(output.prompt_token_ids or []), "tokens": len(generated),
                "ttft_s": None, "tpot_s": None}
     stats = getattr(output, "metrics", None)
     if stats is not None:

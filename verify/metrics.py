@@ -30,7 +30,7 @@ class SpecCounters:
     accepted: float = 0
     accepted_per_position: tuple = ()
 
-    def __sub__(self, earlier: "SpecCounters") -> "SpecCounters":
+    def __sub__(self, earlier: SpecCounters) -> SpecCounters:
         positions = max(len(self.accepted_per_position), len(earlier.accepted_per_position))
         mine = _pad(self.accepted_per_position, positions)
         theirs = _pad(earlier.accepted_per_position, positions)

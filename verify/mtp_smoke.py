@@ -29,23 +29,19 @@ import sys
 import time
 from pathlib import Path
 
+from forge.errors import ForgeError
+from forge.targets import target_for_device
+from verify import checks as gate
+from verify import controls
+from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
+from verify.metrics import MetricsError, SpecCounters, counters_from_prometheus, counters_from_snapshot
+from verify.prompts import gate_prompts, load_prompts
+from verify.report import INFO, Check, failed, not_checked, passed, render_table, verdict, write_report
+from verify.vllm_logs import EngineLogFacts, parse_engine_log
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from forge.errors import ForgeError  # noqa: E402
-from verify import checks as gate  # noqa: E402
-from verify import controls  # noqa: E402
-from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models  # noqa: E402
-from verify.metrics import (MetricsError, SpecCounters,  # noqa: E402
-                            counters_from_prometheus, counters_from_snapshot)
-from verify.prompts import gate_prompts, load_prompts  # noqa: E402
-from verify.report import (INFO, Check, failed, not_checked, passed, render_table,  # noqa: E402
-                           verdict, write_report)
-from verify.vllm_logs import EngineLogFacts, parse_engine_log  # noqa: E402
-
 WORKER = Path(__file__).with_name("engine_worker.py")
 # GPU name fragments -> forge target names (images/targets.yaml).
-DEVICE_TARGETS = (("GB10", "gb10"), ("H200", "h200"), ("H100", "h100"), ("A100", "a100"))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -102,14 +98,14 @@ def detect_target() -> str:
         name = torch.cuda.get_device_name()
     except Exception as exc:  # noqa: BLE001
         raise ForgeError(f"no --target given and no GPU name readable ({exc})") from exc
-    for fragment, target in DEVICE_TARGETS:
-        if fragment in name:
-            return target
-    raise ForgeError(f"no --target given and GPU {name!r} is not a known target")
+    try:
+        return target_for_device(name).name
+    except ForgeError as exc:
+        raise ForgeError(f"no --target given: {exc}") from exc
 
 
 def load_recipe(args):
-    from forge.recipes import load_recipe as load
+    from forge.serving.recipes import load_recipe as load
 
     return load(args.recipe, args.target or detect_target())
 
@@ -282,7 +278,7 @@ def tuned_config_expected(moe, vllm_version: str | None) -> bool:
         return True
     if vllm_version is None:
         return True  # the engine did not say its release: hold the recipe to its word
-    from forge.patches import shipped_moe_configs
+    from forge.patching.status import shipped_moe_configs
 
     return moe.name in shipped_moe_configs(vllm_version)
 
@@ -427,7 +423,7 @@ def measure_window(server: Endpoint, model: str, prompts: list, params: dict,
 
 def endpoint_checks(recipe, args) -> tuple[list[Check], dict]:
     server = Endpoint(args.endpoint, args.timeout)
-    context = {"endpoint": server.url, "vllm": None}
+    context: dict[str, object] = {"endpoint": server.url, "vllm": None}
     try:
         model = served_model(server)
     except EndpointError as exc:

@@ -1,12 +1,9 @@
 """The verify prompt set (prompts.yaml beside this file), validated on load."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from forge.schema import Field, ListOf, load_yaml, validate  # noqa: E402
+from forge.schema import Field, ListOf, load_yaml, validate
 
 PROMPTS_FILE = Path(__file__).with_name("prompts.yaml")
 CATEGORIES = ("chat", "code", "prose", "burst")

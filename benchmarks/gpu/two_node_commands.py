@@ -5,7 +5,7 @@ to run as two "nodes" on one host (benchmarks/gpu/two_node_local.sh runs them).
     two_node_commands.py --models DIR --work DIR [--recipe R] [--target T] [--layers N]
                          [--port 8011] [--master-port 29611] [--json]
 
-The recipe's own node commands come from forge.serve.node_commands (the function
+The recipe's own node commands come from forge.serving.serve.node_commands (the function
 `build.py serve --nodes 2` uses; there each flag is also checked against the release's parser,
 tests/test_two_node_local.py does that here). Only what a single host must change is changed,
 and every change is listed under "stand_in" in the JSON:
@@ -37,12 +37,10 @@ import shlex
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from forge.recipes import load_recipe  # noqa: E402
-from forge.serve import Interconnect, NodeCommand, layout_for, node_commands  # noqa: E402
-from verify.dummy_models import write_dummy_models  # noqa: E402
+from forge import REPO_ROOT as ROOT
+from forge.serving.recipes import load_recipe
+from forge.serving.serve import Interconnect, NodeCommand, layout_for, node_commands
+from verify.dummy_models import write_dummy_models
 
 LOOPBACK = "127.0.0.1"
 STAND_IN_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init",

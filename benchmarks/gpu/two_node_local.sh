@@ -38,7 +38,7 @@ export PYTHONPATH=$SITE PYTHONUNBUFFERED=1
 python3 build.py apply --site-packages "$SITE" --vllm "$VLLM_VERSION" > "$WORK/apply.txt" 2>&1
 say "build.py apply: $(tail -n 1 "$WORK/apply.txt")"
 
-PLAN=(python3 benchmarks/gpu/two_node_commands.py --recipe "$RECIPE" --target "$TARGET"
+PLAN=(python3 -m benchmarks.gpu.two_node_commands --recipe "$RECIPE" --target "$TARGET"
       --models "$WORK/models" --work "$WORK" --layers "$LAYERS" --port "$PORT" --master-port "$MASTER_PORT")
 if ! { "${PLAN[@]}" --json > "$WORK/plan.json" && "${PLAN[@]}" > "$WORK/commands.sh"; }; then
   say "planning failed: $(cat "$WORK/plan.json")"; exit 3
@@ -79,11 +79,11 @@ if [ "$UP" = 1 ]; then say "server up"; else say "server NOT up"; fi
 S=http://127.0.0.1:$PORT
 if [ "$UP" = 1 ]; then
   say "mtp_smoke --endpoint"
-  timeout 60 python3 verify/mtp_smoke.py --recipe "$RECIPE" --target "$TARGET" --endpoint "$S" \
+  timeout 60 python3 -m verify.mtp_smoke --recipe "$RECIPE" --target "$TARGET" --endpoint "$S" \
     --dummy --server-log "$WORK/rank0.log" --max-tokens 64 --out "$WORK/smoke" > "$WORK/smoke.txt" 2>&1
   echo "exit $?" >> "$WORK/smoke.txt"
   say "burst of 500"
-  timeout 90 python3 verify/bench.py --recipe "$RECIPE" --target "$TARGET" --endpoint "$S" \
+  timeout 90 python3 -m verify.bench --recipe "$RECIPE" --target "$TARGET" --endpoint "$S" \
     --burst 500 --token-prompts --out "$WORK/burst" > "$WORK/burst.txt" 2>&1
   echo "exit $?" >> "$WORK/burst.txt"
 fi

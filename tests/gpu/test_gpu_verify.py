@@ -30,7 +30,7 @@ def test_smoke_passes_the_agreeing_model_and_fails_the_random_one(tmp_path, runn
     """One mtp_smoke --dummy run: the controls plugin makes target and drafter agree, then
     random, on one engine; the gate must pass the first and fail the second (exit 0), on both
     runners and with a centroid-masked drafter."""
-    proc = run(["verify/mtp_smoke.py", "--recipe", "gemma-4-26b-a4b-it", "--dummy", "--layers", "6",
+    proc = run(["-m", "verify.mtp_smoke", "--recipe", "gemma-4-26b-a4b-it", "--dummy", "--layers", "6",
                 "--runner", runner, "--attention-backend", "TRITON_ATTN", "--max-model-len", "4096",
                 "--gpu-memory-utilization", "0.2", "--kv-cache-gib", "2",
                 "--moe-config-dir", "patches/moe-configs", "--out", str(tmp_path), *extra], timeout=900)

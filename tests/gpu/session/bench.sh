@@ -21,7 +21,7 @@ if [ "$RUNNER" = v2 ]; then
   SERVER=$!
   WAIT=(--wait-server http://127.0.0.1:8011/health $SERVER)
 fi
-timeout 430 python3 verify/bench.py --recipe gemma-4-26b-a4b-it --target h200 --dummy --layers 10 \
+timeout 430 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --target h200 --dummy --layers 10 \
   --runners $RUNNER --parallel --gpu-memory-utilization 0.1 --kv-cache-gib 1 --max-model-len 4096 \
   --attention-backend TRITON_ATTN --sustained-tokens 384 --out /tmp/bench-$RUNNER --timeout 420 \
   "${WAIT[@]}" > "$OUT/bench-$RUNNER.txt" 2>&1
@@ -29,11 +29,11 @@ echo "exit $?" >> "$OUT/bench-$RUNNER.txt"
 if [ "$RUNNER" = v2 ]; then
   S=http://127.0.0.1:8011
   curl -s $S/metrics > /tmp/server-metrics-before.prom
-  timeout 60 python3 verify/mtp_smoke.py --recipe gemma-4-26b-a4b-it --target h200 --endpoint $S \
+  timeout 60 python3 -m verify.mtp_smoke --recipe gemma-4-26b-a4b-it --target h200 --endpoint $S \
     --dummy --server-log /tmp/server.log --max-tokens 64 --out /tmp/smoke-endpoint > "$OUT/smoke-endpoint.txt" 2>&1
   echo "exit $?" >> "$OUT/smoke-endpoint.txt"
   curl -s $S/metrics > /tmp/server-metrics-after.prom
-  timeout 90 python3 verify/bench.py --recipe gemma-4-26b-a4b-it --target h200 --endpoint $S \
+  timeout 90 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --target h200 --endpoint $S \
     --burst 500 --token-prompts --out /tmp/bench-burst > "$OUT/burst.txt" 2>&1
   echo "exit $?" >> "$OUT/burst.txt"
   kill $SERVER

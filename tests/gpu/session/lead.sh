@@ -59,7 +59,7 @@ drift_proof() {      # GPU 0
   python3 -m pip install -q --no-index --no-deps --no-compile --target $site "$WHEELS"/a/*.whl > "$L/i9-pip.txt" 2>&1
   echo "before: $(transformers_version $site)" > "$L/i9-versions.txt"
   stamp "gpu0: transformers 5.15.0 in; smoke"
-  PYTHONPATH=$site timeout 240 python3 verify/mtp_smoke.py "${SMOKE[@]}" --timeout 220 \
+  PYTHONPATH=$site timeout 240 python3 -m verify.mtp_smoke "${SMOKE[@]}" --timeout 220 \
     --out $W/i9-smoke-515 > "$L/i9-smoke-515.txt" 2>&1
   echo "exit $?" >> "$L/i9-smoke-515.txt"
   stamp "gpu0: smoke on 5.15.0 done"
@@ -68,7 +68,7 @@ drift_proof() {      # GPU 0
   echo "exit $?" >> "$L/i9-apply.txt"
   echo "after apply: $(transformers_version $site)" >> "$L/i9-versions.txt"
   stamp "gpu0: applied; smoke with controls"
-  PYTHONPATH=$site timeout 330 python3 verify/mtp_smoke.py "${SMOKE[@]}" --lossless --timeout 310 \
+  PYTHONPATH=$site timeout 330 python3 -m verify.mtp_smoke "${SMOKE[@]}" --lossless --timeout 310 \
     --out $W/i9-smoke-applied > "$L/i9-smoke-applied.txt" 2>&1
   echo "exit $?" >> "$L/i9-smoke-applied.txt"
   stamp "gpu0: smoke after apply done"
@@ -83,7 +83,7 @@ sweep_v1() {         # GPU 0, after the drift proof: whatever time is left
   local t; t=$(left)
   [ "$t" -gt 120 ] || { stamp "gpu0: no time left for the V1 sweep"; return; }
   stamp "gpu0: 26B V1 sweep (${t} s)"
-  timeout "$t" python3 verify/bench.py --recipe gemma-4-26b-a4b-it --shape 26b-a4b "${COMMON[@]}" \
+  timeout "$t" python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b "${COMMON[@]}" \
     --configs "fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3,fp8-mtp4,fp8-mtp5" --runners v1 \
     --compile-backend eager --max-parallel 6 --timeout $(( t - 10 )) --out $W/sweep-26b-v1 \
     > "$L/sweep-26b-v1.txt" 2>&1
@@ -93,7 +93,7 @@ sweep_v1() {         # GPU 0, after the drift proof: whatever time is left
 sweep_v2_and_recipe() {   # GPU 1
   export CUDA_VISIBLE_DEVICES=1 PYTHONPATH=$BASE_PATH
   stamp "gpu1: 26B V2 sweep"
-  timeout 270 python3 verify/bench.py --recipe gemma-4-26b-a4b-it --shape 26b-a4b "${COMMON[@]}" \
+  timeout 270 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b "${COMMON[@]}" \
     --configs "stock,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3,fp8-mtp4,fp8-mtp5" --runners v2 \
     --compile-backend eager --max-parallel 7 --timeout 260 --out $W/sweep-26b-v2 \
     > "$L/sweep-26b-v2.txt" 2>&1
@@ -103,7 +103,7 @@ sweep_v2_and_recipe() {   # GPU 1
   echo "recipe run k=$k (V2 sweep's pick for the spark343 profile, else 3)" > "$L/pick.txt"
   local t; t=$(left)
   stamp "gpu1: recipe run k=$k (${t} s)"
-  timeout "$t" python3 verify/bench.py --recipe gemma-4-26b-a4b-it --shape 26b-a4b "${COMMON[@]}" \
+  timeout "$t" python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b "${COMMON[@]}" \
     --configs "" --timeout $(( t - 10 )) \
     --engine "name=stock,dtype=auto,runner=default,attention=default" \
     --engine "name=fp8-v2,k=0,runner=v2" \

@@ -9,7 +9,7 @@ export PYTHONPATH=/tmp/site
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import torch, triton, vllm, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'vllm', vllm.__version__, 'transformers', transformers.__version__)"
 } > "$OUT/machine.txt" 2>&1
-SMOKE="verify/mtp_smoke.py --recipe gemma-4-26b-a4b-it --target h200 --dummy --layers 30 --runner v1
+SMOKE="-m verify.mtp_smoke --recipe gemma-4-26b-a4b-it --target h200 --dummy --layers 30 --runner v1
        --attention-backend TRITON_ATTN --max-model-len 4096 --gpu-memory-utilization 0.5 --timeout 230"
 timeout 250 python3 $SMOKE --out /tmp/smoke-unpatched > "$OUT/smoke-unpatched.txt" 2>&1
 echo "exit $?" >> "$OUT/smoke-unpatched.txt"

@@ -52,7 +52,7 @@ SWEEP=(--configs "stock,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3,fp8-mtp4,fp8-mtp5" --runn
 sweep26() {
   export CUDA_VISIBLE_DEVICES=0
   stamp "gpu0: 26B sweep"
-  timeout 330 python3 verify/bench.py --recipe gemma-4-26b-a4b-it --shape 26b-a4b "${COMMON[@]}" \
+  timeout 330 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b "${COMMON[@]}" \
     "${SWEEP[@]}" --out $W/sweep-26b > "$L/sweep-26b.txt" 2>&1
   stamp "gpu0: 26B sweep exit $?"
 }
@@ -67,7 +67,7 @@ recipe26() {
   MERGED=()
   ls $W/moe-merged/*.json >/dev/null 2>&1 && MERGED=(--engine "name=fp8-mtp$K-$R-moe-tuned-now,k=$K,runner=$R,moe=$W/moe-merged")
   stamp "gpu0: recipe run k=$K runner=$R merged=${#MERGED[@]}"
-  timeout 250 python3 verify/bench.py --recipe gemma-4-26b-a4b-it --shape 26b-a4b "${COMMON[@]}" \
+  timeout 250 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b "${COMMON[@]}" \
     --configs "" --timeout 235 \
     --engine "name=stock,dtype=auto,runner=default,attention=default" \
     --engine "name=fp8-$R,k=0,runner=$R" \
@@ -93,7 +93,7 @@ sweep31() {
   export CUDA_VISIBLE_DEVICES=1
   CONFIGS=(--configs "stock,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3,fp8-mtp4,fp8-mtp5")
   [ "$PLAN" = a ] && CONFIGS=(--configs "stock,fp8,fp8-mtp3,fp8-mtp4,fp8-mtp5" --max-parallel 9)
-  timeout 330 python3 verify/bench.py --recipe gemma-4-31b-it --shape 31b "${COMMON[@]}" \
+  timeout 330 python3 -m verify.bench --recipe gemma-4-31b-it --shape 31b "${COMMON[@]}" \
     "${SWEEP[@]}" "${CONFIGS[@]}" --out $W/sweep-31b > "$L/sweep-31b.txt" 2>&1
   stamp "gpu1: 31B sweep exit $?"
 }
@@ -103,10 +103,10 @@ smokes() {
   SMOKE=(--recipe gemma-4-26b-a4b-it --target h200 --dummy --layers 10 --attention-backend TRITON_ATTN
          --max-model-len 4096 --gpu-memory-utilization 0.1 --kv-cache-gib 2
          --moe-config-dir patches/moe-configs --timeout 190)
-  timeout 200 python3 verify/mtp_smoke.py "${SMOKE[@]}" --lossless --out $W/smoke-v2 \
+  timeout 200 python3 -m verify.mtp_smoke "${SMOKE[@]}" --lossless --out $W/smoke-v2 \
     > "$L/smoke-v2.txt" 2>&1 &
   A=$!
-  timeout 200 python3 verify/mtp_smoke.py "${SMOKE[@]}" --runner v1 --centroids \
+  timeout 200 python3 -m verify.mtp_smoke "${SMOKE[@]}" --runner v1 --centroids \
     --out $W/smoke-v1-centroids > "$L/smoke-v1-centroids.txt" 2>&1
   echo "exit $?" >> "$L/smoke-v1-centroids.txt"
   wait $A; echo "exit $?" >> "$L/smoke-v2.txt"

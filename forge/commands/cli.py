@@ -1,0 +1,303 @@
+"""The argument parser behind build.py.
+
+Each command names its handler as "module:function"; the module is imported only when that
+command runs, so `build.py apply` inside an image needs neither the Docker SDK nor requests.
+A handler takes the parsed arguments and returns an exit code (None means 0).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from forge.errors import ForgeError
+from forge.versions import normalize_vllm_argument
+
+# Typing `python build.py --target gb10 --vllm 0.27.1` means "build": no command word needed.
+DEFAULT_COMMAND = "build"
+
+
+def _add_repository_flag(p) -> None:
+    p.add_argument("--repository", help="image repository (default ghcr.io/<owner>/vllm-forge)")
+
+
+def _add_offline_flag(p) -> None:
+    p.add_argument("--offline", action="store_true",
+                   help="use only the cached release index and sources (no network)")
+
+
+def _add_build(commands) -> None:
+    p = commands.add_parser("build", help="build a serving image for a target (the default command)")
+    p.add_argument("--target", required=True, help="hardware target from images/targets.yaml")
+    p.add_argument("--vllm", required=True, metavar="VERSION", help="vLLM release, e.g. 0.27.1")
+    _add_repository_flag(p)
+    p.add_argument("--push", action="store_true", help="push the immutable and the moving tag")
+    p.add_argument("--plan", action="store_true", help="print the resolved plan; build nothing")
+    p.add_argument("--allow-unlocked", action="store_true",
+                   help="build from a base that images/lock.yaml does not pin (not reproducible)")
+    p.add_argument("--allow-base-change", action="store_true",
+                   help="build from the locked digest even though the base tag has moved since")
+    p.add_argument("--base-image", help="override the target's base image tag (repo:tag)")
+    p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
+    p.add_argument("--json", action="store_true", help="with --plan: print the plan as JSON")
+    p.add_argument("--no-attest", action="store_true",
+                   help="no SBOM/provenance attestations (default: on where the engine's image "
+                        "store keeps them, i.e. the containerd image store)")
+    p.set_defaults(handler="forge.images.build:cmd_build")
+
+
+def _add_patches(commands) -> None:
+    p = commands.add_parser("patches", help="status of every patch against vLLM release sources")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--vllm", metavar="VERSION", help="one release")
+    which.add_argument("--all", action="store_true", help="every release from 0.21.0 to the newest")
+    which.add_argument("--site-packages", metavar="DIR",
+                       help="an installed vLLM as it is now: dependencies as installed (a drift "
+                            "after apply shows as applies), patches in the apply record as applied")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_offline_flag(p)
+    p.set_defaults(handler="forge.commands.patches:cmd_patches")
+
+
+def _add_apply(commands) -> None:
+    p = commands.add_parser("apply", help="apply (or --revert) the patch series to an installed vLLM")
+    p.add_argument("--site-packages", metavar="DIR",
+                   help="directory holding the vllm package (default: found on sys.path)")
+    p.add_argument("--vllm", metavar="VERSION",
+                   help="expected installed version (refuse if the install differs)")
+    p.add_argument("--revert", action="store_true", help="restore every patched file byte for byte")
+    p.add_argument("--moe-config-dir", metavar="DIR",
+                   help="install the series' tuned fused-MoE configs here "
+                        "(images export it as VLLM_TUNED_CONFIG_FOLDER)")
+    p.add_argument("--moe-device", metavar="NAME",
+                   help="only the MoE configs tuned for this GPU (device_name in vLLM's file names, "
+                        "e.g. NVIDIA_H200); default: every config")
+    p.add_argument("--offline", action="store_true",
+                   help="never reach the package index: a dependency outside its constraint is "
+                        "refused with the pip command to run (or use --find-links)")
+    p.add_argument("--find-links", metavar="DIR",
+                   help="bring dependencies inside their constraints from this local wheelhouse "
+                        "(pip --no-index --find-links DIR), for hosts without the index")
+    p.add_argument("--pin", action="append", metavar="PACKAGE==VERSION",
+                   help="install exactly this version where a constraint on PACKAGE is in range "
+                        "and the installed version differs (repeatable; an image build pins what "
+                        "its plan chose)")
+    p.set_defaults(handler="forge.commands.patches:cmd_apply")
+
+
+def _add_lock(commands) -> None:
+    p = commands.add_parser("lock", help="pin every base image tag to its registry digest")
+    p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--target", action="append", help="only these targets (repeatable)")
+    p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
+    p.set_defaults(handler="forge.images.lock:cmd_lock")
+
+
+def _add_bake(commands) -> None:
+    p = commands.add_parser("bake", help="write a docker buildx bake file for every target")
+    p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--target", action="append", help="only these targets (repeatable)")
+    _add_repository_flag(p)
+    p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
+    p.add_argument("--output", "-o", default="docker-bake.json", help="file to write")
+    p.add_argument("--no-attest", action="store_true",
+                   help="no SBOM/provenance attestations: for the plain docker driver (Docker "
+                        "Engine before 26 without the containerd image store, e.g. Debian 12's)")
+    p.set_defaults(handler="forge.images.bake:cmd_bake")
+
+
+def _add_serve(commands) -> None:
+    p = commands.add_parser("serve", help="print (or --run) the docker command that serves a recipe")
+    p.add_argument("--recipe", required=True, help="recipe name from recipes/")
+    p.add_argument("--target", required=True)
+    p.add_argument("--vllm", required=True, metavar="VERSION")
+    _add_repository_flag(p)
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--hf-cache", default="~/.cache/huggingface", help="Hugging Face cache to mount")
+    p.add_argument("--run", action="store_true", help="run the command instead of printing it")
+    p.add_argument("--recipes-dir", metavar="DIR",
+                   help="read recipes from DIR/<recipe>/<target>.yaml (default: recipes/)")
+    _add_serve_nodes(p)
+    p.set_defaults(handler="forge.serving.serve:cmd_serve")
+
+
+def _add_serve_nodes(p) -> None:
+    g = p.add_argument_group("multi-node (vLLM's native engine; the recipe's multi_node layout)")
+    g.add_argument("--nodes", type=int, default=1, help="nodes to span (default 1)")
+    g.add_argument("--master-addr", help="node 0's address on the interconnect")
+    g.add_argument("--master-port", type=int, default=29501)
+    g.add_argument("--node-ips", metavar="IP,IP", help="every node's interconnect address, rank order")
+    g.add_argument("--ifname", help="interconnect interface (default: the one routing to --master-addr)")
+    g.add_argument("--ib-hca", metavar="DEV,DEV",
+                   help="RoCE devices for NCCL_IB_HCA (default: those in /sys/class/infiniband)")
+    g.add_argument("--node-rank", type=int, help="with --run: which node this host is")
+
+
+def _add_tune_moe(commands) -> None:
+    p = commands.add_parser("tune-moe", help="tune fused-MoE Triton configs on this GPU")
+    p.add_argument("--dtype", choices=["bf16", "fp8_w8a8"],
+                   help="weight dtype to tune (required unless --import-results)")
+    p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")],
+                   help="token counts to tune, comma-separated (default: every count a server runs)")
+    p.add_argument("--recipe", help="derive the token counts from this recipe: M = k+1 and "
+                                    "(k+1) x each --concurrency, k the recipe's draft tokens")
+    p.add_argument("--target", help="with --recipe: the recipe's target (e.g. h200)")
+    p.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")],
+                   help="with --recipe: these draft token counts instead of the recipe's")
+    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")],
+                   help="with --recipe: concurrent requests per decode step (default 1,8 and "
+                        "the recipe's max_num_seqs)")
+    p.add_argument("--merge-into", metavar="DIR",
+                   help="write the chosen configs merged over the shipped file of the same name "
+                        "(patches/moe-configs) into DIR, for VLLM_TUNED_CONFIG_FOLDER")
+    p.add_argument("--space", default="small", choices=["small", "full"],
+                   help="kernel config search space (default small)")
+    p.add_argument("--results", metavar="FILE",
+                   help="where the GPU run writes its results JSON (default tune-moe-DTYPE.json)")
+    p.add_argument("--import-results", metavar="FILE",
+                   help="no GPU: write a GPU run's tuned JSON into patches/moe-configs and "
+                        "register it in patches/series.yaml")
+    p.set_defaults(handler="forge.serving.moe_tune:cmd_tune_moe")
+
+
+def _add_publish(commands) -> None:
+    p = commands.add_parser("publish", help="record a pushed image in images/published.json; "
+                                            "move its moving tag when verify passed")
+    p.add_argument("--target", required=True)
+    p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--immutable-tag", required=True, help="the tag the build was pushed under")
+    p.add_argument("--digest", required=True, help="the pushed image's sha256:... digest")
+    p.add_argument("--verify-report", metavar="JSON", action="append",
+                   help="verify/ report, one per recipe, or a directory of them "
+                        "(repeatable; none: not verified)")
+    _add_repository_flag(p)
+    p.add_argument("--index", help="the known-good index file (default images/published.json)")
+    p.add_argument("--move-tag", action="store_true",
+                   help="when verify passed, point the moving tag at the digest in the registry")
+    p.add_argument("--github-output", metavar="FILE",
+                   help="append moving_ref= and source_ref= (a GitHub Actions step output file)")
+    p.set_defaults(handler="forge.images.published:cmd_publish")
+
+
+def _add_published(commands) -> None:
+    p = commands.add_parser("published", help="list the known-good (verified) image per target and release")
+    p.add_argument("--target")
+    p.add_argument("--vllm", metavar="VERSION")
+    p.add_argument("--index", help="the known-good index file (default images/published.json)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler="forge.images.published:cmd_published")
+
+
+def _add_upstream_watch(commands) -> None:
+    p = commands.add_parser("upstream-watch", help="check vLLM releases newer than the manifest's "
+                                                   "checked_through and new versions of the watched "
+                                                   "dependencies; propose the edits")
+    p.add_argument("--series", help="the patch manifest (default patches/series.yaml, $VLLM_FORGE_SERIES)")
+    p.add_argument("--write", action="store_true", help="apply the proposed edits to the manifest")
+    p.add_argument("--json", action="store_true", help="print the proposal as JSON")
+    p.add_argument("--pr-body", metavar="FILE", help="write the pull request (or issue) body here")
+    p.add_argument("--github-output", metavar="FILE",
+                   help="append newest=, changed=, conflicts=, findings=, branch= and title= "
+                        "(a GitHub Actions step output file)")
+    p.add_argument("--dependency-watch", metavar="FILE",
+                   help="the watched dependencies (default dependency-watch.yaml beside the series); "
+                        "each new version on PyPI goes through the drift check (see `drift --help`)")
+    p.add_argument("--dependency-through", action="append", metavar="PACKAGE==VERSION",
+                   help="check the package's new versions only up to this one (repeatable)")
+    _add_offline_flag(p)
+    p.set_defaults(handler="forge.watch.upstream:cmd_upstream_watch")
+
+
+def _add_drift(commands) -> None:
+    p = commands.add_parser(
+        "drift", help="does a dependency version break Gemma 4 on a supported vLLM release?",
+        description="Dependency drift check. Installs the given version of the dependency from "
+                    "PyPI into a cached environment, loads the Gemma 4 target and assistant "
+                    "configs (verify/dummy_models.py) with it, and runs each supported vLLM "
+                    "release's own engine-start code on them (taken from the release sources: "
+                    "get_hf_text_config and the model's arch-config convertor, head size). Per "
+                    "release: works, breaks (exception and release line), covered-by-constraint "
+                    "(a `kind: dependency` entry of the series keeps the version out) or "
+                    "probe-error. Exit 1 when the version breaks a supported release that no "
+                    "constraint covers (a finding), 2 when the check could not run.")
+    p.add_argument("--package", default="transformers", help="the dependency (default transformers)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--version", help="the dependency version to check, e.g. 5.15.0")
+    which.add_argument("--newest", action="store_true", help="the newest final release on PyPI")
+    p.add_argument("--vllm", action="append", metavar="VERSION",
+                   help="only this vLLM release (repeatable; default every release from the "
+                        "series' checked_from to checked_through)")
+    p.add_argument("--series", help="the patch manifest (default patches/series.yaml, $VLLM_FORGE_SERIES)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_offline_flag(p)
+    p.set_defaults(handler="forge.watch.drift:cmd_drift")
+
+
+def _add_readme_table(commands) -> None:
+    p = commands.add_parser("readme-table", help="regenerate README.md's per-release patch status table")
+    p.add_argument("--readme", help="the README to update (default the repository's README.md)")
+    p.add_argument("--check", action="store_true", help="exit 1 if the table is stale; write nothing")
+    _add_offline_flag(p)
+    p.set_defaults(handler="forge.patching.readme_table:cmd_readme_table")
+
+
+def _add_release_matrix(commands) -> None:
+    p = commands.add_parser("release-matrix", help="the release workflow's per-target job matrix (JSON)")
+    p.add_argument("--tag", help="release tag: vllm-<version>[-r<N>]")
+    p.add_argument("--vllm", metavar="VERSION", help="vLLM release (instead of --tag)")
+    p.add_argument("--target", action="append", help="only these targets (repeatable)")
+    _add_repository_flag(p)
+    p.add_argument("--runner", action="append", metavar="PLATFORM=RUNNER",
+                   help="runner label for a platform (default linux/amd64=ubuntu-24.04, "
+                        "linux/arm64=ubuntu-24.04-arm)")
+    p.add_argument("--pretty", action="store_true", help="indented JSON")
+    p.add_argument("--github-output", metavar="FILE", help="append vllm= and matrix= lines")
+    p.set_defaults(handler="forge.images.release_matrix:cmd_release_matrix")
+
+
+COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,
+                    _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
+                    _add_drift, _add_readme_table, _add_release_matrix]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="build.py",
+        description="vllm-forge: patched, verified vLLM serving images per GPU target.",
+        epilog="Without a command, build.py builds: python build.py --target gb10 --vllm 0.27.1")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add_command in COMMAND_BUILDERS:
+        add_command(commands)
+    return parser
+
+
+def _with_default_command(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    known = set(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr,arg-type]  # argparse has no API
+    if argv and argv[0] not in known and argv[0] not in ("-h", "--help"):
+        return [DEFAULT_COMMAND, *argv]
+    return argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        parser.print_help()
+        return 2
+    args = parser.parse_args(_with_default_command(argv, parser))
+    module_name, function_name = args.handler.split(":")
+    try:
+        normalize_vllm_argument(args)   # parsed once here; every command gets the normal form
+        handler = getattr(importlib.import_module(module_name), function_name)
+        return handler(args) or 0
+    except ForgeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `build.py patches --all | head`: the reader left; say nothing more, as cat would.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

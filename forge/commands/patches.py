@@ -1,0 +1,54 @@
+"""`build.py patches` (statuses per release) and `build.py apply` (patch the vLLM installed here)."""
+from __future__ import annotations
+
+from forge.errors import ConflictError
+from forge.patching.apply import apply_series, install_statuses, read_install_record
+from forge.patching.installed import find_vllm
+from forge.patching.report import print_matrix, print_release
+from forge.patching.series import load_series
+from forge.patching.status import matrix, release_status
+from forge.patching.vocabulary import Status
+from forge.upstream import releases
+
+
+def cmd_patches(args) -> int:
+    series = load_series(offline=args.offline)
+    if args.site_packages:
+        return _installed_report(args, series)
+    if args.vllm:
+        statuses = release_status(args.vllm, offline=args.offline, series=series)
+        print_release(args.vllm, statuses, series, as_json=args.json)
+        results = {args.vllm: statuses}
+    else:
+        versions = releases.list_releases(minimum=series.checked_from, offline=args.offline)
+        results = matrix(versions, offline=args.offline, series=series)
+        print_matrix(results, series, as_json=args.json)
+    conflicts = [(v, s) for v, statuses in results.items() for s in statuses
+                 if s.status == Status.CONFLICT]
+    if conflicts:
+        version, s = conflicts[0]
+        raise ConflictError(f"vLLM {version}: patch {s.id}: {s.detail}"
+                            + (f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""))
+    return 0
+
+
+def _installed_report(args, series) -> int:
+    """`patches --site-packages DIR`: statuses on an install as it is now (what apply would do)."""
+    installed = find_vllm(args.site_packages)
+    record = read_install_record(installed)
+    statuses = install_statuses(series, installed, record)
+    if not args.json:
+        print(f"installed at {installed.package_dir}"
+              + (" (vllm-forge record present)" if record is not None else ""))
+    print_release(str(installed.version), statuses, series, as_json=args.json)
+    return 0
+
+
+def cmd_apply(args) -> int:
+    report = apply_series(site_packages=args.site_packages, expected_version=args.vllm,
+                          revert=args.revert, moe_config_dir=args.moe_config_dir,
+                          moe_device=args.moe_device, offline=args.offline,
+                          find_links=args.find_links, pins=args.pin)
+    for line in report.lines():
+        print(line)
+    return 0

@@ -1,0 +1,81 @@
+"""Image names: repository, moving and immutable tags.
+
+    moving_tag("gb10", "0.27.1")                 -> "vllm0.27.1-gb10"
+    immutable_tag("gb10", "0.27.1", "3f2a9c1b7d4e...") -> "vllm0.27.1-gb10-3f2a9c1b7d4e"
+    image_ref("gb10", "0.27.1")                  -> "ghcr.io/<owner>/vllm-forge:vllm0.27.1-gb10"
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from forge import REPO_ROOT
+from forge.errors import ForgeError
+
+FALLBACK_REPOSITORY = "ghcr.io/vllm-forge/vllm-forge"
+# 12 hex digits (48 bits) of the content digest: short enough to read, far from colliding among
+# the builds of one target and release.
+TAG_DIGEST_CHARS = 12
+# github.com:owner/name(.git) or https://github.com/owner/name(.git)
+_GITHUB_REMOTE = re.compile(r"github\.com[:/](?P<owner>[^/]+)/[^/]+?(?:\.git)?/?$")
+
+
+def default_repository() -> str:
+    """$VLLM_FORGE_REPOSITORY, else ghcr.io/<owner>/vllm-forge with the owner from $GITHUB_REPOSITORY_OWNER
+    or the git remote, else ghcr.io/vllm-forge/vllm-forge."""
+    explicit = os.environ.get("VLLM_FORGE_REPOSITORY", "").strip()
+    if explicit:
+        return explicit
+    owner = os.environ.get("GITHUB_REPOSITORY_OWNER", "").strip() or _remote_owner()
+    # GHCR repository names must be lowercase.
+    return f"ghcr.io/{owner.lower()}/vllm-forge" if owner else FALLBACK_REPOSITORY
+
+
+def _remote_owner() -> str | None:
+    # Read .git/config directly: no git binary or GitPython import on the fast --plan path.
+    config = REPO_ROOT / ".git" / "config"
+    try:
+        text = config.read_text()
+    except OSError:
+        return None
+    section = None
+    remotes: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line
+        elif line.startswith("url") and section and section.startswith("[remote"):
+            name = section.split('"')[1] if '"' in section else section
+            remotes[name] = line.split("=", 1)[1].strip()
+    url = remotes.get("origin") or next(iter(remotes.values()), None)
+    match = _GITHUB_REMOTE.search(url or "")
+    return match["owner"] if match else None
+
+
+def _check_parts(target: str, vllm: str) -> None:
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", target or ""):
+        raise ForgeError(f"not a target name: {target!r}")
+    if not re.fullmatch(r"[0-9][0-9A-Za-z.+]*", str(vllm or "")):
+        raise ForgeError(f"not a vLLM version: {vllm!r}")
+
+
+def moving_tag(target: str, vllm: str) -> str:
+    """The tag that follows the newest verified build of a release for a target."""
+    _check_parts(target, vllm)
+    # Docker tags allow [A-Za-z0-9_.-]: a local version's "+" becomes "_".
+    return f"vllm{str(vllm).replace('+', '_')}-{target}"
+
+
+def immutable_tag(target: str, vllm: str, content_digest: str) -> str:
+    """The tag that names one build's content (forge.images.plan's content digest: the build context, the
+    build args, the labels and the base image digest), shortened to 12 hex digits: identical
+    inputs give the identical tag, any change a new one. Never overwritten with another digest."""
+    digest = str(content_digest or "").removeprefix("sha256:")
+    if not re.fullmatch(r"[0-9a-f]{12,64}", digest):
+        raise ForgeError(f"not a content digest (12 to 64 lowercase hex digits): {content_digest!r}")
+    return f"{moving_tag(target, vllm)}-{digest[:TAG_DIGEST_CHARS]}"
+
+
+def image_ref(target: str, vllm: str, repository: str | None = None) -> str:
+    """<repository>:<moving tag>, the reference users pull and recipes serve."""
+    return f"{repository or default_repository()}:{moving_tag(target, vllm)}"

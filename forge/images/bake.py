@@ -1,0 +1,110 @@
+"""`python build.py bake --vllm V`: a `docker buildx bake` file for every target, so one BuildKit
+builder with native amd64 and arm64 nodes builds them all in parallel, with SBOM and provenance
+attestations.
+
+Each target gets the reproducible context of forge/images/context.py, unpacked under
+build-context/<target>/ (git-ignored), and the plan's build args, tags and labels. Run the bake
+from the directory the file is in: `docker buildx bake -f docker-bake.json [--push]`.
+
+This is the one build definition: `python build.py --target T --vllm V` writes the same file (for
+its one target, in a temporary directory) and runs `docker buildx bake` on it (forge/images/build.py), so
+a local build and a release build are the same BuildKit build of the same inputs.
+
+Attestations need a builder that can store them: BuildKit's docker-container driver, or Docker
+Engine 26+ with the containerd image store. The plain docker driver (Debian 12's docker.io 20.10,
+the engine the README installs) refuses them ("Attestation is not supported for the docker
+driver"): `--no-attest` writes a file without them for such an engine.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+from forge.errors import ForgeError
+from forge.images.plan import Plan, resolve_plan
+from forge.targets import load_targets
+from forge.upstream.archives import extract_safely
+
+CONTEXT_ROOT = "build-context"
+# A builder that cannot pull docker/buildkit-syft-scanner (air-gapped, or a private mirror) names
+# another SBOM generator image implementing BuildKit's SBOM protocol.
+SBOM_GENERATOR_ENV = "VLLM_FORGE_SBOM_GENERATOR"
+ATTEST_NEEDS = ("attestations need a docker-container builder (`docker buildx create --use "
+                "--driver docker-container`) or Docker Engine 26+ with the containerd image store; "
+                "on the plain docker driver (e.g. Debian 12's docker.io 20.10) write the file with "
+                "`python build.py bake --no-attest`")
+
+
+def attestations() -> list[str]:
+    generator = os.environ.get(SBOM_GENERATOR_ENV, "").strip()
+    sbom = f"type=sbom,generator={generator}" if generator else "type=sbom"
+    return ["type=provenance,mode=max", sbom]
+
+
+def bake_target(plan: Plan, context_dir: str, attest: bool = True) -> dict:
+    target = {
+        "context": context_dir,
+        "dockerfile": "Dockerfile",
+        "platforms": [plan.target.platform],
+        # SOURCE_DATE_EPOCH is read by BuildKit itself (timestamps in the image and attestations).
+        "args": {**plan.build_args(), "SOURCE_DATE_EPOCH": str(plan.source.epoch)},
+        "tags": plan.tags,
+        "labels": plan.labels,
+    }
+    if attest:
+        target["attest"] = attestations()
+    return target
+
+
+def bake_file(plans: list[Plan], context_dirs: dict[str, str], attest: bool = True) -> dict:
+    names = [plan.target.name for plan in plans]
+    return {
+        "group": {"default": {"targets": names}},
+        "target": {plan.target.name: bake_target(plan, context_dirs[plan.target.name], attest)
+                   for plan in plans},
+    }
+
+
+def _unpack(plan: Plan, directory: Path) -> None:
+    # Fresh each time: a stale file left from an older bake would leak into the image.
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(plan.context_bytes)) as archive:
+        extract_safely(archive, directory)
+
+
+def write_bake(plans: list[Plan], output: Path, attest: bool = True) -> Path:
+    """Unpack each plan's context under build-context/<target>/ beside `output` and write the bake
+    file there (context paths relative to that directory); returns `output`."""
+    root = output.parent
+    context_dirs = {}
+    for plan in plans:
+        directory = root / CONTEXT_ROOT / plan.target.name
+        _unpack(plan, directory)
+        context_dirs[plan.target.name] = str(directory.relative_to(root))
+    try:
+        output.write_text(json.dumps(bake_file(plans, context_dirs, attest), indent=2) + "\n")
+    except OSError as exc:
+        raise ForgeError(f"{output}: cannot write: {exc.strerror}") from exc
+    return output
+
+
+def cmd_bake(args) -> int:
+    targets = load_targets()
+    names = args.target or sorted(targets)
+    # Resolves (and so refuses) everything before writing anything. A bake file pins each base by
+    # digest, so an unlocked base has no way around the lock here.
+    plans = [resolve_plan(name, args.vllm, repository=args.repository, lock_path=args.lock,
+                          unlocked_flag=None) for name in names]
+    output = write_bake(plans, Path(args.output).resolve(), attest=not args.no_attest)
+    root = output.parent
+    for plan in plans:
+        print(f"{plan.target.name:<6} {plan.target.platform:<12} {plan.tags[0]}")
+    print(f"wrote {output} (run from {root}: docker buildx bake -f {output.name} --push)")
+    print("without SBOM and provenance attestations (--no-attest)" if args.no_attest
+          else f"with SBOM and provenance attestations: {ATTEST_NEEDS}")
+    return 0

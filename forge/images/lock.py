@@ -1,0 +1,122 @@
+"""images/lock.yaml: every base image tag pinned to the digest the registry gave it when locked.
+
+    bases:
+      vllm/vllm-openai:v0.27.1: sha256:...
+    platforms:
+      vllm/vllm-openai:v0.27.1: [linux/amd64, linux/arm64]
+
+`python build.py lock --vllm V` resolves the bases of every target for release V through the registry's
+HTTP API, refuses a base that lacks a platform one of its targets needs, and writes the digests and
+the platforms each digest offers (all or nothing). Builds and plans read the pins: a base that is not
+pinned, lacks the target's platform, or whose tag now points elsewhere, is refused unless the user
+says otherwise.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import yaml
+
+from forge import REPO_ROOT
+from forge.errors import ForgeError
+from forge.files import write_text_atomically
+from forge.schema import load_yaml
+
+DEFAULT_LOCK_FILE = REPO_ROOT / "images" / "lock.yaml"
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+HEADER = """\
+# Base image pins: tag -> digest, written by `python build.py lock --vllm V` from the registry's HTTP API,
+# with the platforms each pinned digest offers (`--plan` checks the target's platform against them).
+# A build uses FROM <repo>@<digest> from here and refuses a base that is missing or whose tag moved
+# (unless --allow-unlocked / --allow-base-change). Edit by running the command, not by hand.
+"""
+PLATFORM = re.compile(r"[a-z0-9]+/[a-z0-9_]+(?:/[a-z0-9.]+)?")
+
+
+def lock_file(path: Path | str | None = None) -> Path:
+    return Path(path or os.environ.get("VLLM_FORGE_LOCK") or DEFAULT_LOCK_FILE)
+
+
+def load_lock(path: Path | str | None = None) -> dict[str, str]:
+    """tag reference -> digest. A missing file is an empty lock; a malformed one is an error."""
+    return read_lock(path)[0]
+
+
+def locked_platforms(path: Path | str | None = None) -> dict[str, list[str]]:
+    """tag reference -> the platforms its pinned digest offers (as `lock` found them)."""
+    return read_lock(path)[1]
+
+
+def read_lock(path: Path | str | None = None) -> tuple[dict[str, str], dict[str, list[str]]]:
+    path = lock_file(path)
+    if not path.exists():
+        return {}, {}
+    data = load_yaml(path) or {}
+    if not isinstance(data, dict) or set(data) - {"bases", "platforms"}:
+        raise ForgeError(f"{path}: (top level): must be a mapping with only `bases` and `platforms`")
+    bases = data.get("bases") or {}
+    if not isinstance(bases, dict):
+        raise ForgeError(f"{path}: bases: must be a mapping of image tag -> digest")
+    for ref, digest in bases.items():
+        if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
+            raise ForgeError(f"{path}: bases.{ref}: must be a digest sha256:<64 hex> (got {digest!r})")
+    platforms = data.get("platforms") or {}
+    if not isinstance(platforms, dict):
+        raise ForgeError(f"{path}: platforms: must be a mapping of image tag -> list of platforms")
+    for ref, offered in platforms.items():
+        if ref not in bases:
+            raise ForgeError(f"{path}: platforms.{ref}: not a pinned base (not under `bases`)")
+        if not isinstance(offered, list) or not all(isinstance(p, str) and PLATFORM.fullmatch(p)
+                                                    for p in offered):
+            raise ForgeError(f"{path}: platforms.{ref}: must be a list of os/arch platforms "
+                             f"(got {offered!r})")
+    return dict(bases), {ref: list(offered) for ref, offered in platforms.items()}
+
+
+def save_lock(pins: dict[str, str], path: Path | str | None = None,
+              platforms: dict[str, list[str]] | None = None) -> Path:
+    path = lock_file(path)
+    data: dict[str, dict] = {"bases": dict(sorted(pins.items()))}
+    offered = {ref: sorted(platforms[ref]) for ref in sorted(pins) if platforms and ref in platforms}
+    if offered:
+        data["platforms"] = offered
+    body = yaml.safe_dump(data, default_flow_style=False, sort_keys=False, width=200)
+    return write_text_atomically(path, HEADER + body)
+
+
+def cmd_lock(args) -> int:
+    from forge.images.registry import manifest_digest, manifest_platforms
+    from forge.targets import get_target, load_targets
+
+    names = args.target or sorted(load_targets())
+    targets = {name: get_target(name) for name in names}   # an unknown name: get_target's one line
+    users: dict[str, list[str]] = {}
+    for name in names:
+        users.setdefault(targets[name].base_for(args.vllm).ref, []).append(name)
+    pins, platforms = read_lock(args.lock)
+    resolved, offered = {}, {}
+    for ref in sorted(users):  # resolve and check every base before writing anything
+        digest = manifest_digest(ref)
+        if digest is None:
+            raise ForgeError(f"registry has no tag {ref} (targets: {', '.join(names)})")
+        offered[ref] = manifest_platforms(ref, digest)
+        for name in users[ref]:
+            _check_offers(ref, digest, offered[ref], targets[name])
+        resolved[ref] = digest
+    for ref, digest in resolved.items():
+        before = pins.get(ref)
+        change = "unchanged" if before == digest else ("moved from " + before if before else "new")
+        print(f"{ref} -> {digest} ({change}; {', '.join(offered[ref])})")
+    path = save_lock({**pins, **resolved}, args.lock, {**platforms, **offered})
+    print(f"wrote {path}")
+    return 0
+
+
+def _check_offers(ref: str, digest: str, offered: list[str], target) -> None:
+    if target.platform not in offered:
+        raise ForgeError(f"base {ref} ({digest}) has no {target.platform} image (it offers "
+                         f"{', '.join(offered) or 'none'}), which target {target.name} needs; "
+                         f"nothing locked (fix {target.source}: targets.{target.name}.bases, or "
+                         f"lock the other targets with --target)")

@@ -1,0 +1,399 @@
+"""The known-good index, images/published.json: which image serves each target x vLLM release.
+
+Two lists, both validated on load (errors name the file and field):
+
+  builds      every image the release workflow pushed and published with a passed verify report
+              (or, pushed but not yet verified, with none): target, vLLM release, repository,
+              immutable tag, digest and the summary of its verify report. An immutable tag names
+              one digest forever: recording it again with another digest is refused.
+  known_good  per target x release, the moving tag (`vllm0.27.1-gb10`) and the build it points at.
+              It moves only to a build whose verify report passed.
+
+A verify report that did not pass (by its checks, re-derived here, whatever its `passed` field
+says) or that names another target, release or digest is refused before anything is written.
+
+    verify = verify_result(reports, target, vllm, digest)  # refuses a report that did not pass
+    index = load_index()
+    record_build(index, build)      # refuses an immutable tag that already names another digest
+    move_tag = promote(index, ...)  # only when build.verify.passed
+    save_index(index)
+"""
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+from forge import REPO_ROOT
+from forge.errors import ForgeError
+from forge.files import write_text_atomically
+from forge.schema import Field, ListOf, pep440_version, validate
+
+DEFAULT_INDEX = REPO_ROOT / "images" / "published.json"
+SCHEMA_VERSION = 1
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# Docker's tag grammar: [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+# registry[:port]/path, lowercase path components (no tag, no digest)
+_REPOSITORY = re.compile(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+")
+
+
+class ImmutableTagError(ForgeError):
+    """Re-publishing an immutable tag with another digest."""
+
+    exit_code = 3
+
+
+def _matches(pattern: re.Pattern, what: str):
+    def check(value: str) -> str | None:
+        return None if pattern.fullmatch(value) else f"not {what}: {value!r}"
+    return check
+
+
+VERIFY_SCHEMA = {
+    "passed": Field(bool),
+    "report": Field(str, required=False, default=""),
+    "checked_at": Field(str, required=False, default=""),
+    # A flat mapping of the report's headline figures (acceptance rate, tok/s, ...).
+    "summary": Field(dict, required=False, default={}),
+}
+
+BUILD_SCHEMA = {
+    "target": Field(str, check=_matches(re.compile(r"[a-z0-9][a-z0-9-]*"), "a target name")),
+    "vllm": Field(str, check=pep440_version),
+    "repository": Field(str, check=_matches(_REPOSITORY, "an image repository")),
+    "immutable_tag": Field(str, check=_matches(_TAG, "an image tag")),
+    "digest": Field(str, check=_matches(_DIGEST, "a sha256 image digest")),
+    "published_at": Field(str),
+    "verify": Field(VERIFY_SCHEMA),
+}
+
+KNOWN_GOOD_SCHEMA = {
+    "target": BUILD_SCHEMA["target"],
+    "vllm": BUILD_SCHEMA["vllm"],
+    "repository": BUILD_SCHEMA["repository"],
+    "moving_tag": Field(str, check=_matches(_TAG, "an image tag")),
+    "immutable_tag": BUILD_SCHEMA["immutable_tag"],
+    "digest": BUILD_SCHEMA["digest"],
+    "moved_at": Field(str),
+}
+
+INDEX_SCHEMA = {
+    "schema_version": Field(int, choices=(SCHEMA_VERSION,)),
+    "builds": Field(ListOf(BUILD_SCHEMA)),
+    "known_good": Field(ListOf(KNOWN_GOOD_SCHEMA)),
+}
+
+
+def empty_index() -> dict:
+    return {"schema_version": SCHEMA_VERSION, "builds": [], "known_good": []}
+
+
+def now_utc() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def load_index(path: Path | str | None = None) -> dict:
+    """The index at `path` (default images/published.json), validated; missing is empty."""
+    path = Path(path or DEFAULT_INDEX)
+    if not path.exists():
+        return empty_index()
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ForgeError(f"{path}: not valid JSON: {exc}") from exc
+    index = validate(data, INDEX_SCHEMA, str(path))
+    _check_consistent(index, str(path))
+    return index
+
+
+def _check_consistent(index: dict, source: str) -> None:
+    """Immutable tags are unique, and every moving tag points at a recorded, passed build."""
+    seen: dict[tuple[str, str], str] = {}
+    for i, build in enumerate(index["builds"]):
+        key = (build["repository"], build["immutable_tag"])
+        if key in seen and seen[key] != build["digest"]:
+            raise ImmutableTagError(f"{source}: builds[{i}].digest: immutable tag {_ref(*key)} "
+                                    f"already names {seen[key]}")
+        seen[key] = build["digest"]
+    for i, entry in enumerate(index["known_good"]):
+        build = find_build(index, entry["repository"], entry["immutable_tag"])
+        if build is None or build["digest"] != entry["digest"]:
+            raise ForgeError(f"{source}: known_good[{i}].immutable_tag: "
+                             f"{_ref(entry['repository'], entry['immutable_tag'])} "
+                             f"@ {entry['digest']} is not a recorded build")
+        if not build["verify"]["passed"]:
+            raise ForgeError(f"{source}: known_good[{i}].immutable_tag: its verify report did not pass")
+
+
+def save_index(index: dict, path: Path | str | None = None) -> None:
+    """Write atomically, in a stable order, so the file diffs cleanly between releases."""
+    path = Path(path or DEFAULT_INDEX)
+    index = validate(index, INDEX_SCHEMA, str(path))
+    _check_consistent(index, str(path))
+    index["builds"].sort(key=lambda b: (b["target"], _version_key(b["vllm"]), b["published_at"]))
+    index["known_good"].sort(key=lambda e: (e["target"], _version_key(e["vllm"])))
+    write_text_atomically(path, json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+
+def _version_key(version: str):
+    from packaging.version import Version
+
+    return Version(version)
+
+
+def _ref(repository: str, tag: str) -> str:
+    return f"{repository}:{tag}"
+
+
+def find_build(index: dict, repository: str, immutable_tag: str) -> dict | None:
+    for build in index["builds"]:
+        if build["repository"] == repository and build["immutable_tag"] == immutable_tag:
+            return build
+    return None
+
+
+def known_good(index: dict, target: str, vllm: str) -> dict | None:
+    """The entry users pull for target x release, or None when no build of it passed verify."""
+    for entry in index["known_good"]:
+        if entry["target"] == target and entry["vllm"] == vllm:
+            return entry
+    return None
+
+
+def record_build(index: dict, build: dict) -> dict:
+    """Add a build (or refresh the verify result of the same tag and digest); return it.
+
+    Refuses an immutable tag that already names another digest: a tag that could be re-pointed
+    would not be immutable, and a release's provenance would silently change under its users.
+    """
+    build = validate(build, BUILD_SCHEMA, "build")
+    existing = find_build(index, build["repository"], build["immutable_tag"])
+    if existing is None:
+        index["builds"].append(build)
+        return build
+    if existing["digest"] != build["digest"]:
+        raise ImmutableTagError(
+            f"immutable tag {_ref(build['repository'], build['immutable_tag'])} already names "
+            f"{existing['digest']}; refusing to re-point it to {build['digest']}")
+    if (existing["target"], existing["vllm"]) != (build["target"], build["vllm"]):
+        raise ImmutableTagError(
+            f"immutable tag {_ref(build['repository'], build['immutable_tag'])} is recorded for "
+            f"{existing['target']} vLLM {existing['vllm']}, not {build['target']} vLLM {build['vllm']}")
+    if existing["verify"]["passed"] and not build["verify"]["passed"]:
+        # Publishing again without a report must not un-verify what users already pull.
+        raise ForgeError(
+            f"immutable tag {_ref(build['repository'], build['immutable_tag'])} is recorded as "
+            "verified; publish it again only with a verify report that passes (--verify-report)")
+    existing["verify"] = build["verify"]
+    return existing
+
+
+def promote(index: dict, build: dict, moving_tag: str) -> dict | None:
+    """Point target x release's moving tag at `build` if its verify report passed.
+
+    Returns the new known_good entry, or None when the tag stays where it was.
+    """
+    if not build["verify"]["passed"]:
+        return None
+    entry = {
+        "target": build["target"], "vllm": build["vllm"], "repository": build["repository"],
+        "moving_tag": moving_tag, "immutable_tag": build["immutable_tag"],
+        "digest": build["digest"], "moved_at": now_utc(),
+    }
+    validate(entry, KNOWN_GOOD_SCHEMA, "known_good entry")
+    current = known_good(index, build["target"], build["vllm"])
+    if current is not None:
+        if current["digest"] == build["digest"] and current["moving_tag"] == moving_tag:
+            return current
+        index["known_good"].remove(current)
+    index["known_good"].append(entry)
+    return entry
+
+
+class VerifyNotPassed(ForgeError):
+    """A verify report that did not pass: publish refuses it, writing and moving nothing."""
+
+    exit_code = 1
+
+
+def verify_result(report_paths: list | None, target: str, vllm: str, digest: str) -> dict:
+    """Read verify reports (JSON written by verify/, one per recipe) into the index's verify record.
+
+    Every report must name this target, vLLM release and image digest, and pass by its own checks
+    (the verdict is re-derived; the report's `passed` field is not taken on trust): otherwise
+    ForgeError, before anything is written. No report means not verified: the build is recorded
+    and the moving tag does not move.
+    """
+    if not report_paths:
+        return {"passed": False, "report": "", "checked_at": "", "summary": {"note": "not verified"}}
+    reports = [_read_report(path) for path in _report_files(report_paths)]
+    for path, report in reports:
+        _check_identity(path, report, target, vllm, digest)
+        _check_passed(path, report)
+    summary = {_report_name(path, report): _report_summary(report) for path, report in reports}
+    return {"passed": True,
+            "report": ", ".join(str(report.get("report_url") or path.name) for path, report in reports),
+            "checked_at": max(str(report.get("checked_at") or now_utc()) for _, report in reports),
+            "summary": summary}
+
+
+# What verify/mtp_smoke.py names its report; its --out directory also holds engine spec/result JSON.
+REPORT_NAME = "mtp_smoke.json"
+
+
+def _report_files(report_paths: list) -> list[Path]:
+    """Report files as given; a directory stands for every verify report (mtp_smoke.json) below it."""
+    files = []
+    for given in map(Path, report_paths):
+        if given.is_dir():
+            found = sorted(given.rglob(REPORT_NAME))
+            if not found:
+                raise ForgeError(f"{given}: no verify report ({REPORT_NAME}) in this directory")
+            files.extend(found)
+        else:
+            files.append(given)
+    return files
+
+
+def _read_report(path: Path) -> tuple[Path, dict]:
+    try:
+        report = json.loads(path.read_text())
+    except OSError as exc:
+        raise ForgeError(f"{path}: cannot read the verify report: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise ForgeError(f"{path}: the verify report is not valid JSON: {exc}") from exc
+    if not isinstance(report, dict) or not isinstance(report.get("passed"), bool):
+        raise ForgeError(f"{path}: passed: the verify report must say passed: true or false")
+    return path, report
+
+
+def _check_identity(path: Path, report: dict, target: str, vllm: str, digest: str) -> None:
+    """The report verified this very image: same target, vLLM release and digest."""
+    if report.get("target") != target:
+        raise ForgeError(f"{path}: target: the report verified {report.get('target')!r}, "
+                         f"not {target!r} (--target)")
+    if not _same_release(report.get("vllm"), vllm):
+        raise ForgeError(f"{path}: vllm: the report verified vLLM {report.get('vllm')!r}, "
+                         f"not {vllm!r} (--vllm)")
+    if not report.get("image_digest"):
+        raise ForgeError(f"{path}: image_digest: the report names no image digest (run "
+                         "verify/mtp_smoke.py with --image-digest or $VLLM_FORGE_IMAGE_DIGEST)")
+    if report["image_digest"] != digest:
+        raise ForgeError(f"{path}: image_digest: the report verified {report['image_digest']}, "
+                         f"not {digest} (--digest)")
+
+
+def _same_release(reported, vllm: str) -> bool:
+    """Same release; a local build label (`0.27.1+cu130`) is the same release."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return isinstance(reported, str) and Version(reported).public == Version(vllm).public
+    except InvalidVersion:
+        return False
+
+
+def _check_passed(path: Path, report: dict) -> None:
+    """Re-derive the verdict from the checks, by verify's own rule (verify/report.py)."""
+    from verify.report import checks_from_report, unmet_gates
+
+    try:
+        unmet = unmet_gates(checks_from_report(report))
+    except ValueError as exc:
+        raise ForgeError(f"{path}: {exc}") from exc
+    if unmet:
+        claim = " (its passed: true is contradicted by its checks)" if report["passed"] else ""
+        raise VerifyNotPassed(f"{path}: verify did not pass{claim}: {'; '.join(unmet)}; "
+                              "nothing recorded, moving tag not moved")
+    if not report["passed"]:
+        # Its writer said no: two readings that disagree are not a pass either.
+        raise VerifyNotPassed(f"{path}: passed: the report says false although its checks pass; "
+                              "nothing recorded, moving tag not moved")
+
+
+def _report_name(path: Path, report: dict) -> str:
+    return str(report.get("recipe") or path.stem)
+
+
+def _report_summary(report: dict) -> dict:
+    """The headline of one report: its verdict, its own summary or scalars, and failed checks."""
+    summary = {"passed": report["passed"]}
+    own = report.get("summary")
+    if isinstance(own, dict):
+        summary.update(own)
+    else:
+        summary.update({k: v for k, v in report.items()
+                        if k not in ("passed", "checks") and isinstance(v, (str, int, float, bool))})
+    checks = report.get("checks")
+    if isinstance(checks, list):
+        statuses = [c.get("status") for c in checks if isinstance(c, dict)]
+        summary["checks_passed"] = statuses.count("PASS")
+        summary["checks_failed"] = [c.get("name") for c in checks
+                                    if isinstance(c, dict) and c.get("status") == "FAIL"]
+    return summary
+
+
+def cmd_publish(args) -> int:
+    """build.py publish: record a pushed build; move its moving tag when verify passed.
+
+    Prints one line per outcome. Exits 1 when a verify report did not pass (refused: nothing
+    written, no tag moved) or none was given (recorded as not verified, tag not moved), so a
+    release job shows red; 2 when a report is malformed or names another target, release or
+    digest; 3 when the immutable tag already names another digest.
+    """
+    from forge import image_names as images
+
+    repository = args.repository or images.default_repository()
+    tag = args.immutable_tag
+    expected_prefix = images.moving_tag(args.target, args.vllm) + "-"
+    if not tag.startswith(expected_prefix):
+        raise ForgeError(f"--immutable-tag {tag!r} is not a {args.target} vLLM {args.vllm} tag "
+                         f"(expected {expected_prefix}<hash>)")
+    # Every check that can refuse runs before the index or the registry is touched.
+    verify = verify_result(args.verify_report, args.target, args.vllm, args.digest)
+    index = load_index(args.index)
+    build = record_build(index, {
+        "target": args.target, "vllm": args.vllm, "repository": repository,
+        "immutable_tag": tag, "digest": args.digest, "published_at": now_utc(),
+        "verify": verify,
+    })
+    entry = promote(index, build, images.moving_tag(args.target, args.vllm))
+    if entry is not None and args.move_tag:
+        # Registry first: the index must never claim a move the registry did not make.
+        from forge.images.retag import move_tag
+
+        move_tag(_ref(repository, entry["moving_tag"]), build["digest"])
+    save_index(index, args.index)
+    print(f"recorded {_ref(repository, tag)}@{build['digest']} "
+          f"(verify {'passed' if build['verify']['passed'] else 'did not pass'})")
+    if entry is None:
+        print(f"moving tag {images.moving_tag(args.target, args.vllm)} not moved")
+        return 1
+    print(f"{'moved' if args.move_tag else 'move'} {_ref(repository, entry['moving_tag'])} -> "
+          f"{_ref(repository, tag)}@{build['digest']}")
+    if args.github_output:
+        with open(args.github_output, "a") as out:
+            out.write(f"moving_ref={_ref(repository, entry['moving_tag'])}\n"
+                      f"source_ref={repository}@{build['digest']}\n")
+    return 0
+
+
+def cmd_published(args) -> int:
+    """build.py published: print the known-good image of each target x release."""
+    index = load_index(args.index)
+    entries = [e for e in index["known_good"]
+               if (not args.target or e["target"] == args.target)
+               and (not args.vllm or e["vllm"] == args.vllm)]
+    if args.json:
+        print(json.dumps(entries, indent=2, sort_keys=True))
+        return 0
+    if not entries:
+        print("no verified image published yet" + (f" for {args.target}" if args.target else ""))
+        return 1 if (args.target or args.vllm) else 0
+    for e in entries:
+        print(f"{e['target']:6} vLLM {e['vllm']:8} {_ref(e['repository'], e['moving_tag'])} -> "
+              f"{e['immutable_tag']}@{e['digest']}")
+    return 0

@@ -1,0 +1,659 @@
+"""Apply (or revert) the patch series to an installed vLLM, all or nothing.
+
+Steps: find vllm without importing it; clean what an interrupted earlier run left; refuse what
+the manifest does not cover; compute every patch's status on the installed tree (same engine as
+for release sdists; dependency constraints from the installed versions); plan every hunk in
+memory and stage every violated dependency's new version with pip in a private directory
+(forge.patching.dependency_apply), so that source patches, MoE configs and dependencies are one list of
+file writes. Then, in this order:
+
+  1. the record `vllm/.vllm-forge/applied.json` (state "staging", listing every file and every
+     directory the run will create) and the original bytes of every file it will touch
+     (`vllm/.vllm-forge/originals/N`);
+  2. every output staged in a temp file `.NAME.XXXX.vllm-forge-tmp` next to its target (a
+     read-only target fails here, with nothing changed);
+  3. the record marked "applying", then one os.replace (or unlink) per file, then "applied".
+
+A failure anywhere undoes every step already taken and removes what the run created (temp
+files, new directories, the record): nothing changed. A killed run leaves a record that names
+every place it wrote: the next run removes the temp files and, for a run killed before step 3,
+everything else it created; after step 3 began, it asks for --revert, which restores every file
+byte for byte from the originals (no network needed, dependencies included).
+
+An install that already carries a record is checked again: a dependency that drifted outside
+its constraint since (pip install -U, a new base) is pinned again in a run appended to the
+record (record["later"]); revert undoes every run (see _revertible_entries).
+
+No directory is ever renamed: inside an image, vllm/ and site-packages sit in a lower overlayfs
+layer, where renaming a directory fails with "Invalid cross-device link" (EXDEV). Files are
+replaced with os.replace from a temp file in the same directory, which overlayfs allows.
+
+Fault injection (for tests, and for anyone who wants to watch the rollback work): with
+VLLM_FORGE_FAIL_AFTER_RENAMES=N the step-3 sequence raises a real OSError before step N+1
+(record marked applying = 1, each file, record marked applied = the last); with
+VLLM_FORGE_KILL_AFTER_RENAMES=N the process SIGKILLs itself there instead.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from forge.errors import ConflictError, ForgeError
+from forge.patching import diffs
+from forge.patching.installed import InstalledVllm, find_vllm
+from forge.patching.series import Series, load_series
+from forge.patching.status import PatchStatus, tree_status
+from forge.patching.vocabulary import Status
+
+RECORD_DIR = ".vllm-forge"
+RECORD_FILE = "applied.json"
+TEMP_SUFFIX = ".vllm-forge-tmp"
+FAIL_AFTER_ENV = "VLLM_FORGE_FAIL_AFTER_RENAMES"
+KILL_AFTER_ENV = "VLLM_FORGE_KILL_AFTER_RENAMES"
+
+
+@dataclass
+class ApplyReport:
+    installed: InstalledVllm
+    action: str                    # applied | already-applied | re-pinned | nothing-to-apply |
+    #                                reverted | nothing-to-revert
+    applied: list[str] = field(default_factory=list)        # patch ids written
+    files: list[str] = field(default_factory=list)          # files written (a dependency's
+    #                                                         files are counted, not listed)
+    statuses: list[PatchStatus] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    dependencies: list[dict] = field(default_factory=list)  # the record's dependency entries
+
+    def lines(self) -> list[str]:
+        where = f"vLLM {self.installed.version} at {self.installed.package_dir}"
+        head = {
+            "applied": f"applied {len(self.applied)} patch(es) to {where}: "
+                       f"{', '.join(self.applied)}",
+            "already-applied": f"{where} already carries this patch series "
+                               f"({', '.join(self.applied) or 'no files'}) and every dependency "
+                               "is inside its constraint; nothing to do",
+            "re-pinned": f"{where} carries this patch series, but {len(self.applied)} "
+                         "dependency(ies) drifted outside their constraint since: pinned again "
+                         f"({', '.join(self.applied)}); `--revert` undoes every run",
+            "nothing-to-apply": f"nothing to apply to {where}",
+            "reverted": f"reverted {', '.join(self.applied)} on {where}; "
+                        f"{len(self.files)} file(s) restored byte for byte",
+            "nothing-to-revert": f"{where} carries no vllm-forge patches; nothing to revert",
+        }[self.action]
+        out = [head]
+        out += [f"  {s.id:<36} {s.status:<17} {s.detail}" for s in self.statuses]
+        out += [f"  {line}" for line in self.dependency_lines()]
+        out += [f"  wrote {f}" for f in self.files if self.action == "applied"]
+        out += [f"  {note}" for note in self.notes]
+        return out
+
+    def dependency_lines(self) -> list[str]:
+        if self.action == "reverted":
+            return [f"{d['package']} {d['installed']} -> {d['previous']} (restored)"
+                    for d in self.dependencies]
+        return [f"{d['package']} {d['previous']} -> {d['installed']} (pinned =={d['installed']}: "
+                f"constraint {d['specifier']} of {d['id']}; vLLM requires {d['vllm_requires']})"
+                for d in self.dependencies]
+
+
+@dataclass
+class _Write:
+    target: Path
+    new: bytes | None          # None: remove the file
+    original: bytes | None     # None: the file did not exist
+    label: str                 # how the record names it
+    temp: Path | None = None
+    mode: int | None = None    # for a new file (default 0o644); an existing file keeps its mode
+    package: str | None = None  # the dependency these files belong to (None: vLLM, MoE configs)
+
+
+def apply_series(site_packages=None, expected_version=None, revert=False, moe_config_dir=None,
+                 series_path=None, moe_device=None, offline=False, find_links=None, pins=None
+                 ) -> ApplyReport:
+    """`pins`: ["transformers==5.14.1", ...], the exact version for a violated constraint."""
+    from forge.patching.dependency_apply import parse_pins
+
+    parsed_pins = parse_pins(pins)
+    installed = find_vllm(site_packages)
+    with _exclusive(installed):
+        return _apply_locked(installed, expected_version, revert, moe_config_dir, series_path,
+                             moe_device, offline, find_links, parsed_pins)
+
+
+@contextlib.contextmanager
+def _exclusive(installed: InstalledVllm):
+    """One apply or revert per install at a time: an flock on the package directory itself
+    (no lock file, so a read-only or untouched package stays untouched)."""
+    fd = os.open(installed.package_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise ForgeError(f"{installed.package_dir}: another `build.py apply` is running on "
+                             "this vLLM; nothing changed") from exc
+        yield
+    finally:
+        os.close(fd)
+
+
+def _apply_locked(installed, expected_version, revert, moe_config_dir, series_path, moe_device,
+                  offline, find_links, pins) -> ApplyReport:
+    if expected_version is not None and not _same_release(expected_version, installed.version):
+        raise ForgeError(f"--vllm {expected_version}: the vLLM installed at "
+                         f"{installed.package_dir} is {installed.version}")
+    clean_leftovers(installed)
+    record = _read_record(installed)
+    if revert:
+        return _revert(installed, record)
+    # The manifest was checked against the package index when the image was planned; the index
+    # may be out of reach here (an image, an air-gapped host).
+    series = load_series(series_path, check_index=False)
+    if record is not None:
+        if record.get("state") != "applied":
+            raise ForgeError(f"{_record_path(installed)}: an earlier apply was interrupted; "
+                             "run `build.py apply --revert` first")
+        if record.get("series") != series.digest:
+            raise ForgeError(f"{_record_path(installed)}: vLLM was patched by a different patch "
+                             "series; run `build.py apply --revert` first")
+        return _reapply(installed, series, record, moe_device, offline, find_links, pins)
+    _check_covered(series, installed)
+    statuses = tree_status(series, installed.site_dir, installed.version, moe_device,
+                           install_path=installed.search_path)
+    for s in statuses:
+        if s.status == "conflict":
+            raise ConflictError(f"{installed.package_dir}: patch {s.id}: {s.detail}; "
+                                "nothing changed")
+    writes, applied, notes = _plan(series, statuses, installed, moe_config_dir)
+    from forge.patching import dependency_apply
+
+    pinned = dependency_apply.plan(series, statuses, installed, offline, find_links, pins)
+    if not writes and not pinned:
+        return ApplyReport(installed, "nothing-to-apply", statuses=statuses, notes=notes)
+    patched_files = [w.label for w in writes]
+    try:
+        writes += _pin_writes(pinned, installed, find_links, applied, notes)
+        order = [p.id for p in series.patches]
+        applied.sort(key=order.index)
+        record = {"series": series.digest, "vllm": str(installed.version), "applied": applied,
+                  "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "dependencies": [d.to_record() for d in pinned]}
+        _commit(writes, installed, new_record=record)
+    finally:
+        dependency_apply.discard_staging(installed)
+    return ApplyReport(installed, "applied", applied=applied, files=patched_files,
+                       statuses=statuses, notes=notes, dependencies=record["dependencies"])
+
+
+def _reapply(installed, series, record, moe_device, offline, find_links, pins) -> ApplyReport:
+    """An install that carries a record: the source patches stay as they are (each must still be
+    in), but every dependency is checked against what is installed NOW. A `pip install -U` (or a
+    new base) after the first apply may have put a violating version back: that drift is pinned
+    again, in a run of its own appended to the record (see _revertible_entries for
+    what revert restores)."""
+    statuses = install_statuses(series, installed, record, moe_device)
+    recorded = set(_applied_ids(record))
+    lost = [s.id for s in statuses if s.id in recorded and s.kind == "source"
+            and s.status == "applies"]
+    if lost:
+        raise ForgeError(f"{_record_path(installed)}: {', '.join(lost)} recorded as applied but "
+                         "no longer in the installed files (vLLM changed after vllm-forge patched "
+                         "it); nothing changed")
+    from forge.patching import dependency_apply
+
+    pinned = dependency_apply.plan(series, statuses, installed, offline, find_links, pins)
+    if not pinned:
+        return ApplyReport(installed, "already-applied", applied=_applied_ids(record),
+                           statuses=statuses, dependencies=_dependencies(record))
+    applied: list[str] = []
+    notes: list[str] = []
+    try:
+        writes = _pin_writes(pinned, installed, find_links, applied, notes)
+        dependencies = [d.to_record() for d in pinned]
+        run = {"applied": applied,
+               "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "dependencies": dependencies}
+        _commit(writes, installed, new_record=run, old_record=record)
+    finally:
+        dependency_apply.discard_staging(installed)
+    return ApplyReport(installed, "re-pinned", applied=applied, statuses=statuses, notes=notes,
+                       dependencies=dependencies)
+
+
+def install_statuses(series, installed: InstalledVllm, record: dict | None,
+                     moe_device: str | None = None) -> list[PatchStatus]:
+    """Every patch's status on an install as it is now: dependencies from the versions installed
+    now (a drift after apply shows as `applies`), and a source patch the record lists that is in
+    the files as `applied` (the tree alone cannot tell it from an upstream fix)."""
+    statuses = tree_status(series, installed.site_dir, installed.version, moe_device,
+                           install_path=installed.search_path)
+    recorded = set(_applied_ids(record)) if record is not None else set()
+    return [PatchStatus(s.id, s.kind, str(Status.APPLIED), f"by vllm-forge ({_record_path(installed)}); "
+                                                  f"{s.detail}")
+            if s.id in recorded and s.kind == "source" and s.status == "already-upstream" else s
+            for s in statuses]
+
+
+def read_install_record(installed: InstalledVllm) -> dict | None:
+    return _read_record(installed)
+
+
+def _runs(record: dict) -> list[dict]:
+    """The runs a record holds, oldest first: the first apply (the record's own fields), then
+    every later one that brought a drifted dependency back inside its constraint."""
+    return [record, *record.get("later", [])]
+
+
+def _applied_ids(record: dict) -> list[str]:
+    ids = []
+    for run in _runs(record):
+        ids += [i for i in run.get("applied", []) if i not in ids]
+    return ids
+
+
+def _dependencies(record: dict) -> list[dict]:
+    return [d for run in _runs(record) for d in run.get("dependencies", [])]
+
+
+def _pin_writes(pinned, installed: InstalledVllm, find_links, applied: list[str],
+                notes: list[str]) -> list[_Write]:
+    """The file writes of every pinned dependency (staged with pip); appends to applied/notes."""
+    writes = []
+    for dependency in pinned:
+        dependency_writes = _dependency_writes(dependency, installed, find_links)
+        writes += dependency_writes
+        applied.append(dependency.patch_id)
+        notes.append(f"{dependency.package}: {len(dependency_writes)} file(s) changed in "
+                     f"{dependency.base}")
+    return writes
+
+
+def _dependency_writes(dependency, installed: InstalledVllm, find_links) -> list[_Write]:
+    from forge.patching import dependency_apply
+
+    try:
+        staged = dependency_apply.stage(dependency, installed, find_links)
+        changes = dependency_apply.file_changes(dependency, staged, installed)
+    except OSError as exc:
+        raise ForgeError(f"cannot stage {dependency.package} {dependency.version} in "
+                         f"{dependency_apply.staging_dir(installed)}: {exc.strerror or exc}; "
+                         "nothing changed") from exc
+    writes = []
+    for target, change in changes.items():
+        original = target.read_bytes() if target.is_file() else None
+        new, mode = change if change is not None else (None, None)
+        if new is None and original is not None:
+            mode = stat.S_IMODE(target.stat().st_mode)     # to put a removed file back as it was
+        if new != original:     # most files are the same in neighbouring releases
+            writes.append(_Write(target, new, original, _label(target, installed), mode=mode,
+                                 package=dependency.package))
+    return writes
+
+
+def _label(path: Path, installed: InstalledVllm) -> str:
+    """Paths inside the site directory are recorded relative to it, others absolute."""
+    return str(path.relative_to(installed.site_dir)) if path.is_relative_to(installed.site_dir) \
+        else str(path)
+
+
+def _same_release(expected: str, installed: Version) -> bool:
+    """`--vllm 0.25.0` accepts a 0.25.0+cu130 build; `--vllm 0.25.0+cu130` wants exactly that."""
+    try:
+        wanted = Version(str(expected))
+    except InvalidVersion as exc:
+        raise ForgeError(f"--vllm {expected}: not a PEP 440 version") from exc
+    return wanted == installed or (wanted.local is None and wanted == Version(installed.public))
+
+
+def _check_covered(series: Series, installed: InstalledVllm) -> None:
+    # A dev or local build (0.25.1.dev3+g1234, 0.25.0+cu130) counts as the release it names.
+    release = Version(installed.version.base_version)
+    low, high = Version(series.checked_from), Version(series.checked_through)
+    if not (low <= release <= high):
+        raise ForgeError(f"{series.path}: vLLM {installed.version} (at {installed.package_dir}) is "
+                         f"not covered by the manifest (checked_from {series.checked_from}, "
+                         f"checked_through {series.checked_through})")
+
+
+def _plan(series: Series, statuses, installed: InstalledVllm, moe_config_dir):
+    contents: dict[str, bytes | None] = {}
+    applied: list[str] = []
+    notes: list[str] = []
+    moe_files = []
+    for status in statuses:
+        patch = series.get(status.id)
+        if status.status != "applies" or patch.kind == "dependency":
+            continue
+        if patch.kind == "source":
+            contents.update(diffs.plan_diff(installed.site_dir, patch.diffs, contents=contents))
+            applied.append(patch.id)
+        elif moe_config_dir is None:
+            notes.append(f"{patch.id}: not installed: pass --moe-config-dir")
+        else:
+            moe_files += patch.files
+            applied.append(patch.id)
+    writes = []
+    for rel, new in contents.items():
+        path = installed.site_dir / rel
+        writes.append(_Write(path, new, path.read_bytes() if path.is_file() else None, rel))
+    if moe_files:
+        moe_dir = Path(moe_config_dir).resolve()
+        for f in moe_files:
+            target = moe_dir / f.name
+            writes.append(_Write(target, f.absolute.read_bytes(),
+                                 target.read_bytes() if target.is_file() else None, str(target)))
+    return writes, applied, notes
+
+
+def _target_of(installed: InstalledVllm, label: str) -> Path:
+    path = Path(label)
+    return path if path.is_absolute() else installed.site_dir / path
+
+
+def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
+    if record is None:
+        return ApplyReport(installed, "nothing-to-revert")
+    record_dir = installed.package_dir / RECORD_DIR
+    writes = []
+    for entry in _revertible_entries(record):
+        target = _target_of(installed, entry["path"])
+        current = target.read_bytes() if target.is_file() else None
+        if _sha(current) == entry["original_sha256"]:
+            continue    # never patched (an interrupted apply) or already restored
+        if _sha(current) != entry["patched_sha256"]:
+            raise ForgeError(f"{target}: changed since vllm-forge patched it; not reverting "
+                             "(nothing changed)")
+        original = (record_dir / entry["original"]).read_bytes() if entry["original"] else None
+        writes.append(_Write(target, original, current, entry["path"],
+                             mode=entry.get("original_mode")))
+    _commit(writes, installed, new_record=None, old_record=record)
+    return ApplyReport(installed, "reverted", applied=_applied_ids(record),
+                       files=[w.label for w in writes],
+                       dependencies=_restored_dependencies(record))
+
+
+def _restored_dependencies(record: dict) -> list[dict]:
+    """Per package, the newest run's pin: its `previous` is the version revert puts back."""
+    newest: dict[str, dict] = {}
+    for run in reversed(_runs(record)):
+        for dependency in run.get("dependencies", []):
+            newest.setdefault(dependency["package"], dependency)
+    return list(newest.values())
+
+
+def _revertible_entries(record: dict) -> list[dict]:
+    """The file entries revert restores. Revert undoes every run of the record: each file goes
+    back to the bytes the run that wrote it found. One exception: when a later run pinned a
+    dependency again, the files an earlier run had written for that same dependency were replaced
+    by someone else in between (the drift: `pip install -U`, a new base); those are theirs now,
+    and the later run's originals (the drifted version, exactly as it was) are what comes back.
+    So the install returns to how it was before the first apply, except that a dependency changed
+    by others after an apply comes back as they left it."""
+    runs = _runs(record)
+    entries = []
+    for index, run in enumerate(runs):
+        repinned_later = {d["package"] for later in runs[index + 1:]
+                          for d in later.get("dependencies", [])}
+        entries += [e for e in run.get("files", []) if e.get("package") not in repinned_later]
+    return entries
+
+
+def _sha(data: bytes | None) -> str | None:
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def _record_path(installed: InstalledVllm) -> Path:
+    return installed.package_dir / RECORD_DIR / RECORD_FILE
+
+
+def _read_record(installed: InstalledVllm) -> dict | None:
+    path = _record_path(installed)
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ForgeError(f"{path}: unreadable apply record ({exc}); restore it or reinstall vLLM")\
+            from exc
+
+
+# --- leftovers of an interrupted run -----------------------------------------------------------
+
+def clean_leftovers(installed: InstalledVllm) -> list[Path]:
+    """Remove what a killed apply or revert left: its temp files (wherever the record says it
+    wrote), pip's staging directory, and a record that never got past staging together with
+    the directories that run created. A record of a run that began changing files stays:
+    --revert needs it. Returns what was removed."""
+    from forge.patching import dependency_apply
+
+    removed = []
+    staging = dependency_apply.staging_dir(installed)
+    if staging.exists():
+        shutil.rmtree(staging)
+        removed.append(staging)
+    record_dir = installed.package_dir / RECORD_DIR
+    if not record_dir.is_dir():
+        return removed
+    path = record_dir / RECORD_FILE
+    half_written = record_dir / f"{RECORD_FILE}.tmp"
+    if half_written.exists():     # (unlink of a missing file still fails on a read-only mount)
+        half_written.unlink()
+    record = json.loads(path.read_text()) if path.exists() else None
+    if record is not None:
+        targets = [_target_of(installed, entry["path"])
+                   for run in _runs(record) for entry in run.get("files", [])]
+        removed += _remove_temps({t.parent for t in targets})
+    if record is not None and record.get("state") == "staging" and record.get("later"):
+        # A later run killed before it changed a file: drop just that run.
+        *earlier, last = record["later"]
+        removed += _remove_empty_dirs([Path(d) for d in last.get("created_dirs", [])])
+        previous = dict(record, state="applied", later=earlier)
+        if not earlier:
+            del previous["later"]
+        _forget_run(record_dir, previous)
+        return removed
+    if record is None or record.get("state") == "staging":
+        created = [Path(d) for d in (record or {}).get("created_dirs", [])]
+        removed += _remove_empty_dirs(created)
+        shutil.rmtree(record_dir)
+        removed.append(record_dir)
+    return removed
+
+
+def _remove_temps(directories) -> list[Path]:
+    removed = []
+    for directory in directories:
+        if directory.is_dir():
+            for temp in directory.glob(f".*{TEMP_SUFFIX}"):
+                temp.unlink(missing_ok=True)
+                removed.append(temp)
+    return removed
+
+
+def _remove_empty_dirs(directories: list[Path] | set[Path]) -> list[Path]:
+    """rmdir each directory that exists and is empty, deepest first."""
+    removed = []
+    for directory in sorted(directories, key=lambda d: len(d.parts), reverse=True):
+        try:
+            directory.rmdir()
+            removed.append(directory)
+        except OSError:
+            pass        # absent, or holds something: not ours to remove
+    return removed
+
+
+# --- the transaction ---------------------------------------------------------------------------
+
+def _missing_dirs(writes: list[_Write]) -> list[Path]:
+    """Directories that staging the writes will create, shallowest first."""
+    missing: set[Path] = set()
+    for w in writes:
+        if w.new is None:
+            continue
+        parent = w.target.parent
+        while not parent.exists() and parent not in missing:
+            missing.add(parent)
+            parent = parent.parent
+    return sorted(missing, key=lambda d: len(d.parts))
+
+
+def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | None,
+            old_record: dict | None = None) -> None:
+    """Record (apply only), stage, then replace file by file; on any failure undo every step
+    already taken and remove everything this run created. See the module docstring."""
+    record_dir = installed.package_dir / RECORD_DIR
+    created = _missing_dirs(writes)
+    record = None
+    # An apply with an old record appends a run to it: a failure puts the old record back.
+    appending = new_record is not None and old_record is not None
+    forget = (lambda: _forget_run(record_dir, old_record or {})) if appending else \
+        (lambda: shutil.rmtree(record_dir, ignore_errors=True)) if new_record is not None else None
+    try:
+        if new_record is not None:
+            record = _start_record(record_dir, writes, new_record, created, old_record)
+        for directory in created:
+            directory.mkdir()
+        for w in writes:
+            if w.new is not None:
+                w.temp = _stage(w.target, w.new, w.mode)
+    except OSError as exc:
+        _discard(writes, created, forget)
+        raise ForgeError(f"cannot write {exc.filename or installed.package_dir}: "
+                         f"{exc.strerror or exc}; nothing changed") from exc
+    undo: list = []
+    try:
+        if record is not None:
+            _maybe_inject_failure(len(undo))
+            _write_record(record_dir, dict(record, state="applying"))
+            undo.append(lambda: None)       # _discard removes the record itself
+        for w in writes:
+            _maybe_inject_failure(len(undo))
+            if w.new is None:
+                os.unlink(w.target)
+            else:
+                assert w.temp is not None    # staged before the commit starts
+                os.replace(w.temp, w.target)
+                w.temp = None
+            undo.append(lambda w=w: _restore(w))
+        _maybe_inject_failure(len(undo))
+        if record is not None:
+            _write_record(record_dir, dict(record, state="applied"))
+        else:
+            _finish_revert(record_dir, old_record or {})
+    except OSError as exc:
+        for step in reversed(undo):
+            step()
+        _discard(writes, created, forget)
+        raise ForgeError(f"failed while writing {exc.filename or 'the patched files'}: "
+                         f"{exc.strerror or exc}; rolled back {len(undo)} step(s), "
+                         "nothing changed") from exc
+    # Directories that held only removed files (a dependency's old dist-info) go too; revert
+    # recreates them with the files.
+    _remove_empty_dirs({w.target.parent for w in writes if w.new is None})
+
+
+def _finish_revert(record_dir: Path, record: dict) -> None:
+    """The record goes last: applied.json first (from then on the install counts as clean),
+    then the rest of the record directory, file by file (no directory rename)."""
+    _remove_empty_dirs([Path(d) for run in _runs(record) for d in run.get("created_dirs", [])])
+    (record_dir / RECORD_FILE).unlink()
+    shutil.rmtree(record_dir, ignore_errors=True)
+
+
+def _start_record(record_dir: Path, writes: list[_Write], record: dict, created: list[Path],
+                  previous: dict | None = None) -> dict:
+    """The record in state "staging": every file (with its original bytes) and every directory
+    the run may create, written before anything else so a killed run can be cleaned up. With a
+    `previous` record (a later run), the run is appended to it as record["later"][-1]."""
+    prefix = _originals_prefix(len(_runs(previous)) if previous is not None else 0)
+    run = dict(record, created_dirs=[str(d) for d in created], files=[])
+    for index, w in enumerate(writes):
+        original = f"{prefix}{index}" if w.original is not None else None
+        entry: dict[str, object] = {"path": w.label, "original": original, "original_sha256": _sha(w.original),
+                 "patched_sha256": _sha(w.new)}
+        if w.original is not None and w.new is None:
+            entry["original_mode"] = w.mode
+        if w.package is not None:
+            entry["package"] = w.package
+        run["files"].append(entry)
+    if previous is None:
+        record_dir.mkdir()
+        record = dict(run, state="staging")
+    else:
+        record = dict(previous, state="staging", later=[*previous.get("later", []), run])
+    _write_record(record_dir, record)
+    (record_dir / "originals").mkdir(exist_ok=True)
+    for index, w in enumerate(writes):
+        if w.original is not None:
+            (record_dir / f"{prefix}{index}").write_bytes(w.original)
+    return record
+
+
+def _maybe_inject_failure(renames_done: int) -> None:
+    kill_at = os.environ.get(KILL_AFTER_ENV)
+    if kill_at is not None and renames_done >= int(kill_at):
+        os.kill(os.getpid(), signal.SIGKILL)     # a real crash: no handler, no cleanup runs
+    limit = os.environ.get(FAIL_AFTER_ENV)
+    if limit is not None and renames_done >= int(limit):
+        raise OSError(errno.EIO, f"injected failure after {renames_done} rename(s) "
+                                 f"({FAIL_AFTER_ENV}={limit})")
+
+
+def _stage(target: Path, data: bytes, mode: int | None = None) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    if target.exists():
+        mode = stat.S_IMODE(target.stat().st_mode)
+    os.chmod(name, mode if mode is not None else 0o644)
+    return Path(name)
+
+
+def _write_record(record_dir: Path, record: dict) -> None:
+    temp = record_dir / f"{RECORD_FILE}.tmp"
+    temp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(temp, record_dir / RECORD_FILE)
+
+
+def _restore(w: _Write) -> None:
+    if w.original is None:
+        w.target.unlink(missing_ok=True)
+    else:
+        mode = stat.S_IMODE(w.target.stat().st_mode) if w.target.exists() else w.mode
+        os.replace(_stage(w.target, w.original, mode), w.target)
+
+
+def _discard(writes: list[_Write], created: list[Path], forget_record) -> None:
+    for w in writes:
+        if w.temp is not None and w.temp.exists():
+            w.temp.unlink()
+        w.temp = None
+    _remove_empty_dirs(created)
+    if forget_record is not None:
+        forget_record()
+
+
+def _forget_run(record_dir: Path, previous: dict) -> None:
+    """Undo the start of an appended run: the previous record back, the run's originals gone."""
+    _write_record(record_dir, previous)
+    prefix = _originals_prefix(len(_runs(previous)))
+    for original in (record_dir / "originals").glob(f"{Path(prefix).name}*"):
+        original.unlink()
+
+
+def _originals_prefix(run_index: int) -> str:
+    """Where run `run_index` (0: the first apply) keeps its original bytes, inside the record."""
+    return "originals/" if run_index == 0 else f"originals/run{run_index}-"

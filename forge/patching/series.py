@@ -1,0 +1,302 @@
+"""patches/series.yaml: the patch manifest, validated on load and written back without losing
+its comment block.
+
+Load: every field is checked (forge.schema), every patch file's sha256 is verified, every
+source diff is parsed. Save (`save_series`): the comment block at the top of the file is kept
+verbatim and the data below it is written in one canonical layout; the committed series.yaml
+is in that layout, so load + save reproduces it byte for byte. Comments therefore belong in the
+top block; per-patch prose belongs in the `why` field.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from forge import REPO_ROOT
+from forge.errors import ForgeError
+from forge.files import write_text_atomically
+from forge.patching import diffs
+from forge.patching.moe_config_names import parse_config_name
+from forge.patching.vocabulary import Kind
+from forge.schema import Field, ListOf, load_yaml, pep440_specifier, pep440_version, sha256_hex, validate
+
+PATCHES_DIR = REPO_ROOT / "patches"
+DEFAULT_SERIES = PATCHES_DIR / "series.yaml"
+KINDS = tuple(kind.value for kind in Kind)
+
+
+def _patch_id(value: str) -> str | None:
+    ok = value and all(c.isalnum() or c in "-._" for c in value) and value[0].isalnum()
+    return None if ok else f"must be letters, digits, '-', '.', '_' (got {value!r})"
+
+
+def _relative_path(value: str) -> str | None:
+    if value.startswith("/") or ".." in Path(value).parts:
+        return f"must be a path inside patches/ (got {value!r})"
+    return None
+
+
+# PEP 508 names (packaging >= 24 has canonicalize_name(validate=True); images may carry 23).
+PROJECT_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
+
+
+def _project_name(value: str) -> str | None:
+    return None if PROJECT_NAME.match(value) else f"not a valid Python project name: {value!r}"
+
+
+FILE_SCHEMA = {
+    "path": Field(str, check=_relative_path),
+    "sha256": Field(str, check=sha256_hex),
+}
+UPSTREAM_SCHEMA = {
+    "issue": Field(int, required=False),
+    "pr": Field(int, required=False),
+    "fixed_in": Field(str, required=False, check=pep440_version),
+    "introduced_by": Field(int, required=False),
+}
+PATCH_SCHEMA = {
+    "id": Field(str, check=_patch_id),
+    "title": Field(str),
+    "kind": Field(str, choices=KINDS),
+    "files": Field(ListOf(FILE_SCHEMA, min_items=1), required=False),
+    "releases": Field(str, check=pep440_specifier),
+    "package": Field(str, required=False, check=_project_name),
+    "specifier": Field(str, required=False, check=pep440_specifier),
+    "why": Field(str),
+    "upstream": Field(UPSTREAM_SCHEMA, required=False),
+    "fixes_marker": Field(str, required=False),
+    "retired_in": Field(str, required=False, check=pep440_version),
+}
+SERIES_SCHEMA = {
+    "checked_from": Field(str, check=pep440_version),
+    "checked_through": Field(str, check=pep440_version),
+    "patches": Field(ListOf(PATCH_SCHEMA)),
+}
+
+
+@dataclass(frozen=True)
+class PatchFile:
+    path: str             # relative to the patches/ directory, as written in the manifest
+    sha256: str
+    absolute: Path
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).name
+
+
+@dataclass
+class Patch:
+    id: str
+    title: str
+    kind: str
+    files: list[PatchFile]
+    releases: str
+    why: str
+    upstream: dict | None = None
+    fixes_marker: str | None = None
+    retired_in: str | None = None
+    package: str | None = None              # dependency: the PyPI project, canonical name
+    specifier: SpecifierSet | None = None   # dependency: what the installed version must satisfy
+    diffs: list[diffs.FileDiff] = field(default_factory=list, repr=False)
+
+    def in_range(self, version: Version) -> bool:
+        # Local build tags (+cu130) and dev builds still belong to the release they name.
+        return SpecifierSet(self.releases).contains(Version(version.public), prereleases=True)
+
+    def retired_for(self, version: Version) -> bool:
+        return self.retired_in is not None and version >= Version(self.retired_in)
+
+
+@dataclass
+class Series:
+    path: Path
+    checked_from: str
+    checked_through: str
+    patches: list[Patch]
+    header: str = ""        # the comment block at the top, kept verbatim by save_series
+    digest: str = ""        # sha256 over the manifest and every patch file: keys status caches
+
+    def get(self, patch_id: str) -> Patch:
+        for patch in self.patches:
+            if patch.id == patch_id:
+                return patch
+        raise ForgeError(f"{self.path}: no patch with id {patch_id!r}")
+
+
+def load_series(path: str | Path | None = None, offline: bool = False,
+                check_index: bool = True) -> Series:
+    """Read, validate and hash-check the manifest. Errors name the file and the field.
+
+    Dependency constraints are also checked against the package index (cached; `offline`: the
+    cache only): the package exists, its specifier admits a published version, its `releases`
+    admit a known vLLM release. `check_index=False` skips that (apply inside an image, where
+    the manifest was checked when the image was planned and the index may be out of reach)."""
+    # VLLM_FORGE_SERIES points every command (and image build) at another manifest.
+    path = Path(path or os.environ.get("VLLM_FORGE_SERIES") or DEFAULT_SERIES)
+    data = validate(load_yaml(path), SERIES_SCHEMA, str(path))
+    if Version(data["checked_through"]) < Version(data["checked_from"]):
+        raise ForgeError(f"{path}: checked_through: must not be before checked_from "
+                         f"{data['checked_from']} (got {data['checked_through']})")
+    base = path.parent
+    digest = hashlib.sha256(path.read_bytes())
+    patches: list[Patch] = []
+    for index, entry in enumerate(data["patches"]):
+        where = f"{path}: patches[{index}]"
+        if any(p.id == entry["id"] for p in patches):
+            raise ForgeError(f"{where}.id: duplicate patch id {entry['id']!r}")
+        if entry["kind"] == Kind.DEPENDENCY:
+            _check_dependency_fields(entry, where)     # before reading files it must not have
+        files = [_checked_file(base, f, f"{where}.files[{i}]", digest)
+                 for i, f in enumerate(entry["files"] or [])]
+        patch = Patch(files=files, **{k: v for k, v in entry.items()
+                                      if k not in ("files", "package", "specifier")})
+        _check_kind_fields(patch, entry, where)
+        if patch.kind == Kind.DEPENDENCY:
+            patch.package = canonicalize_name(entry["package"])
+            patch.specifier = SpecifierSet(entry["specifier"])
+            if check_index:
+                _check_against_index(patch, where, data["checked_from"], offline)
+        if patch.kind == Kind.SOURCE:
+            for f in files:
+                patch.diffs.extend(diffs.load_diff(f.absolute))
+        patches.append(patch)
+    return Series(path, data["checked_from"], data["checked_through"], patches,
+                  header=_header_of(path.read_text()), digest=digest.hexdigest())
+
+
+def _checked_file(base: Path, entry: dict, where: str, digest) -> PatchFile:
+    absolute = base / entry["path"]
+    try:
+        content = absolute.read_bytes()
+    except OSError as exc:
+        raise ForgeError(f"{where}.path: cannot read {absolute}: {exc.strerror}") from exc
+    actual = hashlib.sha256(content).hexdigest()
+    if actual != entry["sha256"]:
+        raise ForgeError(f"{where}.sha256: {entry['path']} has sha256 {actual}, "
+                         f"the manifest says {entry['sha256']}")
+    digest.update(entry["path"].encode() + b"\0" + content)
+    return PatchFile(entry["path"], entry["sha256"], absolute)
+
+
+def _check_kind_fields(patch: Patch, entry: dict, where: str) -> None:
+    if patch.kind == Kind.DEPENDENCY:
+        return      # checked before its (absent) files were read
+    for name in ("package", "specifier"):
+        if entry.get(name) is not None:
+            raise ForgeError(f"{where}.{name}: only dependency patches have one")
+    if not patch.files:
+        raise ForgeError(f"{where}.files: required field is missing")
+    if patch.kind == Kind.SOURCE:
+        if not patch.upstream or not (patch.upstream.get("issue") or patch.upstream.get("pr")):
+            raise ForgeError(f"{where}.upstream: a source patch names its upstream issue or pr")
+        if any(not f.path.endswith(".diff") for f in patch.files):
+            raise ForgeError(f"{where}.files: a source patch's files are .diff files")
+    if patch.kind == Kind.MOE_CONFIG:
+        if patch.fixes_marker:
+            raise ForgeError(f"{where}.fixes_marker: only source patches have one")
+        for f in patch.files:
+            if parse_config_name(f.name) is None:
+                raise ForgeError(f"{where}.files: {f.path} is not named like a fused-MoE config "
+                                 "(E=...,N=...,device_name=....json)")
+
+
+def _check_dependency_fields(entry: dict, where: str) -> None:
+    for name in ("package", "specifier"):
+        if entry.get(name) is None:
+            raise ForgeError(f"{where}.{name}: a dependency patch needs one")
+    for name in ("files", "fixes_marker"):
+        if entry.get(name) is not None:
+            raise ForgeError(f"{where}.{name}: a dependency patch has none")
+    if not SpecifierSet(entry["specifier"]):
+        raise ForgeError(f"{where}.specifier: must constrain something (got an empty specifier)")
+    upstream = entry.get("upstream") or {}
+    if not (upstream.get("issue") or upstream.get("pr")):
+        raise ForgeError(f"{where}.upstream: a dependency patch names its upstream issue or pr")
+
+
+def _check_against_index(patch: Patch, where: str, checked_from: str, offline: bool) -> None:
+    """Facts only the indexes know: the package exists and can satisfy the constraint, and the
+    releases range covers a vLLM release that exists."""
+    from forge.upstream import pypi, releases
+
+    try:
+        published = pypi.published_versions(patch.package or "", offline=offline)
+    except pypi.UnknownProject as exc:
+        raise ForgeError(f"{where}.package: {exc}") from exc
+    except ForgeError as exc:
+        raise ForgeError(f"{where}.package: cannot check it: {exc}") from exc
+    specifier = patch.specifier or SpecifierSet()
+    if not any(specifier.contains(v, prereleases=True) for v in published):
+        raise ForgeError(f"{where}.specifier: no published version of {patch.package} satisfies "
+                         f"{patch.specifier} (newest {published[-1] if published else 'none'})")
+    known = releases.list_releases(minimum=checked_from, offline=offline)
+    if not any(patch.in_range(v) for v in known):
+        raise ForgeError(f"{where}.releases: no known vLLM release from {checked_from} "
+                         f"({known[0] if known else '-'} .. {known[-1] if known else '-'}) is in "
+                         f"{patch.releases!r}")
+
+
+def _header_of(text: str) -> str:
+    lines = []
+    for line in text.splitlines(keepends=True):
+        if not line.startswith("#") and line.strip():
+            break
+        lines.append(line)
+    return "".join(lines)
+
+
+# --- writing the manifest back (used by the upstream watch) ---------------------------------
+
+class _BlockStyleDumper(yaml.SafeDumper):
+    pass
+
+
+def _represent_str(dumper, value: str):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockStyleDumper.add_representer(str, _represent_str)
+
+
+def series_to_data(series: Series) -> dict:
+    patches = []
+    for p in series.patches:
+        entry: dict[str, object] = {"id": p.id, "title": p.title, "kind": p.kind, "releases": p.releases}
+        if p.retired_in:
+            entry["retired_in"] = p.retired_in
+        if p.kind == Kind.DEPENDENCY:
+            entry["package"] = p.package
+            entry["specifier"] = str(p.specifier)
+        if p.upstream:
+            entry["upstream"] = {k: v for k, v in p.upstream.items() if v is not None}
+        if p.fixes_marker:
+            entry["fixes_marker"] = p.fixes_marker
+        if p.files:
+            entry["files"] = [{"path": f.path, "sha256": f.sha256} for f in p.files]
+        entry["why"] = p.why
+        patches.append(entry)
+    return {"checked_from": series.checked_from, "checked_through": series.checked_through,
+            "patches": patches}
+
+
+def render_series(series: Series) -> str:
+    body = yaml.dump(series_to_data(series), Dumper=_BlockStyleDumper, sort_keys=False,
+                     allow_unicode=True, width=100, default_flow_style=False)
+    return series.header + body
+
+
+def save_series(series: Series, path: str | Path | None = None) -> Path:
+    """Write the manifest atomically (header comments kept), then re-load it to prove it valid."""
+    path = Path(path) if path else series.path
+    return write_text_atomically(path, render_series(series), check=load_series)
+

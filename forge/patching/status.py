@@ -1,0 +1,255 @@
+"""Status of every patch in patches/series.yaml against a vLLM tree (a release's sdist or an
+install); the `patches` / `apply` commands are in forge.commands.patches.
+
+Statuses (the same engine for a release's sdist tree and for an installed site-packages):
+  not-needed        outside the patch's `releases`, a target file absent, the code it fixes absent
+                    (`fixes_marker` not in the file), or retired and the reverse does not apply
+  applies           every hunk fits exactly one place (forge.patching.diffs); moe-config: vLLM bundles no
+                    file of that name
+  already-upstream  the reverse applies (upstream holds the change); moe-config: bundled
+  conflict          in range, the code it fixes is there, and neither forward nor reverse fits
+  satisfied         dependency on an install: the installed version already satisfies it
+
+Dependency constraints (kind `dependency`) are judged by forge.patching.dependencies: against a release
+from its declared requirements (applies / already-upstream / not-needed), against an install
+from the installed version (applies / satisfied / not-needed).
+
+Public API: release_status, matrix, patch_set_hash, status_of, tree_status, for_moe_device,
+moe_devices_of, shipped_moe_configs, PatchStatus. The manifest is forge.patching.series, applying
+it forge.patching.apply.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from packaging.version import Version
+
+from forge.errors import ConflictError
+from forge.files import write_text_atomically
+from forge.patching import diffs
+from forge.patching.moe_config_names import parse_config_name
+from forge.patching.series import Patch, Series, load_series
+from forge.patching.vocabulary import Kind, Status
+
+__all__ = ["release_status", "matrix", "patch_set_hash", "PatchStatus", "status_of", "tree_status",
+           "for_moe_device", "moe_devices_of", "shipped_moe_configs", "raise_on_conflict",
+           "MOE_CONFIGS_DIR"]
+
+MOE_CONFIGS_DIR = "vllm/model_executor/layers/fused_moe/configs"
+TREE_KINDS = (Kind.SOURCE, Kind.MOE_CONFIG)      # judged from the release's vllm/ tree alone
+STATUSES = tuple(Status)
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    id: str
+    kind: str
+    status: str
+    detail: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --- status of one patch on one tree ---------------------------------------------------------
+
+def status_of(patch: Patch, root: Path, version: Version, install_path: list[str] | None = None,
+              offline: bool = False) -> PatchStatus:
+    """Status of `patch` on the tree `root` (the directory holding vllm/) of release `version`.
+
+    A dependency constraint is judged against release `version`'s declared requirements, or,
+    with `install_path` (where an install's packages are found), against the installed version."""
+    def status(name: str, detail: str) -> PatchStatus:
+        return PatchStatus(patch.id, patch.kind, str(name), detail)   # the plain spelling, for JSON
+
+    if patch.kind == Kind.DEPENDENCY:
+        from forge.patching import dependencies
+
+        if install_path is not None:
+            return status(*dependencies.install_status(patch, version, install_path))
+        return status(*dependencies.release_status(patch, version, offline=offline))
+    if not patch.in_range(version):
+        return status(Status.NOT_NEEDED, f"{version} is outside releases {patch.releases}")
+    if patch.kind == Kind.MOE_CONFIG:
+        return _moe_status(patch, root, status)
+    if patch.retired_for(version):
+        if _fits(patch, root, reverse=True):
+            return status(Status.ALREADY_UPSTREAM, f"retired in {patch.retired_in}; reverse applies")
+        return status(Status.NOT_NEEDED, f"retired in {patch.retired_in}")
+    missing = [d.old_path for d in patch.diffs if d.old_path and not (root / d.old_path).is_file()]
+    if missing:
+        return status(Status.NOT_NEEDED, f"{missing[0]} is absent")
+    try:
+        broken = _breaks_python(root, diffs.plan_diff(root, patch.diffs))
+        if broken:
+            return status(Status.CONFLICT, f"the hunks fit but {broken}")
+        hunks = sum(len(d.hunks) for d in patch.diffs)
+        return status(Status.APPLIES, f"{hunks} hunk(s) fit in {_files(patch)}")
+    except diffs.HunkError as forward_error:
+        if _fits(patch, root, reverse=True):
+            return status(Status.ALREADY_UPSTREAM, f"reverse applies to {_files(patch)}")
+        if patch.fixes_marker and not _marker_present(patch, root):
+            return status(Status.NOT_NEEDED, f"the code it fixes is absent "
+                                        f"({patch.fixes_marker!r} not in {_files(patch)})")
+        return status(Status.CONFLICT, f"neither forward nor reverse applies: {forward_error}")
+
+
+def _breaks_python(root: Path, planned: dict[str, bytes | None]) -> str | None:
+    """A patched .py file that no longer compiles (where the original did) is no fit.
+
+    Compared with the original because the host's Python may be older than vLLM's syntax."""
+    for rel, new in planned.items():
+        if not rel.endswith(".py") or new is None or not (root / rel).is_file():
+            continue
+        try:
+            compile(new, rel, "exec", dont_inherit=True)
+        except SyntaxError as error:
+            try:
+                compile((root / rel).read_bytes(), rel, "exec", dont_inherit=True)
+            except SyntaxError:
+                continue
+            return f"the patched {rel} does not compile: line {error.lineno}: {error.msg}"
+    return None
+
+
+def _fits(patch: Patch, root: Path, reverse: bool) -> bool:
+    try:
+        diffs.plan_diff(root, patch.diffs, reverse=reverse)
+        return True
+    except diffs.HunkError:
+        return False
+
+
+def _marker_present(patch: Patch, root: Path) -> bool:
+    marker = (patch.fixes_marker or "").encode()
+    return any(marker in (root / rel).read_bytes()
+               for rel in diffs.target_paths(patch.diffs) if (root / rel).is_file())
+
+
+def _files(patch: Patch) -> str:
+    return ", ".join(diffs.target_paths(patch.diffs))
+
+
+def _moe_status(patch: Patch, root: Path, status) -> PatchStatus:
+    bundled = [f.name for f in patch.files if (root / MOE_CONFIGS_DIR / f.name).is_file()]
+    if len(bundled) == len(patch.files):
+        return status(Status.ALREADY_UPSTREAM, f"vLLM bundles {', '.join(bundled)}")
+    detail = f"vLLM bundles no {patch.files[0].name}" if len(patch.files) == 1 else \
+        f"vLLM bundles {len(bundled)} of {len(patch.files)} configs"
+    return status(Status.APPLIES, detail + "; delivered through VLLM_TUNED_CONFIG_FOLDER")
+
+
+def tree_status(series: Series, root: Path, version: Version, moe_device: str | None = None,
+                install_path: list[str] | None = None, offline: bool = False,
+                kinds: tuple[str, ...] | None = None) -> list[PatchStatus]:
+    """Every patch's status (of `kinds` only, if given); see status_of for `install_path`."""
+    statuses = [status_of(patch, root, version, install_path, offline) for patch in series.patches
+                if kinds is None or patch.kind in kinds]
+    return for_moe_device(statuses, series, moe_device)
+
+
+def moe_devices_of(patch: Patch) -> set[str]:
+    """The GPUs a moe-config patch was tuned for: the device_name= field of its file names."""
+    names = (parse_config_name(f.name) for f in patch.files)
+    return {name.device for name in names if name is not None}
+
+
+def shipped_moe_configs(version: str, series: Series | None = None) -> set[str]:
+    """File names of the tuned MoE configs this series delivers to vLLM `version` (in range, not
+    retired): what an image of that release carries, so what verify may expect vLLM to read."""
+    # Verify calls this inside images, where the package index may be out of reach; MoE
+    # configs need none of the index checks that dependency constraints get on load.
+    series = series or load_series(check_index=False)
+    parsed = Version(str(version))
+    return {f.name for p in series.patches if p.kind == Kind.MOE_CONFIG and p.in_range(parsed)
+            and not p.retired_for(parsed) for f in p.files}
+
+
+def for_moe_device(statuses: list[PatchStatus], series: Series, moe_device: str | None
+                   ) -> list[PatchStatus]:
+    """One image's view of the series: a config tuned for another GPU is not-needed there, so
+    an A100 image neither carries H200 tunes nor changes its patch-set hash when they change.
+    None keeps every config (a user's venv: vLLM itself picks the file by device name)."""
+    if moe_device is None:
+        return statuses
+    narrowed = []
+    for status in statuses:
+        patch = series.get(status.id)
+        devices = moe_devices_of(patch) if patch.kind == Kind.MOE_CONFIG else set()
+        if devices and moe_device not in devices and status.status != "not-needed":
+            status = PatchStatus(status.id, status.kind, str(Status.NOT_NEEDED),
+                                 f"tuned for {', '.join(sorted(devices))}, not {moe_device}")
+        narrowed.append(status)
+    return narrowed
+
+
+# --- statuses of releases from their real sdist trees, cached ---------------------------------
+
+def _engine_digest() -> str:
+    """Changes to the status engine invalidate cached statuses as surely as manifest changes."""
+    digest = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for name in ("diffs.py", "status.py", "series.py", "dependencies.py", "vocabulary.py",
+                 "moe_config_names.py"):
+        digest.update((here / name).read_bytes())
+    return digest.hexdigest()
+
+
+def _status_cache_file(series: Series, version: str) -> Path:
+    from forge.upstream.releases import cache_dir
+
+    key = hashlib.sha256((series.digest + _engine_digest()).encode()).hexdigest()[:20]
+    return cache_dir() / "patch-status" / key / f"{version}.json"
+
+
+def release_status(version: str, offline: bool = False, series: Series | None = None,
+                   moe_device: str | None = None) -> list[PatchStatus]:
+    """Status of every patch against release `version`'s real source tree (sdist from PyPI);
+    with `moe_device`, as an image for that GPU sees it (see for_moe_device)."""
+    from forge.upstream import releases
+
+    series = series or load_series(offline=offline)
+    parsed = Version(str(releases.sdist_info(version, offline=offline).version))
+    cached = _status_cache_file(series, str(parsed))
+    try:
+        statuses = [PatchStatus(**entry) for entry in json.loads(cached.read_text())]
+    except (OSError, ValueError, TypeError):
+        statuses = tree_status(series, releases.release_tree(str(parsed), offline=offline), parsed,
+                               kinds=TREE_KINDS)
+        write_text_atomically(cached, json.dumps([s.to_dict() for s in statuses], indent=1))
+    # Dependency statuses also depend on what the package index publishes, which moves on its
+    # own: computed each time (from the cached requirements and index), never cached here.
+    by_id = {s.id: s for s in statuses}
+    by_id.update({s.id: s for s in tree_status(series, Path("."), parsed, offline=offline,
+                                               kinds=(Kind.DEPENDENCY,))})
+    return for_moe_device([by_id[p.id] for p in series.patches], series, moe_device)
+
+
+def matrix(versions, offline: bool = False, series: Series | None = None
+           ) -> dict[str, list[PatchStatus]]:
+    series = series or load_series(offline=offline)
+    return {str(v): release_status(str(v), offline=offline, series=series) for v in versions}
+
+
+def patch_set_hash(statuses: list[PatchStatus], series: Series | None = None) -> str:
+    """12 hex chars naming exactly which patch files and dependency constraints an image applies
+    (for immutable tags)."""
+    series = series or load_series()
+    digest = hashlib.sha256()
+    for status in statuses:
+        if status.status == "applies":
+            patch = series.get(status.id)
+            if patch.kind == Kind.DEPENDENCY:
+                digest.update(f"{status.id}\0{patch.package}{patch.specifier}\n".encode())
+            for f in patch.files:
+                digest.update(f"{status.id}\0{f.sha256}\n".encode())
+    return digest.hexdigest()[:12]
+
+
+def raise_on_conflict(statuses: list[PatchStatus], where: str) -> None:
+    for s in statuses:
+        if s.status == "conflict":
+            raise ConflictError(f"{where}: patch {s.id}: {s.detail}")

@@ -1,0 +1,363 @@
+"""`build.py tune-moe`: tune vLLM's Triton fused-MoE kernel for Gemma-4-26B-A4B on this GPU.
+
+For each token count M the server runs, time every config of a search space with vLLM's own
+`fused_experts` (the installed release's kernel, under its `override_config`), then time the best
+one against vLLM's default config for that M, and keep it only where it wins. The result is a
+JSON under vLLM's own file name (E=128,N=704,device_name=...[,dtype=fp8_w8a8].json), which vLLM
+reads from $VLLM_TUNED_CONFIG_FOLDER: no source patch needed (REFERENCE.md §2).
+
+Two steps, because the GPU host has no checkout to commit from:
+  on the GPU:  build.py tune-moe --dtype bf16 --batch-sizes 1,8,64,256 --results R.json
+  here:        build.py tune-moe --import-results R.json   (writes patches/moe-configs/<name>,
+               registers it in patches/series.yaml as a moe-config patch with provenance)
+torch, triton and vllm are imported only by the GPU step.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import itertools
+import json
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from forge import REPO_ROOT
+from forge.errors import ForgeError
+from forge.patching.moe_config_names import config_file_name, parse_config_name
+from forge.progress import say, track
+
+PATCHES_DIR = REPO_ROOT / "patches"
+MOE_CONFIG_DIR = PATCHES_DIR / "moe-configs"
+# Gemma-4-26B-A4B at TP=1 (REFERENCE.md §4): 128 experts, top-8, hidden 2816, intermediate 704.
+GEMMA4_SHAPE = {"experts": 128, "intermediate": 704, "hidden": 2816, "topk": 8}
+# Token counts a server runs: decode batches up to max_num_seqs x (1 + k) and prefill chunks.
+# A config tuned only for M=1 and used at M=8 was slower than the default (REFERENCE.md §2).
+SERVER_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096]
+# Releases a config tuned on vLLM 0.25.0 is shipped for: 0.25 and 0.26 pin the same torch
+# (2.11.0) and so the same Triton that compiled the kernel we timed (REFERENCE.md §1); from 0.27
+# torch and Triton move on and a config must be re-tuned there.
+TUNED_RELEASES = ">=0.25.0,<0.27"
+# Tuned must beat the default by this fraction to be kept: smaller gaps are timing noise.
+MIN_GAIN = 0.01
+SPACES = {
+    # Small enough for one GPU call (about 50 kernel compiles per dtype); what this project ran.
+    "small": {"BLOCK_SIZE_M": [16, 32, 64], "BLOCK_SIZE_N": [32, 64, 128],
+              "BLOCK_SIZE_K": [128, 256], "GROUP_SIZE_M": [1], "num_warps": [4, 8],
+              "num_stages": [3, 4]},
+    "full": {"BLOCK_SIZE_M": [16, 32, 64, 128], "BLOCK_SIZE_N": [32, 64, 128, 256],
+             "BLOCK_SIZE_K": [64, 128, 256], "GROUP_SIZE_M": [1, 16, 32, 64],
+             "num_warps": [4, 8], "num_stages": [2, 3, 4, 5]},
+}
+CONFIG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
+               "num_stages")
+
+
+# ------------------------------------------------------------------------------------------
+# Pure parts (run and tested on the CPU)
+
+def search_space(m: int, space: str = "small", experts: int = 128, topk: int = 8) -> list[dict]:
+    """Configs worth timing at M tokens. BLOCK_SIZE_M tiles one expert's tokens, and M tokens
+    spread over E experts give each about M*topk/E: a tile far taller than that is padding."""
+    if space not in SPACES:
+        raise ForgeError(f"tune-moe: unknown search space {space!r} (known: {', '.join(SPACES)})")
+    grid = SPACES[space]
+    per_expert = max(1, -(-m * topk // experts))
+    tallest = max(16, 2 * _next_power_of_two(per_expert))
+    configs = []
+    for values in itertools.product(*(grid[key] for key in CONFIG_KEYS)):
+        config = dict(zip(CONFIG_KEYS, values))
+        if config["BLOCK_SIZE_M"] <= tallest:
+            configs.append(config)
+    return configs
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def recipe_token_counts(k_values: list[int], concurrency: list[int]) -> list[int]:
+    """Token counts per fused-MoE call in decode with k draft tokens: a speculative step verifies
+    k+1 tokens per request, so M = (k+1) x requests in the step."""
+    if any(k < 0 for k in k_values) or any(c < 1 for c in concurrency):
+        raise ForgeError(f"tune-moe: k must be >= 0 and concurrency >= 1 (got k={k_values}, "
+                         f"concurrency={concurrency})")
+    return sorted({(k + 1) * c for k in k_values for c in concurrency})
+
+
+def token_counts_for_recipe(recipe, k_values: list[int] | None = None,
+                            concurrency: list[int] | None = None) -> list[int]:
+    """The recipe's M list: its k (or the given ones) at batch 1, 8 and its max_num_seqs."""
+    ks = k_values or [recipe.speculative.num_speculative_tokens]
+    return recipe_token_counts(ks, concurrency or [1, 8, recipe.serve.max_num_seqs])
+
+
+def merge_configs(shipped: dict[str, dict], chosen: dict) -> dict[int, dict]:
+    """The shipped file's token counts plus (overriding) the newly chosen ones."""
+    merged = {int(m): c for m, c in shipped.items() if m != "triton_version"}
+    merged.update({int(m): c for m, c in chosen.items()})
+    return merged
+
+
+def write_merged(results: dict, directory: Path, config_dir: Path = MOE_CONFIG_DIR) -> Path:
+    """results' configs merged over the shipped file of the same name, written to directory."""
+    shipped_file = config_dir / results["file_name"]
+    shipped = json.loads(shipped_file.read_text()) if shipped_file.exists() else {}
+    merged = merge_configs(shipped, results["configs"])
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / results["file_name"]
+    target.write_text(render_config_json(merged, results["provenance"].get("triton")))
+    return target
+
+
+def choose(tuned: dict[int, dict], defaults: dict[int, dict], min_gain: float = MIN_GAIN):
+    """Per M, keep the tuned config only where its re-measured time beats the default's.
+
+    tuned/defaults: {M: {"config": {...}, "us": time}}. Returns (file_configs, decisions).
+    Where the default wins the file carries vLLM's default config for that M, not a gap: vLLM
+    takes the nearest M key of a file, so a missing key would spread a neighbour's config.
+    """
+    file_configs, decisions = {}, []
+    for m in sorted(tuned):
+        t_tuned, t_default = tuned[m]["us"], defaults[m]["us"]
+        wins = t_tuned < t_default * (1 - min_gain)
+        file_configs[m] = tuned[m]["config"] if wins else _kernel_keys(defaults[m]["config"])
+        decisions.append({"M": m, "tuned_us": round(t_tuned, 2), "default_us": round(t_default, 2),
+                          "speedup": round(t_default / t_tuned, 3), "kept": "tuned" if wins else "default",
+                          "tuned_config": tuned[m]["config"],
+                          "default_config": _kernel_keys(defaults[m]["config"])})
+    return file_configs, decisions
+
+
+def _kernel_keys(config: dict) -> dict:
+    return {key: config[key] for key in CONFIG_KEYS if key in config}
+
+
+def render_config_json(configs: dict[int, dict], triton_version: str | None) -> str:
+    """vLLM's format: {"<M>": {BLOCK_SIZE_M, ...}, ...} in numeric order (+ triton_version,
+    which vLLM pops before use)."""
+    data: dict = {str(m): _kernel_keys(configs[m]) for m in sorted(configs)}
+    if triton_version:
+        data["triton_version"] = triton_version
+    return json.dumps(data, indent=4) + "\n"
+
+
+def patch_id(file_name: str) -> str:
+    """'E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json' -> 'moe-e128-n704-nvidia-h200-fp8_w8a8'."""
+    name = parse_config_name(file_name)
+    if name is None:
+        raise ForgeError(f"{file_name}: not named like a fused-MoE config (E=...,N=...,device_name=....json)")
+    device = name.device.lower().replace("_", "-")
+    return f"moe-e{name.experts}-n{name.n}-{device}-{name.dtype or 'bf16'}"
+
+
+def provenance_text(results: dict) -> str:
+    p = results["provenance"]
+    kept = [str(d["M"]) for d in results["decisions"] if d["kept"] == "tuned"]
+    lost = [str(d["M"]) for d in results["decisions"] if d["kept"] == "default"]
+    return (f"Tuned fused-MoE Triton configs for Gemma-4-26B-A4B (E=128, N=704, top-8, TP=1), "
+            f"{results['dtype']}. Without it vLLM logs \"Using default MoE config ... Config file "
+            f"not found\" on this device (no release bundles one). Tuned config kept at M = "
+            f"{', '.join(kept) or 'none'}; vLLM's default kept at M = {', '.join(lost) or 'none'} "
+            f"(tuned did not win by {MIN_GAIN:.0%}). Provenance: device {p['device']}, driver "
+            f"{p['driver']}, Triton {p['triton']}, torch {p['torch']}, vLLM {p['vllm']}, "
+            f"search space {results['space']}, date {p['date']}, duration {p['duration_s']} s, "
+            f"command: {p['command']}. Shipped for {TUNED_RELEASES}: the releases that pin the "
+            f"torch and Triton it was tuned with.")
+
+
+def import_results(results_path: Path, config_dir: Path = MOE_CONFIG_DIR,
+                   series_path: Path | None = None) -> Path:
+    """Write a GPU run's tuned JSON into patches/moe-configs and register it in the series."""
+    try:
+        results = json.loads(Path(results_path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ForgeError(f"{results_path}: cannot read tune results: {exc}") from exc
+    for key in ("file_name", "configs", "decisions", "provenance", "dtype", "space"):
+        if key not in results:
+            raise ForgeError(f"{results_path}: {key}: required field is missing")
+    if not any(d["kept"] == "tuned" for d in results["decisions"]):
+        raise ForgeError(f"{results_path}: decisions: tuned won at no token count; "
+                         "nothing to ship (vLLM's default is as good here)")
+    configs = {int(m): c for m, c in results["configs"].items()}
+    config_dir.mkdir(parents=True, exist_ok=True)
+    target = config_dir / results["file_name"]
+    target.write_text(render_config_json(configs, results["provenance"].get("triton")))
+    register(target, provenance_text(results), series_path)
+    return target
+
+
+def register(config_file: Path, why: str, series_path: Path | None = None) -> None:
+    """Add (or refresh) this file's moe-config entry; other entries are left as they are."""
+    from forge.patching import series as patch_series
+
+    series = patch_series.load_series(series_path) if series_path else patch_series.load_series()
+    base = series.path.parent
+    relative = config_file.resolve().relative_to(base.resolve()).as_posix()
+    digest = hashlib.sha256(config_file.read_bytes()).hexdigest()
+    entry = patch_series.Patch(
+        id=patch_id(config_file.name), kind="moe-config",
+        title=f"Tuned fused-MoE config {config_file.name}",
+        files=[patch_series.PatchFile(relative, digest, config_file.resolve())],
+        releases=TUNED_RELEASES, why=why)
+    series.patches = [p for p in series.patches if p.id != entry.id] + [entry]
+    patch_series.save_series(series, series.path)
+
+
+# ------------------------------------------------------------------------------------------
+# The GPU sweep
+
+class KernelBench:
+    """Times vLLM's fused_experts on Gemma-4-26B-A4B-shaped random weights, one config at a time."""
+
+    def __init__(self, dtype: str, shape: dict = GEMMA4_SHAPE):
+        import torch
+        from vllm.model_executor.layers.fused_moe import fused_moe as fm
+        from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+        from vllm.model_executor.layers.fused_moe.config import FUSED_MOE_UNQUANTIZED_CONFIG, fp8_w8a8_moe_quant_config
+
+        self.torch, self.fm, self.dtype, self.shape = torch, fm, dtype, shape
+        self.activation = MoEActivation.GELU_TANH  # Gemma 4's experts (gemma4.py)
+        e, n, k = shape["experts"], shape["intermediate"], shape["hidden"]
+        torch.manual_seed(0)
+        w1 = torch.randn(e, 2 * n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+        w2 = torch.randn(e, k, n, device="cuda", dtype=torch.bfloat16) / n ** 0.5
+        if dtype == "fp8_w8a8":
+            # `--quantization fp8`: static per-tensor weight scales, dynamic activation scales.
+            fp8 = torch.float8_e4m3fn
+            s1 = (w1.abs().amax(dim=(1, 2)) / 448.0).float()
+            s2 = (w2.abs().amax(dim=(1, 2)) / 448.0).float()
+            self.w1 = (w1 / s1[:, None, None]).to(fp8)
+            self.w2 = (w2 / s2[:, None, None]).to(fp8)
+            self.quant_config = fp8_w8a8_moe_quant_config(w1_scale=s1, w2_scale=s2)
+        else:
+            self.w1, self.w2, self.quant_config = w1, w2, FUSED_MOE_UNQUANTIZED_CONFIG
+        self.config_dtype = "fp8_w8a8" if dtype == "fp8_w8a8" else None
+
+    def default_config(self, m: int) -> dict:
+        s = self.shape
+        return self.fm.get_default_config(m, s["experts"], s["intermediate"], s["hidden"],
+                                          s["topk"], self.config_dtype, None)
+
+    def time_us(self, config: dict, m: int, graph_calls: int = 10, replays: int = 20) -> float:
+        """Mean time of one fused_experts call at M tokens: CUDA-graph replays of graph_calls
+        calls, as the server runs decode steps (launch overhead off the measurement)."""
+        torch = self.torch
+        from vllm.model_executor.layers.fused_moe import override_config
+
+        x = torch.randn(m, self.shape["hidden"], device="cuda", dtype=torch.bfloat16)
+        logits = torch.randn(m, self.shape["experts"], device="cuda", dtype=torch.float32)
+        weights, ids = torch.topk(torch.softmax(logits, dim=-1), self.shape["topk"], dim=-1)
+
+        def call():
+            return self.fm.fused_experts(x, self.w1, self.w2, weights, ids.to(torch.int32),
+                                         activation=self.activation,
+                                         quant_config=self.quant_config)
+
+        with override_config(_kernel_keys(config)):
+            call()  # compile outside the graph
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(graph_calls):
+                    call()
+        for _ in range(3):
+            graph.replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        graph.reset()
+        return start.elapsed_time(end) * 1000 / (replays * graph_calls)
+
+
+def sweep(dtype: str, batch_sizes: list[int], space: str, log=say) -> dict:
+    started = time.time()
+    bench = KernelBench(dtype)
+    tuned, defaults, timings = {}, {}, {}
+    for m in track(batch_sizes, f"tune-moe {dtype}", unit="token counts"):
+        results = []
+        for config in search_space(m, space):
+            try:
+                results.append((bench.time_us(config, m), config))
+            except Exception as exc:  # noqa: BLE001 (a config the GPU cannot run: skip it)
+                log(f"M={m} {config}: skipped ({type(exc).__name__}: {str(exc)[:80]})")
+        if not results:
+            raise ForgeError(f"tune-moe: no config of space {space!r} ran at M={m}")
+        results.sort(key=lambda r: r[0])
+        timings[m] = [{"us": round(t, 2), "config": c} for t, c in results]
+        best = results[0][1]
+        # Re-measure best and default side by side, three times each, median: the sweep's
+        # minimum is biased low (selection over noise).
+        default = bench.default_config(m)
+        t_best = sorted(bench.time_us(best, m) for _ in range(3))[1]
+        t_default = sorted(bench.time_us(default, m) for _ in range(3))[1]
+        tuned[m], defaults[m] = {"config": best, "us": t_best}, {"config": default, "us": t_default}
+        log(f"M={m}: {len(results)} configs; best {t_best:.1f} us vs default {t_default:.1f} us "
+            f"({t_default / t_best:.2f}x) {best}")
+    configs, decisions = choose(tuned, defaults)
+    return {"configs": configs, "decisions": decisions, "timings": timings,
+            "duration_s": round(time.time() - started, 1)}
+
+
+def gpu_provenance(duration_s: float) -> dict:
+    import torch
+    import triton
+    import vllm
+
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, check=True).stdout.split()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        driver = "unknown"
+    return {"device": torch.cuda.get_device_name(), "driver": driver, "triton": triton.__version__,
+            "torch": torch.__version__, "vllm": vllm.__version__, "python": platform.python_version(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "duration_s": duration_s, "command": "python build.py " + shlex.join(sys.argv[1:])}
+
+
+def cmd_tune_moe(args) -> int:
+    if args.import_results:
+        target = import_results(Path(args.import_results))
+        print(f"wrote {target} and registered it in patches/series.yaml")
+        return 0
+    if not args.dtype:
+        raise ForgeError("tune-moe: --dtype is required (bf16 or fp8_w8a8) unless --import-results")
+    batch_sizes = args.batch_sizes
+    if getattr(args, "recipe", None):
+        from forge.serving.recipes import load_recipe
+
+        if not args.target:
+            raise ForgeError("tune-moe: --recipe needs --target")
+        batch_sizes = sorted(set(batch_sizes or []) | set(
+            token_counts_for_recipe(load_recipe(args.recipe, args.target), args.k, args.concurrency)))
+    batch_sizes = batch_sizes or SERVER_BATCH_SIZES
+    if any(m < 1 for m in batch_sizes):
+        raise ForgeError(f"tune-moe: --batch-sizes must be positive token counts (got {batch_sizes})")
+    try:
+        import torch
+    except ImportError as exc:
+        raise ForgeError("tune-moe: needs torch and vllm (run it on the target GPU, "
+                         "inside the image)") from exc
+    if not torch.cuda.is_available():
+        raise ForgeError("tune-moe: no CUDA GPU visible: run it on the target GPU")
+    result = sweep(args.dtype, batch_sizes, args.space)
+    result.update({"dtype": args.dtype, "space": args.space, "batch_sizes": batch_sizes,
+                   "file_name": config_file_name(torch.cuda.get_device_name(), args.dtype),
+                   "provenance": gpu_provenance(result["duration_s"])})
+    result["configs"] = {str(m): c for m, c in result["configs"].items()}
+    results_path = Path(args.results or f"tune-moe-{args.dtype}.json")
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    results_path.write_text(json.dumps(result, indent=1) + "\n")
+    if getattr(args, "merge_into", None):
+        print(f"wrote {write_merged(result, Path(args.merge_into))} (merged over the shipped file)")
+    for d in result["decisions"]:
+        print(f"M={d['M']:>5}: tuned {d['tuned_us']:8.1f} us, default {d['default_us']:8.1f} us "
+              f"-> keep {d['kept']}")
+    print(f"wrote {results_path}; import it with: python build.py tune-moe --import-results {results_path}")
+    return 0

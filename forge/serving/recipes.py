@@ -1,0 +1,574 @@
+"""Recipes: what a user serves on a target, and what verify checks against.
+
+A recipe is recipes/<model>/<target>.yaml, validated on load (errors name the file and field).
+`Recipe.engine_kwargs()` (for vllm.LLM) and `Recipe.cli_args()` (for `vllm serve`) are both
+derived from one table, ENGINE_SETTINGS, so the verify scripts start vLLM exactly as serve does.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from forge import REPO_ROOT
+from forge.errors import ForgeError
+from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
+
+RECIPES_DIR = REPO_ROOT / "recipes"
+RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+# vLLM's CacheDType values; FP8 ones need FP8 hardware support for the KV cache.
+KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+# Targets whose GPU has no FP8 tensor cores: FP8 weights still work there (vLLM runs them as
+# W8A16 through Marlin), an FP8 KV cache does not pay and is refused.
+NO_FP8_KV_TARGETS = ("a100",)
+# Variables a recipe may never set: vLLM 0.24.0 removed them (vllm/envs.py of 0.23.0 has both,
+# 0.24.0 neither), so a recipe that sets them gets nothing. The flags that replaced them:
+REMOVED_ENV_VARS = {
+    "VLLM_USE_FLASHINFER_MOE_FP4": ("0.24.0", "--moe-backend"),
+    "VLLM_NVFP4_GEMM_BACKEND": ("0.24.0", "--linear-backend"),
+}
+# Quantization methods vLLM detects from a pre-quantized checkpoint's config.json (the names
+# its engine config line prints as quantization=...).
+CHECKPOINT_FORMATS = ("modelopt_fp4", "compressed-tensors")
+# Fused-MoE shape of Gemma-4-26B-A4B at tensor parallel 1 (E experts, N intermediate per
+# partition); at TP=t vLLM looks for N = 704 / t (352 at TP=2).
+MOE_EXPERTS, MOE_INTERMEDIATE = 128, 704
+KNOWN_FAILURES_FILE = "known-failures.yaml"
+
+
+def _positive(value) -> str | None:
+    return None if value > 0 else f"must be positive (got {value})"
+
+
+def _fraction(value) -> str | None:
+    return None if 0 < value <= 1 else f"must be in (0, 1] (got {value})"
+
+
+def _at_least_one(value) -> str | None:
+    return None if value >= 1 else f"must be at least 1 (got {value})"
+
+
+def _hf_id(value) -> str | None:
+    return None if value.count("/") == 1 and " " not in value else \
+        f"must be a Hugging Face id like org/name (got {value!r})"
+
+
+def _attention_backend_name(value) -> str | None:
+    # AttentionBackendEnum member names (vllm/v1/attention/backends/registry.py); each release's
+    # own members are checked by `build.py serve` (forge.serving.vllm_args).
+    return None if value.isidentifier() and value.isupper() else \
+        f"must be an AttentionBackendEnum name like TRITON_ATTN (got {value!r})"
+
+
+def _env_names(value) -> str | None:
+    for name, setting in value.items():
+        if not (isinstance(name, str) and name.isidentifier() and name.isupper()):
+            return f"{name!r} is not an environment variable name"
+        if not isinstance(setting, str):
+            return f"{name}: value must be a string (got {type(setting).__name__})"
+        if name in REMOVED_ENV_VARS:
+            removed_in, flag = REMOVED_ENV_VARS[name]
+            return (f"{name} was removed in vLLM {removed_in} (it would be ignored): "
+                    f"use {flag} instead")
+    return None
+
+
+def _cli_tokens(value) -> str | None:
+    if value and not value[0].startswith("--"):
+        return f"must start with a --flag (got {value[0]!r})"
+    return None
+
+
+REFERENCE_ITEM = {
+    "figure": Field(str),
+    "value": Field((int, float, str)),
+    "unit": Field(str),
+    "source": Field(str),
+}
+
+MOE_CONFIG = {
+    "name": Field(str),
+    # whether vLLM is expected to read this file (else it logs "Config file not found")
+    "expected": Field(bool),
+    # who supplies it: forge (patches/moe-configs, shipped for the releases series.yaml names)
+    # or vllm (bundled in the release's fused_moe/configs/)
+    "provider": Field(str, required=False, choices=("forge", "vllm")),
+}
+
+LAYOUT = {
+    "nodes": Field(int, check=_at_least_one),
+    "tensor_parallel_size": Field(int, check=_at_least_one),
+    "pipeline_parallel_size": Field(int, required=False, default=1, check=_at_least_one),
+    "gpus_per_node": Field(int, required=False, default=1, check=_at_least_one),
+    # MoE model only: the config file vLLM looks for at this layout's tensor parallel size
+    "moe_config": Field(MOE_CONFIG, required=False),
+    "source": Field(str),
+}
+
+SCHEMA = {
+    "name": Field(str),
+    "target": Field(str),
+    "model": Field(str, check=_hf_id),
+    "drafter": Field(str, check=_hf_id),
+    # A pre-quantized checkpoint of another model (NVFP4): vLLM detects `format` from its
+    # config.json; the drafter is base_model's own (BF16).
+    "checkpoint": Field({
+        "base_model": Field(str, check=_hf_id),
+        "format": Field(str, choices=CHECKPOINT_FORMATS),
+        "weights": Field(str, choices=("nvfp4",)),
+        "source": Field(str),
+    }, required=False),
+    "vllm": Field(str, check=pep440_specifier),
+    "serve": Field({
+        "quantization": Field(str, required=False, choices=("fp8",)),
+        "kv_cache_dtype": Field(str, required=False, default="auto", choices=KV_CACHE_DTYPES),
+        "max_model_len": Field(int, check=_positive),
+        "gpu_memory_utilization": Field(float, check=_fraction),
+        "max_num_seqs": Field(int, check=_positive),
+        "model_runner": Field(str, choices=("v1", "v2")),
+        "moe_backend": Field(str, required=False, choices=("triton",)),
+        "attention_backend": Field(str, required=False, check=_attention_backend_name),
+        # A fixed KV cache size: on GB10's unified memory vLLM's profiling does not respect
+        # gpu_memory_utilization (vLLM #46307, #44740, #56830).
+        "kv_cache_memory_bytes": Field(int, required=False, check=_positive),
+        "env": Field(dict, required=False, default={}, check=_env_names),
+        "extra_args": Field(ListOf(str), required=False, default=[], check=_cli_tokens),
+    }),
+    # What verify reads back from the engine log: each value is what vLLM prints.
+    "expect": Field({
+        "quantization": Field(str, required=False),        # engine config line quantization=...
+        "moe_backend": Field(str, required=False),         # e.g. "TRITON Fp8", "FLASHINFER_CUTLASS NvFp4"
+        "attention_backend": Field(str, check=_attention_backend_name),
+        "flash_attn_version": Field(int, required=False),  # FLASH_ATTN only: 4 for FA4
+        "source": Field(str),                              # measured or assumed, and where from
+    }),
+    "speculative": Field({
+        "method": Field(str, choices=("mtp",)),
+        "num_speculative_tokens": Field(int, check=_positive),
+    }),
+    "sampling": Field({
+        "temperature": Field(float),
+        "top_p": Field(float, check=_fraction),
+        "top_k": Field(int),
+        "source": Field(str),
+    }),
+    "moe_config": Field(MOE_CONFIG, required=False),
+    "multi_node": Field(ListOf(LAYOUT), required=False, default=[]),
+    "thresholds": Field({
+        "min_acceptance_rate": Field(float, check=_fraction),
+        "min_mean_acceptance_length": Field(float, check=_at_least_one),
+        "min_speedup": Field(float, check=_positive),
+        # The cost of one speculative step over one plain step: the break-even mean
+        # acceptance length. The acceptance thresholds are derived from it (recipes/README.md).
+        "step_cost_ratio": Field(float, check=_at_least_one),
+        "step_cost_source": Field(str),
+    }),
+    "reference": Field(ListOf(REFERENCE_ITEM), required=False, default=[]),
+}
+
+
+@dataclass(frozen=True)
+class Section:
+    """A validated mapping whose keys read as attributes (recipe.serve.max_model_len)."""
+    values: dict
+
+    def __getattr__(self, name: str):
+        # Only called for names that are not real attributes; "values" itself may be missing
+        # while pickle/copy rebuild the object, so never look it up through here.
+        if name.startswith("__") or name == "values":
+            raise AttributeError(name)
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    target: str
+    model: str
+    drafter: str
+    vllm: str
+    serve: Section
+    speculative: Section
+    sampling: Section
+    moe_config: Section | None
+    thresholds: Section
+    expect: Section
+    checkpoint: Section | None = None
+    multi_node: tuple = ()
+    reference: list = field(default_factory=list)
+    path: Path | None = None
+
+    @property
+    def base_model(self) -> str:
+        """The model whose drafter this is: the checkpoint's base for a pre-quantized one."""
+        return self.checkpoint.base_model if self.checkpoint else self.model
+
+    @property
+    def weights(self) -> str:
+        """nvfp4 (a pre-quantized checkpoint), fp8 (quantized on load) or bf16."""
+        if self.checkpoint:
+            return self.checkpoint.weights
+        return self.serve.quantization or "bf16"
+
+    def moe_config_for(self, tensor_parallel: int) -> Section | None:
+        """The MoE config expectation at this tensor parallel size: the recipe's own at 1, a
+        multi-node layout's at its size (None where the recipe states none)."""
+        if tensor_parallel == 1:
+            return self.moe_config
+        return next((layout.moe_config for layout in self.multi_node
+                     if layout.tensor_parallel_size == tensor_parallel), None)
+
+    def layout(self, nodes: int) -> Section | None:
+        """The multi-node layout this recipe states for `nodes` nodes, if any."""
+        return next((layout for layout in self.multi_node if layout.nodes == nodes), None)
+
+    def admits(self, vllm_version: str) -> bool:
+        from packaging.specifiers import SpecifierSet
+
+        return SpecifierSet(self.vllm).contains(str(vllm_version), prereleases=True)
+
+    def speculative_config(self) -> dict:
+        return {"model": self.drafter, "method": self.speculative.method,
+                "num_speculative_tokens": self.speculative.num_speculative_tokens}
+
+    def env(self) -> dict[str, str]:
+        """Environment the engine needs. The runner is always explicit: the default changes
+        between releases (V1 up to 0.28 for the MoE, V2 from 0.29)."""
+        return {**self.serve.env, RUNNER_ENV: "1" if self.serve.model_runner == "v2" else "0"}
+
+    def engine_kwargs(self, speculative: bool = True) -> dict[str, Any]:
+        """Keyword arguments for vllm.LLM, the same settings `vllm serve` gets.
+
+        speculative=False gives the same engine without the drafter (the speedup baseline).
+        """
+        kwargs: dict[str, Any] = {"model": self.model}
+        for setting in ENGINE_SETTINGS:
+            if setting.kwarg == "speculative_config" and not speculative:
+                continue
+            value = setting.value(self)
+            if value is not None:
+                kwargs[setting.kwarg] = value
+        kwargs.update(extra_args_as_kwargs(self.serve.extra_args))
+        return kwargs
+
+    def cli_args(self, speculative: bool = True) -> list[str]:
+        """`vllm serve` arguments after the model, from the same table as engine_kwargs."""
+        args: list[str] = []
+        for setting in ENGINE_SETTINGS:
+            if setting.kwarg == "speculative_config" and not speculative:
+                continue
+            value = setting.value(self)
+            if value is not None:
+                args += [setting.flag, _cli_value(value)]
+        return args + list(self.serve.extra_args)
+
+
+@dataclass(frozen=True)
+class EngineSetting:
+    flag: str                            # the `vllm serve` flag
+    kwarg: str                           # the vllm.LLM / EngineArgs keyword
+    value: Callable[[Recipe], Any]       # None: leave vLLM's default (flag not emitted)
+
+
+# The one table both engine_kwargs() and cli_args() read. CUDA graphs are always on:
+# there is deliberately no enforce_eager here (eager was 13.5 vs 127.4 tok/s, REFERENCE.md §6).
+ENGINE_SETTINGS = (
+    EngineSetting("--quantization", "quantization", lambda r: r.serve.quantization),
+    EngineSetting("--kv-cache-dtype", "kv_cache_dtype",
+                  lambda r: None if r.serve.kv_cache_dtype == "auto" else r.serve.kv_cache_dtype),
+    EngineSetting("--max-model-len", "max_model_len", lambda r: r.serve.max_model_len),
+    EngineSetting("--gpu-memory-utilization", "gpu_memory_utilization",
+                  lambda r: r.serve.gpu_memory_utilization),
+    EngineSetting("--max-num-seqs", "max_num_seqs", lambda r: r.serve.max_num_seqs),
+    EngineSetting("--moe-backend", "moe_backend", lambda r: r.serve.moe_backend),
+    EngineSetting("--attention-backend", "attention_backend",
+                  lambda r: r.serve.attention_backend),
+    EngineSetting("--kv-cache-memory-bytes", "kv_cache_memory_bytes",
+                  lambda r: r.serve.kv_cache_memory_bytes),
+    EngineSetting("--speculative-config", "speculative_config",
+                  lambda r: r.speculative_config()),
+)
+
+
+def _cli_value(value) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def extra_args_as_kwargs(tokens: list[str]) -> dict[str, Any]:
+    """['--limit-mm-per-prompt', '{"image":0}', '--no-x'] -> {limit_mm_per_prompt: {...}, x: False}."""
+    kwargs: dict[str, Any] = {}
+    i = 0
+    while i < len(tokens):
+        flag = tokens[i]
+        has_value = i + 1 < len(tokens) and not tokens[i + 1].startswith("--")
+        name = flag[2:].replace("-", "_")
+        if has_value:
+            kwargs[name] = _parse_value(tokens[i + 1])
+            i += 2
+        elif name.startswith("no_"):
+            kwargs[name[3:]] = False
+            i += 1
+        else:
+            kwargs[name] = True
+            i += 1
+    return kwargs
+
+
+def _parse_value(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def recipe_path(model: str, target: str, root: Path | None = None) -> Path:
+    return (root or RECIPES_DIR) / model / f"{target}.yaml"
+
+
+def recipe_names(root: Path | None = None) -> list[str]:
+    root = root or RECIPES_DIR
+    if not root.is_dir():
+        raise ForgeError(f"{root}: no such recipes directory")
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+
+
+def load_recipe(model: str, target: str, root: Path | None = None) -> Recipe:
+    path = recipe_path(model, target, root)
+    if not path.exists():
+        known = recipe_names(root)
+        if model not in known:
+            raise ForgeError(f"unknown recipe {model!r} "
+                             f"(recipes: {', '.join(known) or f'none in {root or RECIPES_DIR}'})")
+        targets = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ForgeError(f"recipe {model!r} has no file for target {target!r} "
+                         f"(targets: {', '.join(targets)}; {path} does not exist)")
+    return parse_recipe(load_yaml(path), path)
+
+
+def load_all(root: Path | None = None) -> list[Recipe]:
+    root = root or RECIPES_DIR
+    return [parse_recipe(load_yaml(path), path) for path in sorted(root.glob("*/*.yaml"))]
+
+
+def parse_recipe(data, path: Path) -> Recipe:
+    source = display_path(path)
+    values = validate(data, SCHEMA, source)
+    _check_consistency(values, path, source)
+    sections = {key: Section(values[key]) for key in ("serve", "speculative", "sampling",
+                                                      "thresholds", "expect")}
+    moe = Section(values["moe_config"]) if values["moe_config"] else None
+    checkpoint = Section(values["checkpoint"]) if values["checkpoint"] else None
+    layouts = tuple(Section({**layout, "moe_config": Section(layout["moe_config"])
+                             if layout["moe_config"] else None})
+                    for layout in values["multi_node"])
+    return Recipe(name=values["name"], target=values["target"], model=values["model"],
+                  drafter=values["drafter"], vllm=values["vllm"], moe_config=moe,
+                  checkpoint=checkpoint, multi_node=layouts,
+                  reference=values["reference"], path=path, **sections)
+
+
+def display_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(RECIPES_DIR.parent))
+    except ValueError:
+        return str(path)
+
+
+def _check_consistency(values: dict, path: Path, source: str) -> None:
+    """Rules across fields: where the file lives, the target, FP8 KV, and honest thresholds."""
+    def fail(where, problem):
+        raise ForgeError(f"{source}: {where}: {problem}")
+
+    if values["name"] != path.parent.name:
+        fail("name", f"must match its directory {path.parent.name!r} (got {values['name']!r})")
+    if values["target"] != path.stem:
+        fail("target", f"must match the file name {path.stem!r} (got {values['target']!r})")
+    targets = known_targets()
+    if values["target"] not in targets:
+        fail("target", f"unknown target {values['target']!r} (targets: {', '.join(targets)})")
+    if values["target"] in NO_FP8_KV_TARGETS and values["serve"]["kv_cache_dtype"].startswith("fp8"):
+        fail("serve.kv_cache_dtype", f"no FP8 KV cache on {values['target']} (no FP8 hardware)")
+    base = _base_model(values)
+    if not values["drafter"].startswith(base):
+        fail("drafter", f"must be the model's own drafter {base}-assistant "
+                        f"(got {values['drafter']!r})")
+    if values["checkpoint"] and values["serve"]["quantization"]:
+        fail("serve.quantization", f"must be empty for a pre-quantized checkpoint: vLLM detects "
+                                   f"{values['checkpoint']['format']} from it")
+    _check_expectations(values, fail)
+    _check_thresholds(values, fail)
+    _check_moe_config(values["moe_config"], values, 1, "moe_config", fail)
+    _check_layouts(values, path, fail)
+
+
+def _check_expectations(values: dict, fail) -> None:
+    """What verify will read back must agree with what the recipe asks vLLM to do."""
+    expect, serve = values["expect"], values["serve"]
+    asked = values["checkpoint"]["format"] if values["checkpoint"] else serve["quantization"]
+    if expect["quantization"] != asked:
+        fail("expect.quantization", f"must be {asked!r}, what vLLM will report for these "
+                                    f"weights (got {expect['quantization']!r})")
+    if serve["attention_backend"] and expect["attention_backend"] != serve["attention_backend"]:
+        fail("expect.attention_backend", f"must be serve.attention_backend "
+                                         f"{serve['attention_backend']!r} (got "
+                                         f"{expect['attention_backend']!r})")
+    if expect["flash_attn_version"] and expect["attention_backend"] != "FLASH_ATTN":
+        fail("expect.flash_attn_version", "only applies to the FLASH_ATTN backend")
+
+
+def _check_layouts(values: dict, path: Path, fail) -> None:
+    seen = set()
+    for index, layout in enumerate(values["multi_node"]):
+        where = f"multi_node[{index}]"
+        if layout["nodes"] < 2:
+            fail(f"{where}.nodes", f"a multi-node layout spans 2 or more nodes "
+                                   f"(got {layout['nodes']})")
+        if layout["nodes"] in seen:
+            fail(f"{where}.nodes", f"a second layout for {layout['nodes']} nodes")
+        seen.add(layout["nodes"])
+        gpus = layout["nodes"] * layout["gpus_per_node"]
+        ranks = layout["tensor_parallel_size"] * layout["pipeline_parallel_size"]
+        if ranks != gpus:
+            fail(f"{where}.tensor_parallel_size", f"tensor x pipeline parallel = {ranks} must "
+                                                  f"equal nodes x gpus_per_node = {gpus}")
+        failure = known_failure(_base_model(values), _weights(values),
+                                layout["tensor_parallel_size"], path.parent.parent)
+        if failure:
+            fail(f"{where}.tensor_parallel_size", failure)
+        _check_moe_config(layout["moe_config"], values, layout["tensor_parallel_size"],
+                          f"{where}.moe_config", fail)
+        if values["moe_config"] is not None and layout["moe_config"] is None:
+            fail(f"{where}.moe_config", "required for the MoE model: name the file vLLM looks "
+                                        f"for at tensor parallel {layout['tensor_parallel_size']}")
+
+
+def _check_thresholds(values: dict, fail) -> None:
+    """The acceptance gate must imply the speedup gate: a recipe that passes acceptance at
+    temperature 0 is expected to be min_speedup faster (speedup ~= mean length / step cost)."""
+    t, k = values["thresholds"], values["speculative"]["num_speculative_tokens"]
+    needed_length = t["min_speedup"] * t["step_cost_ratio"]
+    if t["min_mean_acceptance_length"] + 1e-9 < needed_length:
+        fail("thresholds.min_mean_acceptance_length",
+             f"must be at least min_speedup x step_cost_ratio = {needed_length:.2f} "
+             f"(got {t['min_mean_acceptance_length']})")
+    if t["min_mean_acceptance_length"] > k + 1:
+        fail("thresholds.min_mean_acceptance_length",
+             f"cannot exceed 1 + num_speculative_tokens = {k + 1}")
+    # mean length = 1 + k * acceptance rate, so the two gates must say the same thing.
+    implied_rate = (t["min_mean_acceptance_length"] - 1) / k
+    if not math.isclose(t["min_acceptance_rate"], implied_rate, abs_tol=0.011):
+        fail("thresholds.min_acceptance_rate",
+             f"must be (min_mean_acceptance_length - 1) / num_speculative_tokens = "
+             f"{implied_rate:.2f} (got {t['min_acceptance_rate']})")
+
+
+def _check_moe_config(moe: dict | None, values: dict, tensor_parallel: int, where: str,
+                      fail) -> None:
+    if moe is None:
+        return
+    if MOE_INTERMEDIATE % tensor_parallel:
+        fail(where, f"tensor parallel {tensor_parallel} does not divide the MoE intermediate "
+                    f"size {MOE_INTERMEDIATE}")
+    expected_name = moe_config_name(values["target"], values["serve"]["quantization"],
+                                    tensor_parallel)
+    if expected_name and moe["name"] != expected_name:
+        fail(f"{where}.name", f"vLLM looks for {expected_name!r} on this target "
+                              f"(got {moe['name']!r})")
+    if moe["expected"] and not moe["provider"]:
+        fail(f"{where}.provider", "say who supplies the expected file: forge or vllm")
+    if not moe["expected"] and moe["provider"]:
+        fail(f"{where}.provider", "only for an expected file")
+
+
+def moe_config_name(target: str, quantization: str | None, tensor_parallel: int = 1) -> str | None:
+    """vLLM's fused-MoE config file name for the MoE model on `target`; None if unknown.
+    Named by the same rule the tuner writes files under (Gemma-4-26B-A4B: E=128, N=704 at
+    TP=1; each TP rank holds N/TP of every expert's intermediate size, so N=352 at TP=2)."""
+    from forge.patching.moe_config_names import config_file_name
+
+    device = _moe_device_name(target)
+    if device is None:
+        return None
+    if MOE_INTERMEDIATE % tensor_parallel:
+        raise ForgeError(f"tensor parallel {tensor_parallel} does not divide the MoE "
+                         f"intermediate size {MOE_INTERMEDIATE}")
+    return config_file_name(device, "fp8_w8a8" if quantization == "fp8" else "bf16",
+                            experts=MOE_EXPERTS, n=MOE_INTERMEDIATE // tensor_parallel)
+
+
+# ---------------------------------------------------------------------------------------------
+# Combinations known to fail upstream (recipes/known-failures.yaml)
+
+KNOWN_FAILURE = {
+    "base_model": Field(str, check=_hf_id),
+    "weights": Field(str, choices=("bf16", "fp8", "nvfp4")),
+    "tensor_parallel_size": Field(int, check=_at_least_one),
+    "issue": Field(str),
+    "why": Field(str),
+}
+
+
+def known_failures_path(root: Path | None = None) -> Path:
+    """The known failures are facts about vLLM, not about one recipes directory: a directory
+    given with --recipes-dir may carry its own file, else the repository's applies."""
+    for directory in (root, RECIPES_DIR):
+        if directory is not None and (directory / KNOWN_FAILURES_FILE).is_file():
+            return directory / KNOWN_FAILURES_FILE
+    raise ForgeError(f"{RECIPES_DIR / KNOWN_FAILURES_FILE}: missing (the upstream failures "
+                     f"recipes are checked against)")
+
+
+def load_known_failures(root: Path | None = None) -> list[dict]:
+    path = known_failures_path(root)
+    schema = {"failures": Field(ListOf(KNOWN_FAILURE))}
+    return validate(load_yaml(path), schema, display_path(path))["failures"]
+
+
+def known_failure(base_model: str, weights: str, tensor_parallel: int,
+                  root: Path | None = None) -> str | None:
+    """Why `base_model` with these weights fails at this tensor parallel size upstream, or
+    None. `root`: the recipes directory the recipe was read from."""
+    for failure in load_known_failures(root):
+        if (failure["base_model"], failure["weights"], failure["tensor_parallel_size"]) == \
+                (base_model, weights, tensor_parallel):
+            return (f"{base_model} {weights} at tensor parallel {tensor_parallel} fails "
+                    f"upstream, {failure['issue']}: {failure['why']}")
+    return None
+
+
+def _base_model(values: dict) -> str:
+    return values["checkpoint"]["base_model"] if values["checkpoint"] else values["model"]
+
+
+def _weights(values: dict) -> str:
+    if values["checkpoint"]:
+        return values["checkpoint"]["weights"]
+    return values["serve"]["quantization"] or "bf16"
+
+
+def known_targets() -> list[str]:
+    return sorted(_load_targets())
+
+
+def _moe_device_name(target: str) -> str | None:
+    found = _load_targets().get(target)
+    return found.moe_device_name if found is not None else None
+
+
+def _load_targets() -> dict:
+    """images/targets.yaml's targets (built images carry the file at the same place)."""
+    from forge.targets import load_targets
+
+    return load_targets()

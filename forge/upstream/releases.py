@@ -1,0 +1,246 @@
+"""vLLM releases on PyPI: which exist, their sdists (sha256-checked against the index, cached once)
+and the `vllm/` package tree inside each.
+
+Everything lives under the cache directory ($VLLM_FORGE_CACHE, default ~/.cache/vllm-forge):
+  index.json              the release list and sdist hashes last read from the index
+  sdists/vllm-X.tar.gz    each release's sdist, verified on download
+  trees/X/vllm/...        the release's Python package tree, extracted once
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urljoin
+
+from packaging.version import InvalidVersion, Version
+
+from forge.errors import ForgeError
+from forge.files import write_text_atomically
+from forge.http_session import retrying_session
+from forge.progress import Progress
+from forge.upstream.archives import extract_safely
+
+DEFAULT_INDEX_URL = "https://pypi.org/simple/vllm/"
+SDIST_NAME = re.compile(r"^vllm-(?P<version>[^/]+)\.tar\.gz$")
+# The index is re-read when the cached copy is older than this, unless offline.
+INDEX_MAX_AGE_S = 6 * 3600
+
+
+def index_url() -> str:
+    """The PEP 503 simple-index page listing vLLM's files ($VLLM_FORGE_INDEX overrides PyPI)."""
+    return os.environ.get("VLLM_FORGE_INDEX") or DEFAULT_INDEX_URL
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("VLLM_FORGE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vllm-forge")
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass(frozen=True)
+class Sdist:
+    version: Version
+    url: str
+    sha256: str
+
+
+class _LinkParser(HTMLParser):
+    """Collects (href, text) of every anchor in a PEP 503 simple-index page."""
+
+    def __init__(self):
+        super().__init__()
+        self.links: list[tuple[str, bool]] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            attributes = dict(attrs)
+            self.links.append((attributes.get("href", ""), "data-yanked" in attributes))
+
+
+def parse_simple_index(html: str, base_url: str) -> dict[str, dict]:
+    """Map version -> {url, sha256} for every non-yanked final-release sdist on the page."""
+    parser = _LinkParser()
+    parser.feed(html)
+    found: dict[str, dict] = {}
+    for href, yanked in parser.links:
+        url, _, fragment = href.partition("#")
+        match = SDIST_NAME.match(url.rsplit("/", 1)[-1])
+        if not match or yanked or not fragment.startswith("sha256="):
+            continue
+        try:
+            version = Version(match["version"])
+        except InvalidVersion:
+            continue
+        if version.is_prerelease or version.is_devrelease:
+            continue
+        found[str(version)] = {"url": urljoin(base_url, url), "sha256": fragment[len("sha256="):]}
+    return found
+
+
+def _index_file() -> Path:
+    return cache_dir() / "index.json"
+
+
+def _read_cached_index() -> dict | None:
+    try:
+        return json.loads(_index_file().read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def load_index(offline: bool = False, refresh: bool = False) -> dict[str, dict]:
+    """The release -> sdist map, from the cache when fresh (or when offline), else from PyPI."""
+    url = index_url()
+    cached = _read_cached_index()
+    if cached and cached.get("index_url", DEFAULT_INDEX_URL) != url:
+        cached = None  # read from another index: not this one's answer
+    fresh = cached and time.time() - cached.get("fetched_at", 0) < INDEX_MAX_AGE_S
+    if cached and (offline or (fresh and not refresh)):
+        return cached["releases"]
+    if offline:
+        raise ForgeError(f"offline and no cached vLLM release index at {_index_file()}")
+    import requests  # late: the apply path inside images never needs the network
+
+    try:
+        with retrying_session() as session:
+            response = session.get(url, timeout=60, headers={"Accept": "text/html"})
+        response.raise_for_status()
+    except requests.RequestException as exc:
+        if cached:
+            return cached["releases"]
+        raise ForgeError(f"cannot read the vLLM release index {url}: {exc}") from exc
+    releases = parse_simple_index(response.text, url)
+    if not releases:
+        raise ForgeError(f"the index {url} lists no vLLM sdists")
+    write_text_atomically(_index_file(), json.dumps(
+        {"fetched_at": time.time(), "index_url": url, "releases": releases}, indent=1, sort_keys=True))
+    return releases
+
+
+def list_releases(minimum: str | None = None, offline: bool = False) -> list[Version]:
+    """Final vLLM releases with an sdist on PyPI, oldest first, from `minimum` on."""
+    versions = sorted(Version(v) for v in load_index(offline=offline))
+    if minimum:
+        versions = [v for v in versions if v >= Version(minimum)]
+    return versions
+
+
+def sdist_info(version: str, offline: bool = False) -> Sdist:
+    parsed = _parse_version(version)
+    releases = load_index(offline=offline)
+    entry = releases.get(str(parsed))
+    if entry is None and not offline:
+        entry = load_index(refresh=True).get(str(parsed))
+    if entry is None:
+        raise ForgeError(f"vLLM {version} has no sdist on the index {index_url()}")
+    return Sdist(parsed, entry["url"], entry["sha256"])
+
+
+def _parse_version(version: str) -> Version:
+    try:
+        return Version(str(version))
+    except InvalidVersion as exc:
+        raise ForgeError(f"not a vLLM version: {version!r}") from exc
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch_sdist(version: str, offline: bool = False) -> Path:
+    """The verified sdist of a release, downloaded once into the cache."""
+    info = sdist_info(version, offline=offline)
+    target = cache_dir() / "sdists" / f"vllm-{info.version}.tar.gz"
+    if target.exists():
+        if sha256_of(target) == info.sha256:
+            return target
+        target.unlink()  # a damaged or replaced file: fetch again rather than trust it
+    if offline:
+        raise ForgeError(f"offline and vLLM {version}'s sdist is not cached at {target}")
+    import requests
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # A private partial file per download: concurrent fetches of one release never share bytes.
+    handle, partial_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".part", dir=target.parent)
+    os.close(handle)
+    partial = Path(partial_name)
+    try:
+        _download(info, partial)
+    except requests.RequestException as exc:
+        partial.unlink(missing_ok=True)
+        raise ForgeError(f"cannot download vLLM {version}'s sdist from {info.url}: {exc}") from exc
+    actual = sha256_of(partial)
+    if actual != info.sha256:
+        partial.unlink(missing_ok=True)
+        raise ForgeError(f"vLLM {version}'s sdist sha256 is {actual}, the index says {info.sha256}")
+    os.replace(partial, target)
+    return target
+
+
+def _download(info: Sdist, partial: Path) -> None:
+    """Stream the sdist into `partial`, with progress in bytes (transient failures retried)."""
+    with retrying_session() as session, session.get(info.url, stream=True, timeout=300) as response:
+        response.raise_for_status()
+        size = int(response.headers.get("Content-Length") or 0) or None
+        with Progress(f"downloading vLLM {info.version} sdist", total=size) as progress, \
+                open(partial, "wb") as out:
+            for block in response.iter_content(1 << 20):
+                out.write(block)
+                progress.advance(len(block))
+
+
+def release_tree(version: str, offline: bool = False) -> Path:
+    """The directory that holds release `version`'s `vllm/` package, extracted once.
+
+    Returns the parent of `vllm/`, laid out like a site-packages directory.
+    """
+    parsed = _parse_version(version)
+    tree = cache_dir() / "trees" / str(parsed)
+    if (tree / "vllm" / "__init__.py").exists():
+        return tree
+    sdist = fetch_sdist(str(parsed), offline=offline)
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{parsed}-", dir=tree.parent))
+    try:
+        prefix = f"vllm-{parsed}/vllm/"
+        with tarfile.open(sdist) as archive, \
+                Progress(f"extracting vLLM {parsed}'s vllm/ package", unit="files") as progress:
+            members = [m for m in archive.getmembers()  # reads (decompresses) the whole sdist
+                       if m.name.startswith(prefix) and (m.isfile() or m.isdir())]
+            for member in members:
+                member.name = member.name[len(f"vllm-{parsed}/"):]
+            progress.update(0, total=len(members))
+            extract_safely(archive, staging, members, on_member=lambda _: progress.advance())
+        if not (staging / "vllm" / "__init__.py").exists():
+            raise ForgeError(f"vLLM {parsed}'s sdist {sdist} holds no vllm/ package")
+        shutil.rmtree(tree, ignore_errors=True)  # a half-made tree from an interrupted run
+        try:
+            os.replace(staging, tree)
+        except OSError:
+            # Another process extracted the same release meanwhile: its complete tree wins.
+            if not (tree / "vllm" / "__init__.py").exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return tree
+
+
+def release_file(version: str, relative_path: str, offline: bool = False) -> Path | None:
+    """One file of a release's package tree (path relative to the tree, e.g. `vllm/envs.py`)."""
+    path = release_tree(version, offline=offline) / relative_path
+    return path if path.exists() else None

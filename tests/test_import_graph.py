@@ -1,0 +1,90 @@
+"""forge/'s import graph, read with ast (nothing is imported): no cycle between modules, and no
+module imports from a higher layer than its own (the layers are written down in forge/__init__.py)."""
+import ast
+from pathlib import Path
+
+import forge
+
+FORGE = Path(forge.__file__).resolve().parent
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(FORGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """The forge modules `path` imports (at the top or inside a function alike)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            # `from forge.patching import status` imports the module forge.patching.status
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in found if name in known}
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = {_module_name(p): p for p in FORGE.rglob("*.py")}
+    known = set(paths)
+    return {name: _imports(path, known) - {name} for name, path in paths.items()}
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or f"forge.{parts[-1]}" in _PACKAGES else "core"
+
+
+_PACKAGES = {f"forge.{name}" for name in forge.LAYERS}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a list of modules, or None (depth-first search with colours)."""
+    state: dict[str, str] = {}
+    stack: list[str] = []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_every_subpackage_has_a_layer():
+    packages = {p.parent.name for p in FORGE.glob("*/__init__.py")}
+    assert packages == set(forge.LAYERS) - {"core"}
+
+
+def test_forge_has_no_import_cycle():
+    graph = import_graph()
+    assert len(graph) > 30    # the walk found the modules (a wrong root would find none)
+    assert _cycle(graph) is None
+
+
+def test_no_import_from_a_higher_layer():
+    rank = forge.LAYERS
+    upward = sorted(f"{module} ({layer_of(module)}) imports {target} ({layer_of(target)})"
+                    for module, targets in import_graph().items() for target in targets
+                    if layer_of(target) != layer_of(module)
+                    and rank[layer_of(target)] >= rank[layer_of(module)])
+    assert upward == []
+
+
+def test_the_checks_catch_a_cycle_and_an_upward_import():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+    assert layer_of("forge.images.plan") == "images" and layer_of("forge.errors") == "core"
+    assert forge.LAYERS["core"] < forge.LAYERS["patching"] < forge.LAYERS["commands"]

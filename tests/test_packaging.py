@@ -1,0 +1,69 @@
+"""forge is an installable package: `pip install .` gives the `vllm-forge` command (the same
+commands as build.py) and the verify entry points; the requirements files say what pyproject says."""
+import re
+import shutil
+import subprocess
+import sys
+
+import tomllib
+
+from forge import REPO_ROOT
+
+PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+
+
+def _requirements(name: str) -> list[str]:
+    lines = (REPO_ROOT / name).read_text().splitlines()
+    return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
+
+
+def test_requirements_files_list_what_pyproject_declares():
+    project = PYPROJECT["project"]
+    assert _requirements("requirements.txt") == project["dependencies"]
+    assert _requirements("requirements-dev.txt") == project["optional-dependencies"]["dev"]
+    # The test tools are not runtime dependencies.
+    assert not any(re.match(r"(pytest|ruff|mypy)\b", dep) for dep in project["dependencies"])
+
+
+def test_no_module_edits_sys_path():
+    offenders = [f"{path.relative_to(REPO_ROOT)}:{number}"
+                 for top in ("forge", "verify", "tests", "benchmarks")
+                 for path in sorted((REPO_ROOT / top).rglob("*.py"))
+                 for number, line in enumerate(path.read_text().splitlines(), 1)
+                 if re.search(r"sys\.path\.(insert|append|extend)\(", line)
+                 and path.name != "test_packaging.py"]
+    assert offenders == []
+
+
+def test_pip_install_gives_the_vllm_forge_commands(tmp_path):
+    """A fresh venv (the host's docker, yaml, ... visible, forge itself not), `pip install .` of a
+    copy of the sources (the build leaves build/ and *.egg-info behind), then the installed
+    commands run from outside the checkout."""
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO_ROOT / name, source / name)
+    for package in ("forge", "verify"):
+        shutil.copytree(REPO_ROOT / package, source / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps",
+                              str(source)],
+                             cwd=tmp_path, capture_output=True, text=True)
+    assert install.returncode == 0, install.stderr
+
+    def run(*command):
+        return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+
+    where = run(str(python), "-c", "import forge; print(forge.__file__)")
+    assert where.stdout.startswith(str(venv)), where   # the installed copy, not the checkout
+    installed = run(str(venv / "bin" / "vllm-forge"), "--help")
+    checkout = subprocess.run([sys.executable, "build.py", "--help"], cwd=REPO_ROOT,
+                              capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr
+    assert installed.stdout.replace("usage: vllm-forge", "usage: build.py", 1) == checkout.stdout
+    for script in ("vllm-forge-mtp-smoke", "vllm-forge-bench"):
+        result = run(str(venv / "bin" / script), "--help")
+        assert result.returncode == 0 and "--recipe" in result.stdout, (script, result.stderr)
