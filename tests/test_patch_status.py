@@ -16,7 +16,7 @@ from tests.test_patch_series import run_build
 
 PATCH = "gemma4-mtp-share-embeddings"
 TARGET = "vllm/v1/spec_decode/llm_base_proposer.py"
-# REFERENCE.md section 1, re-checked here against the real sdists.
+# docs/reference.md §1, re-checked here against the real sdists.
 EXPECTED = {
     "0.21.0": "not-needed", "0.22.0": "not-needed", "0.22.1": "not-needed",
     "0.23.0": "not-needed", "0.24.0": "not-needed",

@@ -26,7 +26,7 @@ def test_readme_patch_table_is_current():
 def test_readme_table_shows_the_embedding_patch_per_release():
     table = README.read_text().split(readme_table.BEGIN, 1)[1].split(readme_table.END, 1)[0]
     rows = dict(re.findall(r"^\| (\d+\.\d+\.\d+) \| ([a-z-]+) \|", table, re.M))
-    # REFERENCE.md §1: no guard before 0.25.0, the guard in 0.25.0-0.26.0, the fix from 0.27.0.
+    # docs/reference.md §1: no guard before 0.25.0, the guard in 0.25.0-0.26.0, the fix from 0.27.0.
     assert rows["0.24.0"] == "not-needed"
     assert rows["0.25.0"] == rows["0.25.1"] == rows["0.26.0"] == "applies"
     assert rows["0.27.0"] == rows["0.33.0"] == "already-upstream"

@@ -1,5 +1,5 @@
 """Read what a vLLM engine did from its log text: the facts mtp_smoke checks, and the root-cause
-line of a failed start. Patterns are vLLM's own messages (0.24-0.33), quoted in REFERENCE.md."""
+line of a failed start. Patterns are vLLM's own messages (0.24-0.33), quoted in docs/reference.md."""
 from __future__ import annotations
 
 import re

@@ -4,7 +4,7 @@ For each token count M the server runs, time every config of a search space with
 `fused_experts` (the installed release's kernel, under its `override_config`), then time the best
 one against vLLM's default config for that M, and keep it only where it wins. The result is a
 JSON under vLLM's own file name (E=128,N=704,device_name=...[,dtype=fp8_w8a8].json), which vLLM
-reads from $VLLM_TUNED_CONFIG_FOLDER: no source patch needed (REFERENCE.md §2).
+reads from $VLLM_TUNED_CONFIG_FOLDER: no source patch needed (docs/reference.md §2).
 
 Two steps, because the GPU host has no checkout to commit from:
   on the GPU:  build.py tune-moe --dtype bf16 --batch-sizes 1,8,64,256 --results R.json
@@ -32,13 +32,13 @@ from forge.progress import say, track
 
 PATCHES_DIR = REPO_ROOT / "patches"
 MOE_CONFIG_DIR = PATCHES_DIR / "moe-configs"
-# Gemma-4-26B-A4B at TP=1 (REFERENCE.md §4): 128 experts, top-8, hidden 2816, intermediate 704.
+# Gemma-4-26B-A4B at TP=1 (docs/reference.md §4): 128 experts, top-8, hidden 2816, intermediate 704.
 GEMMA4_SHAPE = {"experts": 128, "intermediate": 704, "hidden": 2816, "topk": 8}
 # Token counts a server runs: decode batches up to max_num_seqs x (1 + k) and prefill chunks.
-# A config tuned only for M=1 and used at M=8 was slower than the default (REFERENCE.md §2).
+# A config tuned only for M=1 and used at M=8 was slower than the default (docs/reference.md §2).
 SERVER_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096]
 # Releases a config tuned on vLLM 0.25.0 is shipped for: 0.25 and 0.26 pin the same torch
-# (2.11.0) and so the same Triton that compiled the kernel we timed (REFERENCE.md §1); from 0.27
+# (2.11.0) and so the same Triton that compiled the kernel we timed (docs/reference.md §1); from 0.27
 # torch and Triton move on and a config must be re-tuned there.
 TUNED_RELEASES = ">=0.25.0,<0.27"
 # Tuned must beat the default by this fraction to be kept: smaller gaps are timing noise.

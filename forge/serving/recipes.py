@@ -277,7 +277,7 @@ class EngineSetting:
 
 
 # The one table both engine_kwargs() and cli_args() read. CUDA graphs are always on:
-# there is deliberately no enforce_eager here (eager was 13.5 vs 127.4 tok/s, REFERENCE.md §6).
+# there is deliberately no enforce_eager here (eager was 13.5 vs 127.4 tok/s, docs/reference.md §6).
 ENGINE_SETTINGS = (
     EngineSetting("--quantization", "quantization", lambda r: r.serve.quantization),
     EngineSetting("--kv-cache-dtype", "kv_cache_dtype",
