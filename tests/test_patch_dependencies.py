@@ -155,6 +155,9 @@ def test_the_index_is_cached_and_used_offline(tmp_path, monkeypatch):
     cached = tmp_path / "cache" / "pypi" / "fastapi.json"
     assert json.loads(cached.read_text())["versions"][-1] == str(online[-1])
     assert pypi.published_versions("fastapi", offline=True) == online
+    # Oldest first in PEP 440 order, also in the cache (as text 0.99.0 would follow 0.137.0).
+    assert online == sorted(online) and online[-1] == max(online)
+    assert [Version(v) for v in json.loads(cached.read_text())["versions"]] == online
 
 
 def test_load_offline_without_a_cached_index_names_the_field(tmp_path, monkeypatch):

@@ -66,7 +66,8 @@ def version_of_file(filename: str) -> Version | None:
 
 def _parse_project_page(data: dict) -> list[str]:
     versions = {version_of_file(f["filename"]) for f in data.get("files", []) if not f.get("yanked")}
-    return sorted(str(v) for v in versions if v is not None)
+    # Oldest first by PEP 440 order (as text, "5.9.0" would sort after "5.15.0").
+    return [str(v) for v in sorted(v for v in versions if v is not None)]
 
 
 def _fetch(name: str) -> list[str] | None:
@@ -101,11 +102,11 @@ def published_versions(name: str, offline: bool = False, refresh: bool = False) 
     cached = _read_cache(name)
     fresh = cached and time.time() - cached.get("fetched_at", 0) < INDEX_MAX_AGE_S
     if cached and (offline or (fresh and not refresh)):
-        return [Version(v) for v in cached["versions"]]
+        return sorted(Version(v) for v in cached["versions"])
     fetched = None if offline else _fetch(name)
     if fetched is None:
         if cached:
-            return [Version(v) for v in cached["versions"]]
+            return sorted(Version(v) for v in cached["versions"])
         raise ForgeError(f"cannot read {name!r} from the package index {simple_url()} "
                          f"({'offline' if offline else 'unreachable'}) and nothing is cached at "
                          f"{_cache_file(name)}")
