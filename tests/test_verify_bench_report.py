@@ -122,9 +122,11 @@ def test_dummy_weights_without_controls_accept_nothing(collected):
         assert engine["figures"]["sustained"]["tokens_per_step"] == 1
 
 
-def test_controls_accept_everything_on_the_agreeing_model_and_nothing_on_the_random_one(sweep):
+def controls_held(engines: dict) -> int:
+    """Assert every speculative window accepted all drafts on the agreeing model and none on the
+    random one (plain engines have no spec figures); return how many windows were checked."""
     measured = 0
-    for name, engine in sweep[2]["engines"].items():
+    for name, engine in engines.items():
         for window, f in (engine["figures"] or {}).items():
             if not engine["k"]:
                 assert f["spec"] is None
@@ -137,6 +139,11 @@ def test_controls_accept_everything_on_the_agreeing_model_and_nothing_on_the_ran
                 assert spec["accepted"] == 0 and spec["draft_tokens"] > 0, (name, window)
                 assert f["tokens_per_step"] == 1
             measured += 1
+    return measured
+
+
+def test_controls_accept_everything_on_the_agreeing_model_and_nothing_on_the_random_one(sweep):
+    measured = controls_held(sweep[2]["engines"])
     # k=1 and k=2 on both runners, four windows each, and k=5 V1's first window.
     assert measured == 17
 
@@ -353,21 +360,7 @@ def test_render_rebuilds_the_committed_26b_markdown(tmp_path):
 
 
 def test_26b_controls_accept_everything_agreeing_and_nothing_random(sweeps_26b):
-    measured = 0
-    for runner in ("v2", "v1"):
-        for name, engine in sweeps_26b[runner][2]["engines"].items():
-            for window, f in engine["figures"].items():
-                if not engine["k"]:
-                    assert f["spec"] is None
-                    continue
-                spec = f["spec"]
-                if window.endswith("@agree"):
-                    assert spec["accepted"] == spec["draft_tokens"] > 0, (name, window)
-                    assert spec["per_position_rates"] == [1.0] * engine["k"]
-                else:
-                    assert spec["accepted"] == 0 and spec["draft_tokens"] > 0, (name, window)
-                    assert f["tokens_per_step"] == 1
-                measured += 1
+    measured = sum(controls_held(sweeps_26b[runner][2]["engines"]) for runner in ("v2", "v1"))
     assert measured == 2 * 5 * 4  # two runners, k = 1..5, four windows each
 
 
