@@ -60,6 +60,16 @@ def test_lossless_runs_a_second_engine_without_the_drafter_beside_it(tmp_path):
     assert target["hidden_size"] == 5376 and target["num_hidden_layers"] == 4
     report = json.loads((tmp_path / "mtp_smoke.json").read_text())
     assert report["shape"] == "31b" and report["centroids"] is True
+    assert report["compile_backend"] == "inductor" and "compilation_config" not in spec["engine_kwargs"]
+
+
+def test_eager_compile_backend_skips_inductor_but_keeps_cuda_graphs(tmp_path):
+    mtp_smoke.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy", "--layers", "4",
+                    "--compile-backend", "eager", "--out", str(tmp_path)])
+    kwargs = json.loads((tmp_path / "engine.spec.json").read_text())["engine_kwargs"]
+    assert kwargs["compilation_config"]["backend"] == "eager"
+    assert "enforce_eager" not in kwargs  # CUDA graphs stay on: the gate checks them
+    assert json.loads((tmp_path / "mtp_smoke.json").read_text())["compile_backend"] == "eager"
 
 
 def test_measurements_take_turns_under_the_lock(tmp_path):

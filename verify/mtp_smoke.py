@@ -69,6 +69,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-model-len", type=int)
     p.add_argument("--kv-cache-gib", type=float, help="fixed KV cache size (engines sharing a GPU)")
     p.add_argument("--moe-config-dir", help="exported as VLLM_TUNED_CONFIG_FOLDER")
+    p.add_argument("--compile-backend", choices=["inductor", "eager"],
+                   help="vLLM's compile backend (default: the recipe's, i.e. vLLM's Inductor); eager "
+                        "skips Inductor's code generation, CUDA graphs are still captured and checked")
     p.add_argument("--out", default="verify-out", help="directory for the report and logs")
     p.add_argument("--timeout", type=int, default=900,
                    help="seconds allowed for the engine run (with --endpoint: for each request)")
@@ -136,6 +139,8 @@ def engine_setup(recipe, args, out: Path, speculative: bool = True) -> tuple[dic
                  "max_model_len": args.max_model_len,
                  "kv_cache_memory_bytes": int(args.kv_cache_gib * 2**30) if args.kv_cache_gib else None}
     kwargs.update({k: v for k, v in overrides.items() if v is not None})
+    if args.compile_backend == "eager":
+        kwargs["compilation_config"] = {**kwargs.get("compilation_config", {}), "backend": "eager"}
     # Figures come from the engine's own counters: stats must be on.
     kwargs["disable_log_stats"] = False
     if args.moe_config_dir:
@@ -504,6 +509,7 @@ def main(argv=None) -> int:
     report = write_report(out / "mtp_smoke.json", checks, recipe=recipe.name,
                           dummy=args.dummy, shape=args.shape if args.dummy else None,
                           layers=args.layers if args.dummy else None, centroids=args.centroids,
+                          compile_backend=args.compile_backend or "inductor",
                           runner=args.runner or recipe.serve.model_runner,
                           verify_broken=bool(broken), **context)
     print(render_table(checks))
