@@ -93,6 +93,20 @@ def test_eager_engine_fails_the_cuda_graph_check():
     assert checks.check_cuda_graphs(eager, None).status == FAIL
 
 
+def test_a_servers_unresolved_mode_is_not_read_as_a_mode():
+    # vLLM's API server logs its arguments ("'cudagraph_mode': None") before the engine resolves
+    # them; the two-node run of 2026-11-30 15:20 reported "mode N" until the parser took the last
+    # resolved mode (tests/fixtures/gpu/s15-h200x2-2026-11-30/two-node/rank0.log).
+    server = parse_engine_log("(APIServer pid=1) INFO non-default args: {'compilation_config': "
+                              "{'cudagraph_mode': None, 'cudagraph_num_of_warmups': 0}}\n"
+                              "(EngineCore pid=2) INFO [core.py:114] Initializing a V1 LLM engine "
+                              "(v0.25.0) with config: compilation_config={'cudagraph_mode': "
+                              "<CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>}\n")
+    assert server.cudagraph_mode == "FULL_AND_PIECEWISE"
+    assert parse_engine_log("{'cudagraph_mode': None}\n").cudagraph_mode is None
+    assert checks.check_cuda_graphs(parse_engine_log("{'cudagraph_mode': None}\n"), None).status == FAIL
+
+
 @pytest.mark.parametrize("text, expected", [
     ("Traceback (most recent call last):\n  File x\nValueError: bad max_model_len\n",
      "ValueError: bad max_model_len"),

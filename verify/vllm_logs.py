@@ -10,7 +10,9 @@ RESOLVED_ARCH = re.compile(r"Resolved architecture: (\w+)")
 MTP_SHARING = "Detected MTP model. Sharing target model embedding weights with the draft model."
 SEPARATE_EMBEDDINGS = re.compile(r"[^\n]*Keeping separate embedding weights[^\n]*")
 # The engine's config line: "... 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>".
-CUDAGRAPH_MODE = re.compile(r"cudagraph_mode'?\"?[:=]\s*<?(?:CUDAGraphMode\.)?([A-Z_]+)")
+# An API server logs its arguments first, before vLLM resolves the mode ("'cudagraph_mode': None"):
+# the resolved mode is the last one named.
+CUDAGRAPH_MODE = re.compile(r"cudagraph_mode'?\"?[:=]\s*<?(?:CUDAGraphMode\.)?([A-Z_]+|None)\b")
 ENFORCE_EAGER = re.compile(r"enforce_eager=(True|False)")
 GRAPH_CAPTURED = re.compile(r"Graph capturing finished in (\d+(?:\.\d+)?) secs")
 MOE_CONFIG_USED = re.compile(r"Using configuration from (\S+) for MoE layer")
@@ -74,8 +76,8 @@ def parse_engine_log(text: str) -> EngineLogFacts:
     facts.architectures = _unique(RESOLVED_ARCH.findall(text))
     facts.mtp_shares_embedding = MTP_SHARING in text
     facts.separate_embedding_lines = [_strip_prefix(m) for m in SEPARATE_EMBEDDINGS.findall(text)]
-    mode = CUDAGRAPH_MODE.search(text)
-    facts.cudagraph_mode = mode.group(1) if mode else None
+    modes = [m for m in CUDAGRAPH_MODE.findall(text) if m != "None"]
+    facts.cudagraph_mode = modes[-1] if modes else None
     eager = ENFORCE_EAGER.search(text)
     facts.enforce_eager = (eager.group(1) == "True") if eager else None
     captured = GRAPH_CAPTURED.findall(text)

@@ -142,6 +142,24 @@ case $PLAN in
     pack
     tail -n 6 "$L"/sweep-31b-v1.txt "$L"/sweep-31b-v2.txt
     ;;
-  *) echo "plan must be a, b or c"; exit 2 ;;
+  d|e)  # full depth (30 layers): the MoE configs end to end on GPU 0, FA4 vs Triton on GPU 1;
+        # e: the replicate, GPUs swapped, the stock default beside the attention engines
+    G0=0 G1=1 STOCK=() RUN=""
+    [ "$PLAN" = e ] && { G0=1 G1=0 RUN=-r2; STOCK=(--engine "name=stock,dtype=auto,runner=default,attention=default,compile=inductor"); }
+    FULL=(--recipe gemma-4-26b-a4b-it --shape 26b-a4b "${COMMON[@]}" --layers 30 --configs ""
+          --compile-backend eager --timeout $(( LIMIT - 40 )))
+    CUDA_VISIBLE_DEVICES=$G0 PYTHONPATH=$BASE_PATH timeout $(( LIMIT - 30 )) python3 -m verify.bench "${FULL[@]}" --repeat 5 \
+      --engine "name=fp8-mtp4-v2,k=4,runner=v2" --engine "name=fp8-mtp4-v2-moe-none,k=4,runner=v2,moe=none" \
+      --engine "name=fp8-mtp4-v2-moe-tuned-kplus1,k=4,runner=v2,moe=tests/fixtures/gpu/v11-h200x2-2026-11-30/tune" \
+      --out $W/moe-26b-L30$RUN > "$L/moe-26b-L30$RUN.txt" 2>&1 &
+    CUDA_VISIBLE_DEVICES=$G1 PYTHONPATH=$BASE_PATH timeout $(( LIMIT - 30 )) python3 -m verify.bench "${FULL[@]}" --repeat 3 "${STOCK[@]}" \
+      --engine "name=fp8-v2,k=0,runner=v2" --engine "name=fp8-v2-fa4,k=0,runner=v2,attention=default" \
+      --engine "name=fp8-mtp4-v2,k=4,runner=v2" --engine "name=fp8-mtp4-v2-fa4,k=4,runner=v2,attention=default" \
+      --out $W/attention-26b-L30$RUN > "$L/attention-26b-L30$RUN.txt" 2>&1 &
+    wait_or_limit
+    pack
+    tail -n 8 "$L"/moe-26b-L30$RUN.txt "$L"/attention-26b-L30$RUN.txt
+    ;;
+  *) echo "plan must be a, b, c, d or e"; exit 2 ;;
 esac
 cat "$OUT/timeline.txt"
