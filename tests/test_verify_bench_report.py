@@ -191,19 +191,16 @@ def test_projection_is_mean_length_over_step_cost(sweep):
     assert bench_report.profile_length(0.87, 3) == pytest.approx(3.61)
 
 
-def test_the_31b_h200_recipe_states_what_the_sweep_chose(sweep):
-    from forge.serving.recipes import load_recipe
-
+def test_the_first_31b_sweep_chose_k2_among_what_it_measured(sweep):
+    """The first 31B sweep measured k <= 2 (k = 3..5 were cut): its pick, k=2 on V2, and its step
+    cost are what h200.sweep.md reports for it. The second sweep (k = 3..5) and the recipe's
+    final k are checked in tests/test_gpu_evidence_s15.py."""
     pick = sweep[2]["picks"]["spark343"]
-    recipe = load_recipe("gemma-4-31b-it", "h200")
     assert (pick["engine"], pick["k"], pick["runner"]) == ("fp8-mtp2-v2", 2, "v2")
-    assert recipe.speculative.num_speculative_tokens == pick["k"]
-    assert recipe.serve.model_runner == pick["runner"]
     evidence = (Path("recipes") / "gemma-4-31b-it" / "h200.sweep.md").read_text()
     assert f"{pick['tok_s']:.0f}" in evidence.replace("562 tok/s", "562")
-    # the recipe's step cost ratio is the measured one
-    assert recipe.thresholds.step_cost_ratio == pytest.approx(
-        sweep[2]["engines"]["fp8-mtp2-v2"]["derived"]["step_cost_x_plain"], abs=0.01)
+    step_x_plain = sweep[2]["engines"]["fp8-mtp2-v2"]["derived"]["step_cost_x_plain"]
+    assert f"| FP8, V2, k=2 | 692 / 230 | 340/340 | 4.33 / 4.35 | {step_x_plain:.2f} | 562 |" in evidence
 
 
 def test_markdown_labels_every_figure(collected, sweep):

@@ -2,13 +2,16 @@
 from pathlib import Path
 
 from forge.patching.status import shipped_moe_configs
-from forge.serving.recipes import load_recipe
+from forge.serving.recipes import Section, load_recipe
 from verify import checks as gate
 from verify.mtp_smoke import tuned_config_expected
 from verify.vllm_logs import parse_engine_log
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 H200_FP8 = "E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+H200_BF16 = "E=128,N=704,device_name=NVIDIA_H200.json"
+# A recipe that expects a file this project ships (the bf16 tune, shipped for 0.25-0.26).
+FORGE_BF16 = Section({"name": H200_BF16, "expected": True, "provider": "forge"})
 
 
 def _patched_run_facts():
@@ -19,31 +22,38 @@ def test_engine_log_names_its_release():
     assert _patched_run_facts().vllm_version == "0.25.0"
 
 
-def test_series_ships_the_h200_tunes_for_025_and_026_only():
-    assert H200_FP8 in shipped_moe_configs("0.25.0")
-    assert H200_FP8 in shipped_moe_configs("0.26.0")
-    assert H200_FP8 not in shipped_moe_configs("0.27.1")
+def test_series_ships_the_h200_bf16_tune_for_025_and_026_only_and_no_fp8_tune():
+    assert H200_BF16 in shipped_moe_configs("0.25.0") and H200_BF16 in shipped_moe_configs("0.26.0")
+    assert H200_BF16 not in shipped_moe_configs("0.27.1")
+    # withdrawn: it lost end to end at the recipe's k=4 (patches/series.yaml, gpu-evidence §7)
+    assert not any(H200_FP8 in shipped_moe_configs(v) for v in ("0.25.0", "0.26.0", "0.27.1"))
 
 
 def test_expectation_follows_the_release():
-    moe = load_recipe("gemma-4-26b-a4b-it", "h200").moe_config
-    assert moe.expected and moe.name == H200_FP8
-    assert tuned_config_expected(moe, "0.25.0") is True
-    assert tuned_config_expected(moe, "0.27.1") is False
-    assert tuned_config_expected(moe, None) is True
+    assert tuned_config_expected(FORGE_BF16, "0.25.0") is True
+    assert tuned_config_expected(FORGE_BF16, "0.27.1") is False
+    assert tuned_config_expected(FORGE_BF16, None) is True
+    # a forge file the series does not ship (any more) is never expected
+    assert tuned_config_expected(Section({**FORGE_BF16.values, "name": H200_FP8}), "0.25.0") is False
+    h200 = load_recipe("gemma-4-26b-a4b-it", "h200").moe_config
+    assert h200.name == H200_FP8 and not h200.expected
+    assert not any(tuned_config_expected(h200, v) for v in ("0.25.0", "0.27.1", None))
     a100 = load_recipe("gemma-4-26b-a4b-it", "a100").moe_config
     assert tuned_config_expected(a100, "0.25.0") is False
 
 
-def test_captured_025_run_without_the_config_fails_but_a_027_run_would_not():
+def test_a_missing_expected_file_fails_on_the_releases_that_ship_it_only():
     # The captured H200 run had no VLLM_TUNED_CONFIG_FOLDER: vLLM said "Config file not found".
     facts = _patched_run_facts()
     assert facts.moe_config_missing
-    moe = load_recipe("gemma-4-26b-a4b-it", "h200").moe_config
-    on_025 = gate.check_moe_config(facts, moe.name, tuned_config_expected(moe, "0.25.0"))
-    on_027 = gate.check_moe_config(facts, moe.name, tuned_config_expected(moe, "0.27.1"))
-    assert on_025.failed
+    on_025 = gate.check_moe_config(facts, H200_BF16, tuned_config_expected(FORGE_BF16, "0.25.0"))
+    on_027 = gate.check_moe_config(facts, H200_BF16, tuned_config_expected(FORGE_BF16, "0.27.1"))
+    assert on_025.failed and H200_BF16 in on_025.detail
     assert not on_027.failed and on_027.status == "INFO"
+    # the H200 recipe itself expects vLLM's default config: the same log is INFO on every release
+    h200 = load_recipe("gemma-4-26b-a4b-it", "h200").moe_config
+    check = gate.check_moe_config(facts, h200.name, tuned_config_expected(h200, "0.25.0"))
+    assert check.status == "INFO" and "Config file not found" in check.detail
 
 
 def test_h100_expects_vllms_bundled_file_on_every_release():
@@ -74,7 +84,8 @@ def test_a_tp2_server_log_is_held_to_the_n352_file():
     assert facts.tensor_parallel_size == 2
     moe_check = next(c for c in log_checks(facts, recipe, True, None) if c.name == "tuned MoE config")
     assert moe_check.status == "INFO" and n352 in moe_check.detail
-    # the same log at TP=1 would be held to the shipped N=704 tune
+    # the same log at TP=1 is read against the N=704 name (INFO too: no H200 file is shipped)
     at_tp1 = parse_engine_log(log.replace("tensor_parallel_size=2", "tensor_parallel_size=1"))
+    assert recipe.moe_config_for(1).name == H200_FP8 and recipe.moe_config_for(2).name == n352
     moe_check = next(c for c in log_checks(at_tp1, recipe, True, None) if c.name == "tuned MoE config")
-    assert moe_check.failed
+    assert moe_check.status == "INFO"

@@ -1,6 +1,6 @@
 #!/bin/bash
-# The H200 x2 session of 2026-11-30 15:xx UTC (vLLM 0.25.0 staged in STAGE, parts p0..pN), three
-# calls on one warm machine:
+# The H200 x2 session of 2026-11-30 15:12-15:36 UTC (vLLM 0.25.0 staged in STAGE, parts p0..pN), three
+# calls (five: plans a..e) on one warm machine:
 #   LIMIT=560 bash tests/gpu/session/s15.sh STAGE a
 #   LIMIT=580 bash tests/gpu/session/s15.sh STAGE b
 #   LIMIT=420 bash tests/gpu/session/s15.sh STAGE c
