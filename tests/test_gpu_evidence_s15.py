@@ -464,3 +464,36 @@ def test_section_7_quotes_log_lines_that_are_in_the_logs():
         assert files, path
         for f in files:
             assert line in f.read_text(errors="replace"), (path, line)
+
+
+def attention_prose(reports) -> str:
+    """The sentence §7.5 and the attention report say about FA4 against Triton at 30 layers."""
+    first = reports["attention-26b-L30"][1]["engines"]
+    second = reports["attention-26b-L30-r2"][1]["engines"]
+
+    def ahead(a: dict, b: dict, window: str) -> str:
+        return f"{100 * (decode(a, window) / decode(b, window) - 1):.1f} % ({_fmt(decode(a, window))} vs {_fmt(decode(b, window))})"
+
+    triton, fa4 = (first["fp8-v2"], second["fp8-v2"]), (first["fp8-v2-fa4"], second["fp8-v2-fa4"])
+    k4, k4_fa4 = first["fp8-mtp4-v2"], first["fp8-mtp4-v2-fa4"]
+    return (f"Triton ahead by {ahead(triton[0], fa4[0], 'sustained@agree')} and "
+            f"{ahead(triton[1], fa4[1], 'sustained@agree')};\n"
+            f"  k=4 (call d only), FA4 ahead by {ahead(k4_fa4, k4, 'sustained@agree')} at full acceptance, "
+            f"{ahead(k4_fa4, k4, 'sustained@random')[:5]} at zero")
+
+
+def test_section_7_and_the_attention_report_state_the_rebuilt_differences(reports):
+    sentence = attention_prose(reports)
+    assert sentence in section7()
+    assert sentence in (RESULTS / "attention-fa4-h200-vllm0.25.0.md").read_text()
+
+
+def test_moe_engines_repeats_agree_within_one_percent(reports):
+    """§7.4: every engine's per-request TPOTs agree within 1 % across its 5 repeats, so the
+    shipped/none difference is not noise inside a run."""
+    for run in ("moe-26b-L30", "moe-26b-L30-r2"):
+        for name, _ in MOE_ENGINES:
+            result = json.loads((S15 / run / "engines" / f"{name}.result.json").read_text())
+            for window in ("sustained@agree", "sustained@random"):
+                tpots = [r["tpot_s"] for r in result["windows"][window]["requests"]]
+                assert len(tpots) == 5 and max(tpots) / min(tpots) < 1.01, (run, name, window)
