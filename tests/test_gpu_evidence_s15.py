@@ -316,6 +316,27 @@ def test_31b_v2_k3_wins_at_the_field_profile_and_v1_never_pays(reports):
         assert v1_cost > 3 * v2_cost, k
 
 
+def test_the_31b_h200_recipe_states_what_the_sweeps_chose(reports):
+    """k=3 beats k=4 in this run and the first sweep's best (k=2, 562 tok/s projected: h200.sweep.md,
+    tests/test_verify_bench_report.py); the recipe serves it, with its measured step cost."""
+    pick = reports["sweep-31b-v2"][1]["picks"]["spark343"]
+    assert pick["tok_s"] > 562
+    recipe = load_recipe("gemma-4-31b-it", "h200")
+    assert recipe.speculative.num_speculative_tokens == pick["k"] == 3
+    assert recipe.serve.model_runner == pick["runner"] == "v2"
+    engine = reports["sweep-31b-v2"][1]["engines"][pick["engine"]]
+    assert recipe.thresholds.step_cost_ratio == pytest.approx(engine["derived"]["step_cost_x_plain"], abs=0.01)
+    evidence = (ROOT / "recipes" / "gemma-4-31b-it" / "h200.sweep.md").read_text()
+    assert f"| **{pick['tok_s']:.0f} ({pick['speedup_vs_stock']:.2f})** |" in evidence
+
+
+def test_the_26b_h200_recipe_expects_vllms_default_moe_config():
+    from forge.patching.status import shipped_moe_configs
+
+    moe = load_recipe("gemma-4-26b-a4b-it", "h200").moe_config
+    assert not moe.expected and moe.name not in shipped_moe_configs("0.25.0")
+
+
 # --- issue 11 item 4: the MoE configs end to end -----------------------------------------
 
 @pytest.mark.parametrize("run", ["moe-26b-L30", "moe-26b-L30-r2"])
