@@ -96,20 +96,78 @@ def copy_patches(tmp_path) -> Path:
     return target
 
 
+# The H200 runs of 2026-11-30 that measured the k=4 engine with the k+1 tune and with none.
+S15 = ROOT / "tests" / "fixtures" / "gpu" / "s15-h200x2-2026-11-30"
+MOE_RUNS = [S15 / run / "captured" / "bench.json" for run in ("moe-26b-L30", "moe-26b-L30-r2")]
+H200_FP8 = "E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+WITH_TUNE, WITHOUT = "fp8-mtp4-v2-moe-tuned-kplus1", "fp8-mtp4-v2-moe-none"
+
+
+def won_bench(tmp_path, factor: float = 1.1) -> Path:
+    """The first real run, as it would read had the tuned engine decoded `factor` times faster."""
+    bench = json.loads(MOE_RUNS[0].read_text())
+    bench["engines"][WITH_TUNE]["figures"]["sustained@agree"]["decode_tok_s"] = round(
+        bench["engines"][WITHOUT]["figures"]["sustained@agree"]["decode_tok_s"] * factor, 1)
+    path = tmp_path / "won-bench.json"
+    path.write_text(json.dumps(bench))
+    return path
+
+
 def test_import_writes_the_file_and_registers_it_once(tmp_path):
     patches = copy_patches(tmp_path)
     series_path = patches / "series.yaml"
     before = [p.id for p in load_series(series_path).patches if p.kind == "source"]
+    won = moe_tune.end_to_end([won_bench(tmp_path)], H200_FP8, WITH_TUNE, WITHOUT)
     for _ in range(2):  # importing again refreshes the entry, never duplicates it
-        written = moe_tune.import_results(TUNE / "tune-moe-fp8_w8a8.json", patches / "moe-configs", series_path)
+        written = moe_tune.import_results(TUNE / "tune-moe-fp8_w8a8.json", patches / "moe-configs",
+                                          series_path, end_to_end=won)
     series = load_series(series_path)  # validates every sha256
     entries = [p for p in series.patches if p.id == "moe-e128-n704-nvidia-h200-fp8_w8a8"]
     assert len(entries) == 1 and entries[0].kind == "moe-config"
     assert entries[0].files[0].path == f"moe-configs/{written.name}"
     for fact in ("device NVIDIA H200", "driver 580.159.04", "Triton 3.6.0", "vLLM 0.25.0",
-                 "2026-11-29", "duration", "command: python build.py tune-moe"):
+                 "2026-11-29", "duration", "command: python build.py tune-moe",
+                 "End to end (sustained@agree decode tok/s", "741.0 vs 673.6 (+10.0%, 2026-11-30 15:28 UTC)"):
         assert fact in entries[0].why
     assert [p.id for p in series.patches if p.kind == "source"] == before
+
+
+def test_the_measured_runs_refuse_the_k_plus_1_tune(tmp_path):
+    """What the H200 measured (663.3 and 668 tok/s with the tune, 673.6 and 676 without): the
+    import refuses, naming every run's figures, and writes nothing."""
+    patches = copy_patches(tmp_path)
+    measured = moe_tune.end_to_end(MOE_RUNS, H200_FP8, WITH_TUNE, WITHOUT)
+    assert [round(w / wo, 3) for _, _, w, wo in measured.runs] == [0.985, 0.987]
+    with pytest.raises(ForgeError, match=r"did not win end to end \(663.3 vs 673.6 \(-1.5%.*needs \+1%"):
+        moe_tune.import_results(TUNE / "tune-moe-fp8_w8a8.json", patches / "moe-configs",
+                                patches / "series.yaml", end_to_end=measured)
+    assert not (patches / "moe-configs" / H200_FP8).exists()
+    # one winning run beside a losing one is not enough
+    mixed = moe_tune.end_to_end([won_bench(tmp_path), MOE_RUNS[1]], H200_FP8, WITH_TUNE, WITHOUT)
+    with pytest.raises(ForgeError, match="did not win end to end"):
+        mixed.require_win()
+    with pytest.raises(ForgeError, match="ships only where it wins end to end: give --end-to-end"):
+        moe_tune.import_results(TUNE / "tune-moe-fp8_w8a8.json", patches / "moe-configs",
+                                patches / "series.yaml")
+
+
+def test_an_end_to_end_run_must_compare_the_config_alone(tmp_path):
+    with pytest.raises(ForgeError, match=r"engines.fp8-mtp4-v2-moe-none: did not read E=128"):
+        moe_tune.end_to_end(MOE_RUNS[:1], H200_FP8, WITHOUT, WITH_TUNE)
+    with pytest.raises(ForgeError, match=r"engines.fp8-mtp4-v2: read E=128.* too"):
+        moe_tune.end_to_end(MOE_RUNS[:1], H200_FP8, WITH_TUNE, "fp8-mtp4-v2")
+    bench = json.loads(MOE_RUNS[0].read_text())
+    bench["engines"][WITHOUT]["k"] = 3
+    other_k = tmp_path / "other-k.json"
+    other_k.write_text(json.dumps(bench))
+    with pytest.raises(ForgeError, match="differ in k: not a comparison of the config alone"):
+        moe_tune.end_to_end([other_k], H200_FP8, WITH_TUNE, WITHOUT)
+    with pytest.raises(ForgeError, match="engines.nope: no such engine"):
+        moe_tune.end_to_end(MOE_RUNS[:1], H200_FP8, "nope", WITHOUT)
+    bf16 = moe_tune.end_to_end([won_bench(tmp_path)], H200_FP8, WITH_TUNE, WITHOUT)
+    with pytest.raises(ForgeError, match="file_name: E=128,N=704,device_name=NVIDIA_H200.json, but the "
+                                         "end-to-end run measured"):
+        moe_tune.import_results(TUNE / "tune-moe-bf16.json", tmp_path / "cfg", None, end_to_end=bf16)
 
 
 def test_import_refuses_results_where_tuned_never_won(tmp_path):

@@ -23,6 +23,7 @@ import shlex
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from forge import REPO_ROOT
@@ -170,8 +171,9 @@ def provenance_text(results: dict) -> str:
 
 
 def import_results(results_path: Path, config_dir: Path = MOE_CONFIG_DIR,
-                   series_path: Path | None = None) -> Path:
-    """Write a GPU run's tuned JSON into patches/moe-configs and register it in the series."""
+                   series_path: Path | None = None, end_to_end: EndToEnd | None = None) -> Path:
+    """Write a GPU run's tuned JSON into patches/moe-configs and register it in the series, only
+    where a benchmark of the same engine with and without it shows it winning end to end."""
     try:
         results = json.loads(Path(results_path).read_text())
     except (OSError, ValueError) as exc:
@@ -182,12 +184,96 @@ def import_results(results_path: Path, config_dir: Path = MOE_CONFIG_DIR,
     if not any(d["kept"] == "tuned" for d in results["decisions"]):
         raise ForgeError(f"{results_path}: decisions: tuned won at no token count; "
                          "nothing to ship (vLLM's default is as good here)")
+    if end_to_end is None:
+        raise ForgeError(f"{results_path}: a tuned config ships only where it wins end to end: give "
+                         "--end-to-end BENCH_JSON (verify/bench.py with --engine ...,moe=DIR and "
+                         "--engine ...,moe=none) with --with-engine and --without-engine")
+    if end_to_end.config_name != results["file_name"]:
+        raise ForgeError(f"{results_path}: file_name: {results['file_name']}, but the end-to-end "
+                         f"run measured {end_to_end.config_name}")
+    end_to_end.require_win()
     configs = {int(m): c for m, c in results["configs"].items()}
     config_dir.mkdir(parents=True, exist_ok=True)
     target = config_dir / results["file_name"]
     target.write_text(render_config_json(configs, results["provenance"].get("triton")))
-    register(target, provenance_text(results), series_path)
+    register(target, f"{provenance_text(results)} {end_to_end.text()}", series_path)
     return target
+
+
+# ------------------------------------------------------------------------------------------
+# The end-to-end proof: decode tok/s of one engine with the config against the same engine without
+
+# Settings that must match between the two engines for the comparison to be about the config.
+SAME_SETTINGS = ("dtype", "k", "runner", "attention", "compile")
+
+
+@dataclass(frozen=True)
+class EndToEnd:
+    config_name: str
+    window: str
+    runs: tuple[tuple[str, str, float, float], ...]  # (bench file, its date, with, without tok/s)
+
+    @property
+    def worst_gain(self) -> float:
+        return min(with_ / without for _, _, with_, without in self.runs)
+
+    def require_win(self, min_gain: float = MIN_GAIN) -> None:
+        if self.worst_gain < 1 + min_gain:
+            raise ForgeError(f"{self.config_name}: did not win end to end ({self._figures()}; needs "
+                             f"+{min_gain:.0%} in every run): not shipped")
+
+    def text(self) -> str:
+        return (f"End to end ({self.window} decode tok/s with it vs vLLM's default config, same "
+                f"engine settings, same run): {self._figures()}.")
+
+    def _figures(self) -> str:
+        return "; ".join(f"{with_:.1f} vs {without:.1f} ({with_ / without - 1:+.1%}, {date})"
+                         for _, date, with_, without in self.runs)
+
+
+def end_to_end(bench_files: list[Path], config_name: str, with_engine: str, without_engine: str,
+               window: str = "sustained@agree") -> EndToEnd:
+    """Read verify/bench.py's bench.json files: the with-engine must have read config_name, the
+    without-engine must not have, and both must share every other setting."""
+    runs = []
+    for path in bench_files:
+        try:
+            bench = json.loads(Path(path).read_text())
+            engines = bench["engines"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise ForgeError(f"{path}: cannot read a verify/bench.py bench.json: {exc}") from exc
+        with_, without = (_engine(engines, name, path) for name in (with_engine, without_engine))
+        if not _read_config(with_, config_name):
+            raise ForgeError(f"{path}: engines.{with_engine}: did not read {config_name} "
+                             f"(its log: {with_.get('moe_config_log')})")
+        if _read_config(without, config_name):
+            raise ForgeError(f"{path}: engines.{without_engine}: read {config_name} too")
+        differ = [key for key in SAME_SETTINGS if with_.get(key) != without.get(key)]
+        if differ:
+            raise ForgeError(f"{path}: engines {with_engine} and {without_engine} differ in "
+                             f"{', '.join(differ)}: not a comparison of the config alone")
+        runs.append((str(path), bench.get("date", "?"),
+                     _decode_tok_s(with_, window, path), _decode_tok_s(without, window, path)))
+    if not runs:
+        raise ForgeError("--end-to-end: give at least one bench.json")
+    return EndToEnd(config_name, window, tuple(runs))
+
+
+def _engine(engines: dict, name: str, path: Path) -> dict:
+    if name not in engines:
+        raise ForgeError(f"{path}: engines.{name}: no such engine (has {', '.join(sorted(engines))})")
+    return engines[name]
+
+
+def _read_config(engine: dict, config_name: str) -> bool:
+    return any(str(line).endswith("/" + config_name) for line in engine.get("moe_config_log") or [])
+
+
+def _decode_tok_s(engine: dict, window: str, path: Path) -> float:
+    figure = (engine.get("figures") or {}).get(window) or {}
+    if not figure.get("decode_tok_s"):
+        raise ForgeError(f"{path}: engines.{engine.get('name')}.figures.{window}: no decode figure")
+    return float(figure["decode_tok_s"])
 
 
 def register(config_file: Path, why: str, series_path: Path | None = None) -> None:
