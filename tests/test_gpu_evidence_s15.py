@@ -472,6 +472,15 @@ def test_moe_config_names_agree_with_vllms_on_the_h200():
     text = (S15 / "logs" / "moe-config-names.txt").read_text()
     assert "5/5 names agree (vLLM 0.25.0, NVIDIA H200)" in text and text.rstrip().endswith("exit 0")
     assert TP2_FP8 in json.dumps(names)
+    # today's grammar still builds and reads vLLM's own names, as vLLM 0.25.0 spelled them on the H200
+    from forge.patching.moe_config_names import config_file_name, parse_config_name
+
+    for row in names["rows"]:
+        parsed = parse_config_name(row["vllm"])
+        assert parsed is not None and str(parsed) == row["vllm"]
+        if parsed.block_shape is None:
+            dtype = parsed.dtype or "bf16"
+            assert config_file_name(names["device"], dtype, parsed.experts, parsed.n) == row["vllm"]
 
 
 # --- docs/gpu-evidence.md §7 quotes what the data says ----------------------------------
