@@ -28,6 +28,7 @@ from pathlib import Path
 from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.patching.moe_config_names import config_file_name, parse_config_name
+from forge.patching.vocabulary import Kind
 from forge.progress import say, track
 
 PATCHES_DIR = REPO_ROOT / "patches"
@@ -199,7 +200,7 @@ def register(config_file: Path, why: str, series_path: Path | None = None) -> No
     relative = config_file.resolve().relative_to(base.resolve()).as_posix()
     digest = hashlib.sha256(config_file.read_bytes()).hexdigest()
     entry = patch_series.Patch(
-        id=patch_id(config_file.name), kind="moe-config",
+        id=patch_id(config_file.name), kind=Kind.MOE_CONFIG,
         title=f"Tuned fused-MoE config {config_file.name}",
         files=[patch_series.PatchFile(relative, digest, config_file.resolve())],
         releases=TUNED_RELEASES, why=why)

@@ -126,9 +126,9 @@ def propose(series, offline: bool = False, recipes_root: Path | None = None, wat
         statuses = patches.release_status(version, offline=offline, series=series)
         proposal.statuses[version] = statuses
         for status in statuses:
-            if status.status == "conflict":
+            if status.status == Status.CONFLICT:
                 proposal.conflicts.append((version, status.id, status.detail))
-            elif status.status == "already-upstream":
+            elif status.status == Status.ALREADY_UPSTREAM:
                 _propose_retirement(proposal, series.get(status.id), version)
     if proposal.newest:
         proposal.recipes_behind = [f"{r.name}/{r.target}" for r in recipes.load_all(recipes_root)
