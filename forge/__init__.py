@@ -16,8 +16,11 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
   4 watch     the upstream watch: new releases, dependency drift (its probe), the watched deps
   4 images    lock, plan, build context, BuildKit build and bake, registry, retag, published index,
               the release matrix (watch and images do not import each other)
-  5 commands  the argparse CLI behind build.py / `vllm-forge` and command handlers that compose
-              several packages (most `cmd_*` still sit next to the one package they drive)
+  5 commands  the argparse CLI behind build.py / `vllm-forge` and every command handler (`cmd_*`):
+              each turns arguments into values, calls the packages below and prints; patches
+              (patches, apply, readme-table), images (build, lock, bake, release-matrix, publish,
+              published), serving (serve, tune-moe), watch (drift, upstream-watch). The packages
+              below compute and raise; none defines a `cmd_*`.
 """
 import os
 from pathlib import Path

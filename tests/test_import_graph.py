@@ -1,5 +1,6 @@
 """forge/'s import graph, read with ast (nothing is imported): no cycle between modules, and no
-module imports from a higher layer than its own (the layers are written down in forge/__init__.py)."""
+module imports from a higher layer than its own (the layers are written down in forge/__init__.py).
+Command handlers (`cmd_*`) live in forge/commands only, apart from the knowledge they call."""
 import ast
 from pathlib import Path
 
@@ -88,3 +89,38 @@ def test_the_checks_catch_a_cycle_and_an_upward_import():
     assert _cycle({"a": {"b"}, "b": set()}) is None
     assert layer_of("forge.images.plan") == "images" and layer_of("forge.errors") == "core"
     assert forge.LAYERS["core"] < forge.LAYERS["patching"] < forge.LAYERS["commands"]
+
+
+def command_handlers(source: str) -> list[str]:
+    """The `cmd_*` functions a module's source defines (at any depth)."""
+    return [node.name for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("cmd_")]
+
+
+def test_command_handlers_live_only_in_forge_commands():
+    outside = {str(path.relative_to(FORGE.parent)): found for path in sorted(FORGE.rglob("*.py"))
+               if path.parent.name != "commands" and (found := command_handlers(path.read_text()))}
+    assert outside == {}
+    inside = [name for path in (FORGE / "commands").glob("*.py")
+              for name in command_handlers(path.read_text())]
+    assert len(inside) >= 13        # the walk saw the handlers (a wrong root would see none)
+
+
+def test_the_handler_check_catches_a_cmd_function():
+    assert command_handlers("def cmd_lock(args):\n    return 0\n") == ["cmd_lock"]
+    assert command_handlers("class C:\n    def cmd_x(self): ...\n") == ["cmd_x"]
+    assert command_handlers("def lock(args): ...\ndef _cmd_helper(): ...\n") == []
+
+
+def test_every_cli_command_runs_a_handler_in_forge_commands():
+    import importlib
+
+    from forge.commands.cli import build_parser
+
+    choices = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    handlers = {name: sub.get_default("handler") for name, sub in choices.items()}
+    assert len(handlers) >= 13
+    for name, handler in handlers.items():
+        module, function = handler.split(":")
+        assert module.startswith("forge.commands."), (name, handler)
+        assert callable(getattr(importlib.import_module(module), function)), (name, handler)

@@ -205,6 +205,29 @@ def test_bad_port_is_one_line():
     assert result.returncode == 2 and result.stderr == "error: --port: not a TCP port: 70000\n"
 
 
+def test_unknown_target_is_the_one_message_every_command_gives():
+    """serve names an unknown target exactly as forge.targets.get_target does, and so as build,
+    lock and release-matrix do: one line, exit 2, for one node and for several."""
+    from forge.targets import get_target
+
+    with pytest.raises(ForgeError) as caught:
+        get_target("tpu")
+    expected = f"error: {caught.value}\n"
+    assert "unknown target 'tpu' (known: " in expected and "h200" in expected
+    with pytest.raises(ForgeError) as planned:
+        plan_serve("gemma-4-31b-it", "tpu", "0.27.1")
+    assert str(planned.value) == str(caught.value)
+    for argv in (["serve", "--recipe", "gemma-4-31b-it", "--target", "tpu", "--vllm", "0.27.1"],
+                 ["serve", "--recipe", "gemma-4-31b-it", "--target", "tpu", "--vllm", "0.27.1",
+                  "--nodes", "2", "--master-addr", "127.0.0.1", "--node-ips", "127.0.0.1,127.0.0.2"],
+                 ["--target", "tpu", "--vllm", "0.27.1", "--plan"],
+                 ["lock", "--target", "tpu", "--vllm", "0.27.1"],
+                 ["release-matrix", "--target", "tpu", "--vllm", "0.27.1"]):
+        result = subprocess.run([sys.executable, "build.py", *argv], cwd=REPO,
+                                capture_output=True, text=True, timeout=120)
+        assert (result.returncode, result.stderr) == (2, expected), argv
+
+
 # --- --nodes N: vLLM's native multi-node engine ------------------------------------------------
 
 from forge.serving.serve import Interconnect, detect_interconnect, plan_multi_node, roce_devices, route_to  # noqa: E402

@@ -44,7 +44,7 @@ def _add_build(commands) -> None:
     p.add_argument("--no-attest", action="store_true",
                    help="no SBOM/provenance attestations (default: on where the engine's image "
                         "store keeps them, i.e. the containerd image store)")
-    p.set_defaults(handler="forge.images.build:cmd_build")
+    p.set_defaults(handler="forge.commands.images:cmd_build")
 
 
 def _add_patches(commands) -> None:
@@ -91,7 +91,7 @@ def _add_lock(commands) -> None:
     p.add_argument("--vllm", required=True, metavar="VERSION")
     p.add_argument("--target", action="append", help="only these targets (repeatable)")
     p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
-    p.set_defaults(handler="forge.images.lock:cmd_lock")
+    p.set_defaults(handler="forge.commands.images:cmd_lock")
 
 
 def _add_bake(commands) -> None:
@@ -104,7 +104,7 @@ def _add_bake(commands) -> None:
     p.add_argument("--no-attest", action="store_true",
                    help="no SBOM/provenance attestations: for the plain docker driver (Docker "
                         "Engine before 26 without the containerd image store, e.g. Debian 12's)")
-    p.set_defaults(handler="forge.images.bake:cmd_bake")
+    p.set_defaults(handler="forge.commands.images:cmd_bake")
 
 
 def _add_serve(commands) -> None:
@@ -119,7 +119,7 @@ def _add_serve(commands) -> None:
     p.add_argument("--recipes-dir", metavar="DIR",
                    help="read recipes from DIR/<recipe>/<target>.yaml (default: recipes/)")
     _add_serve_nodes(p)
-    p.set_defaults(handler="forge.serving.serve:cmd_serve")
+    p.set_defaults(handler="forge.commands.serving:cmd_serve")
 
 
 def _add_serve_nodes(p) -> None:
@@ -158,7 +158,7 @@ def _add_tune_moe(commands) -> None:
     p.add_argument("--import-results", metavar="FILE",
                    help="no GPU: write a GPU run's tuned JSON into patches/moe-configs and "
                         "register it in patches/series.yaml")
-    p.set_defaults(handler="forge.serving.moe_tune:cmd_tune_moe")
+    p.set_defaults(handler="forge.commands.serving:cmd_tune_moe")
 
 
 def _add_publish(commands) -> None:
@@ -177,7 +177,7 @@ def _add_publish(commands) -> None:
                    help="when verify passed, point the moving tag at the digest in the registry")
     p.add_argument("--github-output", metavar="FILE",
                    help="append moving_ref= and source_ref= (a GitHub Actions step output file)")
-    p.set_defaults(handler="forge.images.published:cmd_publish")
+    p.set_defaults(handler="forge.commands.images:cmd_publish")
 
 
 def _add_published(commands) -> None:
@@ -186,7 +186,7 @@ def _add_published(commands) -> None:
     p.add_argument("--vllm", metavar="VERSION")
     p.add_argument("--index", help="the known-good index file (default images/published.json)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(handler="forge.images.published:cmd_published")
+    p.set_defaults(handler="forge.commands.images:cmd_published")
 
 
 def _add_upstream_watch(commands) -> None:
@@ -206,7 +206,7 @@ def _add_upstream_watch(commands) -> None:
     p.add_argument("--dependency-through", action="append", metavar="PACKAGE==VERSION",
                    help="check the package's new versions only up to this one (repeatable)")
     _add_offline_flag(p)
-    p.set_defaults(handler="forge.watch.upstream:cmd_upstream_watch")
+    p.set_defaults(handler="forge.commands.watch:cmd_upstream_watch")
 
 
 def _add_drift(commands) -> None:
@@ -231,7 +231,7 @@ def _add_drift(commands) -> None:
     p.add_argument("--series", help="the patch manifest (default patches/series.yaml, $VLLM_FORGE_SERIES)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_offline_flag(p)
-    p.set_defaults(handler="forge.watch.drift:cmd_drift")
+    p.set_defaults(handler="forge.commands.watch:cmd_drift")
 
 
 def _add_readme_table(commands) -> None:
@@ -239,7 +239,7 @@ def _add_readme_table(commands) -> None:
     p.add_argument("--readme", help="the README to update (default the repository's README.md)")
     p.add_argument("--check", action="store_true", help="exit 1 if the table is stale; write nothing")
     _add_offline_flag(p)
-    p.set_defaults(handler="forge.patching.readme_table:cmd_readme_table")
+    p.set_defaults(handler="forge.commands.patches:cmd_readme_table")
 
 
 def _add_release_matrix(commands) -> None:
@@ -253,7 +253,7 @@ def _add_release_matrix(commands) -> None:
                         "linux/arm64=ubuntu-24.04-arm)")
     p.add_argument("--pretty", action="store_true", help="indented JSON")
     p.add_argument("--github-output", metavar="FILE", help="append vllm= and matrix= lines")
-    p.set_defaults(handler="forge.images.release_matrix:cmd_release_matrix")
+    p.set_defaults(handler="forge.commands.images:cmd_release_matrix")
 
 
 COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,

@@ -1,5 +1,8 @@
-"""`build.py patches` (statuses per release) and `build.py apply` (patch the vLLM installed here)."""
+"""`build.py patches` (statuses per release), `build.py apply` (patch the vLLM installed here) and
+`build.py readme-table` (README.md's per-release status table)."""
 from __future__ import annotations
+
+from pathlib import Path
 
 from forge.errors import ConflictError
 from forge.patching.apply import apply_series, install_statuses, read_install_record
@@ -51,4 +54,23 @@ def cmd_apply(args) -> int:
                           find_links=args.find_links, pins=args.pin)
     for line in report.lines():
         print(line)
+    return 0
+
+
+def cmd_readme_table(args) -> int:
+    from forge.patching.readme_table import COMMAND, README, regenerate
+
+    readme, name = (Path(args.readme), args.readme) if args.readme else (README, "README.md")
+    current, updated = regenerate(readme, name, offline=args.offline)
+    if args.check:
+        if updated != current:
+            print(f"{name}: the patch table is stale; run `{COMMAND}`")
+            return 1
+        print(f"{name}: the patch table is current")
+        return 0
+    if updated != current:
+        readme.write_text(updated)
+        print(f"{name}: patch table updated")
+    else:
+        print(f"{name}: patch table already current")
     return 0

@@ -93,18 +93,9 @@ def write_bake(plans: list[Plan], output: Path, attest: bool = True) -> Path:
     return output
 
 
-def cmd_bake(args) -> int:
-    targets = load_targets()
-    names = args.target or sorted(targets)
-    # Resolves (and so refuses) everything before writing anything. A bake file pins each base by
-    # digest, so an unlocked base has no way around the lock here.
-    plans = [resolve_plan(name, args.vllm, repository=args.repository, lock_path=args.lock,
-                          unlocked_flag=None) for name in names]
-    output = write_bake(plans, Path(args.output).resolve(), attest=not args.no_attest)
-    root = output.parent
-    for plan in plans:
-        print(f"{plan.target.name:<6} {plan.target.platform:<12} {plan.tags[0]}")
-    print(f"wrote {output} (run from {root}: docker buildx bake -f {output.name} --push)")
-    print("without SBOM and provenance attestations (--no-attest)" if args.no_attest
-          else f"with SBOM and provenance attestations: {ATTEST_NEEDS}")
-    return 0
+def plan_all(vllm: str, names: list[str] | None = None, repository: str | None = None,
+             lock_path: str | None = None) -> list[Plan]:
+    """The plans of `names` (default: every target), resolved (and so refused) before anything is
+    written. A bake file pins each base by digest, so an unlocked base has no way around the lock."""
+    return [resolve_plan(name, vllm, repository=repository, lock_path=lock_path, unlocked_flag=None)
+            for name in names or sorted(load_targets())]

@@ -1,7 +1,7 @@
-"""`python build.py --target T --vllm V [--push] [--plan]`: resolve the plan, build it with BuildKit
-from the very bake definition `build.py bake` writes (forge/images/bake.py), tag immutable + moving, push
-both (never re-pointing an immutable tag that names another image: that is refused before any tag,
-local or remote, is set).
+"""What `python build.py --target T --vllm V [--push]` (forge/commands/images.py) does with a plan:
+build it with BuildKit from the very bake definition `build.py bake` writes (forge/images/bake.py),
+tag immutable + moving, push both (never re-pointing an immutable tag that names another image:
+that is refused before any tag, local or remote, is set).
 
 One build engine: the build runs `docker buildx bake --load` on a bake file for this one target,
 written to a temporary directory, so a local build and a release build (`build.py bake`, then
@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from forge.errors import ConflictError, ForgeError
-from forge.images.plan import Plan, format_plan, pin_base, resolve_plan
+from forge.images.plan import Plan, pin_base
 
 APPLY_CONFLICT_EXIT = 3  # `build.py apply` exits 3 on a conflict; BuildKit reports the RUN's code
 BUILD_REPOSITORY = "vllm-forge-build"  # local only: holds a fresh image until its real tags are set
@@ -37,40 +37,18 @@ STEP_LINE = re.compile(r"^#\d+ \d+\.\d+ (.*)$")
 PUSHED_DIGEST = re.compile(r"^\S+: digest: (sha256:[0-9a-f]{64}) size: \d+$")
 
 
-def cmd_build(args) -> int:
-    # A plan shows an unlocked base before it fails as the build would (so it can be inspected).
-    plan = resolve_plan(args.target, args.vllm, repository=args.repository,
-                        base_image=args.base_image, allow_unlocked=args.allow_unlocked or args.plan,
-                        lock_path=args.lock)
-    if args.plan:
-        if args.json:
-            print(json.dumps(plan.to_dict(), indent=1))
-        else:
-            print(format_plan(plan))
-        if not plan.base_locked and not args.allow_unlocked:
-            sys.stdout.flush()
-            # The same refusal, worded the same way, as the build itself gives.
-            resolve_plan(args.target, args.vllm, repository=args.repository,
-                         base_image=args.base_image, lock_path=args.lock)
-        return 0
-    client = connect()
-    plan = check_base(plan, allow_change=args.allow_base_change)
-    docker_cli = find_buildx()
-    attest = not args.no_attest and engine_keeps_attestations(client)
-    # Before building: the push registry must answer, and we learn what the immutable tag names now.
-    pushed_before = immutable_digest(plan) if args.push else None
-    print(format_plan(plan), flush=True)
-    print(attestation_note(attest, args.no_attest), flush=True)
+def build_and_tag(client, plan: Plan, docker_cli: str, attest: bool,
+                  pushed_before: str | None = None) -> tuple[str, bool]:
+    """Build the plan and set its tags: (image id, whether the registry's immutable tag, naming
+    `pushed_before` before the build, already names this image). Refuses, before any tag is set,
+    when that tag names another image. The local build tag is removed whatever happens."""
     try:
         image_id = build_image(client, plan, docker_cli, attest)
-        already_pushed = args.push and same_image_pushed(client, plan, image_id, pushed_before)
+        already_pushed = same_image_pushed(client, plan, image_id, pushed_before)
         tag_image(client, plan, image_id)
     finally:
         _untag(client, build_tag(plan))
-    print(f"built {image_id} as {', '.join(plan.tags)}", flush=True)
-    if args.push:
-        push(client, plan, pushed_before if already_pushed else None)
-    return 0
+    return image_id, already_pushed
 
 
 def immutable_digest(plan: Plan) -> str | None:
@@ -146,7 +124,7 @@ def attestation_note(attest: bool, declined: bool) -> str:
 
 def build_tag(plan: Plan) -> str:
     """A local-only tag the image holds between the build and tag_image (an untagged image could
-    be pruned meanwhile); never pushed, removed again by cmd_build."""
+    be pruned meanwhile); never pushed, removed again by build_and_tag."""
     return f"{BUILD_REPOSITORY}:{plan.immutable_tag}-{os.getpid()}"
 
 

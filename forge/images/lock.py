@@ -86,18 +86,22 @@ def save_lock(pins: dict[str, str], path: Path | str | None = None,
     return write_text_atomically(path, HEADER + body)
 
 
-def cmd_lock(args) -> int:
+def resolve_bases(vllm: str, names: list[str] | None = None
+                  ) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The bases of `names` (default: every target) for release `vllm`, resolved through the
+    registry: (tag reference -> digest, tag reference -> the platforms that digest offers).
+    Refuses a missing tag or a base without a platform one of its targets needs, having
+    resolved and checked every base (so a caller writes all or nothing)."""
     from forge.images.registry import manifest_digest, manifest_platforms
     from forge.targets import get_target, load_targets
 
-    names = args.target or sorted(load_targets())
+    names = names or sorted(load_targets())
     targets = {name: get_target(name) for name in names}   # an unknown name: get_target's one line
     users: dict[str, list[str]] = {}
     for name in names:
-        users.setdefault(targets[name].base_for(args.vllm).ref, []).append(name)
-    pins, platforms = read_lock(args.lock)
+        users.setdefault(targets[name].base_for(vllm).ref, []).append(name)
     resolved, offered = {}, {}
-    for ref in sorted(users):  # resolve and check every base before writing anything
+    for ref in sorted(users):
         digest = manifest_digest(ref)
         if digest is None:
             raise ForgeError(f"registry has no tag {ref} (targets: {', '.join(names)})")
@@ -105,13 +109,7 @@ def cmd_lock(args) -> int:
         for name in users[ref]:
             _check_offers(ref, digest, offered[ref], targets[name])
         resolved[ref] = digest
-    for ref, digest in resolved.items():
-        before = pins.get(ref)
-        change = "unchanged" if before == digest else ("moved from " + before if before else "new")
-        print(f"{ref} -> {digest} ({change}; {', '.join(offered[ref])})")
-    path = save_lock({**pins, **resolved}, args.lock, {**platforms, **offered})
-    print(f"wrote {path}")
-    return 0
+    return resolved, offered
 
 
 def _check_offers(ref: str, digest: str, offered: list[str], target) -> None:

@@ -115,14 +115,14 @@ def _check_consistent(index: dict, source: str) -> None:
     for i, build in enumerate(index["builds"]):
         key = (build["repository"], build["immutable_tag"])
         if key in seen and seen[key] != build["digest"]:
-            raise ImmutableTagError(f"{source}: builds[{i}].digest: immutable tag {_ref(*key)} "
+            raise ImmutableTagError(f"{source}: builds[{i}].digest: immutable tag {reference(*key)} "
                                     f"already names {seen[key]}")
         seen[key] = build["digest"]
     for i, entry in enumerate(index["known_good"]):
         build = find_build(index, entry["repository"], entry["immutable_tag"])
         if build is None or build["digest"] != entry["digest"]:
             raise ForgeError(f"{source}: known_good[{i}].immutable_tag: "
-                             f"{_ref(entry['repository'], entry['immutable_tag'])} "
+                             f"{reference(entry['repository'], entry['immutable_tag'])} "
                              f"@ {entry['digest']} is not a recorded build")
         if not build["verify"]["passed"]:
             raise ForgeError(f"{source}: known_good[{i}].immutable_tag: its verify report did not pass")
@@ -144,7 +144,7 @@ def _version_key(version: str):
     return Version(version)
 
 
-def _ref(repository: str, tag: str) -> str:
+def reference(repository: str, tag: str) -> str:
     return f"{repository}:{tag}"
 
 
@@ -176,16 +176,16 @@ def record_build(index: dict, build: dict) -> dict:
         return build
     if existing["digest"] != build["digest"]:
         raise ImmutableTagError(
-            f"immutable tag {_ref(build['repository'], build['immutable_tag'])} already names "
+            f"immutable tag {reference(build['repository'], build['immutable_tag'])} already names "
             f"{existing['digest']}; refusing to re-point it to {build['digest']}")
     if (existing["target"], existing["vllm"]) != (build["target"], build["vllm"]):
         raise ImmutableTagError(
-            f"immutable tag {_ref(build['repository'], build['immutable_tag'])} is recorded for "
+            f"immutable tag {reference(build['repository'], build['immutable_tag'])} is recorded for "
             f"{existing['target']} vLLM {existing['vllm']}, not {build['target']} vLLM {build['vllm']}")
     if existing["verify"]["passed"] and not build["verify"]["passed"]:
         # Publishing again without a report must not un-verify what users already pull.
         raise ForgeError(
-            f"immutable tag {_ref(build['repository'], build['immutable_tag'])} is recorded as "
+            f"immutable tag {reference(build['repository'], build['immutable_tag'])} is recorded as "
             "verified; publish it again only with a verify report that passes (--verify-report)")
     existing["verify"] = build["verify"]
     return existing
@@ -336,64 +336,40 @@ def _report_summary(report: dict) -> dict:
     return summary
 
 
-def cmd_publish(args) -> int:
-    """build.py publish: record a pushed build; move its moving tag when verify passed.
+def publish(target: str, vllm: str, repository: str, immutable_tag: str, digest: str,
+            verify_reports: list | None, index_path: Path | str | None = None,
+            move: bool = False) -> tuple[dict, dict | None]:
+    """Record a pushed build in the index; promote its moving tag when verify passed (and, with
+    `move`, point that tag at the digest in the registry first). Returns (the build, the new
+    known_good entry or None when the tag stays where it was).
 
-    Prints one line per outcome. Exits 1 when a verify report did not pass (refused: nothing
-    written, no tag moved) or none was given (recorded as not verified, tag not moved), so a
-    release job shows red; 2 when a report is malformed or names another target, release or
-    digest; 3 when the immutable tag already names another digest.
+    Every check that can refuse (the tag's name, the verify reports, the immutable tag naming
+    another digest) runs before the index or the registry is touched.
     """
-    from forge import image_names as images
+    from forge import image_names
 
-    repository = args.repository or images.default_repository()
-    tag = args.immutable_tag
-    expected_prefix = images.moving_tag(args.target, args.vllm) + "-"
-    if not tag.startswith(expected_prefix):
-        raise ForgeError(f"--immutable-tag {tag!r} is not a {args.target} vLLM {args.vllm} tag "
-                         f"(expected {expected_prefix}<hash>)")
-    # Every check that can refuse runs before the index or the registry is touched.
-    verify = verify_result(args.verify_report, args.target, args.vllm, args.digest)
-    index = load_index(args.index)
+    moving = image_names.moving_tag(target, vllm)
+    if not immutable_tag.startswith(moving + "-"):
+        raise ForgeError(f"--immutable-tag {immutable_tag!r} is not a {target} vLLM {vllm} tag "
+                         f"(expected {moving}-<hash>)")
+    verify = verify_result(verify_reports, target, vllm, digest)
+    index = load_index(index_path)
     build = record_build(index, {
-        "target": args.target, "vllm": args.vllm, "repository": repository,
-        "immutable_tag": tag, "digest": args.digest, "published_at": now_utc(),
+        "target": target, "vllm": vllm, "repository": repository,
+        "immutable_tag": immutable_tag, "digest": digest, "published_at": now_utc(),
         "verify": verify,
     })
-    entry = promote(index, build, images.moving_tag(args.target, args.vllm))
-    if entry is not None and args.move_tag:
+    entry = promote(index, build, moving)
+    if entry is not None and move:
         # Registry first: the index must never claim a move the registry did not make.
         from forge.images.retag import move_tag
 
-        move_tag(_ref(repository, entry["moving_tag"]), build["digest"])
-    save_index(index, args.index)
-    print(f"recorded {_ref(repository, tag)}@{build['digest']} "
-          f"(verify {'passed' if build['verify']['passed'] else 'did not pass'})")
-    if entry is None:
-        print(f"moving tag {images.moving_tag(args.target, args.vllm)} not moved")
-        return 1
-    print(f"{'moved' if args.move_tag else 'move'} {_ref(repository, entry['moving_tag'])} -> "
-          f"{_ref(repository, tag)}@{build['digest']}")
-    if args.github_output:
-        with open(args.github_output, "a") as out:
-            out.write(f"moving_ref={_ref(repository, entry['moving_tag'])}\n"
-                      f"source_ref={repository}@{build['digest']}\n")
-    return 0
+        move_tag(reference(repository, entry["moving_tag"]), build["digest"])
+    save_index(index, index_path)
+    return build, entry
 
 
-def cmd_published(args) -> int:
-    """build.py published: print the known-good image of each target x release."""
-    index = load_index(args.index)
-    entries = [e for e in index["known_good"]
-               if (not args.target or e["target"] == args.target)
-               and (not args.vllm or e["vllm"] == args.vllm)]
-    if args.json:
-        print(json.dumps(entries, indent=2, sort_keys=True))
-        return 0
-    if not entries:
-        print("no verified image published yet" + (f" for {args.target}" if args.target else ""))
-        return 1 if (args.target or args.vllm) else 0
-    for e in entries:
-        print(f"{e['target']:6} vLLM {e['vllm']:8} {_ref(e['repository'], e['moving_tag'])} -> "
-              f"{e['immutable_tag']}@{e['digest']}")
-    return 0
+def known_good_entries(index: dict, target: str | None = None, vllm: str | None = None) -> list[dict]:
+    """The known_good entries, only those of `target` and/or `vllm` when given."""
+    return [e for e in index["known_good"]
+            if (not target or e["target"] == target) and (not vllm or e["vllm"] == vllm)]

@@ -10,7 +10,6 @@ workflow pushes exactly the immutable tag a local build would name.
 """
 from __future__ import annotations
 
-import json
 import re
 
 from forge.errors import ForgeError
@@ -54,23 +53,8 @@ def release_matrix(vllm: str, only_targets: list[str] | None = None,
     return {"vllm": str(vllm), "include": include}
 
 
-def _parse_runner(value: str) -> tuple[str, str]:
+def parse_runner(value: str) -> tuple[str, str]:
     platform, sep, runner = value.partition("=")
     if not sep or not platform or not runner:
         raise ForgeError(f"--runner {value!r}: expected PLATFORM=RUNNER, e.g. linux/arm64=my-arm-runner")
     return platform, runner
-
-
-def cmd_release_matrix(args) -> int:
-    if bool(args.tag) == bool(args.vllm):
-        raise ForgeError("release-matrix: give exactly one of --tag or --vllm")
-    vllm = args.vllm or vllm_of_tag(args.tag)
-    runners = dict(_parse_runner(r) for r in args.runner or [])
-    matrix = release_matrix(vllm, args.target, args.repository, runners)
-    text = json.dumps(matrix, sort_keys=True)
-    print(text if not args.pretty else json.dumps(matrix, indent=1, sort_keys=True))
-    if args.github_output:
-        with open(args.github_output, "a") as out:
-            # A job matrix takes only the include list; every other key would become a dimension.
-            out.write(f"vllm={vllm}\nmatrix={json.dumps({'include': matrix['include']})}\n")
-    return 0

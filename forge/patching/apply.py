@@ -56,7 +56,7 @@ from forge.patching import diffs
 from forge.patching.installed import InstalledVllm, find_vllm
 from forge.patching.series import Series, load_series
 from forge.patching.status import PatchStatus, tree_status
-from forge.patching.vocabulary import Status
+from forge.patching.vocabulary import ApplyOutcome, Kind, RecordState, Status
 
 RECORD_DIR = ".vllm-forge"
 RECORD_FILE = "applied.json"
@@ -68,8 +68,7 @@ KILL_AFTER_ENV = "VLLM_FORGE_KILL_AFTER_RENAMES"
 @dataclass
 class ApplyReport:
     installed: InstalledVllm
-    action: str                    # applied | already-applied | re-pinned | nothing-to-apply |
-    #                                reverted | nothing-to-revert
+    action: ApplyOutcome
     applied: list[str] = field(default_factory=list)        # patch ids written
     files: list[str] = field(default_factory=list)          # files written (a dependency's
     #                                                         files are counted, not listed)
@@ -80,28 +79,28 @@ class ApplyReport:
     def lines(self) -> list[str]:
         where = f"vLLM {self.installed.version} at {self.installed.package_dir}"
         head = {
-            "applied": f"applied {len(self.applied)} patch(es) to {where}: "
+            ApplyOutcome.APPLIED: f"applied {len(self.applied)} patch(es) to {where}: "
                        f"{', '.join(self.applied)}",
-            "already-applied": f"{where} already carries this patch series "
+            ApplyOutcome.ALREADY_APPLIED: f"{where} already carries this patch series "
                                f"({', '.join(self.applied) or 'no files'}) and every dependency "
                                "is inside its constraint; nothing to do",
-            "re-pinned": f"{where} carries this patch series, but {len(self.applied)} "
+            ApplyOutcome.RE_PINNED: f"{where} carries this patch series, but {len(self.applied)} "
                          "dependency(ies) drifted outside their constraint since: pinned again "
                          f"({', '.join(self.applied)}); `--revert` undoes every run",
-            "nothing-to-apply": f"nothing to apply to {where}",
-            "reverted": f"reverted {', '.join(self.applied)} on {where}; "
+            ApplyOutcome.NOTHING_TO_APPLY: f"nothing to apply to {where}",
+            ApplyOutcome.REVERTED: f"reverted {', '.join(self.applied)} on {where}; "
                         f"{len(self.files)} file(s) restored byte for byte",
-            "nothing-to-revert": f"{where} carries no vllm-forge patches; nothing to revert",
+            ApplyOutcome.NOTHING_TO_REVERT: f"{where} carries no vllm-forge patches; nothing to revert",
         }[self.action]
         out = [head]
         out += [f"  {s.id:<36} {s.status:<17} {s.detail}" for s in self.statuses]
         out += [f"  {line}" for line in self.dependency_lines()]
-        out += [f"  wrote {f}" for f in self.files if self.action == "applied"]
+        out += [f"  wrote {f}" for f in self.files if self.action == ApplyOutcome.APPLIED]
         out += [f"  {note}" for note in self.notes]
         return out
 
     def dependency_lines(self) -> list[str]:
-        if self.action == "reverted":
+        if self.action == ApplyOutcome.REVERTED:
             return [f"{d['package']} {d['installed']} -> {d['previous']} (restored)"
                     for d in self.dependencies]
         return [f"{d['package']} {d['previous']} -> {d['installed']} (pinned =={d['installed']}: "
@@ -162,7 +161,7 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
     # may be out of reach here (an image, an air-gapped host).
     series = load_series(series_path, check_index=False)
     if record is not None:
-        if record.get("state") != "applied":
+        if record.get("state") != RecordState.APPLIED:
             raise ForgeError(f"{_record_path(installed)}: an earlier apply was interrupted; "
                              "run `build.py apply --revert` first")
         if record.get("series") != series.digest:
@@ -173,7 +172,7 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
     statuses = tree_status(series, installed.site_dir, installed.version, moe_device,
                            install_path=installed.search_path)
     for s in statuses:
-        if s.status == "conflict":
+        if s.status == Status.CONFLICT:
             raise ConflictError(f"{installed.package_dir}: patch {s.id}: {s.detail}; "
                                 "nothing changed")
     writes, applied, notes = _plan(series, statuses, installed, moe_config_dir)
@@ -181,7 +180,7 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
 
     pinned = dependency_apply.plan(series, statuses, installed, offline, find_links, pins)
     if not writes and not pinned:
-        return ApplyReport(installed, "nothing-to-apply", statuses=statuses, notes=notes)
+        return ApplyReport(installed, ApplyOutcome.NOTHING_TO_APPLY, statuses=statuses, notes=notes)
     patched_files = [w.label for w in writes]
     try:
         writes += _pin_writes(pinned, installed, find_links, applied, notes)
@@ -193,7 +192,7 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
         _commit(writes, installed, new_record=record)
     finally:
         dependency_apply.discard_staging(installed)
-    return ApplyReport(installed, "applied", applied=applied, files=patched_files,
+    return ApplyReport(installed, ApplyOutcome.APPLIED, applied=applied, files=patched_files,
                        statuses=statuses, notes=notes, dependencies=record["dependencies"])
 
 
@@ -205,8 +204,8 @@ def _reapply(installed, series, record, moe_device, offline, find_links, pins) -
     what revert restores)."""
     statuses = install_statuses(series, installed, record, moe_device)
     recorded = set(_applied_ids(record))
-    lost = [s.id for s in statuses if s.id in recorded and s.kind == "source"
-            and s.status == "applies"]
+    lost = [s.id for s in statuses if s.id in recorded and s.kind == Kind.SOURCE
+            and s.status == Status.APPLIES]
     if lost:
         raise ForgeError(f"{_record_path(installed)}: {', '.join(lost)} recorded as applied but "
                          "no longer in the installed files (vLLM changed after vllm-forge patched "
@@ -215,7 +214,7 @@ def _reapply(installed, series, record, moe_device, offline, find_links, pins) -
 
     pinned = dependency_apply.plan(series, statuses, installed, offline, find_links, pins)
     if not pinned:
-        return ApplyReport(installed, "already-applied", applied=_applied_ids(record),
+        return ApplyReport(installed, ApplyOutcome.ALREADY_APPLIED, applied=_applied_ids(record),
                            statuses=statuses, dependencies=_dependencies(record))
     applied: list[str] = []
     notes: list[str] = []
@@ -228,7 +227,7 @@ def _reapply(installed, series, record, moe_device, offline, find_links, pins) -
         _commit(writes, installed, new_record=run, old_record=record)
     finally:
         dependency_apply.discard_staging(installed)
-    return ApplyReport(installed, "re-pinned", applied=applied, statuses=statuses, notes=notes,
+    return ApplyReport(installed, ApplyOutcome.RE_PINNED, applied=applied, statuses=statuses, notes=notes,
                        dependencies=dependencies)
 
 
@@ -242,7 +241,7 @@ def install_statuses(series, installed: InstalledVllm, record: dict | None,
     recorded = set(_applied_ids(record)) if record is not None else set()
     return [PatchStatus(s.id, s.kind, str(Status.APPLIED), f"by vllm-forge ({_record_path(installed)}); "
                                                   f"{s.detail}")
-            if s.id in recorded and s.kind == "source" and s.status == "already-upstream" else s
+            if s.id in recorded and s.kind == Kind.SOURCE and s.status == Status.ALREADY_UPSTREAM else s
             for s in statuses]
 
 
@@ -334,9 +333,9 @@ def _plan(series: Series, statuses, installed: InstalledVllm, moe_config_dir):
     moe_files = []
     for status in statuses:
         patch = series.get(status.id)
-        if status.status != "applies" or patch.kind == "dependency":
+        if status.status != Status.APPLIES or patch.kind == Kind.DEPENDENCY:
             continue
-        if patch.kind == "source":
+        if patch.kind == Kind.SOURCE:
             contents.update(diffs.plan_diff(installed.site_dir, patch.diffs, contents=contents))
             applied.append(patch.id)
         elif moe_config_dir is None:
@@ -364,7 +363,7 @@ def _target_of(installed: InstalledVllm, label: str) -> Path:
 
 def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
     if record is None:
-        return ApplyReport(installed, "nothing-to-revert")
+        return ApplyReport(installed, ApplyOutcome.NOTHING_TO_REVERT)
     record_dir = installed.package_dir / RECORD_DIR
     writes = []
     for entry in _revertible_entries(record):
@@ -379,7 +378,7 @@ def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
         writes.append(_Write(target, original, current, entry["path"],
                              mode=entry.get("original_mode")))
     _commit(writes, installed, new_record=None, old_record=record)
-    return ApplyReport(installed, "reverted", applied=_applied_ids(record),
+    return ApplyReport(installed, ApplyOutcome.REVERTED, applied=_applied_ids(record),
                        files=[w.label for w in writes],
                        dependencies=_restored_dependencies(record))
 
@@ -455,16 +454,16 @@ def clean_leftovers(installed: InstalledVllm) -> list[Path]:
         targets = [_target_of(installed, entry["path"])
                    for run in _runs(record) for entry in run.get("files", [])]
         removed += _remove_temps({t.parent for t in targets})
-    if record is not None and record.get("state") == "staging" and record.get("later"):
+    if record is not None and record.get("state") == RecordState.STAGING and record.get("later"):
         # A later run killed before it changed a file: drop just that run.
         *earlier, last = record["later"]
         removed += _remove_empty_dirs([Path(d) for d in last.get("created_dirs", [])])
-        previous = dict(record, state="applied", later=earlier)
+        previous = dict(record, state=RecordState.APPLIED, later=earlier)
         if not earlier:
             del previous["later"]
         _forget_run(record_dir, previous)
         return removed
-    if record is None or record.get("state") == "staging":
+    if record is None or record.get("state") == RecordState.STAGING:
         created = [Path(d) for d in (record or {}).get("created_dirs", [])]
         removed += _remove_empty_dirs(created)
         shutil.rmtree(record_dir)
@@ -536,7 +535,7 @@ def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | N
     try:
         if record is not None:
             _maybe_inject_failure(len(undo))
-            _write_record(record_dir, dict(record, state="applying"))
+            _write_record(record_dir, dict(record, state=RecordState.APPLYING))
             undo.append(lambda: None)       # _discard removes the record itself
         for w in writes:
             _maybe_inject_failure(len(undo))
@@ -549,7 +548,7 @@ def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | N
             undo.append(lambda w=w: _restore(w))
         _maybe_inject_failure(len(undo))
         if record is not None:
-            _write_record(record_dir, dict(record, state="applied"))
+            _write_record(record_dir, dict(record, state=RecordState.APPLIED))
         else:
             _finish_revert(record_dir, old_record or {})
     except OSError as exc:
@@ -590,9 +589,9 @@ def _start_record(record_dir: Path, writes: list[_Write], record: dict, created:
         run["files"].append(entry)
     if previous is None:
         record_dir.mkdir()
-        record = dict(run, state="staging")
+        record = dict(run, state=RecordState.STAGING)
     else:
-        record = dict(previous, state="staging", later=[*previous.get("later", []), run])
+        record = dict(previous, state=RecordState.STAGING, later=[*previous.get("later", []), run])
     _write_record(record_dir, record)
     (record_dir / "originals").mkdir(exist_ok=True)
     for index, w in enumerate(writes):

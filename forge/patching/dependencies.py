@@ -25,6 +25,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from forge.errors import ForgeError
+from forge.patching.vocabulary import Status
 
 REQUIREMENTS_ENTRY = "requirements/cuda.txt"
 # What setup.py evaluates markers against in the CUDA images: Linux, CPython 3.12.
@@ -142,18 +143,18 @@ def release_status(patch, version: Version, offline: bool = False) -> tuple[str,
     from forge.upstream import pypi
 
     if not patch.in_range(version):
-        return "not-needed", f"{version} is outside releases {patch.releases}"
+        return Status.NOT_NEEDED, f"{version} is outside releases {patch.releases}"
     declared = release_declares(str(version), patch.package, offline=offline)
     if declared.specifier is None:
-        return "applies", f"{declared.text(patch.package)}: any {patch.package} may be installed"
+        return Status.APPLIES, f"{declared.text(patch.package)}: any {patch.package} may be installed"
     published = pypi.published_versions(patch.package, offline=offline)
     admitted = list(declared.specifier.filter(published))
     violating = [v for v in admitted if not patch.specifier.contains(v, prereleases=True)]
     if not violating:
-        return "already-upstream", (f"{declared.text(patch.package)} admits only versions that "
+        return Status.ALREADY_UPSTREAM, (f"{declared.text(patch.package)} admits only versions that "
                                     f"satisfy {patch.specifier}")
     pin = newest_fitting(published, patch.specifier, declared)
-    return "applies", (f"{declared.text(patch.package)} admits {len(violating)} published "
+    return Status.APPLIES, (f"{declared.text(patch.package)} admits {len(violating)} published "
                        f"version(s) outside {patch.specifier}, newest {violating[-1]}; apply "
                        f"pins {patch.package}=={pin} where the installed one violates it")
 
@@ -177,21 +178,21 @@ def install_status(patch, version: Version, search_path: list[str]) -> tuple[str
     """(status, detail) of dependency `patch` on an install of vLLM `version` whose packages are
     found on `search_path`."""
     if not patch.in_range(version):
-        return "not-needed", f"{version} is outside releases {patch.releases}"
+        return Status.NOT_NEEDED, f"{version} is outside releases {patch.releases}"
     dist = find_distribution(patch.package, search_path)
     if dist is None:
-        return "not-needed", f"{patch.package} is not installed"
+        return Status.NOT_NEEDED, f"{patch.package} is not installed"
     installed = Version(dist.version)
     if patch.specifier.contains(installed, prereleases=True):
-        return "satisfied", f"{patch.package} {installed} satisfies {patch.specifier}"
-    return "applies", f"{patch.package} {installed} violates {patch.specifier}"
+        return Status.SATISFIED, f"{patch.package} {installed} satisfies {patch.specifier}"
+    return Status.APPLIES, f"{patch.package} {installed} violates {patch.specifier}"
 
 
 def plan_entry(patch, status: str, version: str, offline: bool = False) -> dict:
     """What an image plan and build record say about a constraint: the package, the specifier
     and, where it applies, the exact version the image build pins (`build.py apply --pin`)."""
     entry = {"package": patch.package, "specifier": str(patch.specifier), "pin": None}
-    if status == "applies":
+    if status == Status.APPLIES:
         pin = release_pin(patch, version, offline=offline)
         entry["pin"] = str(pin) if pin is not None else None
     return entry

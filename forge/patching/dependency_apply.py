@@ -27,6 +27,7 @@ from packaging.version import Version
 
 from forge.errors import ForgeError
 from forge.patching import dependencies
+from forge.patching.vocabulary import Kind, Status
 from forge.upstream import pypi
 
 STAGING_DIR = ".vllm-forge-staging"      # inside vllm/: cleaned by every later run
@@ -73,12 +74,12 @@ def plan(series, statuses, installed, offline: bool, find_links: str | None,
     """A version for every violated constraint; refuses (nothing changed) when it cannot get one."""
     plans = []
     for status in statuses:
-        if status.kind != "dependency" or status.status not in ("applies", "satisfied"):
+        if status.kind != Kind.DEPENDENCY or status.status not in (Status.APPLIES, Status.SATISFIED):
             continue
         patch = series.get(status.id)
         dist = dependencies.find_distribution(patch.package, installed.search_path)
         pin = (pins or {}).get(patch.package)
-        if status.status == "satisfied" and (pin is None or Version(dist.version) == pin):
+        if status.status == Status.SATISFIED and (pin is None or Version(dist.version) == pin):
             continue    # a pin makes an image hold exactly the version its plan and labels name
         declared = dependencies.installed_vllm_declares(installed.site_dir, patch.package)
         wanted = patch.specifier & (declared.specifier or "")

@@ -66,28 +66,17 @@ def replace_table(readme_text: str, table: str, source: str) -> str:
     return readme_text[:begin + len(BEGIN)] + "\n" + table + "\n" + readme_text[end:]
 
 
-def cmd_readme_table(args) -> int:
+def regenerate(readme: Path, name: str, offline: bool = False) -> tuple[str, str]:
+    """(the README's text now, the same text with the table regenerated); `name` is how errors
+    call the file."""
     from forge.patching.series import load_series
     from forge.patching.status import matrix
 
-    readme, name = (Path(args.readme), args.readme) if args.readme else (README, "README.md")
     try:
         current = readme.read_text()
     except OSError as exc:
         raise ForgeError(f"{name}: cannot read: {exc.strerror}") from exc
-    series = load_series(offline=args.offline)
-    table = render_table(series, matrix(checked_releases(series, args.offline),
-                                        offline=args.offline, series=series))
-    updated = replace_table(current, table, name)
-    if args.check:
-        if updated != current:
-            print(f"{name}: the patch table is stale; run `{COMMAND}`")
-            return 1
-        print(f"{name}: the patch table is current")
-        return 0
-    if updated != current:
-        readme.write_text(updated)
-        print(f"{name}: patch table updated")
-    else:
-        print(f"{name}: patch table already current")
-    return 0
+    series = load_series(offline=offline)
+    table = render_table(series, matrix(checked_releases(series, offline),
+                                        offline=offline, series=series))
+    return current, replace_table(current, table, name)

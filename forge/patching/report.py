@@ -8,8 +8,8 @@ from packaging.version import Version
 from forge.patching.vocabulary import Status
 
 # Short cells keep the matrix readable at 80 columns.
-SHORT = {Status.APPLIES: "applies", Status.ALREADY_UPSTREAM: "upstream", Status.NOT_NEEDED: "-",
-         Status.CONFLICT: "CONFLICT", Status.SATISFIED: "satisfied", Status.APPLIED: "applied"}
+SHORT = {**{s: s.value for s in Status},
+         Status.ALREADY_UPSTREAM: "upstream", Status.NOT_NEEDED: "-", Status.CONFLICT: "CONFLICT"}
 
 
 def _table(rows: list[list[str]]) -> str:

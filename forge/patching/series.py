@@ -271,7 +271,9 @@ _BlockStyleDumper.add_representer(str, _represent_str)
 def series_to_data(series: Series) -> dict:
     patches = []
     for p in series.patches:
-        entry: dict[str, object] = {"id": p.id, "title": p.title, "kind": p.kind, "releases": p.releases}
+        # str(): a Kind member (code names kinds through the enum) is written as its plain spelling
+        entry: dict[str, object] = {"id": p.id, "title": p.title, "kind": str(p.kind),
+                                    "releases": p.releases}
         if p.retired_in:
             entry["retired_in"] = p.retired_in
         if p.kind == Kind.DEPENDENCY:

@@ -179,7 +179,7 @@ def for_moe_device(statuses: list[PatchStatus], series: Series, moe_device: str 
     for status in statuses:
         patch = series.get(status.id)
         devices = moe_devices_of(patch) if patch.kind == Kind.MOE_CONFIG else set()
-        if devices and moe_device not in devices and status.status != "not-needed":
+        if devices and moe_device not in devices and status.status != Status.NOT_NEEDED:
             status = PatchStatus(status.id, status.kind, str(Status.NOT_NEEDED),
                                  f"tuned for {', '.join(sorted(devices))}, not {moe_device}")
         narrowed.append(status)
@@ -240,7 +240,7 @@ def patch_set_hash(statuses: list[PatchStatus], series: Series | None = None) ->
     series = series or load_series()
     digest = hashlib.sha256()
     for status in statuses:
-        if status.status == "applies":
+        if status.status == Status.APPLIES:
             patch = series.get(status.id)
             if patch.kind == Kind.DEPENDENCY:
                 digest.update(f"{status.id}\0{patch.package}{patch.specifier}\n".encode())
@@ -251,5 +251,5 @@ def patch_set_hash(statuses: list[PatchStatus], series: Series | None = None) ->
 
 def raise_on_conflict(statuses: list[PatchStatus], where: str) -> None:
     for s in statuses:
-        if s.status == "conflict":
+        if s.status == Status.CONFLICT:
             raise ConflictError(f"{where}: patch {s.id}: {s.detail}")

@@ -1,7 +1,9 @@
-"""The words the patch series speaks: what kind a patch is and which status it has on a tree.
+"""The words the patch series speaks: what kind a patch is, which status it has on a tree, where
+an apply run stands in its record, and what an apply (or revert) did.
 
-Both are `str` enums, so a member equals its spelling in patches/series.yaml, in statuses cached
-as JSON and in the plan's labels; code names them instead of repeating the strings."""
+All are `str` enums, so a member equals its spelling in patches/series.yaml, in statuses cached
+as JSON, in the apply record and in the plan's labels; code names them instead of repeating the
+strings (tests/test_patch_vocabulary.py fails on a repeated one)."""
 from __future__ import annotations
 
 from enum import Enum
@@ -23,6 +25,30 @@ class Status(str, Enum):
     CONFLICT = "conflict"
     SATISFIED = "satisfied"      # a dependency on an install: the installed version satisfies it
     APPLIED = "applied"          # a source patch on an install that vllm-forge's record lists as applied
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RecordState(str, Enum):
+    """The `state` of the apply record (vllm/.vllm-forge/applied.json): see forge/patching/apply.py."""
+    STAGING = "staging"      # originals saved, temp files written, no file replaced: the next run
+    #                          removes what this one created
+    APPLYING = "applying"    # files being replaced: the next apply asks for --revert first
+    APPLIED = "applied"      # every file in place
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ApplyOutcome(str, Enum):
+    """What `build.py apply` (or `--revert`) did to an install: ApplyReport.action."""
+    APPLIED = "applied"
+    ALREADY_APPLIED = "already-applied"
+    RE_PINNED = "re-pinned"
+    NOTHING_TO_APPLY = "nothing-to-apply"
+    REVERTED = "reverted"
+    NOTHING_TO_REVERT = "nothing-to-revert"
 
     def __str__(self) -> str:
         return self.value

@@ -29,6 +29,7 @@ from pathlib import Path
 from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.patching.moe_config_names import config_file_name, parse_config_name
+from forge.patching.vocabulary import Kind
 from forge.progress import say, track
 
 PATCHES_DIR = REPO_ROOT / "patches"
@@ -285,7 +286,7 @@ def register(config_file: Path, why: str, series_path: Path | None = None) -> No
     relative = config_file.resolve().relative_to(base.resolve()).as_posix()
     digest = hashlib.sha256(config_file.read_bytes()).hexdigest()
     entry = patch_series.Patch(
-        id=patch_id(config_file.name), kind="moe-config",
+        id=patch_id(config_file.name), kind=Kind.MOE_CONFIG,
         title=f"Tuned fused-MoE config {config_file.name}",
         files=[patch_series.PatchFile(relative, digest, config_file.resolve())],
         releases=TUNED_RELEASES, why=why)
@@ -407,22 +408,9 @@ def gpu_provenance(duration_s: float) -> dict:
             "duration_s": duration_s, "command": "python build.py " + shlex.join(sys.argv[1:])}
 
 
-def cmd_tune_moe(args) -> int:
-    if args.import_results:
-        target = import_results(Path(args.import_results))
-        print(f"wrote {target} and registered it in patches/series.yaml")
-        return 0
-    if not args.dtype:
-        raise ForgeError("tune-moe: --dtype is required (bf16 or fp8_w8a8) unless --import-results")
-    batch_sizes = args.batch_sizes
-    if getattr(args, "recipe", None):
-        from forge.serving.recipes import load_recipe
-
-        if not args.target:
-            raise ForgeError("tune-moe: --recipe needs --target")
-        batch_sizes = sorted(set(batch_sizes or []) | set(
-            token_counts_for_recipe(load_recipe(args.recipe, args.target), args.k, args.concurrency)))
-    batch_sizes = batch_sizes or SERVER_BATCH_SIZES
+def tune(dtype: str, batch_sizes: list[int], space: str = "small") -> dict:
+    """Sweep on this host's GPU: the results JSON a later `--import-results` reads (chosen configs
+    per token count, decisions, timings, vLLM's file name for this GPU, provenance)."""
     if any(m < 1 for m in batch_sizes):
         raise ForgeError(f"tune-moe: --batch-sizes must be positive token counts (got {batch_sizes})")
     try:
@@ -432,18 +420,15 @@ def cmd_tune_moe(args) -> int:
                          "inside the image)") from exc
     if not torch.cuda.is_available():
         raise ForgeError("tune-moe: no CUDA GPU visible: run it on the target GPU")
-    result = sweep(args.dtype, batch_sizes, args.space)
-    result.update({"dtype": args.dtype, "space": args.space, "batch_sizes": batch_sizes,
-                   "file_name": config_file_name(torch.cuda.get_device_name(), args.dtype),
+    result = sweep(dtype, batch_sizes, space)
+    result.update({"dtype": dtype, "space": space, "batch_sizes": batch_sizes,
+                   "file_name": config_file_name(torch.cuda.get_device_name(), dtype),
                    "provenance": gpu_provenance(result["duration_s"])})
     result["configs"] = {str(m): c for m, c in result["configs"].items()}
-    results_path = Path(args.results or f"tune-moe-{args.dtype}.json")
-    results_path.parent.mkdir(parents=True, exist_ok=True)
-    results_path.write_text(json.dumps(result, indent=1) + "\n")
-    if getattr(args, "merge_into", None):
-        print(f"wrote {write_merged(result, Path(args.merge_into))} (merged over the shipped file)")
-    for d in result["decisions"]:
-        print(f"M={d['M']:>5}: tuned {d['tuned_us']:8.1f} us, default {d['default_us']:8.1f} us "
-              f"-> keep {d['kept']}")
-    print(f"wrote {results_path}; import it with: python build.py tune-moe --import-results {results_path}")
-    return 0
+    return result
+
+
+def write_results(result: dict, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return path

@@ -18,8 +18,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from forge.errors import ForgeError
 from forge.serving.recipes import ENGINE_SETTINGS, RUNNER_ENV, Recipe, display_path, load_recipe
 
@@ -100,8 +98,11 @@ def plan_serve(recipe_name: str, target: str, vllm: str, repository: str | None 
 def _checked_recipe(recipe_name: str, target: str, vllm: str, recipes_dir: str | None):
     """(recipe, the release's parser facts, engine environment, notes), the recipe checked
     against that release."""
-    version = _version(vllm)
-    _check_target(target)
+    from forge.targets import get_target
+    from forge.versions import normal_release
+
+    version = normal_release(vllm)
+    get_target(target)   # an unknown target: the one message every command gives
     recipe = load_recipe(recipe_name, target, Path(recipes_dir) if recipes_dir else None)
     if not recipe.admits(version):
         raise ForgeError(f"{_where(recipe)}: vllm: the recipe is for vLLM {recipe.vllm}, "
@@ -356,62 +357,9 @@ def _where(recipe: Recipe) -> str:
     return display_path(recipe.path) if recipe.path else f"{recipe.name}/{recipe.target}"
 
 
-def _version(text: str) -> str:
-    try:
-        return str(Version(text))
-    except InvalidVersion:
-        raise ForgeError(f"--vllm: not a vLLM version: {text!r}") from None
-
-
-def _check_target(target: str) -> None:
-    from forge.targets import load_targets
-
-    targets = load_targets()
-    if target not in targets:
-        raise ForgeError(f"--target: unknown target {target!r} (targets: {', '.join(sorted(targets))})")
-
-
 def _host_path(path: str) -> str:
     # docker -v needs an absolute host path; "~" is not expanded by docker.
     return os.path.abspath(os.path.expanduser(path))
-
-
-def cmd_serve(args) -> int:
-    if getattr(args, "nodes", 1) > 1:
-        return _cmd_serve_nodes(args)
-    plan = plan_serve(args.recipe, args.target, args.vllm, args.repository, args.port,
-                      args.hf_cache, args.recipes_dir)
-    for note in plan.notes:
-        print(note, file=sys.stderr)
-    if not args.run:
-        print(plan.shell())
-        return 0
-    return run_plan(plan)
-
-
-def _cmd_serve_nodes(args) -> int:
-    if not args.master_addr:
-        raise ForgeError("--master-addr: required with --nodes (node 0's address on the "
-                         "interconnect)")
-    network = detect_interconnect(args.master_addr, _split(args.node_ips), args.ifname,
-                                  _split(args.ib_hca), args.master_port, args.nodes)
-    plan = plan_multi_node(args.recipe, args.target, args.vllm, args.nodes, network,
-                           args.repository, args.port, args.hf_cache, args.recipes_dir)
-    for note in plan.notes:
-        print(note, file=sys.stderr)
-    if not args.run:
-        print(plan.shell())
-        return 0
-    if args.node_rank is None:
-        raise ForgeError("--node-rank: with --run, say which node this host is (0 .. "
-                         f"{args.nodes - 1})")
-    if not 0 <= args.node_rank < args.nodes:
-        raise ForgeError(f"--node-rank: must be 0 .. {args.nodes - 1} (got {args.node_rank})")
-    return run_plan(ServePlan(plan.argvs[args.node_rank], plan.notes))
-
-
-def _split(text: str | None) -> list[str] | None:
-    return [item.strip() for item in text.split(",") if item.strip()] if text else None
 
 
 def run_plan(plan: ServePlan) -> int:

@@ -256,19 +256,9 @@ def summary(report: DriftReport) -> str:
     return f"no finding: {report.package} {report.version} breaks no supported release uncovered"
 
 
-# --- build.py drift --------------------------------------------------------------------------
-
-def cmd_drift(args) -> int:
-    """Exit 0: no finding; 1: the version breaks a supported release no constraint covers;
-    2: the check could not run (probe error, bad input)."""
-    from forge.patching.series import load_series
-
-    series = load_series(args.series)
-    version = newest_version(args.package, offline=args.offline) if args.newest else args.version
-    report = check(args.package, version, series, args.vllm, offline=args.offline)
-    print(json.dumps(report.to_dict(), indent=1) + "\n" if args.json else render(report), end="")
+def refuse_probe_errors(report: DriftReport) -> None:
+    """A check that could not run is a failure (exit 2), never a version passed."""
     if report.probe_errors:
         first = report.probe_errors[0]
         message = next(m["error"]["message"] for m in first.models.values() if m.get("error"))
         raise ForgeError(f"drift probe error on vLLM {first.release}: {message}")
-    return FINDING_EXIT if report.findings else 0

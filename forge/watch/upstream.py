@@ -22,7 +22,6 @@ forge.watch.dependencies.save_watch.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +29,6 @@ from packaging.version import Version
 
 from forge.errors import ConflictError, ForgeError
 from forge.patching.vocabulary import Status
-from forge.schema import pep440_version
 from forge.watch import drift
 
 
@@ -128,9 +126,9 @@ def propose(series, offline: bool = False, recipes_root: Path | None = None, wat
         statuses = patches.release_status(version, offline=offline, series=series)
         proposal.statuses[version] = statuses
         for status in statuses:
-            if status.status == "conflict":
+            if status.status == Status.CONFLICT:
                 proposal.conflicts.append((version, status.id, status.detail))
-            elif status.status == "already-upstream":
+            elif status.status == Status.ALREADY_UPSTREAM:
                 _propose_retirement(proposal, series.get(status.id), version)
     if proposal.newest:
         proposal.recipes_behind = [f"{r.name}/{r.target}" for r in recipes.load_all(recipes_root)
@@ -180,8 +178,7 @@ def _refuse_probe_errors(report) -> None:
 def apply(proposal: Proposal, series, watch=None) -> None:
     """Write the proposed edits into the manifest and the watch list. Refuses while a conflict or
     a drift finding is open."""
-    if proposal.blocked:
-        raise ConflictError(_blocked_line(proposal))
+    refuse_if_blocked(proposal)
     if watch is not None and proposal.changes_watch_list:
         _move_watch_list(proposal, watch)
     if proposal.new_releases:
@@ -207,6 +204,12 @@ def _write_series(proposal: Proposal, series) -> None:
         patch = series.get(patch_id)
         patch.upstream = {**(patch.upstream or {}), "fixed_in": version}
     save_series(series)
+
+
+def refuse_if_blocked(proposal: Proposal) -> None:
+    """ConflictError (exit 3) while a patch conflicts or a drift finding is open."""
+    if proposal.blocked:
+        raise ConflictError(_blocked_line(proposal))
 
 
 def _blocked_line(proposal: Proposal) -> str:
@@ -348,49 +351,3 @@ def _edit_lines(proposal: Proposal) -> list[str]:
 
 def _cell(status: str) -> str:
     return "**CONFLICT**" if status == Status.CONFLICT else status
-
-
-# --- build.py upstream-watch ------------------------------------------------------------------
-
-def cmd_upstream_watch(args) -> int:
-    """Exit 0: nothing new, or edits proposed (written with --write); 3: a patch conflicts or a
-    new dependency version breaks a supported release (the workflow opens an issue)."""
-    from forge.patching.series import load_series
-    from forge.watch.dependencies import load_watch
-
-    series = load_series(args.series)
-    watch = load_watch(args.dependency_watch or series.path.parent / "dependency-watch.yaml")
-    proposal = propose(series, offline=args.offline, watch=watch,
-                       through=dict(_package_version(p) for p in args.dependency_through or []))
-    if args.json:
-        print(json.dumps(proposal.to_dict(), indent=1))
-    else:
-        print(title(proposal))
-        print(body(proposal), end="")
-    if args.pr_body:
-        Path(args.pr_body).write_text(body(proposal))
-    if args.github_output:
-        _write_outputs(proposal, args.github_output)
-    if proposal.blocked:
-        raise ConflictError(_blocked_line(proposal))
-    if args.write:
-        apply(proposal, series, watch)
-    return 0
-
-
-def _package_version(text: str) -> tuple[str, str]:
-    package, _, version = text.partition("==")
-    if not package or pep440_version(version or "?"):
-        raise ForgeError(f"--dependency-through: expected PACKAGE==VERSION (got {text!r})")
-    return package, version
-
-
-def _write_outputs(proposal: Proposal, path: str) -> None:
-    changed = proposal.changes_manifest or proposal.changes_watch_list
-    with open(path, "a") as out:
-        out.write(f"newest={proposal.newest or ''}\n"
-                  f"changed={'true' if changed else 'false'}\n"
-                  f"conflicts={'true' if proposal.conflicts else 'false'}\n"
-                  f"findings={'true' if proposal.drift_findings else 'false'}\n"
-                  f"branch={proposal.branch}\n"
-                  f"title={title(proposal)}\n")

@@ -1,0 +1,139 @@
+"""The image commands: `build.py build` (the default), `lock`, `bake`, `release-matrix`, `publish`
+and `published`. Each turns its arguments into values, calls forge.images, and prints; the
+knowledge (plans, pins, BuildKit, the registry, the published index) stays in forge/images/."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from forge.errors import ForgeError
+
+# --- build.py build ----------------------------------------------------------------------------
+
+def cmd_build(args) -> int:
+    from forge.images import build
+    from forge.images.plan import format_plan, resolve_plan
+
+    # A plan shows an unlocked base before it fails as the build would (so it can be inspected).
+    plan = resolve_plan(args.target, args.vllm, repository=args.repository,
+                        base_image=args.base_image, allow_unlocked=args.allow_unlocked or args.plan,
+                        lock_path=args.lock)
+    if args.plan:
+        print(json.dumps(plan.to_dict(), indent=1) if args.json else format_plan(plan))
+        if not plan.base_locked and not args.allow_unlocked:
+            sys.stdout.flush()
+            # The same refusal, worded the same way, as the build itself gives.
+            resolve_plan(args.target, args.vllm, repository=args.repository,
+                         base_image=args.base_image, lock_path=args.lock)
+        return 0
+    client = build.connect()
+    plan = build.check_base(plan, allow_change=args.allow_base_change)
+    docker_cli = build.find_buildx()
+    attest = not args.no_attest and build.engine_keeps_attestations(client)
+    # Before building: the push registry must answer, and we learn what the immutable tag names now.
+    pushed_before = build.immutable_digest(plan) if args.push else None
+    print(format_plan(plan), flush=True)
+    print(build.attestation_note(attest, args.no_attest), flush=True)
+    image_id, already_pushed = build.build_and_tag(client, plan, docker_cli, attest, pushed_before)
+    print(f"built {image_id} as {', '.join(plan.tags)}", flush=True)
+    if args.push:
+        build.push(client, plan, pushed_before if already_pushed else None)
+    return 0
+
+
+# --- build.py lock -----------------------------------------------------------------------------
+
+def cmd_lock(args) -> int:
+    from forge.images.lock import read_lock, resolve_bases, save_lock
+
+    pins, platforms = read_lock(args.lock)   # a malformed lock is refused before the registry is asked
+    resolved, offered = resolve_bases(args.vllm, args.target)
+    for ref, digest in resolved.items():
+        before = pins.get(ref)
+        change = "unchanged" if before == digest else ("moved from " + before if before else "new")
+        print(f"{ref} -> {digest} ({change}; {', '.join(offered[ref])})")
+    path = save_lock({**pins, **resolved}, args.lock, {**platforms, **offered})
+    print(f"wrote {path}")
+    return 0
+
+
+# --- build.py bake -----------------------------------------------------------------------------
+
+def cmd_bake(args) -> int:
+    from forge.images.bake import ATTEST_NEEDS, plan_all, write_bake
+
+    plans = plan_all(args.vllm, args.target, args.repository, args.lock)
+    output = write_bake(plans, Path(args.output).resolve(), attest=not args.no_attest)
+    for plan in plans:
+        print(f"{plan.target.name:<6} {plan.target.platform:<12} {plan.tags[0]}")
+    print(f"wrote {output} (run from {output.parent}: docker buildx bake -f {output.name} --push)")
+    print("without SBOM and provenance attestations (--no-attest)" if args.no_attest
+          else f"with SBOM and provenance attestations: {ATTEST_NEEDS}")
+    return 0
+
+
+# --- build.py release-matrix -------------------------------------------------------------------
+
+def cmd_release_matrix(args) -> int:
+    from forge.images.release_matrix import parse_runner, release_matrix, vllm_of_tag
+
+    if bool(args.tag) == bool(args.vllm):
+        raise ForgeError("release-matrix: give exactly one of --tag or --vllm")
+    vllm = args.vllm or vllm_of_tag(args.tag)
+    runners = dict(parse_runner(r) for r in args.runner or [])
+    matrix = release_matrix(vllm, args.target, args.repository, runners)
+    print(json.dumps(matrix, indent=1 if args.pretty else None, sort_keys=True))
+    if args.github_output:
+        with open(args.github_output, "a") as out:
+            # A job matrix takes only the include list; every other key would become a dimension.
+            out.write(f"vllm={vllm}\nmatrix={json.dumps({'include': matrix['include']})}\n")
+    return 0
+
+
+# --- build.py publish / published --------------------------------------------------------------
+
+def cmd_publish(args) -> int:
+    """Record a pushed build; move its moving tag when verify passed.
+
+    Prints one line per outcome. Exits 1 when a verify report did not pass (refused: nothing
+    written, no tag moved) or none was given (recorded as not verified, tag not moved), so a
+    release job shows red; 2 when a report is malformed or names another target, release or
+    digest; 3 when the immutable tag already names another digest.
+    """
+    from forge import image_names
+    from forge.images.published import publish, reference
+
+    repository = args.repository or image_names.default_repository()
+    tag = args.immutable_tag
+    build, entry = publish(args.target, args.vllm, repository, tag, args.digest,
+                           args.verify_report, args.index, move=args.move_tag)
+    print(f"recorded {reference(repository, tag)}@{build['digest']} "
+          f"(verify {'passed' if build['verify']['passed'] else 'did not pass'})")
+    if entry is None:
+        print(f"moving tag {image_names.moving_tag(args.target, args.vllm)} not moved")
+        return 1
+    moving_ref = reference(repository, entry["moving_tag"])
+    print(f"{'moved' if args.move_tag else 'move'} {moving_ref} -> "
+          f"{reference(repository, tag)}@{build['digest']}")
+    if args.github_output:
+        with open(args.github_output, "a") as out:
+            out.write(f"moving_ref={moving_ref}\nsource_ref={repository}@{build['digest']}\n")
+    return 0
+
+
+def cmd_published(args) -> int:
+    """Print the known-good image of each target x release."""
+    from forge.images.published import known_good_entries, load_index, reference
+
+    entries = known_good_entries(load_index(args.index), args.target, args.vllm)
+    if args.json:
+        print(json.dumps(entries, indent=2, sort_keys=True))
+        return 0
+    if not entries:
+        print("no verified image published yet" + (f" for {args.target}" if args.target else ""))
+        return 1 if (args.target or args.vllm) else 0
+    for e in entries:
+        print(f"{e['target']:6} vLLM {e['vllm']:8} {reference(e['repository'], e['moving_tag'])} -> "
+              f"{e['immutable_tag']}@{e['digest']}")
+    return 0

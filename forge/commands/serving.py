@@ -1,0 +1,92 @@
+"""The serving commands: `build.py serve` (the docker command that serves a recipe, one node or
+several) and `build.py tune-moe` (fused-MoE kernel tuning on this GPU, or importing its results).
+Recipes, flag checks, plans and the sweep live in forge/serving/; here arguments become values."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from forge.errors import ForgeError
+
+# --- build.py serve ----------------------------------------------------------------------------
+
+def cmd_serve(args) -> int:
+    from forge.serving.serve import plan_serve, run_plan
+
+    if getattr(args, "nodes", 1) > 1:
+        return _serve_nodes(args)
+    plan = plan_serve(args.recipe, args.target, args.vllm, args.repository, args.port,
+                      args.hf_cache, args.recipes_dir)
+    for note in plan.notes:
+        print(note, file=sys.stderr)
+    if not args.run:
+        print(plan.shell())
+        return 0
+    return run_plan(plan)
+
+
+def _serve_nodes(args) -> int:
+    from forge.serving.serve import ServePlan, detect_interconnect, plan_multi_node, run_plan
+
+    if not args.master_addr:
+        raise ForgeError("--master-addr: required with --nodes (node 0's address on the "
+                         "interconnect)")
+    network = detect_interconnect(args.master_addr, _split(args.node_ips), args.ifname,
+                                  _split(args.ib_hca), args.master_port, args.nodes)
+    plan = plan_multi_node(args.recipe, args.target, args.vllm, args.nodes, network,
+                           args.repository, args.port, args.hf_cache, args.recipes_dir)
+    for note in plan.notes:
+        print(note, file=sys.stderr)
+    if not args.run:
+        print(plan.shell())
+        return 0
+    if args.node_rank is None:
+        raise ForgeError("--node-rank: with --run, say which node this host is (0 .. "
+                         f"{args.nodes - 1})")
+    if not 0 <= args.node_rank < args.nodes:
+        raise ForgeError(f"--node-rank: must be 0 .. {args.nodes - 1} (got {args.node_rank})")
+    return run_plan(ServePlan(plan.argvs[args.node_rank], plan.notes))
+
+
+def _split(text: str | None) -> list[str] | None:
+    """A comma-separated flag value ("a, b,c") as a list; None when not given."""
+    return [item.strip() for item in text.split(",") if item.strip()] if text else None
+
+
+# --- build.py tune-moe -------------------------------------------------------------------------
+
+def cmd_tune_moe(args) -> int:
+    from forge.serving import moe_tune
+
+    if args.import_results:
+        target = moe_tune.import_results(Path(args.import_results))
+        print(f"wrote {target} and registered it in patches/series.yaml")
+        return 0
+    if not args.dtype:
+        raise ForgeError("tune-moe: --dtype is required (bf16 or fp8_w8a8) unless --import-results")
+    result = moe_tune.tune(args.dtype, _batch_sizes(args), args.space)
+    results_path = moe_tune.write_results(result, Path(args.results or f"tune-moe-{args.dtype}.json"))
+    if args.merge_into:
+        merged = moe_tune.write_merged(result, Path(args.merge_into))
+        print(f"wrote {merged} (merged over the shipped file)")
+    for d in result["decisions"]:
+        print(f"M={d['M']:>5}: tuned {d['tuned_us']:8.1f} us, default {d['default_us']:8.1f} us "
+              f"-> keep {d['kept']}")
+    print(f"wrote {results_path}; import it with: python build.py tune-moe --import-results {results_path}")
+    return 0
+
+
+def _batch_sizes(args) -> list[int]:
+    """--batch-sizes, plus the token counts --recipe's decode steps run; the server's default set
+    when neither is given."""
+    from forge.serving.moe_tune import SERVER_BATCH_SIZES, token_counts_for_recipe
+
+    batch_sizes = args.batch_sizes
+    if args.recipe:
+        from forge.serving.recipes import load_recipe
+
+        if not args.target:
+            raise ForgeError("tune-moe: --recipe needs --target")
+        batch_sizes = sorted(set(batch_sizes or []) | set(
+            token_counts_for_recipe(load_recipe(args.recipe, args.target), args.k, args.concurrency)))
+    return batch_sizes or SERVER_BATCH_SIZES
