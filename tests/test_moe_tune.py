@@ -246,3 +246,25 @@ def test_recipe_token_counts_from_the_cli(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode != 0
     assert run.stderr.strip().splitlines()[-1] == "error: tune-moe: --recipe needs --target"
+
+
+def test_import_through_the_cli_needs_and_reads_the_end_to_end_runs(tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, "build.py", "tune-moe", "--import-results",
+                               str(TUNE / "tune-moe-fp8_w8a8.json"), *args], cwd=ROOT,
+                              capture_output=True, text=True)
+
+    bare = run()
+    assert bare.returncode == 2 and "needs --end-to-end BENCH_JSON" in bare.stderr
+    assert bare.stderr.count("\n") == 1
+    no_engines = run("--end-to-end", str(MOE_RUNS[0]))
+    assert no_engines.returncode == 2 and "--with-engine and --without-engine" in no_engines.stderr
+    # the real H200 runs: refused, the repository's series and configs untouched
+    before = (ROOT / "patches" / "series.yaml").read_bytes()
+    measured = run(*[a for r in MOE_RUNS for a in ("--end-to-end", str(r))],
+                   "--with-engine", WITH_TUNE, "--without-engine", WITHOUT)
+    assert measured.returncode == 2, measured.stdout + measured.stderr
+    assert "did not win end to end (663.3 vs 673.6 (-1.5%" in measured.stderr
+    assert (ROOT / "patches" / "series.yaml").read_bytes() == before
+    assert not (ROOT / "patches" / "moe-configs" / H200_FP8).exists()
+

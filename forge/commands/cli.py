@@ -157,7 +157,17 @@ def _add_tune_moe(commands) -> None:
                    help="where the GPU run writes its results JSON (default tune-moe-DTYPE.json)")
     p.add_argument("--import-results", metavar="FILE",
                    help="no GPU: write a GPU run's tuned JSON into patches/moe-configs and "
-                        "register it in patches/series.yaml")
+                        "register it in patches/series.yaml, only with an end-to-end win")
+    p.add_argument("--end-to-end", metavar="BENCH_JSON", action="append", default=[],
+                   help="with --import-results (repeatable): verify/bench.py's bench.json of a run "
+                        "with the same engine with the tuned config and without it; it must win "
+                        "by 1%% in every run given")
+    p.add_argument("--with-engine", metavar="NAME", help="with --end-to-end: the engine that read the config")
+    p.add_argument("--without-engine", metavar="NAME",
+                   help="with --end-to-end: the same engine on vLLM's default config")
+    p.add_argument("--window", default="sustained@agree",
+                   help="with --end-to-end: the bench window compared (default sustained@agree: "
+                        "batch 1, every draft accepted)")
     p.set_defaults(handler="forge.commands.serving:cmd_tune_moe")
 
 

@@ -3,6 +3,7 @@ several) and `build.py tune-moe` (fused-MoE kernel tuning on this GPU, or import
 Recipes, flag checks, plans and the sweep live in forge/serving/; here arguments become values."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -59,8 +60,9 @@ def cmd_tune_moe(args) -> int:
     from forge.serving import moe_tune
 
     if args.import_results:
-        target = moe_tune.import_results(Path(args.import_results))
-        print(f"wrote {target} and registered it in patches/series.yaml")
+        proof = _end_to_end(args, moe_tune)
+        target = moe_tune.import_results(Path(args.import_results), end_to_end=proof)
+        print(f"wrote {target} and registered it in patches/series.yaml ({proof.text()})")
         return 0
     if not args.dtype:
         raise ForgeError("tune-moe: --dtype is required (bf16 or fp8_w8a8) unless --import-results")
@@ -90,3 +92,19 @@ def _batch_sizes(args) -> list[int]:
         batch_sizes = sorted(set(batch_sizes or []) | set(
             token_counts_for_recipe(load_recipe(args.recipe, args.target), args.k, args.concurrency)))
     return batch_sizes or SERVER_BATCH_SIZES
+
+
+def _end_to_end(args, moe_tune):
+    """The end-to-end proof --import-results requires, read from the bench runs given."""
+    if not args.end_to_end:
+        raise ForgeError("tune-moe: --import-results needs --end-to-end BENCH_JSON (a tuned config "
+                         "ships only where it wins end to end: verify/bench.py with and without it)")
+    if not (args.with_engine and args.without_engine):
+        raise ForgeError("tune-moe: --end-to-end needs --with-engine and --without-engine")
+    try:
+        name = json.loads(Path(args.import_results).read_text())["file_name"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ForgeError(f"{args.import_results}: cannot read tune results: {exc}") from exc
+    return moe_tune.end_to_end([Path(p) for p in args.end_to_end], name, args.with_engine,
+                               args.without_engine, args.window)
+
