@@ -80,6 +80,20 @@ def image_facts(client, image: str) -> dict:
         "}))\"")))
 
 
+NVFP4_RECIPES = {"gemma-4-26b-a4b-it-nvfp4": "nvidia/Gemma-4-26B-A4B-NVFP4 modelopt_fp4",
+                 "gemma-4-31b-it-nvfp4": "nvidia/Gemma-4-31B-IT-NVFP4 modelopt_fp4",
+                 "gemma-4-31b-it-nvfp4-ct": "RedHatAI/gemma-4-31B-it-NVFP4 compressed-tensors"}
+
+
+def fallback_recipes(client, image: str) -> dict[str, str]:
+    """{recipe: 'model quantization'} for the NVFP4 GB10 recipes, loaded by the image's forge."""
+    names = ",".join(repr(name) for name in NVFP4_RECIPES)
+    return json.loads(in_image(client, image, (
+        "cd /opt/vllm-forge && python3 -c \"import json; from forge.serving.recipes import load_recipe; "
+        f"rs = {{n: load_recipe(n, 'gb10') for n in ({names},)}}; "
+        "print(json.dumps({n: r.model + ' ' + r.expect.quantization for n, r in rs.items()}))\"")))
+
+
 @pytest.mark.parametrize("target, vllm, arch", CASES)
 def test_image_on_a_base_with_transformers_5_15_ends_up_with_the_pinned_version(
         docker_engine, local_registry, arm64_emulation, buildx, target, vllm, arch):
@@ -116,6 +130,10 @@ def test_image_on_a_base_with_transformers_5_15_ends_up_with_the_pinned_version(
             vllm, target, f"linux/{arch}")
         entry = next(p for p in record["patches"] if p["id"] == CONSTRAINT)
         assert (entry["status"], entry["package"], entry["pin"]) == ("applies", "transformers", pin)
+        if target == "gb10":
+            # The seed's fallback box (a second Spark serving NVFP4) runs this same image: its
+            # recipes are in it and load there as strictly as in the repository.
+            assert fallback_recipes(docker_engine, image_id) == NVFP4_RECIPES
         # The documented way back works in the image: 5.15.0 again, from the record alone.
         reverted = in_image(docker_engine, image_id, (
             "cd /opt/vllm-forge && python3 build.py apply --revert >/dev/null && "
