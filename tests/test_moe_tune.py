@@ -137,7 +137,7 @@ def test_the_measured_runs_refuse_the_k_plus_1_tune(tmp_path):
     import refuses, naming every run's figures, and writes nothing."""
     patches = copy_patches(tmp_path)
     measured = moe_tune.end_to_end(MOE_RUNS, H200_FP8, WITH_TUNE, WITHOUT)
-    assert [round(w / wo, 3) for _, _, w, wo in measured.runs] == [0.985, 0.987]
+    assert [round(w / wo, 3) for _, w, wo in measured.runs] == [0.985, 0.987]
     with pytest.raises(ForgeError, match=r"did not win end to end \(663.3 vs 673.6 \(-1.5%.*needs \+1%"):
         moe_tune.import_results(TUNE / "tune-moe-fp8_w8a8.json", patches / "moe-configs",
                                 patches / "series.yaml", end_to_end=measured)

@@ -3,7 +3,6 @@ several) and `build.py tune-moe` (fused-MoE kernel tuning on this GPU, or import
 Recipes, flag checks, plans and the sweep live in forge/serving/; here arguments become values."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -101,10 +100,7 @@ def _end_to_end(args, moe_tune):
                          "ships only where it wins end to end: verify/bench.py with and without it)")
     if not (args.with_engine and args.without_engine):
         raise ForgeError("tune-moe: --end-to-end needs --with-engine and --without-engine")
-    try:
-        name = json.loads(Path(args.import_results).read_text())["file_name"]
-    except (OSError, ValueError, KeyError) as exc:
-        raise ForgeError(f"{args.import_results}: cannot read tune results: {exc}") from exc
+    name = moe_tune.load_results(Path(args.import_results))["file_name"]
     return moe_tune.end_to_end([Path(p) for p in args.end_to_end], name, args.with_engine,
                                args.without_engine, args.window)
 

@@ -171,10 +171,8 @@ def provenance_text(results: dict) -> str:
             f"torch and Triton it was tuned with.")
 
 
-def import_results(results_path: Path, config_dir: Path = MOE_CONFIG_DIR,
-                   series_path: Path | None = None, end_to_end: EndToEnd | None = None) -> Path:
-    """Write a GPU run's tuned JSON into patches/moe-configs and register it in the series, only
-    where a benchmark of the same engine with and without it shows it winning end to end."""
+def load_results(results_path: Path) -> dict:
+    """A GPU run's results (`tune-moe --results`), with every field an import reads."""
     try:
         results = json.loads(Path(results_path).read_text())
     except (OSError, ValueError) as exc:
@@ -182,6 +180,14 @@ def import_results(results_path: Path, config_dir: Path = MOE_CONFIG_DIR,
     for key in ("file_name", "configs", "decisions", "provenance", "dtype", "space"):
         if key not in results:
             raise ForgeError(f"{results_path}: {key}: required field is missing")
+    return results
+
+
+def import_results(results_path: Path, config_dir: Path = MOE_CONFIG_DIR,
+                   series_path: Path | None = None, end_to_end: EndToEnd | None = None) -> Path:
+    """Write a GPU run's tuned JSON into patches/moe-configs and register it in the series, only
+    where a benchmark of the same engine with and without it shows it winning end to end."""
+    results = load_results(results_path)
     if not any(d["kept"] == "tuned" for d in results["decisions"]):
         raise ForgeError(f"{results_path}: decisions: tuned won at no token count; "
                          "nothing to ship (vLLM's default is as good here)")
@@ -212,11 +218,11 @@ SAME_SETTINGS = ("dtype", "k", "runner", "attention", "compile")
 class EndToEnd:
     config_name: str
     window: str
-    runs: tuple[tuple[str, str, float, float], ...]  # (bench file, its date, with, without tok/s)
+    runs: tuple[tuple[str, float, float], ...]  # (the bench run's date, with, without tok/s)
 
     @property
     def worst_gain(self) -> float:
-        return min(with_ / without for _, _, with_, without in self.runs)
+        return min(with_ / without for _, with_, without in self.runs)
 
     def require_win(self, min_gain: float = MIN_GAIN) -> None:
         if self.worst_gain < 1 + min_gain:
@@ -229,7 +235,7 @@ class EndToEnd:
 
     def _figures(self) -> str:
         return "; ".join(f"{with_:.1f} vs {without:.1f} ({with_ / without - 1:+.1%}, {date})"
-                         for _, date, with_, without in self.runs)
+                         for date, with_, without in self.runs)
 
 
 def end_to_end(bench_files: list[Path], config_name: str, with_engine: str, without_engine: str,
@@ -253,7 +259,7 @@ def end_to_end(bench_files: list[Path], config_name: str, with_engine: str, with
         if differ:
             raise ForgeError(f"{path}: engines {with_engine} and {without_engine} differ in "
                              f"{', '.join(differ)}: not a comparison of the config alone")
-        runs.append((str(path), bench.get("date", "?"),
+        runs.append((bench.get("date", "?"),
                      _decode_tok_s(with_, window, path), _decode_tok_s(without, window, path)))
     if not runs:
         raise ForgeError("--end-to-end: give at least one bench.json")
