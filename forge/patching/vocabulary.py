@@ -9,16 +9,21 @@ from __future__ import annotations
 from enum import Enum
 
 
-class Kind(str, Enum):
-    SOURCE = "source"            # a .diff against vLLM's source
-    MOE_CONFIG = "moe-config"    # a tuned fused-MoE config, delivered through VLLM_TUNED_CONFIG_FOLDER
-    DEPENDENCY = "dependency"    # a version constraint on a package vLLM depends on
+class _Word(str, Enum):
+    """A word of the vocabulary: equal to its spelling, printed as it by str() and f-strings (json
+    writes it plain too; PyYAML does not, so the series writes str(kind))."""
 
     def __str__(self) -> str:
         return self.value
 
 
-class Status(str, Enum):
+class Kind(_Word):
+    SOURCE = "source"            # a .diff against vLLM's source
+    MOE_CONFIG = "moe-config"    # a tuned fused-MoE config, delivered through VLLM_TUNED_CONFIG_FOLDER
+    DEPENDENCY = "dependency"    # a version constraint on a package vLLM depends on
+
+
+class Status(_Word):
     APPLIES = "applies"
     ALREADY_UPSTREAM = "already-upstream"
     NOT_NEEDED = "not-needed"
@@ -26,22 +31,16 @@ class Status(str, Enum):
     SATISFIED = "satisfied"      # a dependency on an install: the installed version satisfies it
     APPLIED = "applied"          # a source patch on an install that vllm-forge's record lists as applied
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class RecordState(str, Enum):
+class RecordState(_Word):
     """The `state` of the apply record (vllm/.vllm-forge/applied.json): see forge/patching/apply.py."""
     STAGING = "staging"      # originals saved, temp files written, no file replaced: the next run
     #                          removes what this one created
     APPLYING = "applying"    # files being replaced: the next apply asks for --revert first
     APPLIED = "applied"      # every file in place
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ApplyOutcome(str, Enum):
+class ApplyOutcome(_Word):
     """What `build.py apply` (or `--revert`) did to an install: ApplyReport.action."""
     APPLIED = "applied"
     ALREADY_APPLIED = "already-applied"
@@ -49,6 +48,3 @@ class ApplyOutcome(str, Enum):
     NOTHING_TO_APPLY = "nothing-to-apply"
     REVERTED = "reverted"
     NOTHING_TO_REVERT = "nothing-to-revert"
-
-    def __str__(self) -> str:
-        return self.value
