@@ -1,20 +1,24 @@
 #!/bin/bash
-# The H200 session of 2026-12-01 (one GPU): vLLM 0.25.0 and 0.27.1 staged side by side
-# (stage.py with 52 MiB parts into .gpu-stage25/ and .gpu-stage271/, each gpu_setup.sh rewritten
-# to install into /tmp/site25 + /tmp/extra25 and /tmp/site271 + /tmp/extra271). The jobs run as
-# daemons (setsid) so that the staging calls of the next release go on while the GPU works:
-#   bash tests/gpu/session/s17.sh stage25|stage271        copy the carried part; print progress
+# The H200 session of 2026-12-01 (one GPU): vLLM 0.25.0, 0.27.1 and 0.33.0 staged side by side
+# (stage.py with 52 MiB parts into .gpu-stage25/, .gpu-stage271/ and .gpu-stage33/, each
+# gpu_setup.sh rewritten to install into /tmp/site<R> + /tmp/extra<R>). The jobs run as daemons
+# (setsid) so that the staging calls of the next release go on while the GPU works:
+#   bash tests/gpu/session/s17.sh stage25|stage271|stage33  copy the carried part; pack, progress
 #   bash tests/gpu/session/s17.sh start25                  install 0.25.0, start job 25
 #   bash tests/gpu/session/s17.sh start271                 install 0.27.1, start job 271
+#   bash tests/gpu/session/s17.sh start33                  install 0.33.0, start job 33
 #   bash tests/gpu/session/s17.sh collect [WAIT_S]         wait up to WAIT_S for the jobs, pack
 # Job 25 (vLLM 0.25.0 + the series, PR #47920's backport among it, issue 17 item 2):
-#   the V2 smoke with both controls and --lossless; then the decode-step profiles (issue 19).
+#   the V2 smoke with both controls and --lossless.
+#   bash tests/gpu/session/s17.sh profile                  start tests/gpu/session/profile17.sh
 # Job 271 (vLLM 0.27.1, issue 17 item 1), smokes at once on the one GPU:
 #   26B-A4B shapes on the release's default runner for this model (V1) and on V2, both controls;
 #   31B shapes with the recipe's k (V2, k=3); transformers 5.15.0 in a copy of the install: the
 #   smoke fails naming cause and remedy, `build.py apply` pins 5.14.1, the smoke passes;
 #   then the recipe's own serve command (benchmarks/gpu/serve_local.py) with mtp_smoke --endpoint
 #   and a 500-request burst; then the bench: the recipe against the release's stock default.
+# Job 33 (vLLM 0.33.0): the same smokes (V2 is the default runner for every model there), then the
+#   bench: the recipe against the stock default, and FlashAttention 4 against TRITON_ATTN.
 # Everything lands under /tmp/s17 (logs/ per step, timeline.txt); `collect` packs it, without model
 # folders and caches, into $OUT/s17.tgz.
 set -u
@@ -26,6 +30,12 @@ export PYTHONUNBUFFERED=1 TORCHINDUCTOR_COMPILE_THREADS=4
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 stamp() { echo "$(date -u +%H:%M:%S) $*" | tee -a "$W/timeline.txt"; }
 progress() { tail -n "${1:-6}" "$W/timeline.txt" 2>/dev/null; }
+pack() {   # what has landed so far, each call: a machine taken back loses nothing already packed
+  [ -n "${OUT:-}" ] || return 0
+  tar czf "$OUT/s17.tgz" -C /tmp --exclude='*models' --exclude='*/cache' --exclude='*.spec.json' \
+    --exclude='*.dist-info' --exclude='*/compile' s17 2>/dev/null
+  cp "$W/timeline.txt" "$OUT/" 2>/dev/null
+}
 
 SMOKE=(--target h200 --dummy --layers 10 --attention-backend TRITON_ATTN --max-model-len 4096
        --gpu-memory-utilization 0.1 --kv-cache-gib 2 --moe-config-dir patches/moe-configs)
@@ -58,16 +68,6 @@ job25() {
   grep -n "seq_lens" /tmp/site25/vllm/v1/worker/gpu/spec_decode/autoregressive/speculator.py \
     > "$L/47920-lines25.txt" 2>&1
   smoke smoke25-v2-47920 "$P" 420 "${SMOKE26[@]}" --runner v2 --lossless --compile-backend eager
-  if [ -f verify/profile.py ]; then
-    for k in 0 4; do
-      stamp "25: profile k=$k"
-      PYTHONPATH=$P timeout 400 python3 verify/profile.py --recipe gemma-4-26b-a4b-it --target h200 \
-        --dummy --layers 30 --k $k --tokens 128 --attention-backend TRITON_ATTN \
-        --gpu-memory-utilization 0.3 --max-seconds 380 --out "$W/profile25-k$k" \
-        > "$L/profile25-k$k.txt" 2>&1
-      stamp "25: profile k=$k exit $?"
-    done
-  fi
   stamp "25: done"
 }
 
@@ -132,6 +132,35 @@ bench271() {
   stamp "bench271: exit $? $(tail -n 1 "$L/bench271.txt" | cut -c1-120)"
 }
 
+bench33() {
+  local P=$1
+  stamp "bench33: start"
+  PYTHONPATH=$P timeout 500 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
+    --target h200 --dummy --layers 10 --parallel --gpu-memory-utilization 0.08 --kv-cache-gib 1 \
+    --max-model-len 4096 --attention-backend TRITON_ATTN --moe-config-dir patches/moe-configs \
+    --windows "sustained,conc8" --sustained-tokens 256 --repeat 2 --configs "" \
+    --profile spark343=0.84/0.60/0.39/0.27 --profile seed87=rate@0.87 --timeout 480 \
+    --engine "name=stock,dtype=auto,runner=default,attention=default,compile=inductor" \
+    --engine "name=fp8-v2,k=0,runner=v2" --engine "name=fp8-mtp4-v2,k=4,runner=v2" \
+    --engine "name=fp8-v2-fa4,k=0,runner=v2,attention=default" \
+    --engine "name=fp8-mtp4-v2-fa4,k=4,runner=v2,attention=default" \
+    --out $W/bench33 > "$L/bench33.txt" 2>&1
+  stamp "bench33: exit $? $(tail -n 1 "$L/bench33.txt" | cut -c1-120)"
+}
+
+job33() {
+  local P; P=$(site_path 33)
+  { date -u; nvidia-smi -L; versions "$P"; } > "$L/machine33.txt" 2>&1
+  PYTHONPATH=$P python3 build.py apply --site-packages /tmp/site33 --vllm 0.33.0 > "$L/apply33.txt" 2>&1
+  stamp "33: apply exit $? $(tail -n 1 "$L/apply33.txt" | cut -c1-160)"
+  smoke smoke33-26b-v2 "$P" 480 "${SMOKE26[@]}" --runner v2 --lossless --compile-backend eager &
+  smoke smoke33-26b-v1 "$P" 480 "${SMOKE26[@]}" --runner v1 &
+  smoke smoke33-31b-v2 "$P" 480 "${SMOKE31[@]}" --runner v2 --compile-backend eager &
+  wait
+  bench33 "$P"
+  stamp "33: done"
+}
+
 job271() {
   local P; P=$(site_path 271)
   { date -u; nvidia-smi -L; versions "$P"; } > "$L/machine271.txt" 2>&1
@@ -148,11 +177,11 @@ job271() {
 }
 
 case $PLAN in
-  stage25|stage271)
+  stage25|stage271|stage33)
     bash ".gpu-$PLAN/gpu_setup.sh" | tail -n 1
     [ -d .whl ] && { mkdir -p /tmp/whl && cp -r .whl/* /tmp/whl/ 2>/dev/null; ls /tmp/whl; }
-    progress ;;
-  start25|start271)
+    pack; progress ;;
+  start25|start271|start33)
     R=${PLAN#start}
     bash ".gpu-stage$R/gpu_setup.sh" install > "$L/install$R.txt" 2>&1
     stamp "install $R exit $?: $(tail -n 1 "$L/install$R.txt")"
@@ -160,15 +189,16 @@ case $PLAN in
     sleep 2; progress ;;
   job25) job25 ;;
   job271) job271 ;;
+  job33) job33 ;;
+  profile)   # the decode-step profiles (issue 19), as a daemon on whichever release is installed
+    setsid nohup bash tests/gpu/session/profile17.sh "$W" > "$L/profile.txt" 2>&1 < /dev/null &
+    sleep 2; progress ;;
   collect)
     WAIT=${2:-0}; T0=$(date +%s)
     while [ $(( $(date +%s) - T0 )) -lt "$WAIT" ]; do
       pgrep -f "s17.sh job" > /dev/null || break
       sleep 5
     done
-    tar czf "$OUT/s17.tgz" -C /tmp --exclude='*models' --exclude='*/cache' --exclude='*.spec.json' \
-      --exclude='*.dist-info' s17 2>/dev/null
-    cp "$W/timeline.txt" "$OUT/" 2>/dev/null
-    progress 40; du -h "$OUT/s17.tgz" ;;
+    pack; progress 60; du -h "$OUT/s17.tgz" ;;
   *) echo "unknown plan $PLAN"; exit 2 ;;
 esac
