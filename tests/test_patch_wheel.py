@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from forge.upstream import releases
+from tests.fixtures_patches import source_patches_applying
 from tests.test_patch_series import run_build
 
 TARGET = "vllm/v1/spec_decode/llm_base_proposer.py"
@@ -43,7 +44,7 @@ def test_apply_and_revert_on_a_pip_installed_wheel(tmp_path):
     applied = run_build("apply", "--site-packages", str(site), "--vllm", VERSION)
     assert applied.returncode == 0, applied.stderr
     assert f"vLLM {VERSION} at {site / 'vllm'}" in applied.stdout
-    assert "applied 1 patch(es)" in applied.stdout
+    assert f"applied {len(source_patches_applying(VERSION))} patch(es)" in applied.stdout
     patched = (site / TARGET).read_bytes()
     assert b'if share_embeddings and hasattr(self.model, "has_own_embed_tokens"):' in patched
     # The wheel ships the same source file as the sdist the status matrix was computed on.

@@ -35,10 +35,12 @@ def write_report(tmp_path: Path, passed: bool, name: str = "report.json", *, tar
                  vllm="0.27.1", digest=DIGEST_A, **context) -> Path:
     """A verify report of this image, written by verify's own writer (verify/report.py) as
     verify/mtp_smoke.py writes it."""
+    from verify.report import installed_versions
     from verify.report import write_report as write
 
     checks = gate_checks(None if passed else "acceptance (temperature 0)")
-    return write(tmp_path / name, checks, target=target, vllm=vllm, image_digest=digest,
+    return write(tmp_path / name, checks, installed_versions(), target=target, vllm=vllm,
+                 image_digest=digest,
                  summary={"acceptance_rate": 0.71 if passed else 0.0,
                           "mean_acceptance_length": 3.1, "tok_per_s": 57.0}, **context)
 
@@ -286,10 +288,12 @@ def test_published_lists_known_good_images(tmp_path):
 
 def smoke_report(tmp_path: Path, recipe: str, failed_check: str | None = None) -> Path:
     """A report written by verify's own writer (verify/report.py), as mtp_smoke.py writes it."""
+    from verify.report import installed_versions
     from verify.report import write_report as write
 
-    return write(tmp_path / f"{recipe}.json", gate_checks(failed_check, "1.02 < 1.5"), recipe=recipe,
-                 target="gb10", vllm="0.27.1", image_digest=DIGEST_A)
+    return write(tmp_path / f"{recipe}.json", gate_checks(failed_check, "1.02 < 1.5"),
+                 installed_versions(), recipe=recipe, target="gb10", vllm="0.27.1",
+                 image_digest=DIGEST_A)
 
 
 def test_every_recipe_report_must_pass(tmp_path):

@@ -242,6 +242,8 @@ def test_connection_refused_is_a_failed_check_and_a_full_report(tmp_path):
     assert "Connection refused" in checks["server answers"]["detail"]
     assert {checks[name]["status"] for name in REQUIRED} == {"NOT CHECKED"}
     assert report["endpoint"].startswith("http://127.0.0.1:") and report["vllm"] is None
+    assert report["versions"] == dict.fromkeys(("vllm", "torch", "transformers"),
+                                               "unknown: the server did not answer")
 
 
 @pytest.mark.parametrize("answer, cause", [
@@ -350,6 +352,9 @@ def test_report_names_target_release_and_image_digest(tmp_path, monkeypatch):
     with FakeServer([AFTER, GOOD_WINDOW, GOOD_WINDOW]) as server:
         _, report = smoke(server.url, tmp_path, "--server-log", str(log_with_tuned_config(tmp_path)))
     assert (report["target"], report["vllm"], report["image_digest"]) == ("h200", SERVED_RELEASE, DIGEST)
+    # The server is another process: its release from GET /version, the rest said to be unknown.
+    elsewhere = f"unknown: --endpoint: the server's GET /version names only vLLM (vLLM {SERVED_RELEASE})"
+    assert report["versions"] == {"vllm": SERVED_RELEASE, "torch": elsewhere, "transformers": elsewhere}
     assert f"serves gemma-4-26b-a4b-it, vLLM {SERVED_RELEASE}" in by_name(report)["server answers"]["detail"]
 
 
@@ -357,6 +362,8 @@ def test_a_server_without_version_leaves_the_release_unknown(tmp_path):
     with FakeServer([AFTER, GOOD_WINDOW, GOOD_WINDOW], faults={"/version": lambda s: (404, "")}) as server:
         _, report = smoke(server.url, tmp_path, "--image-digest", DIGEST)
     assert report["vllm"] is None and report["image_digest"] == DIGEST
+    assert report["versions"]["vllm"].startswith("unknown: --endpoint: the server's GET /version "
+                                                 "names only vLLM (vLLM release unknown (GET /version: HTTP 404")
     assert "vLLM release unknown (GET /version: HTTP 404 Not Found" in by_name(report)["server answers"]["detail"]
 
 
@@ -379,3 +386,8 @@ def test_bench_burst_every_request_answered(tmp_path):
     assert code == 0 and completions == 500
     assert report["server_burst"]["answered"] == 500 and report["server_burst"]["failed"] == 0
     assert "500/500 answered (0 failed)" in (tmp_path / "bench.md").read_text()
+    # The server's release from its GET /version; its torch and transformers are another process's.
+    assert report["machine"]["vllm"] == SERVED_RELEASE and report["machine"]["device"] is None
+    assert report["machine"]["torch"] == report["machine"]["transformers"] == \
+        f"unknown: --endpoint: the server's GET /version names only vLLM (vLLM {SERVED_RELEASE})"
+    assert f"- ran on: vllm {SERVED_RELEASE}, torch unknown" in (tmp_path / "bench.md").read_text()

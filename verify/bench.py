@@ -40,6 +40,7 @@ from forge.errors import ForgeError
 from verify import bench_report, controls
 from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
 from verify.prompts import gate_prompts, load_prompts
+from verify.report import UNKNOWN, checked_versions, unknown_versions
 from verify.vllm_logs import parse_engine_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -394,11 +395,12 @@ def inprocess_report(recipe, args, out: Path) -> dict:
     else:
         raw = run_engines(specs, out, args.parallel, args.timeout, args.wait_server,
                           args.max_parallel)
-    engines, machine = {}, {}
+    engines, device, versions = {}, None, None
     for spec in specs:
         name = spec["name"]
         result, facts = raw[name]["result"], raw[name]["log"]
         engine = result.get("engine", {})
+        versions = versions or recorded_versions(result)
         engines[name] = {**spec["meta"], "k": int(spec["meta"]["k"] or 0),
                          "init_s": engine.get("init_s"), "cudagraph_mode": engine.get("cudagraph_mode"),
                          "moe_backends": facts.moe_backends, "v2_runner_log": facts.v2_runner,
@@ -409,11 +411,27 @@ def inprocess_report(recipe, args, out: Path) -> dict:
                          "window_errors": result.get("window_errors"),
                          "figures": bench_report.engine_figures(result) if engine.get("started") else None}
         if engine.get("started"):
-            machine = {key: engine.get(key) for key in ("device", "vllm", "torch")}
+            device = engine.get("device")
+    machine = {"device": device, **checked_versions(
+        versions or unknown_versions("no engine process wrote a result"))}
     profiles = dict(parse_profile(p) for p in args.profile)
     bench_report.derive(engines, profiles)
     return {"engines": engines, "machine": machine, "profiles": profiles,
             "picks": bench_report.picks(engines, profiles)}
+
+
+def recorded_versions(result: dict) -> dict[str, str] | None:
+    """The versions an engine result names (engine_worker.py reads them where the engine runs).
+    Results written before the worker recorded them (the GPU runs committed up to 2026-11-30) name
+    only the vLLM and torch their started engine imported: transformers is unknown there."""
+    if result.get("versions"):
+        return result["versions"]
+    engine = result.get("engine", {})
+    if not engine.get("started"):
+        return None
+    return {"vllm": engine.get("vllm"), "torch": engine.get("torch"),
+            "transformers": f"{UNKNOWN}: not recorded (an engine result from before verify "
+                            "recorded it)"}
 
 
 ATTENTION_LINE = re.compile(r"Using (?:AttentionBackendEnum\.)?(\w+) (?:attention )?backend"
@@ -464,6 +482,16 @@ def server_burst(url: str, count: int, max_tokens: int = 32, token_prompts: bool
             "latency_max_s": round(latencies[-1], 3), "max_tokens": max_tokens}
 
 
+def endpoint_machine(url: str) -> dict:
+    """What a burst against a running server can say it ran on: the server's GET /version names
+    its vLLM release; its device, torch and transformers live in another process."""
+    from verify.mtp_smoke import Endpoint, server_release
+
+    release, note = server_release(Endpoint(url, 30))
+    return {"device": None, **unknown_versions(
+        f"--endpoint: the server's GET /version names only vLLM ({note})", vllm=release)}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
@@ -488,6 +516,7 @@ def main(argv=None) -> int:
                   "command": "verify/bench.py " + shlex.join(sys.argv[1:] if argv is None else argv),
                   "engines": {}, "machine": {}}
         if args.endpoint:
+            report["machine"] = endpoint_machine(args.endpoint)
             report["server_burst"] = server_burst(args.endpoint, args.burst,
                                                   token_prompts=args.token_prompts)
         else:

@@ -24,6 +24,7 @@ import statistics
 from pathlib import Path
 
 from verify.metrics import counters_from_snapshot
+from verify.report import versions_line
 
 SPECIAL_WINDOWS = ("followup",)
 
@@ -172,6 +173,7 @@ def render_markdown(report: dict) -> str:
     m = report["machine"]
     lines = [f"# verify/bench.py results: {report['recipe']} ({report['target']})", "",
              f"- date: {report['date']}; command: `{report['command']}`"]
+    lines.append(f"- ran on: {versions_line(report['machine'])}")
     if report.get("server_burst"):
         b = report["server_burst"]
         lines += [f"- server burst: {b['answered']}/{b['requests']} answered ({b['failed']} failed), "
@@ -181,7 +183,7 @@ def render_markdown(report: dict) -> str:
         return "\n".join(lines) + "\n"
     shape = report.get("shape") or "26b-a4b"
     controlled = any("@" in w for e in report["engines"].values() for w in (e.get("figures") or {}))
-    lines += [f"- machine: {m.get('device')}, vLLM {m.get('vllm')}, torch {m.get('torch')}",
+    lines += [f"- machine: {m.get('device')}",
               f"- model: {'dummy weights, ' + shape + ' shapes, ' if report['dummy'] else ''}"
               f"{report['layers']} target layers"
               + ("; every window runs on the agreeing model (@agree: full acceptance) and on the "

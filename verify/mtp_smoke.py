@@ -36,7 +36,19 @@ from verify import controls
 from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
 from verify.metrics import MetricsError, SpecCounters, counters_from_prometheus, counters_from_snapshot
 from verify.prompts import gate_prompts, load_prompts
-from verify.report import INFO, Check, failed, not_checked, passed, render_table, verdict, write_report
+from verify.report import (
+    INFO,
+    Check,
+    failed,
+    not_checked,
+    passed,
+    release_in,
+    render_table,
+    unknown_versions,
+    verdict,
+    versions_line,
+    write_report,
+)
 from verify.vllm_logs import EngineLogFacts, parse_engine_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -248,7 +260,10 @@ def inprocess_checks(recipe, args, out: Path) -> tuple[list[Check], dict]:
                 check = Check(check.name, INFO, f"{check.detail} (near-tied random logits; not gated)")
             checks.append(check)
     names = [_greedy_window(c) for c in gated] + ["recipe_sampling"]
-    context = {"engine": engine, "log_facts": facts.to_dict(), "engine_kwargs": kwargs, "env": env,
+    # Read inside the engine's process before it started (engine_worker.py).
+    versions = result.get("versions") or unknown_versions("the engine process wrote no result")
+    context = {"engine": engine, "versions": versions, "log_facts": facts.to_dict(),
+               "engine_kwargs": kwargs, "env": env,
                "windows": {n: (c.summary() if (c := window_counters(result, n)) else None)
                            for n in names}}
     return checks, context
@@ -428,7 +443,8 @@ def measure_window(server: Endpoint, model: str, prompts: list, params: dict,
 
 def endpoint_checks(recipe, args) -> tuple[list[Check], dict]:
     server = Endpoint(args.endpoint, args.timeout)
-    context: dict[str, object] = {"endpoint": server.url, "vllm": None}
+    context: dict[str, object] = {"endpoint": server.url, "vllm": None,
+                                  "versions": unknown_versions("the server did not answer")}
     try:
         model = served_model(server)
     except EndpointError as exc:
@@ -437,7 +453,9 @@ def endpoint_checks(recipe, args) -> tuple[list[Check], dict]:
                 + [not_checked(name, why) for name in (*LOG_CHECKS, "acceptance (temperature 0)")]
                 + [not_checked("acceptance (recipe sampling)", why, gating=False)]), context
     release, release_note = server_release(server)
-    context.update(model=model, vllm=release)
+    # The server runs in another process: its GET /version names its vLLM release, nothing else.
+    context.update(model=model, vllm=release, versions=unknown_versions(
+        f"--endpoint: the server's GET /version names only vLLM ({release_note})", vllm=release))
     checks = [passed("server answers", f"{server.url} serves {model}, {release_note}")]
     checks += server_log_checks(recipe, args.server_log)
     # --dummy: a server on a dummy model runs with --skip-tokenizer-init: send token ids.
@@ -473,22 +491,15 @@ def sampling_window_check(server: Endpoint, model: str, prompts: list, recipe, a
 
 def report_identity(recipe, args, context: dict) -> dict:
     """What was verified, for build.py publish to match against what it publishes: the target, the
-    vLLM release (the server's own /version with --endpoint; else the engine log's, else the
-    installed vllm) and the image digest (--image-digest / $VLLM_FORGE_IMAGE_DIGEST)."""
+    vLLM release (the server's own /version with --endpoint; else the engine log's, else the one
+    installed where the engine ran) and the image digest (--image-digest /
+    $VLLM_FORGE_IMAGE_DIGEST)."""
     if args.endpoint:
         release = context.get("vllm")
     else:
-        release = context.get("log_facts", {}).get("vllm_version") or installed_vllm()
+        release = (context.get("log_facts", {}).get("vllm_version")
+                   or release_in(context["versions"]))
     return {"target": recipe.target, "vllm": release, "image_digest": args.image_digest}
-
-
-def installed_vllm() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("vllm")
-    except PackageNotFoundError:
-        return None
 
 
 def main(argv=None) -> int:
@@ -513,6 +524,7 @@ def main(argv=None) -> int:
                           runner=args.runner or recipe.serve.model_runner,
                           verify_broken=bool(broken), **context)
     print(render_table(checks))
+    print(f"ran on: {versions_line(context['versions'])}")
     print(f"report: {report}")
     if broken:
         print(f"VERIFY BROKEN: {broken[0].detail}", file=sys.stderr)
