@@ -170,7 +170,7 @@ def load_series(path: str | Path | None = None, offline: bool = False,
                 patch.diffs.extend(diffs.load_diff(f.absolute))
         patches.append(patch)
     return Series(path, data["checked_from"], data["checked_through"], patches,
-                  header=_header_of(path.read_text()), digest=digest.hexdigest())
+                  header=_header_of(path.read_text(encoding="utf-8")), digest=digest.hexdigest())
 
 
 def _checked_file(base: Path, entry: dict, where: str, digest) -> PatchFile:
