@@ -12,6 +12,7 @@ import os
 import sys
 
 from forge.errors import ForgeError
+from forge.image_names import check_repository_argument
 from forge.versions import normalize_vllm_argument
 
 # Typing `python build.py --target gb10 --vllm 0.27.1` means "build": no command word needed.
@@ -316,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     module_name, function_name = args.handler.split(":")
     try:
         normalize_vllm_argument(args)   # parsed once here; every command gets the normal form
+        check_repository_argument(args)
         _check_output_files(args)
         handler = getattr(importlib.import_module(module_name), function_name)
         return handler(args) or 0
