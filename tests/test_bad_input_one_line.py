@@ -105,6 +105,7 @@ def test_published_index_naming_a_directory_is_one_line(tmp_path):
     (["release-matrix", "--vllm", "0.25.0"], "--github-output"),
     (["upstream-watch", "--offline"], "--pr-body"),
     (["upstream-watch", "--offline"], "--github-output"),
+    (["tune-moe", "--dtype", "bf16"], "--results"),     # refused before the GPU run, not after
 ])
 @pytest.mark.parametrize("bad", ["directory", "missing folder"])
 def test_output_file_flags_are_checked_before_the_command_runs(tmp_path, command, flag, bad):

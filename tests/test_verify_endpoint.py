@@ -439,3 +439,14 @@ def test_mtp_smoke_out_below_a_file_is_one_line(tmp_path):
     assert result.stderr.splitlines() == [
         f"error: --out {taken / 'run1'}: is not a directory ({taken} is a file)"]
     assert taken.read_text() == "mine\n"
+
+
+def test_bench_out_naming_an_existing_file_is_one_line_and_the_file_is_kept(tmp_path):
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine\n")
+    result = subprocess.run([sys.executable, "-m", "verify.bench", "--recipe", "gemma-4-26b-a4b-it",
+                             "--target", "h200", "--endpoint", closed_port_url(), "--out", str(taken)],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"error: --out {taken}: is not a directory"]
+    assert taken.read_text() == "mine\n"

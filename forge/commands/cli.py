@@ -24,6 +24,7 @@ OUTPUT_FILES = {
     "bake": (("--output", "output"),),
     "publish": (("--index", "index"), ("--github-output", "github_output")),
     "release-matrix": (("--github-output", "github_output"),),
+    "tune-moe": (("--results", "results"),),          # written after a GPU run of minutes
     "upstream-watch": (("--pr-body", "pr_body"), ("--github-output", "github_output")),
 }
 
