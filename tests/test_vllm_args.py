@@ -186,7 +186,9 @@ def test_value_rules_follow_the_releases_own_get_kwargs(version):
     assert rules["--gpu-memory-utilization"].converter == "float"
     assert rules["--api-server-count"].converter == "int"   # an explicit type=int
     assert not rules["--dtype"].open_choices and rules["--tokenizer-mode"].open_choices
-    assert rules["--speculative-config"].converter == "json"
+    assert rules["--allowed-origins"].nargs is None         # its add_cli_args deletes nargs
+    assert "--lora-modules" not in rules                     # a custom action: left to vLLM
+    assert args.value_problem("--speculative-config", ['{"method": "mtp"}']) is None
     # The converters are the release's own functions, compiled from its source tree.
     tree = str(releases.release_tree(version))
     assert args.converters["human_readable_int"].__code__.co_filename == tree
@@ -206,6 +208,8 @@ def test_value_rules_follow_the_releases_own_get_kwargs(version):
     ("--cudagraph-capture-sizes", ["1", "x"], "takes a whole number, not 'x'"),
     ("--served-model-name", ["a", "b"], None),
     ("--limit-mm-per-prompt.image", ["0"], None),           # one key of a JSON flag
+    ("--allowed-origins", ['["*"]'], None),                  # json.loads, set by its add_cli_args
+    ("--allowed-origins", ["*"], "takes JSON, not '*'"),
 ])
 def test_value_problem_reads_values_as_the_release_would(flag, values, problem):
     assert release_args("0.27.1").value_problem(flag, values) == problem

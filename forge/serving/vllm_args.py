@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ast
 import functools
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,7 +121,7 @@ def release_args(version: str) -> ReleaseArgs:
         frozenset(spec_fields),
         frozenset(source.literal_values(spec_fields["method"])) if "method" in spec_fields
         else frozenset(),
-        rules, {"int": int, "float": float, **_release_converters(source)}, aliases)
+        rules, {**BUILTIN_CONVERTERS, **_release_converters(source)}, aliases)
 
 
 class _SourceIndex:
@@ -191,8 +192,12 @@ def _engine_flags(source: _SourceIndex, choices: dict, rules: dict, aliases: dic
                 and n.name in ("EngineArgs", "AsyncEngineArgs")):
         for function in cls.body:
             if isinstance(function, ast.FunctionDef) and function.name == "add_cli_args":
-                flags |= _option_strings(function, source, _kwargs_classes(function), choices,
-                                         rules, aliases)
+                classes_of = _kwargs_classes(function)
+                overrides = {(classes_of[var], name): changes
+                             for (var, name), changes in _overrides_in(function).items()
+                             if isinstance(classes_of.get(var), str)}
+                flags |= _option_strings(function, source, classes_of, choices, rules, aliases,
+                                         overrides)
     return flags
 
 
@@ -223,14 +228,83 @@ def _frontend_flags(source: _SourceIndex, rules: dict, aliases: dict) -> set[str
         if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
                 and call.func.attr == "add_cli_args" and isinstance(call.func.value, ast.Name)
                 and call.func.value.id in classes):
-            for name, annotation in _fields_with_bases(call.func.value.id, classes).items():
+            cls = call.func.value.id
+            overrides = _kwargs_overrides(cls, classes)
+            for name, annotation in _fields_with_bases(cls, classes).items():
                 flag = "--" + name.replace("_", "-")
                 flags.add(flag)
-                rules[flag] = _field_rule(annotation, name, source, special)
+                rule = _overridden(_field_rule(annotation, name, source, special),
+                                   overrides.get(name, {}))
+                if rule is not None:
+                    rules[flag] = rule
                 if _is_bool(annotation):
                     flags.add("--no-" + flag[2:])
                     rules["--no-" + flag[2:]] = SWITCH
     return flags
+
+
+def _kwargs_overrides(name: str, classes: dict[str, ast.ClassDef]) -> dict[str, dict[str, ast.expr | None]]:
+    """The changes a frontend class's add_cli_args (or a base class's) makes to get_kwargs'
+    result, by field (see _overrides_in)."""
+    found: dict[str, dict[str, ast.expr | None]] = {}
+    cls = classes[name]
+    for base in cls.bases:
+        if isinstance(base, ast.Name) and base.id in classes:
+            found.update(_kwargs_overrides(base.id, classes))
+    for (_, field_name), changes in _overrides_in(cls).items():
+        found.setdefault(field_name, {}).update(changes)
+    return found
+
+
+def _overrides_in(tree: ast.AST) -> dict[tuple[str, str], dict[str, ast.expr | None]]:
+    """What code changes in get_kwargs' result before adding the arguments:
+    `frontend_kwargs["allowed_origins"]["type"] = json.loads` and
+    `del frontend_kwargs["allowed_origins"]["nargs"]` ->
+    {("frontend_kwargs", "allowed_origins"): {"type": json.loads, "nargs": None (deleted)}}."""
+    found: dict[tuple[str, str], dict[str, ast.expr | None]] = {}
+    for node in ast.walk(tree):
+        pairs: list[tuple[ast.expr, ast.expr | None]]
+        if isinstance(node, ast.Assign):
+            pairs = [(target, node.value) for target in node.targets]
+        elif isinstance(node, ast.Delete):
+            pairs = [(target, None) for target in node.targets]
+        else:
+            continue
+        for target, value in pairs:
+            keys = _three_keys(target)
+            if keys:
+                found.setdefault(keys[:2], {})[keys[2]] = value
+    return found
+
+
+def _three_keys(target: ast.expr) -> tuple[str, str, str] | None:
+    """("frontend_kwargs", "field", "type") of `frontend_kwargs["field"]["type"]`."""
+    if (isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant)
+            and isinstance(target.value, ast.Subscript)
+            and isinstance(target.value.slice, ast.Constant)
+            and isinstance(target.value.value, ast.Name)):
+        return target.value.value.id, str(target.value.slice.value), str(target.slice.value)
+    return None
+
+
+def _overridden(rule: ValueRule, changes: dict[str, ast.expr | None]) -> ValueRule | None:
+    """The rule after the class's own changes; None where a custom action reads the values (their
+    reading is then not known here, and the flag's values are left to vLLM)."""
+    nargs, converter, accepts_none = rule.nargs, rule.converter, rule.accepts_none
+    for key, value in changes.items():
+        text = ast.unparse(value) if value is not None else ""
+        if key == "nargs":
+            nargs = value.value if isinstance(value, ast.Constant) else None  # type: ignore[assignment]
+        elif key == "type":
+            # optional_type(X) is X that also takes "None"; a converter not known here
+            # (json.loads, parse_reasoning_parser) leaves the value to vLLM.
+            accepts_none = accepts_none or text.startswith("optional_type(")
+            converter = text.removeprefix("optional_type(").removesuffix(")")
+        elif key == "action":
+            if text.strip("'\"") != "append":
+                return None
+            nargs = None
+    return ValueRule(nargs, converter, accepts_none, rule.open_choices)
 
 
 def _pairs_enable_with_disable(source: _SourceIndex) -> bool:
@@ -308,7 +382,8 @@ def _kwargs_classes(function: ast.FunctionDef) -> dict:
 
 
 def _option_strings(tree: ast.AST, source: _SourceIndex, kwargs_classes: dict[str, str],
-                    choices: dict, rules: dict, aliases: dict) -> set[str]:
+                    choices: dict, rules: dict, aliases: dict,
+                    overrides: dict | None = None) -> set[str]:
     """Option strings of every add_argument call under `tree`; records Literal choices, how
     each flag takes its values and the long name of each short alias."""
     flags: set[str] = set()
@@ -322,10 +397,12 @@ def _option_strings(tree: ast.AST, source: _SourceIndex, kwargs_classes: dict[st
         flags.update(names)
         long = next((n for n in names if n.startswith("--")), None)
         aliases.update({n: long for n in names if long and n != long})
-        field_name, annotation = _config_field(call, source, kwargs_classes)
+        config, field_name, annotation = _config_field(call, source, kwargs_classes)
         rule = _call_rule(call, _field_rule(annotation, field_name, source, special)
                           if annotation is not None else ValueRule())
-        rules.update(dict.fromkeys(names, rule))
+        changed = _overridden(rule, (overrides or {}).get((config, field_name), {}))
+        if changed is not None:
+            rules.update(dict.fromkeys(names, changed))
         if _is_boolean_optional(call, annotation):
             inverses = ["--no-" + n[2:] for n in names if n.startswith("--")]
             flags.update(inverses)
@@ -337,8 +414,8 @@ def _option_strings(tree: ast.AST, source: _SourceIndex, kwargs_classes: dict[st
 
 
 def _config_field(call: ast.Call, source: _SourceIndex,
-                  kwargs_classes: dict[str, str]) -> tuple[str, ast.expr | None]:
-    """The config field (name, type) behind `**cache_kwargs["enable_prefix_caching"]` (or
+                  kwargs_classes: dict[str, str]) -> tuple[str, str, ast.expr | None]:
+    """The config field (class, name, type) behind `**cache_kwargs["enable_prefix_caching"]` (or
     `**{**cache_kwargs["..."], "default": None}`), if the call takes one."""
     for keyword in call.keywords:
         if keyword.arg is None:
@@ -347,8 +424,8 @@ def _config_field(call: ast.Call, source: _SourceIndex,
                 if field_ref:
                     found = source.find_class(field_ref[0])
                     annotation = _annotated_fields(found[0]).get(field_ref[1]) if found else None
-                    return field_ref[1], annotation
-    return "", None
+                    return field_ref[0], field_ref[1], annotation
+    return "", "", None
 
 
 def _is_boolean_optional(call: ast.Call, annotation: ast.expr | None) -> bool:
@@ -410,6 +487,8 @@ def _assigned_name(node: ast.stmt) -> str | None:
 
 # --- how a flag takes its values: vLLM's get_kwargs (_compute_kwargs) read from the release ---
 
+# The `type` callables of vLLM's arguments that are Python's own.
+BUILTIN_CONVERTERS = {"int": int, "float": float, "json.loads": json.loads}
 SWITCH = ValueRule(nargs=0)      # store_true, BooleanOptionalAction and their --no-/--disable-
 # Wrappers whose first argument is the type argparse sees (Optional[int], Annotated[int, ...]).
 _WRAPPERS = {"Optional", "Union", "Annotated", "SkipValidation"}
@@ -592,7 +671,7 @@ def _converts(convert, value: str) -> bool:
 
 
 def _converter_words(converter: str) -> str:
-    return {"int": "a whole number", "float": "a number",
+    return {"int": "a whole number", "float": "a number", "json.loads": "JSON",
             "human_readable_int": "a whole number (or 2k, 1M, ...)",
             "human_readable_int_or_auto": "a whole number (or 2k, 1M, ..., -1, auto)"
             }.get(converter, f"a value {converter} reads")
