@@ -7,6 +7,11 @@ literal flags, then `FrontendArgs.add_cli_args` (one `--field-name` per dataclas
 `AsyncEngineArgs.add_cli_args` (literal `add_argument("--flag", **group_kwargs["field"])` calls
 in vllm/engine/arg_utils.py). Boolean config fields get argparse.BooleanOptionalAction, which
 also accepts `--no-<flag>`.
+
+How each flag takes its values (ValueRule: nargs, type, Literal choices) follows the same
+definitions: vLLM's get_kwargs derives them from the config field's type (_compute_kwargs, whose
+per-field human-readable integer converters are read from the release and compiled from its own
+source), then add_cli_args and the add_argument call itself may override them.
 """
 from __future__ import annotations
 
