@@ -225,10 +225,13 @@ def test_tag_of_another_target_or_release_is_refused(tmp_path):
     assert not index_file.exists()
 
 
-def test_bad_digest_names_the_field(tmp_path):
-    result = publish(tmp_path / "published.json", digest="sha256:1234")
+@pytest.mark.parametrize("digest", ["sha256:1234", "sha256:xyz"])
+def test_bad_digest_names_the_digest_flag(tmp_path, digest):
+    result = publish(tmp_path / "published.json", digest=digest, report=write_report(tmp_path, True))
     assert result.returncode == 2
-    assert result.stderr.strip() == "error: build: digest: not a sha256 image digest: 'sha256:1234'"
+    # Not "build: digest": the user typed --digest, not a field of a file.
+    assert result.stderr == f"error: --digest: not a sha256 image digest (sha256:<64 hex>): {digest!r}\n"
+    assert not (tmp_path / "published.json").exists()
 
 
 def test_damaged_index_names_file_and_field(tmp_path):

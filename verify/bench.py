@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.files import check_output_dir
 from verify import bench_report, controls
 from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
 from verify.prompts import gate_prompts, load_prompts
@@ -503,6 +504,7 @@ def main(argv=None) -> int:
             return 0
         if not args.recipe:
             raise ForgeError("--recipe is required")
+        check_output_dir(out, "--out")      # before an engine runs for minutes
         from forge.serving.recipes import load_recipe
 
         if not args.target:

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.files import check_output_dir
 from forge.targets import target_for_device
 from verify import checks as gate
 from verify import controls
@@ -85,12 +86,23 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="vLLM's compile backend (default: the recipe's, i.e. vLLM's Inductor); eager "
                         "skips Inductor's code generation, CUDA graphs are still captured and checked")
     p.add_argument("--out", default="verify-out", help="directory for the report and logs")
-    p.add_argument("--timeout", type=int, default=900,
+    p.add_argument("--timeout", type=positive_seconds, default=900,
                    help="seconds allowed for the engine run (with --endpoint: for each request)")
     p.add_argument("--image-digest", type=image_digest, default=os.environ.get(DIGEST_ENV),
                    help="sha256 digest (or NAME@sha256:...) of the image under test, recorded in "
                         f"the report for build.py publish (default ${DIGEST_ENV})")
     return p.parse_args(argv)
+
+
+def positive_seconds(text: str) -> int:
+    """A timeout of whole seconds, 1 or more (requests refuses 0 and below; so would the run)."""
+    try:
+        seconds = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
+    if seconds < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 second or more (got {seconds})")
+    return seconds
 
 
 DIGEST_ENV = "VLLM_FORGE_IMAGE_DIGEST"
@@ -504,13 +516,13 @@ def report_identity(recipe, args, context: dict) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     try:
+        out = check_output_dir(args.out, "--out")
         recipe = load_recipe(args)
     except ForgeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    out.mkdir(parents=True, exist_ok=True)
     if args.endpoint:
         checks, context = endpoint_checks(recipe, args)
     else:

@@ -81,6 +81,11 @@ def verdict(checks: list[Check]) -> bool:
     return not unmet_gates(checks)
 
 
+# What each field of a check holds in a report: anything else (a list for a name) is refused by
+# name before the verdict is derived.
+FIELD_TYPES = {"name": str, "status": str, "detail": str, "gating": bool}
+
+
 def checks_from_report(report: dict) -> list[Check]:
     """The checks of a JSON report as write_report wrote them; ValueError names the bad field."""
     entries = report.get("checks")
@@ -91,6 +96,10 @@ def checks_from_report(report: dict) -> list[Check]:
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or not {"name", "status", "detail"} <= entry.keys():
             raise ValueError(f"checks[{i}]: not a check (needs name, status and detail)")
+        for key, kind in FIELD_TYPES.items():
+            if key in entry and not isinstance(entry[key], kind):
+                raise ValueError(f"checks[{i}].{key}: must be {kind.__name__} "
+                                 f"(got {type(entry[key]).__name__})")
         try:
             checks.append(Check(**{k: v for k, v in entry.items() if k in names}))
         except ValueError as exc:

@@ -12,10 +12,21 @@ import os
 import sys
 
 from forge.errors import ForgeError
+from forge.image_names import check_repository_argument
 from forge.versions import normalize_vllm_argument
 
 # Typing `python build.py --target gb10 --vllm 0.27.1` means "build": no command word needed.
 DEFAULT_COMMAND = "build"
+
+# The files each command writes (flag, argument name): checked before the handler runs, so a
+# command never writes one output and then fails on the next (`published --index` only reads).
+OUTPUT_FILES = {
+    "bake": (("--output", "output"),),
+    "publish": (("--index", "index"), ("--github-output", "github_output")),
+    "release-matrix": (("--github-output", "github_output"),),
+    "tune-moe": (("--results", "results"),),          # written after a GPU run of minutes
+    "upstream-watch": (("--pr-body", "pr_body"), ("--github-output", "github_output")),
+}
 
 
 def _add_repository_flag(p) -> None:
@@ -289,6 +300,14 @@ def _with_default_command(argv: list[str], parser: argparse.ArgumentParser) -> l
     return argv
 
 
+def _check_output_files(args) -> None:
+    from forge.files import check_output_file
+
+    for flag, name in OUTPUT_FILES.get(args.command, ()):
+        if getattr(args, name, None):
+            check_output_file(getattr(args, name), flag)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -299,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     module_name, function_name = args.handler.split(":")
     try:
         normalize_vllm_argument(args)   # parsed once here; every command gets the normal form
+        check_repository_argument(args)
+        _check_output_files(args)
         handler = getattr(importlib.import_module(module_name), function_name)
         return handler(args) or 0
     except ForgeError as exc:

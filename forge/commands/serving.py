@@ -13,7 +13,9 @@ from forge.errors import ForgeError
 def cmd_serve(args) -> int:
     from forge.serving.serve import plan_serve, run_plan
 
-    if getattr(args, "nodes", 1) > 1:
+    if args.nodes < 1:
+        raise ForgeError(f"--nodes: must be 1 or more (got {args.nodes})")
+    if args.nodes > 1:
         return _serve_nodes(args)
     plan = plan_serve(args.recipe, args.target, args.vllm, args.repository, args.port,
                       args.hf_cache, args.recipes_dir)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,7 +78,8 @@ def _env_names(value) -> str | None:
 
 
 def _cli_tokens(value) -> str | None:
-    if value and not value[0].startswith("--"):
+    # A flag first (`--x` or an alias such as `-q`): a leading value would be read as the model.
+    if value and not flag_groups(value)[0].flag:
         return f"must start with a --flag (got {value[0]!r})"
     return None
 
@@ -265,7 +267,7 @@ class Recipe:
                 continue
             value = setting.value(self)
             if value is not None:
-                args += [setting.flag, _cli_value(value)]
+                args += [setting.flag, cli_value(value)]
         return args + list(self.serve.extra_args)
 
 
@@ -296,7 +298,67 @@ ENGINE_SETTINGS = (
 )
 
 
-def _cli_value(value) -> str:
+@dataclass(frozen=True)
+class FlagGroup:
+    """One flag of a `vllm serve` command line and the values that follow it."""
+    index: int               # where the flag stands among the tokens
+    flag: str                # as written, without an `=value`
+    values: list[str]
+
+    @property
+    def name(self) -> str:
+        """The flag as the parser registers it: `--max_model_len` and `--x.key` are `--x`."""
+        return self.flag.split(".", 1)[0].replace("_", "-")
+
+
+_NUMBER = re.compile(r"-\d+(\.\d*)?")
+
+
+def flag_groups(tokens: list[str]) -> list[FlagGroup]:
+    """Tokens as argparse reads them: each flag (`-x`, `--x`, `--x=value`) with the values after
+    it; a negative number is a value (vLLM's parser registers no flag that looks like one).
+    Values before the first flag belong to no flag and are returned under flag ''."""
+    groups: list[FlagGroup] = []
+    for index, token in enumerate(tokens):
+        if token.startswith("-") and not _NUMBER.fullmatch(token):
+            flag, equals, inline = token.partition("=")
+            groups.append(FlagGroup(index, flag, [inline] if equals else []))
+        elif groups:
+            groups[-1].values.append(token)
+        else:
+            groups.append(FlagGroup(index, "", [token]))
+    return groups
+
+
+def recipe_field(kwarg: str) -> str:
+    """The recipe field behind an ENGINE_SETTINGS keyword, as messages name it."""
+    return "speculative" if kwarg == "speculative_config" else f"serve.{kwarg}"
+
+
+def structured_flags(recipe: Recipe) -> dict[str, str]:
+    """`vllm serve` flag -> the recipe field that sets it: extra_args must not set it again
+    (vLLM takes the last of two, so one of them would be silently lost)."""
+    flags = {setting.flag: recipe_field(setting.kwarg) for setting in ENGINE_SETTINGS
+             if setting.value(recipe) is not None}
+    if recipe.multi_node:
+        flags["--tensor-parallel-size"] = "multi_node[].tensor_parallel_size"
+        flags["--pipeline-parallel-size"] = "multi_node[].pipeline_parallel_size"
+    return flags
+
+
+def check_extra_args_repeat_nothing(recipe: Recipe, where: str,
+                                    canonical: Callable[[str], str] | None = None) -> None:
+    """Refuse an extra_args flag a structured field already sets. `canonical` spells a flag's
+    long name (a release's parser knows its aliases, `-q` for `--quantization`)."""
+    set_by = structured_flags(recipe)
+    for group in flag_groups(list(recipe.serve.extra_args)):
+        name = canonical(group.flag) if canonical else group.name
+        if name in set_by:
+            raise ForgeError(f"{where}: serve.extra_args[{group.index}]: {group.flag} is already "
+                             f"set by {set_by[name]}; set it there only")
+
+
+def cli_value(value) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value, separators=(",", ":"))
     return str(value)
@@ -305,20 +367,16 @@ def _cli_value(value) -> str:
 def extra_args_as_kwargs(tokens: list[str]) -> dict[str, Any]:
     """['--limit-mm-per-prompt', '{"image":0}', '--no-x'] -> {limit_mm_per_prompt: {...}, x: False}."""
     kwargs: dict[str, Any] = {}
-    i = 0
-    while i < len(tokens):
-        flag = tokens[i]
-        has_value = i + 1 < len(tokens) and not tokens[i + 1].startswith("--")
-        name = flag[2:].replace("-", "_")
-        if has_value:
-            kwargs[name] = _parse_value(tokens[i + 1])
-            i += 2
+    for group in flag_groups(tokens):
+        name = group.flag.lstrip("-").replace("-", "_")
+        if len(group.values) > 1:
+            kwargs[name] = [_parse_value(value) for value in group.values]
+        elif group.values:
+            kwargs[name] = _parse_value(group.values[0])
         elif name.startswith("no_"):
             kwargs[name[3:]] = False
-            i += 1
         else:
             kwargs[name] = True
-            i += 1
     return kwargs
 
 
@@ -373,10 +431,12 @@ def parse_recipe(data, path: Path) -> Recipe:
     layouts = tuple(Section({**layout, "moe_config": Section(layout["moe_config"])
                              if layout["moe_config"] else None})
                     for layout in values["multi_node"])
-    return Recipe(name=values["name"], target=values["target"], model=values["model"],
-                  drafter=values["drafter"], vllm=values["vllm"], moe_config=moe,
-                  checkpoint=checkpoint, multi_node=layouts,
-                  reference=values["reference"], path=path, **sections)
+    recipe = Recipe(name=values["name"], target=values["target"], model=values["model"],
+                    drafter=values["drafter"], vllm=values["vllm"], moe_config=moe,
+                    checkpoint=checkpoint, multi_node=layouts,
+                    reference=values["reference"], path=path, **sections)
+    check_extra_args_repeat_nothing(recipe, source)
+    return recipe
 
 
 def display_path(path: Path) -> str:
