@@ -252,6 +252,13 @@ def _add_readme_table(commands) -> None:
     p.set_defaults(handler="forge.commands.patches:cmd_readme_table")
 
 
+def _add_patch_headers(commands) -> None:
+    p = commands.add_parser("patch-headers", help="write each source diff's provenance header from "
+                                                  "patches/series.yaml (and its new sha256)")
+    p.add_argument("--check", action="store_true", help="exit 1 if a header is stale; write nothing")
+    p.set_defaults(handler="forge.commands.patch_work:cmd_patch_headers")
+
+
 def _add_release_matrix(commands) -> None:
     p = commands.add_parser("release-matrix", help="the release workflow's per-target job matrix (JSON)")
     p.add_argument("--tag", help="release tag: vllm-<version>[-r<N>]")
@@ -268,7 +275,7 @@ def _add_release_matrix(commands) -> None:
 
 COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,
                     _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
-                    _add_drift, _add_readme_table, _add_release_matrix]
+                    _add_drift, _add_readme_table, _add_patch_headers, _add_release_matrix]
 
 
 def build_parser() -> argparse.ArgumentParser:
