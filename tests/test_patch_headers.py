@@ -10,7 +10,7 @@ import yaml
 
 from forge.errors import ForgeError
 from forge.patching import headers
-from forge.patching.series import load_series
+from forge.patching.series import load_series, save_series
 from tests.build_cli import copy_checkout, run_build
 
 PATCH = "structured-reasoning-trim"
@@ -65,4 +65,16 @@ def test_a_killed_patch_headers_run_is_finished_by_the_next(tmp_path):
     assert again.returncode == 0, again.stderr
     assert not journal.exists()
     load_series(repo / "patches" / "series.yaml", check_index=False)
+    assert run_build("patch-headers", "--check", cwd=repo).returncode == 0
+
+
+def test_what_the_upstream_watch_edits_leaves_every_header_current(tmp_path):
+    """The watch moves checked_through and sets retired_in through the manifest alone: neither
+    is in a header, so its pull requests never leave a stale one."""
+    repo = copy_checkout(tmp_path)
+    series = load_series(repo / "patches" / "series.yaml", check_index=False)
+    series.checked_through = "0.34.0"
+    series.get("gemma4-mtp-share-embeddings").retired_in = "0.27.0"
+    save_series(series)
+    assert "retired_in: 0.27.0" in (repo / "patches" / "series.yaml").read_text()
     assert run_build("patch-headers", "--check", cwd=repo).returncode == 0

@@ -27,9 +27,9 @@ def render_header(patch: Patch) -> bytes:
     # DEP-3 long description: continuation lines start with a space; an empty line is " .".
     fields += [f" {line}" if line.strip() else " ." for line in patch.why.strip().splitlines()]
     fields += _upstream_fields(patch.upstream or {})
+    # Not retired_in: the upstream watch sets it through the manifest alone, and it is a status
+    # fact about later releases rather than where the change came from.
     fields.append(f"Releases: {patch.releases}")
-    if patch.retired_in:
-        fields.append(f"Retired-In: {patch.retired_in}")
     fields.append(f"Generated-By: {COMMAND} from patches/series.yaml (edit the manifest, not this)")
     return "".join(f"# {line}\n" for line in fields).encode()
 
