@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +17,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
+from forge.commands.cli import build_parser
 from forge.patching import authoring, headers
 from forge.patching.series import load_series, save_series
 from forge.patching.status import status_of
@@ -257,3 +260,21 @@ def test_a_finish_killed_between_its_writes_is_completed_by_the_next(tmp_path):
     assert not tree.exists()
     assert load_series(manifest, check_index=False).get("x-fix").files[0].absolute == diff_path
     assert forge(repo, "new-patch", "x-fix", "--vllm", "0.25.0").returncode == 2   # the id is taken
+
+
+GUIDE = REPO_ROOT / "docs" / "guides" / "adding-a-patch.md"
+
+
+def guide_commands() -> list[list[str]]:
+    """Every `python build.py ...` line of the guide's shell blocks, continuations joined."""
+    blocks = re.findall(r"```sh\n(.*?)```", GUIDE.read_text(), re.S)
+    lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
+    return [shlex.split(line)[2:] for line in lines if line.startswith("python build.py ")]
+
+
+def test_every_command_of_the_guide_parses_as_typed():
+    commands = guide_commands()
+    assert {c[0] for c in commands} >= {"new-patch", "refresh-patch", "patch-headers", "patches"}
+    parser = build_parser()
+    for words in commands:
+        parser.parse_args(words)        # argparse exits (fails the test) on a flag it lacks
