@@ -18,7 +18,7 @@ import yaml
 from packaging.version import Version
 
 from forge.commands.cli import build_parser
-from forge.patching import authoring, headers
+from forge.patching import authoring, diff_writer, diffs, headers
 from forge.patching.series import load_series, save_series
 from forge.patching.status import status_of
 from forge.upstream import releases
@@ -156,8 +156,6 @@ def test_refresh_patch_for_a_release_it_conflicts_on_adds_a_variant(tmp_path):
 
 
 def _apply_in_place(tree: Path, patch) -> None:
-    from forge.patching import diffs
-
     for rel, content in diffs.plan_diff(tree, patch.diffs).items():
         (tree / rel).write_bytes(content)
 
@@ -206,6 +204,8 @@ BAD_INPUT = [
      "--vllm: 0.26.0 is outside structured-draft-window's releases"),
     ("not a source patch", ["refresh-patch", "fastapi-included-router-path", "--vllm", "0.22.0"],
      "refresh-patch ID: fastapi-included-router-path is a dependency patch"),
+    ("fix already upstream", ["refresh-patch", "gemma4-mtp-share-embeddings", "--vllm", "0.27.0"],
+     "--vllm: gemma4-mtp-share-embeddings is already-upstream on vLLM 0.27.0"),
 ]
 
 
@@ -278,3 +278,42 @@ def test_every_command_of_the_guide_parses_as_typed():
     parser = build_parser()
     for words in commands:
         parser.parse_args(words)        # argparse exits (fails the test) on a flag it lacks
+
+
+def test_a_hunk_whose_context_repeats_gets_more_until_it_fits_once():
+    """vLLM 0.25.0's assets/video.py holds the same 6 lines twice (lines 44-49 and 81-86): a diff
+    with diff's usual 3 lines of context would fit two places, which the engine refuses."""
+    rel = "vllm/assets/video.py"
+    old = (releases.release_tree("0.25.0") / rel).read_bytes()
+    lines = old.split(b"\n")
+    assert lines[43:49] == lines[80:86]
+    new = b"\n".join([*lines[:46], b"    # opened above", *lines[46:]])
+    written = diff_writer.file_diff(rel, old, new)
+    (parsed,) = diffs.parse_diff(written, rel)
+    assert len(parsed.hunks[0].old_lines) > 6           # more than 3 lines each side
+    assert diffs.plan_file(Path(rel), parsed, old) == new
+
+
+def test_added_and_deleted_files_are_diffed_and_stale_tool_files_are_not(tmp_path):
+    pristine = releases.release_tree("0.25.0")
+    edited = tmp_path / "edited"
+    shutil.copytree(pristine / "vllm", edited / "vllm")
+    (edited / "vllm/assets/video.py").unlink()
+    (edited / "vllm/forge_note.py").write_text("NOTE = 'patched'\n")
+    (edited / "vllm/__pycache__").mkdir(exist_ok=True)
+    (edited / "vllm/__pycache__/forge_note.cpython-312.pyc").write_bytes(b"\0compiled")
+    (edited / "vllm/envs.py.orig").write_text("left by patch\n")
+    written = diff_writer.tree_diff(pristine, edited)
+    parsed = diffs.parse_diff(written, "tree.diff")
+    assert [(d.old_path, d.new_path) for d in parsed] == [
+        ("vllm/assets/video.py", None), (None, "vllm/forge_note.py")]
+    planned = diffs.plan_diff(pristine, parsed)
+    assert planned == {"vllm/assets/video.py": None, "vllm/forge_note.py": b"NOTE = 'patched'\n"}
+    fresh = tmp_path / "fresh"
+    shutil.copytree(pristine / "vllm", fresh / "vllm")
+    (tmp_path / "tree.diff").write_bytes(written)
+    git = subprocess.run(["git", "apply", str(tmp_path / "tree.diff")], cwd=fresh, capture_output=True,
+                         text=True, env={**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path)})
+    assert git.returncode == 0, git.stderr
+    assert not (fresh / "vllm/assets/video.py").exists()
+    assert (fresh / "vllm/forge_note.py").read_text() == "NOTE = 'patched'\n"

@@ -8,8 +8,10 @@ from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.patching import authoring, headers, journal, work_tree
 from forge.patching.series import load_series, patch_id_problem
-from forge.patching.vocabulary import Kind
+from forge.patching.status import status_of
+from forge.patching.vocabulary import Kind, Status
 from forge.schema import pep440_specifier, pep440_version
+from forge.upstream import releases
 
 # A killed `patch-headers` run leaves this; the next one finishes it before reading the series.
 HEADERS_JOURNAL = REPO_ROOT / "build" / "patch-work" / ".patch-headers.json"
@@ -60,7 +62,7 @@ def cmd_refresh_patch(args) -> int:
     series = load_series()
     patch = _refreshable(series, args.id)
     authoring.check_release(series, args.vllm)
-    _check_in_range(patch, args.vllm)
+    _check_refreshable_on(patch, args.vllm)
     if not args.finish:
         return _start_refresh(args, patch)
     work = work_tree.open_tree("refresh-patch", args.id, args.vllm)
@@ -111,13 +113,16 @@ def _refreshable(series, patch_id: str):
     return patch
 
 
-def _check_in_range(patch, vllm: str) -> None:
+def _check_refreshable_on(patch, vllm: str) -> None:
+    """A refresh is for a release the patch is for and where its change is still to be made."""
     version = Version(vllm)
     if not patch.in_range(version):
         raise ForgeError(f"--vllm: {vllm} is outside {patch.id}'s releases {patch.releases}; "
                          "widen them in the manifest first")
-    if patch.retired_for(version):
-        raise ForgeError(f"--vllm: {patch.id} is retired in {patch.retired_in}; nothing to refresh")
+    status = status_of(patch, releases.release_tree(vllm), version)
+    if status.status in (Status.ALREADY_UPSTREAM, Status.NOT_NEEDED):
+        raise ForgeError(f"--vllm: {patch.id} is {status.status} on vLLM {vllm} ({status.detail}); "
+                         "nothing to refresh")
 
 
 def _refuse_finish_flags(args) -> None:

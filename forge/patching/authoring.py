@@ -62,7 +62,7 @@ def new_entry(series: Series, tree: Path, vllm: str, fields: dict) -> Outcome:
         raise ForgeError(f"--releases: {patch.releases} leaves out vLLM {vllm}, the release the "
                          "diff was made on")
     _check_marker(patch, vllm)
-    patches = [p for p in series.patches if p.id != patch.id] + [patch]   # a re-run replaces its own
+    patches = [*series.patches, patch]
     table = _checked_statuses([patch], patches, series)
     writes = {patch.files[0].absolute: content, **_manifest(series, patches)}
     return Outcome(writes, table, f"added {patch.id}")

@@ -12,9 +12,9 @@ from forge.errors import ForgeError
 from forge.patching import diffs
 
 PACKAGE = "vllm"
-# Made by running or patching the code, never part of a change: left out of the diff.
+# Made by running, patching or editing the code, never part of a change: left out of the diff.
 IGNORED_DIRS = {"__pycache__"}
-IGNORED_SUFFIXES = (".pyc", ".orig", ".rej")
+IGNORED_SUFFIXES = (".pyc", ".orig", ".rej", "~", ".swp")
 CONTEXTS = (3, 6, 12, 24, 48, 96)
 
 

@@ -85,14 +85,18 @@ def open_tree(command: str, patch_id: str, vllm: str) -> WorkTree:
     root = root_of(patch_id)
     try:
         state = json.loads((root / STATE_FILE).read_text())
+        made_by, made_on = state["command"], state["vllm"]
     except FileNotFoundError:
         raise ForgeError(f"--finish: no work tree {shown(root)}; make it first with "
                          f"`python build.py {command} {patch_id} --vllm {vllm}`") from None
-    if state["command"] != command:
-        raise ForgeError(f"--finish: {shown(root)} was made by {state['command']}; finish it "
-                         f"with {state['command']} {patch_id} --vllm {state['vllm']} --finish")
-    if state["vllm"] != vllm:
-        raise ForgeError(f"--vllm: {shown(root)} holds vLLM {state['vllm']}, not {vllm}")
+    except (ValueError, KeyError, TypeError):
+        raise ForgeError(f"--finish: {shown(root / STATE_FILE)} is not a work tree's record; "
+                         "delete the directory and start again") from None
+    if made_by != command:
+        raise ForgeError(f"--finish: {shown(root)} was made by {made_by}; finish it with "
+                         f"{made_by} {patch_id} --vllm {made_on} --finish")
+    if made_on != vllm:
+        raise ForgeError(f"--vllm: {shown(root)} holds vLLM {made_on}, not {vllm}")
     return WorkTree(root, patch_id, vllm, command)
 
 
