@@ -97,7 +97,7 @@ def _check_new_id(series, patch_id: str, finishing: bool) -> None:
     if any(p.id == patch_id for p in series.patches):
         raise ForgeError(f"new-patch ID: {series.path} already has {patch_id!r}; change it with "
                          f"`python build.py refresh-patch {patch_id} --vllm VERSION`")
-    diff = series.path.parent / "source" / f"{patch_id}.diff"
+    diff = series.path.parent / authoring.diff_path(patch_id)
     if diff.exists() and not finishing:
         raise ForgeError(f"new-patch ID: {diff} exists though the series does not list it; "
                          "delete it or choose another id")

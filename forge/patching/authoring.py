@@ -26,6 +26,11 @@ from forge.upstream import releases
 UPPER_BOUNDS = ("<", "<=", "!=")
 
 
+def diff_path(patch_id: str) -> str:
+    """Where a new source patch's diff goes, relative to the manifest's directory."""
+    return f"source/{patch_id}.diff"
+
+
 @dataclass
 class Outcome:
     writes: dict[Path, bytes]                       # diffs, then the manifest
@@ -157,7 +162,7 @@ def _source_patch(series: Series, fields: dict, body: bytes,
     """The entry and its diff file's content (header generated from the entry)."""
     patch = Patch(kind=Kind.SOURCE, files=[], **fields)
     content = headers.with_header(patch, body)
-    patch.files = [_file(path or f"source/{patch.id}.diff", content, series)]
+    patch.files = [_file(path or diff_path(patch.id), content, series)]
     patch.diffs = diffs.parse_diff(content, patch.files[0].path)
     return patch, content
 
