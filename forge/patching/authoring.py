@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import shutil
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,9 +124,10 @@ def _with_variant(series: Series, old: Patch, version: Version, body: bytes,
         earlier.retired_in = None       # from `version` on the variant carries it, retired_in too
     fields = _fields_of(old, id=variant_id, title=f"{old.title} (vLLM {version.major}."
                         f"{version.minor} on)", releases=releases_spec or _from(old.releases, version),
-                        why=f"The same change as {old.id}, refreshed for vLLM {version}'s code, "
-                        f"where {old.id}'s diff does not fit (`build.py refresh-patch`); {old.id} "
-                        "says what breaks without it.")
+                        why=textwrap.fill(f"The same change as {old.id}, refreshed for vLLM "
+                                          f"{version}'s code, where {old.id}'s diff does not fit "
+                                          f"(`build.py refresh-patch`); {old.id} says what breaks "
+                                          "without it.", width=96) + "\n")
     variant, content = _source_patch(series, fields, body)
     earlier_content = headers.with_header(earlier, old.files[0].absolute.read_bytes())
     earlier.files = [_file(old.files[0].path, earlier_content, series)]

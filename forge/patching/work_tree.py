@@ -97,6 +97,9 @@ def open_tree(command: str, patch_id: str, vllm: str) -> WorkTree:
                          f"{made_by} {patch_id} --vllm {made_on} --finish")
     if made_on != vllm:
         raise ForgeError(f"--vllm: {shown(root)} holds vLLM {made_on}, not {vllm}")
+    if not (root / "vllm" / "__init__.py").is_file():
+        raise ForgeError(f"--finish: {shown(root / 'vllm')} is gone or incomplete; delete "
+                         f"{shown(root)} and start again")
     return WorkTree(root, patch_id, vllm, command)
 
 
