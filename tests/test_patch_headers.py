@@ -61,6 +61,9 @@ def test_a_killed_patch_headers_run_is_finished_by_the_next(tmp_path):
     first.write_bytes(writes[first])
     with pytest.raises(ForgeError, match="sha256"):
         load_series(repo / "patches" / "series.yaml", check_index=False)
+    unfinished = run_build("patch-headers", "--check", cwd=repo)
+    assert unfinished.returncode == 1 and "was interrupted" in unfinished.stdout
+    assert journal.exists()                                     # --check finishes nothing
     again = run_build("patch-headers", cwd=repo)
     assert again.returncode == 0, again.stderr
     assert not journal.exists()

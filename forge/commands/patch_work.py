@@ -18,6 +18,10 @@ HEADERS_JOURNAL = REPO_ROOT / "build" / "patch-work" / ".patch-headers.json"
 
 
 def cmd_patch_headers(args) -> int:
+    if args.check and HEADERS_JOURNAL.exists():
+        print(f"a patch-headers run was interrupted ({work_tree.shown(HEADERS_JOURNAL)} is left); "
+              f"run `{headers.COMMAND}` to finish it")
+        return 1
     journal.replay(HEADERS_JOURNAL)
     series = load_series(check_index=False)    # provenance only: no package-index facts needed
     if args.check:
@@ -159,7 +163,8 @@ def _resumed(command: str, args) -> bool:
     written = work_tree.resume(work_tree.open_tree(command, args.id, args.vllm))
     if written is None:
         return False
-    print(f"completed the finish that was interrupted: wrote {', '.join(map(str, written))}")
+    print("completed the finish that was interrupted: wrote "
+          + ", ".join(work_tree.shown(path) for path in written))
     return True
 
 
