@@ -114,23 +114,8 @@ def _already_exact(patch: Patch, pristine: Path, tree: Path) -> bool:
 
 def _with_variant(series: Series, old: Patch, version: Version, body: bytes,
                   releases_spec: str | None) -> Outcome:
-    variant_id = f"{old.id}-{version.major}.{version.minor}"
-    if any(p.id == variant_id for p in series.patches):
-        raise ForgeError(f"refresh-patch ID: {old.id}'s new diff does not serve the releases before "
-                         f"{version}, and the variant id {variant_id} is taken; refresh {variant_id}")
-    earlier = copy.copy(old)
-    earlier.releases = _before(old.releases, version)
-    if earlier.retired_in and Version(earlier.retired_in) >= version:
-        earlier.retired_in = None       # from `version` on the variant carries it, retired_in too
-    fields = _fields_of(old, id=variant_id, title=f"{old.title} (vLLM {version.major}."
-                        f"{version.minor} on)", releases=releases_spec or _from(old.releases, version),
-                        why=textwrap.fill(f"The same change as {old.id}, refreshed for vLLM "
-                                          f"{version}'s code, where {old.id}'s diff does not fit "
-                                          f"(`build.py refresh-patch`); {old.id} says what breaks "
-                                          "without it.", width=96) + "\n")
-    variant, content = _source_patch(series, fields, body)
-    earlier_content = headers.with_header(earlier, old.files[0].absolute.read_bytes())
-    earlier.files = [_file(old.files[0].path, earlier_content, series)]
+    earlier, earlier_content = _narrowed(series, old, version)
+    variant, content = _variant(series, old, version, body, releases_spec)
     patches = []
     for p in series.patches:
         patches += [earlier, variant] if p.id == old.id else [p]
@@ -138,7 +123,33 @@ def _with_variant(series: Series, old: Patch, version: Version, body: bytes,
     writes = {earlier.files[0].absolute: earlier_content, variant.files[0].absolute: content,
               **_manifest(series, patches)}
     return Outcome(writes, table, f"kept {old.id} for releases {earlier.releases} and added "
-                                  f"{variant_id} for {variant.releases}")
+                                  f"{variant.id} for {variant.releases}")
+
+
+def _narrowed(series: Series, old: Patch, version: Version) -> tuple[Patch, bytes]:
+    """The old entry for the releases before `version` (its diff as it was, its header anew)."""
+    earlier = copy.copy(old)
+    earlier.releases = _before(old.releases, version)
+    if earlier.retired_in and Version(earlier.retired_in) >= version:
+        earlier.retired_in = None       # from `version` on the variant carries it, retired_in too
+    content = headers.with_header(earlier, old.files[0].absolute.read_bytes())
+    earlier.files = [_file(old.files[0].path, content, series)]
+    return earlier, content
+
+
+def _variant(series: Series, old: Patch, version: Version, body: bytes,
+             releases_spec: str | None) -> tuple[Patch, bytes]:
+    """`<id>-<major>.<minor>`: the new diff from `version` on, with the old entry's upstream."""
+    variant_id = f"{old.id}-{version.major}.{version.minor}"
+    if any(p.id == variant_id for p in series.patches):
+        raise ForgeError(f"refresh-patch ID: {old.id}'s new diff does not serve the releases before "
+                         f"{version}, and the variant id {variant_id} is taken; refresh {variant_id}")
+    why = (f"The same change as {old.id}, refreshed for vLLM {version}'s code, where {old.id}'s "
+           f"diff does not fit (`build.py refresh-patch`); {old.id} says what breaks without it.")
+    fields = _fields_of(old, id=variant_id, title=f"{old.title} (vLLM {version.major}."
+                        f"{version.minor} on)", releases=releases_spec or _from(old.releases, version),
+                        why=textwrap.fill(why, width=96) + "\n")
+    return _source_patch(series, fields, body)
 
 
 def _before(spec: str, version: Version) -> str:
