@@ -24,7 +24,8 @@ from forge.patching.status import PatchStatus, status_of
 from forge.patching.vocabulary import Kind, Status
 from forge.upstream import releases
 
-UPPER_BOUNDS = ("<", "<=", "!=")
+UPPER_BOUNDS = ("<", "<=")
+EXCLUSIONS = ("!=",)
 
 
 def diff_path(patch_id: str) -> str:
@@ -153,14 +154,16 @@ def _variant(series: Series, old: Patch, version: Version, body: bytes,
 
 
 def _before(spec: str, version: Version) -> str:
-    kept = [s for s in SpecifierSet(spec) if not (s.operator in UPPER_BOUNDS[:2]
-                                                  and Version(s.version) >= version)]
+    """`spec` ending before `version` (its upper bounds at or past `version` dropped)."""
+    kept = [s for s in SpecifierSet(spec)
+            if not (s.operator in UPPER_BOUNDS and Version(s.version) >= version)]
     return ",".join([*sorted(str(s) for s in kept), f"<{version}"])
 
 
 def _from(spec: str, version: Version) -> str:
-    uppers = sorted(str(s) for s in SpecifierSet(spec) if s.operator in UPPER_BOUNDS)
-    return ",".join([f">={version}", *uppers])
+    """`spec` starting at `version` (its lower bounds replaced, its upper bounds kept)."""
+    kept = sorted(str(s) for s in SpecifierSet(spec) if s.operator in UPPER_BOUNDS + EXCLUSIONS)
+    return ",".join([f">={version}", *kept])
 
 
 def _fields_of(patch: Patch, **changes) -> dict:
