@@ -15,10 +15,16 @@ def write_text_atomically(path: Path | str, text: str,
     """Replace `path` with `text`. `check(temp_path)` may raise to refuse the new content, which
     then never reaches `path` (the temp file sits in the same directory, so relative paths the
     content names resolve as they will for the real file)."""
+    return write_bytes_atomically(path, text.encode(), check)
+
+
+def write_bytes_atomically(path: Path | str, data: bytes,
+                           check: Callable[[Path], object] | None = None) -> Path:
+    """write_text_atomically for bytes (diffs are compared and hashed byte for byte)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        tmp.write(text)
+    with tempfile.NamedTemporaryFile("wb", dir=path.parent, delete=False, suffix=".tmp") as tmp:
+        tmp.write(data)
     try:
         if check is not None:
             check(Path(tmp.name))

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from forge.errors import ForgeError
+from forge.patching.headers import body_of, render_header
 from forge.patching.series import load_series, render_series, save_series
 from tests import build_cli
 from tests.fixtures_patches import REAL_SERIES, real_patch_entry, write_series
@@ -31,16 +32,17 @@ def test_the_committed_manifest_loads_with_its_first_patch():
     assert len(series.digest) == 64
 
 
-def test_each_diff_header_carries_the_manifest_provenance():
-    for patch in load_series().patches:
-        for f in patch.files:
-            if patch.kind != "source":
-                continue
-            header = f.absolute.read_text().split("\n--- ", 1)[0]
-            assert f"vllm-forge patch: {patch.id}" in header
-            for kind, path in (("issue", "issues"), ("pr", "pull")):   # the schema needs one
-                if patch.upstream.get(kind):
-                    assert f"{path}/{patch.upstream[kind]}" in header
+def test_each_diff_header_is_what_its_manifest_entry_generates():
+    series = load_series(check_index=False)
+    sources = [(p, f) for p in series.patches if p.kind == "source" for f in p.files]
+    assert len(sources) >= 5
+    for patch, f in sources:
+        content = f.absolute.read_bytes()
+        assert content.startswith(render_header(patch)), f.path
+        assert body_of(content).startswith(b"--- a/vllm/"), f.path
+        assert f"# Description: {patch.title}\n".encode() in content
+    result = run_build("patch-headers", "--check")
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_load_then_save_reproduces_the_committed_file_byte_for_byte():

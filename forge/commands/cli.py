@@ -263,6 +263,46 @@ def _add_readme_table(commands) -> None:
     p.set_defaults(handler="forge.commands.patches:cmd_readme_table")
 
 
+def _add_new_patch(commands) -> None:
+    p = commands.add_parser("new-patch", help="make a source patch: unpack a release into "
+                                              "build/patch-work/ID, edit it, then --finish")
+    p.add_argument("id", metavar="ID", help="the new patch's id (letters, digits, - . _)")
+    p.add_argument("--vllm", required=True, metavar="VERSION", help="the release to write it on")
+    p.add_argument("--finish", action="store_true",
+                   help="write the diff of the edited tree, its sha256 and the manifest entry")
+    g = p.add_argument_group("the manifest entry (with --finish)")
+    g.add_argument("--title", help="one line")
+    g.add_argument("--why", help="what breaks without it (prose)")
+    g.add_argument("--issue", type=int, help="vllm-project/vllm issue number")
+    g.add_argument("--pr", type=int, help="vllm-project/vllm pull request with the fix")
+    g.add_argument("--fixed-in", metavar="VERSION", help="the release that carries the fix")
+    g.add_argument("--introduced-by", type=int, metavar="PR", help="the PR that brought the bug")
+    g.add_argument("--releases", metavar="SPEC", help="PEP 440 specifier (default >=VERSION)")
+    g.add_argument("--fixes-marker", metavar="TEXT",
+                   help="text of the buggy code: where it is absent the patch is not-needed")
+    p.set_defaults(handler="forge.commands.patch_work:cmd_new_patch")
+
+
+def _add_refresh_patch(commands) -> None:
+    p = commands.add_parser("refresh-patch", help="refresh a source patch for a release: apply it "
+                                                  "to build/patch-work/ID, fix it, then --finish")
+    p.add_argument("id", metavar="ID", help="the patch's id in patches/series.yaml")
+    p.add_argument("--vllm", required=True, metavar="VERSION", help="the release to refresh it for")
+    p.add_argument("--finish", action="store_true",
+                   help="write the diff of the fixed tree and its sha256 (a variant entry where "
+                        "the new diff no longer serves the earlier releases)")
+    p.add_argument("--releases", metavar="SPEC",
+                   help="with --finish: the refreshed diff's releases (default: computed)")
+    p.set_defaults(handler="forge.commands.patch_work:cmd_refresh_patch")
+
+
+def _add_patch_headers(commands) -> None:
+    p = commands.add_parser("patch-headers", help="write each source diff's provenance header from "
+                                                  "patches/series.yaml (and its new sha256)")
+    p.add_argument("--check", action="store_true", help="exit 1 if a header is stale; write nothing")
+    p.set_defaults(handler="forge.commands.patch_work:cmd_patch_headers")
+
+
 def _add_release_matrix(commands) -> None:
     p = commands.add_parser("release-matrix", help="the release workflow's per-target job matrix (JSON)")
     p.add_argument("--tag", help="release tag: vllm-<version>[-r<N>]")
@@ -279,7 +319,8 @@ def _add_release_matrix(commands) -> None:
 
 COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,
                     _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
-                    _add_drift, _add_readme_table, _add_release_matrix]
+                    _add_drift, _add_readme_table, _add_new_patch, _add_refresh_patch, _add_patch_headers,
+                    _add_release_matrix]
 
 
 def build_parser() -> argparse.ArgumentParser:

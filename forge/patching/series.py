@@ -33,7 +33,7 @@ DEFAULT_SERIES = PATCHES_DIR / "series.yaml"
 KINDS = tuple(kind.value for kind in Kind)
 
 
-def _patch_id(value: str) -> str | None:
+def patch_id_problem(value: str) -> str | None:
     ok = value and all(c.isalnum() or c in "-._" for c in value) and value[0].isalnum()
     return None if ok else f"must be letters, digits, '-', '.', '_' (got {value!r})"
 
@@ -75,7 +75,7 @@ UPSTREAM_SCHEMA = {
     "introduced_by": Field(int, required=False),
 }
 PATCH_SCHEMA = {
-    "id": Field(str, check=_patch_id),
+    "id": Field(str, check=patch_id_problem),
     "title": Field(str),
     "kind": Field(str, choices=KINDS),
     "files": Field(ListOf(FILE_SCHEMA, min_items=1), required=False),
