@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.serving.acceptance import parse_profile
 from verify import bench_report, controls
 from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
 from verify.prompts import gate_prompts, load_prompts
@@ -153,20 +154,6 @@ def grid_engines(configs: list[tuple[str, int]], runners: list[str]) -> list[dic
                             "k": k, "runner": runner, "attention": None, "moe": None,
                             "compile": None})
     return engines
-
-
-def parse_profile(text: str) -> tuple[str, list[float] | float]:
-    name, sep, value = text.partition("=")
-    try:
-        if value.startswith("rate@"):
-            rates: list[float] | float = float(value[5:])
-        else:
-            rates = [float(v) for v in value.split("/")]
-    except ValueError as exc:
-        raise ForgeError(f"--profile {text!r}: rates must be numbers (NAME=0.84/0.6 or NAME=rate@0.87)") from exc
-    if not sep or not name:
-        raise ForgeError(f"--profile {text!r}: expected NAME=p1/p2/.. or NAME=rate@RATE")
-    return name, rates
 
 
 def parse_runners(text: str) -> list[str]:
