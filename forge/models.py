@@ -54,6 +54,7 @@ FAMILY_SCHEMA = {
     "weight_layout": Field(ListOf(LAYOUT_RULE, min_items=1)),
     "text_defaults": Field(dict, required=False, default={}),
     "dummy": Field({
+        "directory_prefix": Field(str),
         "target_architecture": Field(str),
         "assistant_architecture": Field(str),
         "dtype": Field(str),
@@ -205,9 +206,9 @@ class Family:
         model = self.model(shape or self.dummy_shapes()[0])
         target = self.target_config(model, layers)
         suffix = "-centroids" if centroids else ""
-        root = Path(root)
-        target_dir = root / f"{self.name}-{model.name}-L{target['num_hidden_layers']}"
-        assistant_dir = root / f"{self.name}-{model.name}-assistant{suffix}"
+        root, prefix = Path(root), self.values["dummy"]["directory_prefix"]
+        target_dir = root / f"{prefix}-{model.name}-L{target['num_hidden_layers']}"
+        assistant_dir = root / f"{prefix}-{model.name}-assistant{suffix}"
         for directory, config in ((target_dir, target),
                                   (assistant_dir, self.assistant_config(model, centroids))):
             directory.mkdir(parents=True, exist_ok=True)
@@ -268,3 +269,21 @@ def model_for_id(model_id: str, root: Path | str | None = None) -> tuple[Family,
             if model_id in model.ids:
                 return family, model
     raise ForgeError(f"{Path(root or models_dir())}: no model family lists {model_id!r} in a model's ids")
+
+
+def first_dummy(root: Path | str | None = None) -> tuple[Family, Model]:
+    """The first shape --dummy can write: the first family's first model with an assistant."""
+    for name in family_names(root):
+        family = load_family(name, root)
+        if family.dummy_shapes():
+            return family, family.model(family.dummy_shapes()[0])
+    raise ForgeError(f"{Path(root or models_dir())}: no model family has a dummy shape (assistant_heads)")
+
+
+def moe_models(root: Path | str | None = None) -> list[tuple[Family, Model]]:
+    """Every model with an MoE block, across the families."""
+    found = []
+    for name in family_names(root):
+        family = load_family(name, root)
+        found += [(family, model) for model in family.models.values() if model.moe is not None]
+    return found
