@@ -140,6 +140,9 @@ class Family:
         """The vLLM releases the family is served on; `coverage`: the series' range, the default."""
         return SpecifierSet(self.values["vllm"] or coverage)
 
+    def speculative_methods(self) -> list[str]:
+        return sorted({rule["method"] for rule in self.values["speculative_methods"]})
+
     def speculative_method(self, vllm_version: str) -> str:
         return self._ranged("speculative_methods", vllm_version)["method"]
 

@@ -8,7 +8,7 @@ import yaml
 
 from forge.errors import ForgeError
 from forge.models import MODELS_DIR, first_dummy, load_family, model_for_id, moe_models
-from forge.serving.recipes import load_all
+from forge.serving.recipes import RECIPES_DIR, load_all, load_recipe
 from verify import checks
 from verify.vllm_logs import EngineLogFacts
 
@@ -105,3 +105,20 @@ def test_an_unknown_family_names_the_ones_there_are(tmp_path):
     shutil.copy(MODELS_DIR / "gemma4.yaml", tmp_path / "gemma4.yaml")
     with pytest.raises(ForgeError, match=r"no such model family 'qwen3' \(families: gemma4\)"):
         load_family("qwen3", tmp_path)
+
+
+def test_a_recipe_without_sampling_takes_the_familys(tmp_path):
+    root = tmp_path / "recipes"
+    shutil.copytree(RECIPES_DIR, root, ignore=shutil.ignore_patterns("*.md"))
+    path = root / "gemma-4-e4b-it" / "h200.yaml"
+    data = yaml.safe_load(path.read_text())
+    data.pop("sampling")
+    data["speculative"]["method"] = "eagle"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ForgeError, match=r"h200.yaml: speculative.method: must be one of mtp, the gemma4"):
+        load_recipe("gemma-4-e4b-it", "h200", root)
+    data["speculative"]["method"] = "mtp"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    recipe = load_recipe("gemma-4-e4b-it", "h200", root)
+    assert recipe.sampling.values == GEMMA4.sampling
+    assert (recipe.sampling.temperature, recipe.sampling.top_p, recipe.sampling.top_k) == (1.0, 0.95, 64)

@@ -144,15 +144,16 @@ SCHEMA = {
         "source": Field(str),                              # measured or assumed, and where from
     }),
     "speculative": Field({
-        "method": Field(str, choices=("mtp",)),
+        "method": Field(str),  # one the family's speculative_methods name (models/<family>.yaml)
         "num_speculative_tokens": Field(int, check=_positive),
     }),
+    # Empty: the family's sampling defaults (models/<family>.yaml).
     "sampling": Field({
         "temperature": Field(float),
         "top_p": Field(float, check=_fraction),
         "top_k": Field(int),
         "source": Field(str),
-    }),
+    }, required=False),
     "moe_config": Field(MOE_CONFIG, required=False),
     "multi_node": Field(ListOf(LAYOUT), required=False, default=[]),
     "thresholds": Field({
@@ -373,6 +374,7 @@ def parse_recipe(data, path: Path) -> Recipe:
     source = display_path(path)
     values = validate(data, SCHEMA, source)
     _check_consistency(values, path, source)
+    values["sampling"] = values["sampling"] or model_for_id(_base_model(values))[0].sampling
     sections = {key: Section(values[key]) for key in ("serve", "speculative", "sampling",
                                                       "thresholds", "expect")}
     moe = Section(values["moe_config"]) if values["moe_config"] else None
@@ -408,6 +410,10 @@ def _check_consistency(values: dict, path: Path, source: str) -> None:
     if values["target"] in NO_FP8_KV_TARGETS and values["serve"]["kv_cache_dtype"].startswith("fp8"):
         fail("serve.kv_cache_dtype", f"no FP8 KV cache on {values['target']} (no FP8 hardware)")
     family, _ = _family_model(values, fail)
+    methods = family.speculative_methods()
+    if values["speculative"]["method"] not in methods:
+        fail("speculative.method", f"must be one of {', '.join(methods)}, the {family.name} family's "
+                                   f"(got {values['speculative']['method']!r})")
     own_drafter = family.drafter_id(_base_model(values))
     if own_drafter and values["drafter"] != own_drafter:
         fail("drafter", f"must be the model's own drafter {own_drafter} "
