@@ -1,17 +1,27 @@
 """forge.serving.roofline: the bytes one decode token reads, against hand counts from the published
 shapes (models/gemma4.yaml) and the layout of vLLM's gemma4.py."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from forge.errors import ForgeError
 from forge.models import load_family
+from forge.serving.recipes import load_all, load_recipe
 from forge.serving.roofline import (
     GROUPS,
     decode_bytes,
     floor_ms,
     group_dtypes,
     model_shape,
+    recipe_report,
     speculative_ceiling,
 )
+from forge.targets import load_targets
+
+REPO = Path(__file__).resolve().parents[1]
 
 FAMILY = load_family("gemma4")
 GB = 1e9
@@ -129,3 +139,108 @@ def test_floor_and_ceiling_arithmetic():
     assert floor_ms(4_800_000_000, 4800) == pytest.approx(1.0)
     # 1000 tok/s floor, mean length 1 + 0.84 + 0.60 + 0.39 + 0.27 = 3.10, step 1.81x plain
     assert speculative_ceiling(1000.0, 3.10, 1.81) == pytest.approx(1712.7, abs=0.1)
+
+
+# --- the command, over every recipe and target ------------------------------------------------
+
+def test_every_recipe_and_target_has_a_roofline():
+    for recipe in load_all():
+        target = load_targets()[recipe.target]
+        for device in target.device_names:
+            report = recipe_report(recipe, target, "0.27.1", device=device)
+            assert report["bytes_per_token"] == sum(report["groups"].values()) > 1e9, recipe.path
+            assert report["floor_tok_s"] == pytest.approx(1e3 / report["floor_ms"], abs=0.06)
+            spec = report["speculative"]
+            assert spec["mean_length"] == recipe.speculative.num_speculative_tokens + 1
+            assert spec["ceiling_tok_s"] == pytest.approx(
+                1e3 / report["floor_ms"] * spec["mean_length"] / recipe.thresholds.step_cost_ratio, abs=0.06)
+
+
+def test_the_nvfp4_checkpoints_read_fewer_bytes_than_fp8():
+    gb10 = load_targets()["gb10"]
+    nvfp4 = recipe_report(load_recipe("gemma-4-31b-it-nvfp4", "gb10"), gb10, "0.27.1")
+    fp8 = recipe_report(load_recipe("gemma-4-31b-it-nvfp4", "gb10"), gb10, "0.27.1", dtype="fp8")
+    assert nvfp4["dtypes"]["dense_mlp"] == "nvfp4" and fp8["dtypes"]["dense_mlp"] == "fp8"
+    assert nvfp4["groups"]["dense_mlp"] * 16 == fp8["groups"]["dense_mlp"] * 9  # 4.5 of 8 bits
+    assert nvfp4["groups"]["lm_head"] == fp8["groups"]["lm_head"]
+
+
+def test_json_output_and_the_profile_ceiling(tmp_path):
+    done = subprocess.run([sys.executable, "build.py", "roofline", "--recipe", "gemma-4-26b-a4b-it",
+                           "--target", "h200", "--vllm", "0.25.0", "--profile", "0.84/0.60/0.39/0.27",
+                           "--step-cost-ratio", "1.79", "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert set(report["groups"]) == set(GROUPS)
+    assert report["bytes_per_token"] == sum(report["groups"].values())
+    assert report["groups"]["experts"] == EXPERTS  # FP8: one byte per weight
+    assert report["floor_ms"] == pytest.approx(report["bytes_per_token"] / 4.8e12 * 1e3, abs=1e-4)
+    spec = report["speculative"]
+    assert spec["mean_length"] == pytest.approx(3.10) and spec["step_cost_ratio"] == 1.79
+    assert spec["ceiling_tok_s"] == pytest.approx(1e3 / report["floor_ms"] * 3.10 / 1.79, abs=0.06)
+
+
+@pytest.mark.parametrize("args, error", [
+    (["--profile", "0.8/0.6"], "--profile: 2 per-position rates, the recipe drafts k=4: give 4"),
+    (["--profile", "0.8/lots"], "--profile '0.8/lots': rates must be numbers"),
+    (["--vllm", "0.24.0"], "h200.yaml: vllm: >=0.25.0,<0.34 does not admit vLLM 0.24.0"),
+    (["--device", "NVIDIA H100 PCIe"], "targets.h200.memory_bandwidth_gb_s: no figure for 'NVIDIA H100 PCIe'"),
+])
+def test_bad_input_is_one_line(args, error):
+    base = ["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--vllm", "0.25.0"]
+    done = subprocess.run([sys.executable, "build.py", "roofline", *base, *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and done.stdout == ""
+    assert done.stderr.startswith("error: ") and error in done.stderr and done.stderr.count("\n") == 1
+
+
+# --- the floor is never above a speed measured anywhere ----------------------------------------
+
+def _floor_ms(shape: str, layers: int, weights: str, target: str, vllm: str) -> float:
+    groups = decode_bytes(model_shape(FAMILY, FAMILY.model(shape), vllm, layers), group_dtypes(weights), 0)
+    return floor_ms(sum(groups.values()), load_targets()[target].bandwidth_gb_s())
+
+
+def test_no_measured_step_beats_its_floor():
+    """Every step the H200 runs measured (benchmarks/results, the data docs/gpu-evidence.md is
+    rebuilt from), plain or speculative, batch 1 or 8: a step reads the target's weights at least
+    once, so it cannot take less than the floor of the layers and weights it ran."""
+    checked = 0
+    for path in sorted((REPO / "benchmarks" / "results").glob("verify-*.json")):
+        run = json.loads(path.read_text())
+        for engine in run["engines"].values():
+            weights = "bf16" if engine["dtype"] == "auto" else engine["dtype"]  # stock: the checkpoint's
+            floor = _floor_ms(run["shape"], run["layers"], weights, run["target"], run["machine"]["vllm"])
+            for window, figures in (engine.get("figures") or {}).items():
+                assert figures["step_ms"] >= floor, (path.name, engine["name"], window, floor)
+                checked += 1
+    assert checked >= 172  # the windows of the nine committed H200 runs
+
+
+# Public field reports (batch 1, real checkpoints, all layers), cited in docs/roofline.md.
+PLAIN_FIELD_REPORTS = [
+    # A100-80GB, vLLM 0.25.0, Gemma-4-26B-A4B: BF16 127.4 tok/s, FP8 149.5 (docs/reference.md §6)
+    ("26b-a4b", "bf16", "a100", "0.25.0", 127.4),
+    ("26b-a4b", "fp8", "a100", "0.25.0", 149.5),
+    # DGX Spark GB10, vLLM 0.27.1, Gemma 4 31B FP8, no drafter: 6.4 tok/s
+    ("31b", "fp8", "gb10", "0.27.1", 6.4),
+    # H200, vLLM 0.25.0, 26B-A4B shapes, 30 layers, online FP8 (issue 19's profile): 275 tok/s
+    ("26b-a4b", "fp8", "h200", "0.25.0", 275.0),
+]
+
+
+@pytest.mark.parametrize("shape, weights, target, vllm, measured", PLAIN_FIELD_REPORTS)
+def test_no_published_speed_beats_the_floor(shape, weights, target, vllm, measured):
+    floor_tok_s = 1e3 / _floor_ms(shape, None, weights, target, vllm)
+    assert floor_tok_s >= measured
+    # and the floor is a real bound, not a loose one: within 10x of what was measured
+    assert floor_tok_s < 10 * measured
+
+
+def test_no_published_speculative_speed_beats_k_plus_1_floors():
+    """A speculative step reads the target at least once and yields at most k + 1 tokens."""
+    reports = [("26b-a4b", "fp8", "a100", "0.25.0", 3, 297.2),   # A100-80GB FP8 + MTP k=3
+               ("31b", "fp8", "gb10", "0.27.1", 3, 13.7)]        # GB10 31B FP8 + drafter k=3
+    for shape, weights, target, vllm, k, measured in reports:
+        assert (k + 1) * 1e3 / _floor_ms(shape, None, weights, target, vllm) >= measured

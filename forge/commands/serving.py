@@ -53,6 +53,29 @@ def _split(text: str | None) -> list[str] | None:
     return [item.strip() for item in text.split(",") if item.strip()] if text else None
 
 
+# --- build.py roofline ------------------------------------------------------------------------
+
+def cmd_roofline(args) -> int:
+    import json
+
+    from forge.serving.acceptance import parse_profile, parse_rates
+    from forge.serving.recipes import load_recipe
+    from forge.serving.roofline import recipe_report, render_text
+    from forge.targets import get_target
+
+    rates = None
+    if args.profile:
+        rates = parse_profile(args.profile)[1] if "=" in args.profile else parse_rates(args.profile)
+    report = recipe_report(load_recipe(args.recipe, args.target, _recipes_dir(args)), get_target(args.target),
+                           args.vllm, args.dtype, args.context, rates, args.step_cost_ratio, args.device)
+    print(json.dumps(report, indent=1) if args.json else render_text(report))
+    return 0
+
+
+def _recipes_dir(args) -> Path | None:
+    return Path(args.recipes_dir) if getattr(args, "recipes_dir", None) else None
+
+
 # --- build.py tune-moe -------------------------------------------------------------------------
 
 def cmd_tune_moe(args) -> int:

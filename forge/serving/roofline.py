@@ -110,3 +110,53 @@ def floor_ms(bytes_per_token: int, bandwidth_gb_s: float) -> float:
 def speculative_ceiling(floor_tok_s: float, mean_length: float, step_cost_ratio: float) -> float:
     """Tokens per second if each step costs step_cost_ratio plain steps and accepts mean_length."""
     return floor_tok_s * mean_length / step_cost_ratio
+
+
+def recipe_report(recipe, target, vllm_version: str, dtype: str | None = None, context_len: int = 0,
+                  rates=None, step_cost_ratio: float | None = None, device: str | None = None) -> dict:
+    """The roofline of a recipe on a target's card: bytes per group, floor, speculative ceiling.
+    `rates`: per-position acceptance (forge.serving.acceptance); None: every draft accepted."""
+    from forge.serving.acceptance import profile_length
+
+    if not recipe.admits(vllm_version):
+        raise ForgeError(f"{recipe.path}: vllm: {recipe.vllm} does not admit vLLM {vllm_version}")
+    family, model = recipe.family_model
+    dtypes = group_dtypes(dtype or recipe.weights, recipe.serve.kv_cache_dtype)
+    groups = decode_bytes(model_shape(family, model, vllm_version), dtypes, context_len)
+    total = sum(groups.values())
+    device = device or target.device_names[0]
+    bandwidth = target.bandwidth_gb_s(device)
+    floor = floor_ms(total, bandwidth)
+    k = recipe.speculative.num_speculative_tokens
+    length = profile_length(rates if rates is not None else 1.0, k)
+    if length is None:
+        raise ForgeError(f"--profile: {len(rates)} per-position rates, the recipe drafts k={k}: give {k}")
+    ratio = step_cost_ratio or recipe.thresholds.step_cost_ratio
+    return {"recipe": recipe.name, "target": target.name, "vllm": vllm_version, "model": model.label,
+            "device": device, "bandwidth_gb_s": bandwidth, "bandwidth_source": target.memory_bandwidth_source,
+            "context_len": context_len, "dtypes": dtypes, "bytes_per_token": total, "groups": groups,
+            "floor_ms": floor, "floor_tok_s": round(1e3 / floor, 1),
+            "speculative": {"k": k, "profile": rates if rates is not None else "every draft accepted",
+                            "mean_length": round(length, 4), "step_cost_ratio": ratio,
+                            "step_cost_source": None if step_cost_ratio else recipe.thresholds.step_cost_source,
+                            "ceiling_tok_s": round(speculative_ceiling(1e3 / floor, length, ratio), 1)}}
+
+
+def render_text(report: dict) -> str:
+    """The report as a table a person reads: bytes, share and bandwidth time per group."""
+    total, bandwidth = report["bytes_per_token"], report["bandwidth_gb_s"]
+    lines = [f"{report['recipe']} on {report['target']} ({report['device']}, {bandwidth:g} GB/s), "
+             f"vLLM {report['vllm']}, {report['model']}, context {report['context_len']} tokens",
+             f"{'group':<16}{'format':<8}{'GB/token':>10}{'share':>8}{'ms':>9}"]
+    for group, count in report["groups"].items():
+        if count:
+            lines.append(f"{group:<16}{report['dtypes'][group]:<8}{count / 1e9:>10.3f}"
+                         f"{count / total:>8.1%}{floor_ms(count, bandwidth):>9.3f}")
+    spec = report["speculative"]
+    lines += [f"{'total':<24}{total / 1e9:>10.3f}{'':>8}{report['floor_ms']:>9.3f}",
+              f"floor: {report['floor_ms']:.3f} ms/token, {report['floor_tok_s']:.1f} tok/s (batch 1, "
+              f"every byte once at full bandwidth: no batch-1 decode goes faster)",
+              f"speculative ceiling: {spec['ceiling_tok_s']:.1f} tok/s = floor x mean length "
+              f"{spec['mean_length']:.2f} (k={spec['k']}, profile {spec['profile']}) / step cost "
+              f"{spec['step_cost_ratio']:g}x plain"]
+    return "\n".join(lines)
