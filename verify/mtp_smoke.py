@@ -34,7 +34,7 @@ from forge.files import check_output_dir
 from forge.targets import target_for_device
 from verify import checks as gate
 from verify import controls
-from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
+from verify.dummy_models import encode_without_tokenizer, resolve_shape, write_dummy_models
 from verify.metrics import MetricsError, SpecCounters, counters_from_prometheus, counters_from_snapshot
 from verify.prompts import gate_prompts, load_prompts
 from verify.report import (
@@ -69,7 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "they cannot run and the report cannot pass)")
     p.add_argument("--dummy", action="store_true",
                    help="Gemma 4 shapes, dummy weights, positive and negative controls")
-    p.add_argument("--shape", choices=sorted(SHAPES), default="26b-a4b", help="with --dummy")
+    p.add_argument("--shape", help="with --dummy: a model of models/<family>.yaml with an assistant "
+                   "shape (default: the first listed)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: the real depth)")
     p.add_argument("--centroids", action="store_true",
                    help="with --dummy: a centroid-masked drafter (use_ordered_embeddings)")
@@ -91,7 +92,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--image-digest", type=image_digest, default=os.environ.get(DIGEST_ENV),
                    help="sha256 digest (or NAME@sha256:...) of the image under test, recorded in "
                         f"the report for build.py publish (default ${DIGEST_ENV})")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.dummy:  # the shapes are data (models/): checked here, not by argparse, so --help needs none
+        try:
+            args.shape = resolve_shape(args.shape)
+        except ValueError as exc:
+            p.error(str(exc))
+    return args
 
 
 def positive_seconds(text: str) -> int:
@@ -289,7 +296,7 @@ def log_checks(facts: EngineLogFacts, recipe, runner_v2: bool, mode: str | None)
     # The engine's own tensor parallel size picks the file: N = 704 / TP (a multi-node layout).
     moe = recipe.moe_config_for(facts.tensor_parallel_size or 1)
     expect = recipe.expect
-    return [gate.check_architectures(facts),
+    return [gate.check_architectures(facts, recipe.family_model[0]),
             gate.check_shared_embedding(facts, runner_v2),
             gate.check_cuda_graphs(facts, mode),
             gate.check_moe_config(facts, moe.name if moe else None,
