@@ -44,7 +44,8 @@ FAMILY_SCHEMA = {
     "vllm": Field(str, required=False, check=pep440_specifier),
     "architectures": Field({"targets": Field(ListOf(str, min_items=1)), "drafter": Field(str)}),
     "drafter": Field({"loading": Field(str, choices=DRAFTER_LOADINGS),
-                      "suffix": Field(str, required=False, default="")}),
+                      "suffix": Field(str, required=False, default=""),
+                      "sharing_log_lines": Field(ListOf(str, min_items=1))}),
     "speculative_methods": Field(ListOf(RANGED_METHOD, min_items=1)),
     "config_types": Field({"target": Field(str), "assistant": Field(str, required=False)}),
     "moe_activation": Field(str, required=False),
@@ -115,6 +116,11 @@ class Family:
     @property
     def drafter_architecture(self) -> str:
         return self.values["architectures"]["drafter"]
+
+    @property
+    def sharing_log_lines(self) -> list[str]:
+        """vLLM's log lines saying the drafter took the target's embedding (any release)."""
+        return self.values["drafter"]["sharing_log_lines"]
 
     @property
     def control_norms(self) -> list[str]:

@@ -38,17 +38,23 @@ def check_architectures(facts: EngineLogFacts, family: Family) -> Check:
                                    f"and {draft}; log resolved {', '.join(facts.architectures) or 'nothing'}")
 
 
-def check_shared_embedding(facts: EngineLogFacts, v2_runner: bool) -> Check:
+def check_shared_embedding(facts: EngineLogFacts, v2_runner: bool, family: Family) -> Check:
+    """The drafter took the target's embedding: one of the family's sharing lines in the log
+    (each release and proposer words it its own way), and no 'Keeping separate' line."""
     name = "draft shares target embedding"
     if facts.separate_embedding_lines:
         return failed(name, f"draft keeps its own embedding: {facts.separate_embedding_lines[0]}")
-    if facts.mtp_shares_embedding:
-        return passed(name, "log: Detected MTP model. Sharing target model embedding weights")
+    said = [line for line in facts.embedding_sharing_lines
+            if any(wording in line for wording in family.sharing_log_lines)]
+    if said:
+        return passed(name, f"log: {said[0]}")
     if v2_runner:
-        # The V2 runner's Gemma 4 speculator always shares and logs nothing about it.
-        return passed(name, "V2 model runner: the Gemma 4 speculator always shares "
+        # The V2 runner's speculator always shares and logs nothing about it.
+        return passed(name, "V2 model runner: the speculator always shares "
                             "(no 'Keeping separate embedding weights' line)")
-    return failed(name, "no 'Sharing target model embedding weights' line in the log")
+    return failed(name, f"none of {family.source}'s drafter.sharing_log_lines in the log"
+                        + (f" (it said: {facts.embedding_sharing_lines[0]})"
+                           if facts.embedding_sharing_lines else ""))
 
 
 def check_cuda_graphs(facts: EngineLogFacts, reported_mode: str | None) -> Check:

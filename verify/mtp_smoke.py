@@ -297,7 +297,7 @@ def log_checks(facts: EngineLogFacts, recipe, runner_v2: bool, mode: str | None)
     moe = recipe.moe_config_for(facts.tensor_parallel_size or 1)
     expect = recipe.expect
     return [gate.check_architectures(facts, recipe.family_model[0]),
-            gate.check_shared_embedding(facts, runner_v2),
+            gate.check_shared_embedding(facts, runner_v2, recipe.family_model[0]),
             gate.check_cuda_graphs(facts, mode),
             gate.check_moe_config(facts, moe.name if moe else None,
                                   tuned_config_expected(moe, facts.vllm_version)),
