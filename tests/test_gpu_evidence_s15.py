@@ -239,7 +239,7 @@ def test_smoke_engines_ran_the_runner_asked_with_cuda_graphs():
     v2 = parse_engine_log((S15 / "smoke-v2-lossless" / "engine.log").read_text(errors="replace"))
     v1_text = (S15 / "smoke-v1-centroids" / "engine.log").read_text(errors="replace")
     v1 = parse_engine_log(v1_text)
-    assert v2.v2_runner and not v1.v2_runner and v1.mtp_shares_embedding
+    assert v2.v2_runner and not v1.v2_runner and v1.embedding_sharing_lines
     for facts, seconds in ((v2, 10), (v1, 17)):
         assert facts.cudagraph_mode == "FULL_AND_PIECEWISE" and facts.graph_capture_s == seconds
         assert gate.check_cuda_graphs(facts, None).status == PASS

@@ -109,12 +109,15 @@ def root_cause(text: str) -> str | None:
         match = pattern.search(text)
         if match:
             return match.group(0).strip()
-    last = None
+    errors = []
     for line in text.splitlines():
         match = ERROR_LINE.match(_strip_prefix(line).strip())
         if match:
-            last = f"{match.group(1)}: {match.group(2).strip()}"
-    return last
+            errors.append(f"{match.group(1)}: {match.group(2).strip()}")
+    # vLLM's front end re-raises an engine core's death as "Engine core initialization failed.
+    # See root cause above.": the cause is the error printed before that wrapper.
+    causes = [e for e in errors if "See root cause above" not in e]
+    return (causes or errors or [None])[-1]
 
 
 def _strip_prefix(line: str) -> str:
