@@ -26,12 +26,17 @@ import os
 from pathlib import Path
 
 
+def is_data_home(root: Path) -> bool:
+    """Whether `root` holds the project's data (a checkout, or the image's /opt/vllm-forge)."""
+    return (root / "patches" / "series.yaml").is_file()
+
+
 def _repo_root() -> Path:
     """The checkout whose data (patches/, images/, recipes/) forge reads: the one this package
     sits in (a checkout, an editable install, the image's /opt/vllm-forge); for a plain
     `pip install .`, $VLLM_FORGE_HOME, else the current directory."""
     here = Path(__file__).resolve().parent.parent
-    if (here / "patches" / "series.yaml").is_file():
+    if is_data_home(here):
         return here
     return Path(os.environ.get("VLLM_FORGE_HOME") or Path.cwd()).resolve()
 

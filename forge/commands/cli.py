@@ -271,11 +271,19 @@ COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, 
                     _add_drift, _add_readme_table, _add_release_matrix]
 
 
+def program_name() -> str:
+    """What the user typed: `build.py` in a checkout, `vllm-forge` as the installed command."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return name if name in ("build.py", "vllm-forge") else "vllm-forge"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    prog = program_name()
+    example = "python3 build.py" if prog == "build.py" else prog
     parser = argparse.ArgumentParser(
-        prog="build.py",
+        prog=prog,
         description="vllm-forge: patched, verified vLLM serving images per GPU target.",
-        epilog="Without a command, build.py builds: python build.py --target gb10 --vllm 0.27.1")
+        epilog=f"Without a command, {prog} builds: {example} --target gb10 --vllm 0.27.1")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add_command in COMMAND_BUILDERS:
         add_command(commands)
@@ -287,6 +295,19 @@ def _with_default_command(argv: list[str], parser: argparse.ArgumentParser) -> l
     if argv and argv[0] not in known and argv[0] not in ("-h", "--help"):
         return [DEFAULT_COMMAND, *argv]
     return argv
+
+
+def data_home_hint(message: str) -> str:
+    """Installed outside a checkout, forge reads patches/, images/ and recipes/ from
+    $VLLM_FORGE_HOME or the current directory: an error about a file there says so."""
+    from forge import REPO_ROOT, is_data_home
+
+    if is_data_home(REPO_ROOT) or str(REPO_ROOT) not in message:
+        return ""
+    where = "$VLLM_FORGE_HOME" if os.environ.get("VLLM_FORGE_HOME") else \
+        "the current directory ($VLLM_FORGE_HOME is not set)"
+    return (f" (not a vllm-forge checkout: {REPO_ROOT}, from {where}; set $VLLM_FORGE_HOME to a "
+            f"checkout's root, the folder holding patches/, images/ and recipes/)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -302,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         handler = getattr(importlib.import_module(module_name), function_name)
         return handler(args) or 0
     except ForgeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}{data_home_hint(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
