@@ -84,7 +84,7 @@ def test_pip_install_gives_the_vllm_forge_commands(tmp_path):
     assert "\n" not in line and line.startswith(f"error: {tmp_path}/patches/series.yaml: ")
     assert "set $VLLM_FORGE_HOME to a checkout's root" in line and "is not set" in line
     home = run("env", f"VLLM_FORGE_HOME={REPO_ROOT}", str(venv / "bin" / "vllm-forge"), "patches",
-               "--vllm", "0.25.0", "--offline")
+               "--vllm", "0.25.0")
     assert home.returncode == 0 and "gemma4-mtp-share-embeddings" in home.stdout, home.stderr
     for script in ("vllm-forge-mtp-smoke", "vllm-forge-bench"):
         result = run(str(venv / "bin" / script), "--help")
