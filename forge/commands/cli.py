@@ -32,7 +32,9 @@ def _add_build(commands) -> None:
     p.add_argument("--target", required=True, help="hardware target from images/targets.yaml")
     p.add_argument("--vllm", required=True, metavar="VERSION", help="vLLM release, e.g. 0.27.1")
     _add_repository_flag(p)
-    p.add_argument("--push", action="store_true", help="push the immutable and the moving tag")
+    p.add_argument("--push", action="store_true",
+                   help="push the immutable tag (the moving tag moves only by `publish --move-tag`, "
+                        "after verify passed)")
     p.add_argument("--plan", action="store_true", help="print the resolved plan; build nothing")
     p.add_argument("--allow-unlocked", action="store_true",
                    help="build from a base that images/lock.yaml does not pin (not reproducible)")
@@ -184,7 +186,9 @@ def _add_publish(commands) -> None:
     _add_repository_flag(p)
     p.add_argument("--index", help="the known-good index file (default images/published.json)")
     p.add_argument("--move-tag", action="store_true",
-                   help="when verify passed, point the moving tag at the digest in the registry")
+                   help="when verify passed, point the moving tag at the digest in the registry, "
+                        "then record it as known-good (without: the build is recorded, the moving "
+                        "tag and the known-good entry stay as they are)")
     p.add_argument("--github-output", metavar="FILE",
                    help="append moving_ref= and source_ref= (a GitHub Actions step output file)")
     p.set_defaults(handler="forge.commands.images:cmd_publish")

@@ -96,9 +96,10 @@ def cmd_release_matrix(args) -> int:
 def cmd_publish(args) -> int:
     """Record a pushed build; move its moving tag when verify passed.
 
-    Prints one line per outcome. Exits 1 when a verify report did not pass (refused: nothing
-    written, no tag moved) or none was given (recorded as not verified, tag not moved), so a
-    release job shows red; 2 when a report is malformed or names another target, release or
+    Prints one line per outcome. With --move-tag and a passing verify, the registry's moving tag
+    moves first, then the index records it; without --move-tag nothing moves and the index says
+    so. Exits 1 when a verify report did not pass (refused: nothing written, no tag moved) or none
+    was given (recorded as not verified, tag not moved), so a release job shows red; 2 when a report is malformed or names another target, release or
     digest; 3 when the immutable tag already names another digest.
     """
     from forge import image_names
@@ -108,14 +109,16 @@ def cmd_publish(args) -> int:
     tag = args.immutable_tag
     build, entry = publish(args.target, args.vllm, repository, tag, args.digest,
                            args.verify_report, args.index, move=args.move_tag)
+    passed = build["verify"]["passed"]
     print(f"recorded {reference(repository, tag)}@{build['digest']} "
-          f"(verify {'passed' if build['verify']['passed'] else 'did not pass'})")
+          f"(verify {'passed' if passed else 'did not pass'})")
+    moving = reference(repository, image_names.moving_tag(args.target, args.vllm))
     if entry is None:
-        print(f"moving tag {image_names.moving_tag(args.target, args.vllm)} not moved")
-        return 1
+        why = "without --move-tag; the index records no move" if passed else "verify did not pass"
+        print(f"moving tag {moving} not moved ({why})")
+        return 0 if passed else 1
     moving_ref = reference(repository, entry["moving_tag"])
-    print(f"{'moved' if args.move_tag else 'move'} {moving_ref} -> "
-          f"{reference(repository, tag)}@{build['digest']}")
+    print(f"moved {moving_ref} -> {reference(repository, tag)}@{build['digest']}")
     if args.github_output:
         with open(args.github_output, "a") as out:
             out.write(f"moving_ref={moving_ref}\nsource_ref={repository}@{build['digest']}\n")

@@ -52,7 +52,9 @@ def bake_target(plan: Plan, context_dir: str, attest: bool = True) -> dict:
         "platforms": [plan.target.platform],
         # SOURCE_DATE_EPOCH is read by BuildKit itself (timestamps in the image and attestations).
         "args": {**plan.build_args(), "SOURCE_DATE_EPOCH": str(plan.source.epoch)},
-        "tags": plan.tags,
+        # The immutable tag only: a `docker buildx bake --push` of this file must not move the
+        # moving tag before verify (`build.py publish --move-tag` does, once it passed).
+        "tags": [plan.immutable_ref],
         "labels": plan.labels,
     }
     if attest:
