@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from forge.images.lock import save_lock
+from forge.images.lock import load_lock, save_lock
 
 pytestmark = [pytest.mark.docker]
 
@@ -77,15 +77,26 @@ def test_bake_same_commit_and_lock_gives_same_contexts(standin_base, tmp_path):
     assert len({t["labels"]["io.vllm-forge.context-sha256"] for t in t1.values()}) == 4
 
 
-def test_bake_refuses_an_unlocked_base_and_writes_nothing(standin_base, tmp_path):
-    result, output = bake(tmp_path, standin_base, lock=tmp_path / "empty.yaml")
+def test_bake_locked_refuses_an_unlocked_base_and_writes_nothing(standin_base, tmp_path):
+    result, output = bake(tmp_path, standin_base, "--locked", lock=tmp_path / "empty.yaml")
     assert result.returncode == 2
-    assert result.stderr.startswith("error: ") and "is not locked" in result.stderr
+    assert result.stderr.startswith("error: ") and "is not locked and --locked forbids adding it" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     # Before: "(or pass --allow-unlocked)", a flag bake does not take (a bake file pins digests).
     assert "--allow-unlocked" not in result.stderr
-    assert f"run `python build.py lock --vllm {VERSION}`" in result.stderr
+    assert f"run `python3 build.py lock --vllm {VERSION}`" in result.stderr
     assert not output.exists() and not (tmp_path / "build-context").exists()
+    assert not (tmp_path / "empty.yaml").exists()
+
+
+def test_bake_of_an_unlocked_release_pins_its_base_first(standin_base, tmp_path):
+    lock = tmp_path / "lock.yaml"
+    result, output = bake(tmp_path, standin_base, "--target", "a100", "--target", "gb10", lock=lock)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (f"locked {standin_base.ref} -> {standin_base.digest} (linux/amd64, "
+                             f"linux/arm64) in {lock}\n"), "one base, one line, for both targets"
+    assert load_lock(lock) == {standin_base.ref: standin_base.digest}
+    assert json.loads(output.read_text())["target"]["gb10"]["args"]["BASE_IMAGE"].endswith(standin_base.digest)
 
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json"

@@ -281,14 +281,15 @@ def test_base_whose_tag_moved_is_refused_unless_allowed(setup, docker_engine, tm
     assert attrs["Config"]["Labels"]["org.opencontainers.image.base.digest"] == other
 
 
-def test_unlocked_base_is_refused(setup, tmp_path):
+def test_unlocked_base_is_refused_with_locked(setup, tmp_path):
     env = {**setup["env"], "VLLM_FORGE_LOCK": str(tmp_path / "empty-lock.yaml")}
-    result = forge("--target", "a100", "--vllm", VERSION, env=env)
+    result = forge("--target", "a100", "--vllm", VERSION, "--locked", env=env)
     assert result.returncode == 2
     assert f"{tmp_path / 'empty-lock.yaml'}: bases: {setup['standin'].ref} is not locked" in one_line_error(result)
-    planned = forge("--target", "a100", "--vllm", VERSION, "--plan", env=env)
-    assert "not locked: a build refuses it" in planned.stdout
+    planned = forge("--target", "a100", "--vllm", VERSION, "--plan", "--locked", env=env)
+    assert "not locked: a build with --locked refuses it" in planned.stdout
     assert planned.returncode == 2 and one_line_error(planned) == one_line_error(result)
+    assert not (tmp_path / "empty-lock.yaml").exists()
 
 
 def test_plan_needs_no_network_nor_engine(setup):

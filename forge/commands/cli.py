@@ -27,6 +27,12 @@ def _add_offline_flag(p) -> None:
                    help="use only the cached release index and sources (no network)")
 
 
+def _add_locked_flag(p) -> None:
+    p.add_argument("--locked", action="store_true",
+                   help="refuse a base that the lock file does not pin instead of pinning it "
+                        "there (CI and releases: the lock never changes)")
+
+
 def _add_build(commands) -> None:
     p = commands.add_parser("build", help="build a serving image for a target (the default command)")
     p.add_argument("--target", required=True, help="hardware target from images/targets.yaml")
@@ -36,8 +42,10 @@ def _add_build(commands) -> None:
                    help="push the immutable tag (the moving tag moves only by `publish --move-tag`, "
                         "after verify passed)")
     p.add_argument("--plan", action="store_true", help="print the resolved plan; build nothing")
+    _add_locked_flag(p)
     p.add_argument("--allow-unlocked", action="store_true",
-                   help="build from a base that images/lock.yaml does not pin (not reproducible)")
+                   help="build from a base that images/lock.yaml does not pin, without pinning it "
+                        "(not reproducible)")
     p.add_argument("--allow-base-change", action="store_true",
                    help="build from the locked digest even though the base tag has moved since")
     p.add_argument("--base-image", help="override the target's base image tag (repo:tag)")
@@ -102,6 +110,7 @@ def _add_bake(commands) -> None:
     p.add_argument("--target", action="append", help="only these targets (repeatable)")
     _add_repository_flag(p)
     p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
+    _add_locked_flag(p)
     p.add_argument("--output", "-o", default="docker-bake.json", help="file to write")
     p.add_argument("--no-attest", action="store_true",
                    help="no SBOM/provenance attestations: for the plain docker driver (Docker "

@@ -95,6 +95,19 @@ def write_bake(plans: list[Plan], output: Path, attest: bool = True) -> Path:
     return output
 
 
+def unlocked_bases(vllm: str, names: list[str] | None = None, repository: str | None = None,
+                   lock_path: str | None = None) -> list[tuple[str, object]]:
+    """(base reference, the first target on it) of each base the lock does not pin yet, once every
+    plan passed its local checks (a bad target or release is refused before anything is locked)."""
+    plans = [resolve_plan(name, vllm, repository=repository, lock_path=lock_path, allow_unlocked=True)
+             for name in names or sorted(load_targets())]
+    unlocked: dict[str, object] = {}
+    for plan in plans:
+        if not plan.base_locked:
+            unlocked.setdefault(plan.base.ref, plan.target)
+    return list(unlocked.items())
+
+
 def plan_all(vllm: str, names: list[str] | None = None, repository: str | None = None,
              lock_path: str | None = None) -> list[Plan]:
     """The plans of `names` (default: every target), resolved (and so refused) before anything is
