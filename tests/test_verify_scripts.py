@@ -85,3 +85,13 @@ def test_a_file_run_does_not_let_verify_modules_shadow_top_level_ones(tmp_path):
     result = run_file(probe)
     assert result.stdout.splitlines()[0] == str(tmp_path)
     assert re.search(r"ModuleNotFoundError: No module named 'report'", result.stderr), result.stderr
+
+
+def test_mtp_smoke_refuses_a_bad_recipe_before_it_makes_out(tmp_path):
+    """As a module too: before, `--out` was created first and left behind by the refusal."""
+    out = tmp_path / "verify-out"
+    result = subprocess.run([sys.executable, "-m", "verify.mtp_smoke", "--recipe", "no-such-model",
+                             "--target", "h200", "--out", str(out)], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.startswith("error: unknown recipe 'no-such-model'")
+    assert not out.exists()
