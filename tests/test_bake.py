@@ -157,7 +157,7 @@ def test_bake_says_what_attestations_need_and_no_attest_leaves_them_out(standin_
     with_attest, output = bake(tmp_path, standin_base, "--target", "a100", lock=lock)
     assert with_attest.returncode == 0, with_attest.stderr
     assert "attestations need a docker-container builder" in with_attest.stdout
-    assert "`python build.py bake --no-attest`" in with_attest.stdout
+    assert "`python3 build.py bake --no-attest`" in with_attest.stdout
     assert "attest" in json.loads(output.read_text())["target"]["a100"]
     without, output = bake(tmp_path, standin_base, "--target", "a100", "--no-attest", lock=lock)
     assert without.returncode == 0, without.stderr

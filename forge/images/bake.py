@@ -36,7 +36,7 @@ SBOM_GENERATOR_ENV = "VLLM_FORGE_SBOM_GENERATOR"
 ATTEST_NEEDS = ("attestations need a docker-container builder (`docker buildx create --use "
                 "--driver docker-container`) or Docker Engine 26+ with the containerd image store; "
                 "on the plain docker driver (e.g. Debian 12's docker.io 20.10) write the file with "
-                "`python build.py bake --no-attest`")
+                "`python3 build.py bake --no-attest`")
 
 
 def attestations() -> list[str]:

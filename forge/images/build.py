@@ -155,7 +155,7 @@ def check_base(plan: Plan, allow_change: bool = False) -> Plan:
         return pin_base(plan, current)
     if current != plan.base_digest and not allow_change:
         raise ForgeError(f"base {plan.base.ref} moved: locked {plan.base_digest}, registry now "
-                         f"{current}; relock (`python build.py lock --vllm {plan.vllm}`) or pass "
+                         f"{current}; relock (`python3 build.py lock --vllm {plan.vllm}`) or pass "
                          f"--allow-base-change")
     return plan
 

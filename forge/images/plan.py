@@ -197,7 +197,7 @@ def check_covered(vllm: str, series, target: Target) -> None:
                          f"refuse it")
     if release > Version(series.checked_through):
         raise ForgeError(f"{series.path}: vLLM {vllm} is newer than checked_through "
-                         f"{series.checked_through}: run `python build.py upstream-watch --write` "
+                         f"{series.checked_through}: run `python3 build.py upstream-watch --write` "
                          f"to check the patches against it first")
 
 
@@ -247,7 +247,7 @@ def check_locked_platform(ref: str, offered: list[str] | None, target: Target, v
     where = f"{lock_file(lock_path)}: platforms.{ref}"
     if offered is None:
         raise ForgeError(f"{where}: not recorded, so the target's platform cannot be checked; "
-                         f"run `python build.py lock --vllm {vllm}` to record it")
+                         f"run `python3 build.py lock --vllm {vllm}` to record it")
     if target.platform not in offered:
         raise ForgeError(f"{where}: the locked base offers {', '.join(offered) or 'no platform'}, "
                          f"not {target.platform}, which target {target.name} needs")
