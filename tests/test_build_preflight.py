@@ -3,7 +3,7 @@ not locked yet, `--locked`, no registry, no Docker engine, no arm64 emulation. E
 exit 2, nothing written; real processes, a real refused socket, real files."""
 import socket
 
-from forge.images.build import check_emulation, emulation_registered
+from forge.images.host import check_emulation, emulation_registered
 from forge.images.plan import resolve_plan
 from tests.build_cli import run_build
 

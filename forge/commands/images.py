@@ -35,15 +35,15 @@ def _locked_plan(args):
 
 
 def cmd_build(args) -> int:
-    from forge.images import build
+    from forge.images import build, host
     from forge.images.plan import format_plan
 
     plan = _locked_plan(args)
     if args.plan:
         print(json.dumps(plan.to_dict(), indent=1) if args.json else format_plan(plan))
         return 0
-    client = build.connect()
-    build.check_emulation(plan)
+    client = host.connect()
+    host.check_emulation(plan)
     plan = build.check_base(plan, allow_change=args.allow_base_change)
     docker_cli = build.find_buildx()
     attest = not args.no_attest and build.engine_keeps_attestations(client)
