@@ -14,8 +14,9 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
               MoE config file names, the status report and README table
   3 serving   recipes, the vLLM arguments of a release, `serve`, MoE kernel tuning
   4 watch     the upstream watch: new releases, dependency drift (its probe), the watched deps
-  4 images    lock, plan, build context, BuildKit build and bake, host checks (engine, emulation), registry, retag, published index,
-              the release matrix (watch and images do not import each other)
+  4 images    lock, plan, build context, BuildKit build and bake, host checks (engine, emulation),
+              registry, retag, published index, the release matrix (watch and images do not
+              import each other)
   5 commands  the argparse CLI behind build.py / `vllm-forge` and every command handler (`cmd_*`):
               each turns arguments into values, calls the packages below and prints; patches
               (patches, apply, readme-table), images (build, lock, bake, release-matrix, publish,
