@@ -16,8 +16,9 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
               headers, and writing patches (work tree, diff writer, authoring, journal)
   3 serving   recipes, the vLLM arguments of a release, `serve`, MoE kernel tuning
   4 watch     the upstream watch: new releases, dependency drift (its probe), the watched deps
-  4 images    lock, plan, build context, BuildKit build and bake, registry, retag, published index,
-              the release matrix (watch and images do not import each other)
+  4 images    lock, plan, build context, BuildKit build and bake, host checks (engine, emulation),
+              registry, retag, published index, the release matrix (watch and images do not
+              import each other)
   5 commands  the argparse CLI behind build.py / `vllm-forge` and every command handler (`cmd_*`):
               each turns arguments into values, calls the packages below and prints; patches
               (patches, apply, readme-table), patch_work (new-patch, refresh-patch,
@@ -29,12 +30,17 @@ import os
 from pathlib import Path
 
 
+def is_data_home(root: Path) -> bool:
+    """Whether `root` holds the project's data (a checkout, or the image's /opt/vllm-forge)."""
+    return (root / "patches" / "series.yaml").is_file()
+
+
 def _repo_root() -> Path:
     """The checkout whose data (patches/, images/, recipes/) forge reads: the one this package
     sits in (a checkout, an editable install, the image's /opt/vllm-forge); for a plain
     `pip install .`, $VLLM_FORGE_HOME, else the current directory."""
     here = Path(__file__).resolve().parent.parent
-    if (here / "patches" / "series.yaml").is_file():
+    if is_data_home(here):
         return here
     return Path(os.environ.get("VLLM_FORGE_HOME") or Path.cwd()).resolve()
 

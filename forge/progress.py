@@ -1,18 +1,24 @@
 """Progress for long work (sdist downloads, extraction, image pushes, tuning sweeps), on stderr.
 
 On a terminal: one line, rewritten in place at most every REDRAW_S seconds, ended by a line that
-says what was done and how long it took. Not on a terminal (CI logs, pipes): only a start line and
-an end line, so logs stay short and output meant for programs (stdout) is never touched.
+says what was done and how long it took. Not on a terminal (pipes, files, tests capturing stderr):
+nothing, so a command's stderr is its own messages alone (a refusal stays its one `error:` line,
+whether or not the release had to be downloaded first). $VLLM_FORGE_PROGRESS=lines asks for a start
+and an end line there instead, for logs (CI). Output meant for programs (stdout) is never touched.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
+from forge.errors import ForgeError
+
 REDRAW_S = 0.1
 CLEAR_LINE = "\r\x1b[K"
+MODE_ENV = "VLLM_FORGE_PROGRESS"
 
 Item = TypeVar("Item")
 
@@ -40,6 +46,7 @@ class Progress:
         self.what, self.total, self.unit = what, total, unit
         self.stream = stream or sys.stderr
         self.live = _is_terminal(self.stream)
+        self.logged = not self.live and _lines_asked()
         self.done = 0.0
         self.detail = ""
         self._started = time.monotonic()
@@ -95,6 +102,8 @@ class Progress:
         return f"{text}, {self.detail}" if self.detail else text
 
     def _write(self, text: str) -> None:
+        if not (self.live or self.logged):
+            return
         try:
             self.stream.write(text)
             self.stream.flush()
@@ -114,6 +123,15 @@ def say(text: str) -> None:
     print(text, flush=True)
     if live:
         live.redraw()
+
+
+def _lines_asked() -> bool:
+    """$VLLM_FORGE_PROGRESS=lines: a start and an end line where stderr is not a terminal."""
+    mode = os.environ.get(MODE_ENV, "").strip()
+    if mode not in ("", "auto", "lines"):
+        raise ForgeError(f"${MODE_ENV}: must be `lines` (a start and an end line when stderr is "
+                         f"not a terminal) or `auto` (the default: nothing there); got {mode!r}")
+    return mode == "lines"
 
 
 def _is_terminal(stream) -> bool:

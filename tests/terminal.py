@@ -25,19 +25,21 @@ def read_all(master: int) -> bytes:
     return b"".join(chunks)
 
 
-def run_python(code: str, terminal: bool, timeout: int = 300, stdout_too: bool = False
-               ) -> tuple[int, str, str]:
+def run_python(code: str, terminal: bool, timeout: int = 300, stdout_too: bool = False,
+               env: dict | None = None) -> tuple[int, str, str]:
     """Run `python3 -c code` in the repository; returns (exit code, stdout, stderr). With
     `terminal`, stderr is a pty (its line ends read back as \\r\\n, as terminals get them);
     with `stdout_too` as well, stdout is the same pty (and what it shows is in stderr's place)."""
     command = [sys.executable, "-c", code]
+    environment = {**os.environ, **(env or {})}
     if not terminal:
-        result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+        result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                                env=environment)
         return result.returncode, result.stdout, result.stderr
     master, slave = pty.openpty()
     try:
         process = subprocess.Popen(command, cwd=REPO, stdout=slave if stdout_too else subprocess.PIPE,
-                                   stderr=slave, stdin=subprocess.DEVNULL)
+                                   stderr=slave, stdin=subprocess.DEVNULL, env=environment)
     finally:
         os.close(slave)
     received: list[bytes] = []

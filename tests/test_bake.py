@@ -1,13 +1,14 @@
 """`build.py bake`: a buildx bake file for every target, checked by the real `docker buildx bake --print`."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from forge.images.lock import save_lock
+from forge.images.lock import load_lock, save_lock
 
 pytestmark = [pytest.mark.docker]
 
@@ -43,7 +44,9 @@ def test_bake_file_covers_every_target_with_attestations(standin_base, buildx, t
         assert "type=sbom" in target["attest"] and "type=provenance,mode=max" in target["attest"]
         assert target["args"]["BASE_IMAGE"] == f"{standin_base.mirror}/vllm/vllm-openai@{standin_base.digest}"
         assert target["args"]["SOURCE_DATE_EPOCH"].isdigit()
-        assert target["tags"][1] == f"ghcr.io/acme/vllm-forge:vllm{VERSION}-{name}"
+        # The immutable tag alone: pushing the file must not move the moving tag before verify.
+        assert len(target["tags"]) == 1
+        assert re.fullmatch(rf"ghcr\.io/acme/vllm-forge:vllm{VERSION}-{name}-[0-9a-f]{{12}}", target["tags"][0])
         assert target["labels"]["io.vllm-forge.target"] == name
         context = tmp_path / target["context"]
         record = json.loads((context / "build-record.json").read_text())
@@ -74,15 +77,26 @@ def test_bake_same_commit_and_lock_gives_same_contexts(standin_base, tmp_path):
     assert len({t["labels"]["io.vllm-forge.context-sha256"] for t in t1.values()}) == 4
 
 
-def test_bake_refuses_an_unlocked_base_and_writes_nothing(standin_base, tmp_path):
-    result, output = bake(tmp_path, standin_base, lock=tmp_path / "empty.yaml")
+def test_bake_locked_refuses_an_unlocked_base_and_writes_nothing(standin_base, tmp_path):
+    result, output = bake(tmp_path, standin_base, "--locked", lock=tmp_path / "empty.yaml")
     assert result.returncode == 2
-    assert result.stderr.startswith("error: ") and "is not locked" in result.stderr
+    assert result.stderr.startswith("error: ") and "is not locked and --locked forbids adding it" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     # Before: "(or pass --allow-unlocked)", a flag bake does not take (a bake file pins digests).
     assert "--allow-unlocked" not in result.stderr
-    assert f"run `python build.py lock --vllm {VERSION}`" in result.stderr
+    assert f"run `python3 build.py lock --vllm {VERSION}`" in result.stderr
     assert not output.exists() and not (tmp_path / "build-context").exists()
+    assert not (tmp_path / "empty.yaml").exists()
+
+
+def test_bake_of_an_unlocked_release_pins_its_base_first(standin_base, tmp_path):
+    lock = tmp_path / "lock.yaml"
+    result, output = bake(tmp_path, standin_base, "--target", "a100", "--target", "gb10", lock=lock)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (f"locked {standin_base.ref} -> {standin_base.digest} (linux/amd64, "
+                             f"linux/arm64) in {lock}\n"), "one base, one line, for both targets"
+    assert load_lock(lock) == {standin_base.ref: standin_base.digest}
+    assert json.loads(output.read_text())["target"]["gb10"]["args"]["BASE_IMAGE"].endswith(standin_base.digest)
 
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json"
@@ -119,7 +133,8 @@ def test_buildx_bake_builds_both_platforms_with_sbom_and_provenance(
     assert "generating sbom using" in built.stderr
     for name, arch in (("a100", "amd64"), ("gb10", "arm64")):
         moving = f"vllm{VERSION}-{name}"
-        index = _get(registry, f"forge-bake/manifests/{moving}", OCI_INDEX)
+        immutable = bake_targets[name]["tags"][0].rsplit(":", 1)[1]
+        index = _get(registry, f"forge-bake/manifests/{immutable}", OCI_INDEX)
         images = [m for m in index["manifests"] if m["platform"]["architecture"] == arch]
         attestations = [m for m in index["manifests"]
                         if m.get("annotations", {}).get("vnd.docker.reference.type") == "attestation-manifest"]
@@ -134,8 +149,7 @@ def test_buildx_bake_builds_both_platforms_with_sbom_and_provenance(
         labels = config["config"]["Labels"]
         assert labels["io.vllm-forge.target"] == name
         assert labels["io.vllm-forge.context-sha256"] == bake_targets[name]["labels"]["io.vllm-forge.context-sha256"]
-        immutable = bake_targets[name]["tags"][0].rsplit(":", 1)[1]
-        assert registry.digest("forge-bake", immutable, accept=OCI_INDEX) == registry.digest("forge-bake", moving, accept=OCI_INDEX)
+        assert registry.digest("forge-bake", moving, accept=OCI_INDEX) is None, "bake pushes no moving tag"
 
 
 def test_bake_says_what_attestations_need_and_no_attest_leaves_them_out(standin_base, tmp_path):
@@ -143,7 +157,7 @@ def test_bake_says_what_attestations_need_and_no_attest_leaves_them_out(standin_
     with_attest, output = bake(tmp_path, standin_base, "--target", "a100", lock=lock)
     assert with_attest.returncode == 0, with_attest.stderr
     assert "attestations need a docker-container builder" in with_attest.stdout
-    assert "`python build.py bake --no-attest`" in with_attest.stdout
+    assert "`python3 build.py bake --no-attest`" in with_attest.stdout
     assert "attest" in json.loads(output.read_text())["target"]["a100"]
     without, output = bake(tmp_path, standin_base, "--target", "a100", "--no-attest", lock=lock)
     assert without.returncode == 0, without.stderr
@@ -173,8 +187,7 @@ def test_bake_on_the_readme_engine_debian_12_docker_driver(standin_base, buildx,
     try:
         labels = docker_engine.api.inspect_image(tags[0])["Config"]["Labels"]
         assert labels["io.vllm-forge.target"] == "a100"
-        assert tags[0].endswith(labels["org.opencontainers.image.version"])
-        assert docker_engine.images.get(tags[1]).id == docker_engine.images.get(tags[0]).id
+        assert tags[0].endswith(labels["org.opencontainers.image.version"]) and len(tags) == 1
     finally:
         for tag in tags:
             docker_engine.images.remove(tag, force=True)
@@ -195,7 +208,8 @@ def test_local_build_on_engine_26_gets_attestations_and_is_the_bake_image(
     """`build.py --push` on Engine 26 (containerd image store) is the release's BuildKit build:
     SBOM and provenance attestations, and the very image manifest `docker buildx bake --push` makes
     from `build.py bake`'s file. A second `--push` leaves the immutable tag where it was (a new
-    index would differ only in its provenance) and points the moving tag there."""
+    index would differ only in its provenance); neither push sends the moving tag (that is
+    `publish --move-tag`'s, after verify)."""
     lock = lock_standin(standin_base, tmp_path / "lock.yaml")
     registry = standin_base.registry
     env = {**os.environ, "VLLM_FORGE_BASE_MIRROR": standin_base.mirror, "VLLM_FORGE_LOCK": str(lock),
@@ -213,7 +227,7 @@ def test_local_build_on_engine_26_gets_attestations_and_is_the_bake_image(
     plan = json.loads(forge("forge-local26", "--target", "a100", "--vllm", VERSION, "--plan", "--json").stdout)
     immutable, moving = (t.rsplit(":", 1)[1] for t in plan["tags"])
     first = registry.digest("forge-local26", immutable, accept=OCI_INDEX)
-    assert first and registry.digest("forge-local26", moving, accept=OCI_INDEX) == first
+    assert first and registry.digest("forge-local26", moving, accept=OCI_INDEX) is None
     image, attestations = _platform_image(registry, "forge-local26", immutable, "amd64")
     assert len(attestations) == 1 and attestations[0]["annotations"]["vnd.docker.reference.digest"] == image["digest"]
     statement_types = {layer["annotations"]["in-toto.io/predicate-type"]
@@ -239,4 +253,4 @@ def test_local_build_on_engine_26_gets_attestations_and_is_the_bake_image(
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr
     assert "already names this image" in again.stdout
     assert registry.digest("forge-local26", immutable, accept=OCI_INDEX) == first, "an immutable tag never moves"
-    assert registry.digest("forge-local26", moving, accept=OCI_INDEX) == first
+    assert registry.digest("forge-local26", moving, accept=OCI_INDEX) is None

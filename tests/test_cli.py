@@ -96,9 +96,9 @@ def _lock(tmp_path, vllm="0.25.0"):
 
 
 @pytest.mark.parametrize("command, args, env", [
-    ("bake", ["bake", "--vllm", "0.25.0", "-o", "{tmp}/bake.json"], {"VLLM_FORGE_LOCK": "{tmp}/none.yaml"}),
-    ("build", ["--target", "a100", "--vllm", "0.25.0"], {"VLLM_FORGE_LOCK": "{tmp}/none.yaml"}),
-    ("build", ["--target", "a100", "--vllm", "0.25.0", "--plan"], {"VLLM_FORGE_LOCK": "{tmp}/none.yaml"}),
+    ("bake", ["bake", "--locked", "--vllm", "0.25.0", "-o", "{tmp}/bake.json"], {"VLLM_FORGE_LOCK": "{tmp}/none.yaml"}),
+    ("build", ["--target", "a100", "--vllm", "0.25.0", "--locked"], {"VLLM_FORGE_LOCK": "{tmp}/none.yaml"}),
+    ("build", ["--target", "a100", "--vllm", "0.25.0", "--plan", "--locked"], {"VLLM_FORGE_LOCK": "{tmp}/none.yaml"}),
     ("release-matrix", ["release-matrix", "--vllm", "0.25.0"], {"VLLM_FORGE_LOCK": "{tmp}/none.yaml"}),
     ("build", ["--target", "a100", "--vllm", "0.34.0", "--plan"], {}),
     ("bake", ["bake", "--vllm", "0.25.0", "-o", "{tmp}/bake.json"], {"VLLM_FORGE_LOCK": "{lock}"}),

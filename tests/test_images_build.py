@@ -134,6 +134,12 @@ def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
                                       f"load_recipe; print(load_recipe('{recipe}', '{target}').target)\"",
                          platform=f"linux/{arch}")
         assert loaded.strip() == target
+    # The verify scripts run as files from any directory of the image, no PYTHONPATH (before:
+    # ModuleNotFoundError: No module named 'forge'; only `python3 -m verify.X` from /opt/vllm-forge).
+    for script in ("mtp_smoke.py", "bench.py"):
+        usage = _run_in(client, tag, f"cd / && env -u PYTHONPATH python3 /opt/vllm-forge/verify/{script} --help",
+                        platform=f"linux/{arch}")
+        assert usage.startswith(f"usage: {script} ") and "--recipe" in usage, usage
     return record
 
 
@@ -161,14 +167,19 @@ def test_build_arm64_target_under_qemu(setup, docker_engine, arm64_emulation):
     assert record["platform"] == "linux/arm64" and record["cuda_arch"] == "12.1"
 
 
-def test_push_both_tags_then_rebuild_from_lock_is_identical(setup, docker_engine):
+def test_push_sends_the_immutable_tag_only_then_rebuild_from_lock_is_identical(setup, docker_engine):
+    """Before: --push pushed the moving tag too, before any verify. Now the registry gets the
+    immutable tag alone; `publish --move-tag` moves the moving tag once verify passed."""
     registry = setup["standin"].registry
     first = forge("--target", "a100", "--vllm", VERSION, "--push", env=setup["env"])
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr
     plan = json.loads(forge("--target", "a100", "--vllm", VERSION, "--plan", "--json", env=setup["env"]).stdout)
     immutable, moving = (t.rsplit(":", 1)[1] for t in plan["tags"])
     pushed = registry.digest("forge-test", immutable)
-    assert pushed and pushed == registry.digest("forge-test", moving)
+    assert pushed and registry.digest("forge-test", moving) is None
+    assert f"{plan['tags'][1]} not moved: after verify passes on {pushed}" in first.stdout
+    assert docker_engine.images.get(plan["tags"][1]).id == docker_engine.images.get(plan["tags"][0]).id, \
+        "the local engine still has both tags"
     # Rebuild from the same commit and lock: same context, same labels, same image, same digest.
     again = forge("--target", "a100", "--vllm", VERSION, "--push", env=setup["env"])
     assert again.returncode == 0, again.stderr
@@ -201,8 +212,8 @@ def _image_id(client, ref: str) -> str:
 
 def test_a_changed_image_ships_under_a_new_immutable_tag(setup, docker_engine, tmp_path):
     """Before: a new verify script kept the patch-set tag, so the push was refused and the fix could
-    not ship. Now the new content has its own tag; the old tag keeps its digest; the moving tag
-    follows the new build."""
+    not ship. Now the new content has its own tag; the old tag keeps its digest; the registry's
+    moving tag is left to `publish --move-tag`."""
     registry = setup["standin"].registry
     assert forge("--target", "a100", "--vllm", VERSION, "--push", env=setup["env"]).returncode == 0
     old = json.loads(forge("--target", "a100", "--vllm", VERSION, "--plan", "--json", env=setup["env"]).stdout)
@@ -219,7 +230,7 @@ def test_a_changed_image_ships_under_a_new_immutable_tag(setup, docker_engine, t
     new_digest = registry.digest("forge-test", new_tag)
     assert new_digest and new_digest != old_digest
     assert registry.digest("forge-test", old_tag) == old_digest, "an immutable tag never moves"
-    assert registry.digest("forge-test", moving) == new_digest
+    assert registry.digest("forge-test", moving) is None
 
 
 def test_refused_push_moves_no_tag_local_or_remote(setup, docker_engine):
@@ -270,14 +281,15 @@ def test_base_whose_tag_moved_is_refused_unless_allowed(setup, docker_engine, tm
     assert attrs["Config"]["Labels"]["org.opencontainers.image.base.digest"] == other
 
 
-def test_unlocked_base_is_refused(setup, tmp_path):
+def test_unlocked_base_is_refused_with_locked(setup, tmp_path):
     env = {**setup["env"], "VLLM_FORGE_LOCK": str(tmp_path / "empty-lock.yaml")}
-    result = forge("--target", "a100", "--vllm", VERSION, env=env)
+    result = forge("--target", "a100", "--vllm", VERSION, "--locked", env=env)
     assert result.returncode == 2
     assert f"{tmp_path / 'empty-lock.yaml'}: bases: {setup['standin'].ref} is not locked" in one_line_error(result)
-    planned = forge("--target", "a100", "--vllm", VERSION, "--plan", env=env)
-    assert "not locked: a build refuses it" in planned.stdout
+    planned = forge("--target", "a100", "--vllm", VERSION, "--plan", "--locked", env=env)
+    assert "not locked: a build with --locked refuses it" in planned.stdout
     assert planned.returncode == 2 and one_line_error(planned) == one_line_error(result)
+    assert not (tmp_path / "empty-lock.yaml").exists()
 
 
 def test_plan_needs_no_network_nor_engine(setup):
@@ -399,7 +411,7 @@ def test_local_build_and_bake_build_are_the_same_image(setup, docker_engine, bui
                  str(tmp_path / "docker-bake.json"), env=env)
     assert made.returncode == 0, made.stderr
     bake_target = json.loads((tmp_path / "docker-bake.json").read_text())["target"]["a100"]
-    assert bake_target["tags"] == plan["tags"], "bake names the image by the same content tag"
+    assert bake_target["tags"] == plan["tags"][:1], "bake names the image by the same content tag alone"
     baked = subprocess.run([buildx, "buildx", "bake", "-f", "docker-bake.json", "--load", "--progress",
                             "plain"], cwd=tmp_path, capture_output=True, text=True, timeout=1200,
                            env={k: v for k, v in os.environ.items() if k != "DOCKER_HOST"})

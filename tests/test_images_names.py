@@ -49,8 +49,9 @@ def test_default_repository_owner_from_git_remote(monkeypatch, tmp_path):
 
 
 def test_plan_of_the_real_targets_without_a_lock_says_so(tmp_path):
-    """The committed targets resolve for a real release; a plan shows an unlocked base, then fails
-    as the build would (the immutable tag names the base digest too, so it is unknown yet)."""
+    """The committed targets resolve for a real release; with --locked a plan shows an unlocked
+    base, then fails as the build would (the immutable tag names the base digest too, so it is
+    unknown yet)."""
     import json
     import os
     import subprocess
@@ -60,16 +61,17 @@ def test_plan_of_the_real_targets_without_a_lock_says_so(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "VLLM_FORGE_LOCK": str(tmp_path / "none.yaml"), "VLLM_FORGE_REPOSITORY": "ghcr.io/acme/vllm-forge"}
     env.pop("VLLM_FORGE_BASE_MIRROR", None)
-    result = subprocess.run([sys.executable, "build.py", "--target", "h200", "--vllm", "0.27.1", "--plan", "--json"],
-                            cwd=repo, capture_output=True, text=True, env=env, timeout=300)
+    result = subprocess.run([sys.executable, "build.py", "--target", "h200", "--vllm", "0.27.1", "--plan", "--json",
+                             "--locked"], cwd=repo, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
-        f"error: {tmp_path / 'none.yaml'}: bases: vllm/vllm-openai:v0.27.1 is not locked; run "
-        "`python build.py lock --vllm 0.27.1` (or pass --allow-unlocked)"]
+        f"error: {tmp_path / 'none.yaml'}: bases: vllm/vllm-openai:v0.27.1 is not locked and --locked "
+        "forbids adding it; run `python3 build.py lock --vllm 0.27.1` and commit none.yaml"]
     plan = json.loads(result.stdout)
     assert plan["base"] == {"image": "vllm/vllm-openai:v0.27.1", "digest": None, "locked": False}
     assert plan["tags"] == ["ghcr.io/acme/vllm-forge:vllm0.27.1-h200"] and plan["immutable_tag"] is None
     assert {p["id"]: p["status"] for p in plan["patches"]}["gemma4-mtp-share-embeddings"] == "already-upstream"
-    build = subprocess.run([sys.executable, "build.py", "--target", "h200", "--vllm", "0.27.1"],
+    build = subprocess.run([sys.executable, "build.py", "--target", "h200", "--vllm", "0.27.1", "--locked"],
                            cwd=repo, capture_output=True, text=True, env=env, timeout=300)
     assert build.returncode == 2 and "vllm/vllm-openai:v0.27.1 is not locked" in build.stderr
+    assert not (tmp_path / "none.yaml").exists()

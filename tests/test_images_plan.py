@@ -257,4 +257,4 @@ def test_a_lock_without_platforms_cannot_be_checked_and_says_how_to_fix(tmp_path
     lock = save_lock({"vllm/vllm-openai:v0.25.0": DIGEST_A}, tmp_path / "lock.yaml")
     line = refused(repo, "--target", "gb10", "--vllm", "0.25.0", "--plan", VLLM_FORGE_LOCK=str(lock))
     assert "platforms.vllm/vllm-openai:v0.25.0: not recorded" in line
-    assert "`python build.py lock --vllm 0.25.0`" in line
+    assert "`python3 build.py lock --vllm 0.25.0`" in line

@@ -132,3 +132,73 @@ def test_lock_refuses_a_base_lacking_a_target_platform(standin_base, docker_engi
     assert fits.returncode == 0, fits.stderr
     assert locked_platforms(lock) == {ref: ["linux/amd64"]}
     assert load_lock(lock)[ref] == manifest_digest(ref)
+
+
+def _first_run(standin, lock, *args):
+    import os
+
+    return subprocess.run([sys.executable, "build.py", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "VLLM_FORGE_BASE_MIRROR": standin.mirror,
+                                            "VLLM_FORGE_LOCK": str(lock)})
+
+
+@pytest.mark.docker
+def test_the_first_plan_of_an_unlocked_release_pins_its_base_and_says_so(standin_base, tmp_path):
+    """Before: `--plan` (and the build) exited 2 with "is not locked; run python build.py lock".
+    Now the first run resolves the digest through the registry, writes it, says so in one line
+    (stderr: stdout stays the plan's JSON); the next run finds it and says nothing."""
+    import json
+
+    from forge.images.lock import locked_platforms
+
+    lock = tmp_path / "lock.yaml"
+    first = _first_run(standin_base, lock, "--target", "gb10", "--vllm", "0.25.0", "--plan", "--json")
+    assert first.returncode == 0, first.stderr
+    assert first.stderr == (f"locked {standin_base.ref} -> {standin_base.digest} (linux/amd64, "
+                            f"linux/arm64) in {lock}\n")
+    plan = json.loads(first.stdout)
+    assert plan["base"] == {"image": standin_base.ref, "digest": standin_base.digest, "locked": True}
+    assert load_lock(lock) == {standin_base.ref: standin_base.digest}
+    assert locked_platforms(lock) == {standin_base.ref: ["linux/amd64", "linux/arm64"]}
+    before = lock.read_bytes()
+    again = _first_run(standin_base, lock, "--target", "a100", "--vllm", "0.25.0", "--plan", "--locked")
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    assert lock.read_bytes() == before
+
+
+@pytest.mark.docker
+def test_the_first_build_pins_its_base_before_it_needs_the_engine(standin_base, tmp_path):
+    """The build path locks as --plan does: the pin is written, then the missing engine refused."""
+    import os
+
+    lock = tmp_path / "lock.yaml"
+    dead = f"unix://{tmp_path}/no-engine.sock"
+    result = subprocess.run([sys.executable, "build.py", "--target", "a100", "--vllm", "0.25.0"], cwd=REPO,
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "VLLM_FORGE_BASE_MIRROR": standin_base.mirror,
+                                 "VLLM_FORGE_LOCK": str(lock), "DOCKER_HOST": dead})
+    assert result.returncode == 2
+    locked, refused = result.stderr.splitlines()
+    assert locked == f"locked {standin_base.ref} -> {standin_base.digest} (linux/amd64, linux/arm64) in {lock}"
+    assert refused.startswith(f"error: cannot reach the Docker engine at {dead}: no engine is running")
+    assert load_lock(lock) == {standin_base.ref: standin_base.digest}
+
+
+@pytest.mark.docker
+def test_a_first_plan_keeps_the_other_pins_and_refuses_a_base_without_the_platform(standin_base,
+                                                                                   docker_engine, tmp_path):
+    from tests.fixtures_docker import push
+
+    mirror = standin_base.mirror
+    amd64_only = f"{mirror}/vllm/vllm-openai:v0.26.0"
+    push(docker_engine, "vllm-forge-test/standin:v0.25.0-amd64", amd64_only)
+    lock = tmp_path / "lock.yaml"
+    save_lock({"other/base:v1": DIGEST}, lock, {"other/base:v1": ["linux/amd64"]})
+    before = lock.read_bytes()
+    refused = _first_run(standin_base, lock, "--target", "gb10", "--vllm", "0.26.0", "--plan")
+    assert refused.returncode == 2
+    assert f"error: base {amd64_only} (sha256:" in refused.stderr and "which target gb10 needs" in refused.stderr
+    assert lock.read_bytes() == before, "nothing locked"
+    fits = _first_run(standin_base, lock, "--target", "a100", "--vllm", "0.26.0", "--plan")
+    assert fits.returncode == 0, fits.stderr
+    assert load_lock(lock) == {"other/base:v1": DIGEST, amd64_only: manifest_digest(amd64_only)}

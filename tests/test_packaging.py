@@ -25,14 +25,22 @@ def test_requirements_files_list_what_pyproject_declares():
     assert not any(re.match(r"(pytest|ruff|mypy)\b", dep) for dep in project["dependencies"])
 
 
-def test_no_module_edits_sys_path():
+# The one module allowed to: a verify script run as a file imports it to find the repository.
+SYS_PATH_HELPER = "verify/_repository_on_path.py"
+
+
+def test_no_module_edits_sys_path_but_the_one_helper():
     offenders = [f"{path.relative_to(REPO_ROOT)}:{number}"
                  for top in ("forge", "verify", "tests", "benchmarks")
                  for path in sorted((REPO_ROOT / top).rglob("*.py"))
                  for number, line in enumerate(path.read_text().splitlines(), 1)
-                 if re.search(r"sys\.path\.(insert|append|extend)\(", line)
-                 and path.name != "test_packaging.py"]
+                 if re.search(r"sys\.path(\.(insert|append|extend)\(|\[.*\] =)", line)
+                 and path.name != "test_packaging.py"
+                 and str(path.relative_to(REPO_ROOT)) != SYS_PATH_HELPER]
     assert offenders == []
+    importers = sorted(path.name for path in (REPO_ROOT / "verify").glob("*.py")
+                       if "import _repository_on_path" in path.read_text())
+    assert importers == ["bench.py", "mtp_smoke.py"]
 
 
 def test_pip_install_gives_the_vllm_forge_commands(tmp_path):
@@ -63,7 +71,26 @@ def test_pip_install_gives_the_vllm_forge_commands(tmp_path):
     checkout = subprocess.run([sys.executable, "build.py", "--help"], cwd=REPO_ROOT,
                               capture_output=True, text=True)
     assert installed.returncode == 0, installed.stderr
-    assert installed.stdout.replace("usage: vllm-forge", "usage: build.py", 1) == checkout.stdout
+    # Each names itself as typed (before, the installed command said `usage: build.py`).
+    assert installed.stdout.startswith("usage: vllm-forge [-h] COMMAND ...\n")
+    assert "Without a command, vllm-forge builds: vllm-forge --target" in " ".join(installed.stdout.split())
+    assert checkout.stdout.startswith("usage: build.py [-h] COMMAND ...\n")
+    assert _commands(installed.stdout) == _commands(checkout.stdout)
+    # Outside a checkout the data comes from $VLLM_FORGE_HOME: an error about it says so (before:
+    # only "cannot read .../patches/series.yaml").
+    lost = run(str(venv / "bin" / "vllm-forge"), "patches", "--vllm", "0.25.0", "--offline")
+    assert lost.returncode == 2
+    line = lost.stderr.strip()
+    assert "\n" not in line and line.startswith(f"error: {tmp_path}/patches/series.yaml: ")
+    assert "set $VLLM_FORGE_HOME to a checkout's root" in line and "is not set" in line
+    home = run("env", f"VLLM_FORGE_HOME={REPO_ROOT}", str(venv / "bin" / "vllm-forge"), "patches",
+               "--vllm", "0.25.0")
+    assert home.returncode == 0 and "gemma4-mtp-share-embeddings" in home.stdout, home.stderr
     for script in ("vllm-forge-mtp-smoke", "vllm-forge-bench"):
         result = run(str(venv / "bin" / script), "--help")
         assert result.returncode == 0 and "--recipe" in result.stdout, (script, result.stderr)
+
+
+def _commands(help_text: str) -> list[str]:
+    """The command lines of a --help listing (what both names must offer alike)."""
+    return [line for line in help_text.splitlines() if line.startswith("    ")]

@@ -4,6 +4,8 @@ import ast
 import json
 from pathlib import Path
 
+import pytest
+
 import forge
 from forge.patching.report import SHORT
 from forge.patching.series import KINDS, load_series
@@ -18,7 +20,13 @@ def test_members_are_their_spelling():
     assert set(KINDS) == {k.value for k in Kind} and set(STATUSES) == set(Status) == set(SHORT)
 
 
-def test_the_real_series_and_statuses_speak_the_vocabulary():
+@pytest.fixture(scope="module")
+def cached_0_27_1():
+    """What the --offline reads below need, fetched here (a fresh cache has none of it)."""
+    release_status("0.27.1", series=load_series())
+
+
+def test_the_real_series_and_statuses_speak_the_vocabulary(cached_0_27_1):
     series = load_series(offline=True)
     assert {p.kind for p in series.patches} <= set(Kind)
     assert {p.kind for p in series.patches} >= {Kind.SOURCE, Kind.MOE_CONFIG, Kind.DEPENDENCY}
@@ -26,7 +34,7 @@ def test_the_real_series_and_statuses_speak_the_vocabulary():
     assert statuses and all(type(s.status) is str and s.status in set(Status) for s in statuses)
 
 
-def test_json_output_keeps_the_plain_spelling():
+def test_json_output_keeps_the_plain_spelling(cached_0_27_1):
     result = run_build("patches", "--vllm", "0.27.1", "--json", "--offline")
     assert result.returncode in (0, 3), result.stderr
     entries = json.loads(result.stdout)["patches"]

@@ -1,5 +1,6 @@
-"""Progress for long work: one updating line on a real terminal (a pty), start and end lines only
-when stderr is not a terminal. Sweeps through track(); pushes fed by the real engine's stream."""
+"""Progress for long work: one updating line on a real terminal (a pty); when stderr is not a
+terminal nothing, or with $VLLM_FORGE_PROGRESS=lines a start and an end line (logs). Sweeps
+through track(); pushes fed by the real engine's stream."""
 import io
 import os
 import re
@@ -19,6 +20,8 @@ for m in progress.track([1, 16, 256], "tune-moe bf16", unit="token counts"):
 print("result on stdout")
 """
 DONE = re.compile(r"tune-moe bf16: (\w+), (.*) in \d+\.\d s")
+LOGGED = {"VLLM_FORGE_PROGRESS": "lines"}
+DEFAULT = {"VLLM_FORGE_PROGRESS": ""}
 
 
 def test_a_sweep_on_a_terminal_rewrites_one_line():
@@ -31,8 +34,23 @@ def test_a_sweep_on_a_terminal_rewrites_one_line():
         "done", "3 token counts")
 
 
-def test_a_sweep_piped_says_only_start_and_end():
-    code, stdout, stderr = run_python(SWEEP.format(body="pass"), terminal=False)
+def test_a_sweep_piped_says_nothing_by_default():
+    """A pipe or a file gets no progress: stderr keeps only the command's own messages (before, a
+    cold cache put download lines before a refusal's one `error:` line)."""
+    code, stdout, stderr = run_python(SWEEP.format(body="pass"), terminal=False, env=DEFAULT)
+    assert code == 0 and stdout == "result on stdout\n"
+    assert stderr == ""
+
+
+def test_an_unknown_progress_mode_is_one_line():
+    code, _, stderr = run_python("from forge.progress import Progress\nProgress('x')",
+                                 terminal=False, env={"VLLM_FORGE_PROGRESS": "verbose"})
+    assert code != 0
+    assert "$VLLM_FORGE_PROGRESS: must be `lines`" in stderr and "got 'verbose'" in stderr
+
+
+def test_a_sweep_logged_says_only_start_and_end():
+    code, stdout, stderr = run_python(SWEEP.format(body="pass"), terminal=False, env=LOGGED)
     assert code == 0 and stdout == "result on stdout\n"
     start, end = stderr.splitlines()
     assert start == "tune-moe bf16 ..." and "\r" not in stderr
@@ -44,7 +62,7 @@ def test_a_sweep_left_early_says_how_far_it_got():
     for body in ("if m == 16: break", "if m == 16: raise ValueError"):
         code = "try:\n" + "\n".join("    " + line for line in SWEEP.format(body=body).splitlines()) + \
             "\nexcept ValueError:\n    pass\n"
-        _, _, stderr = run_python(code, terminal=False)
+        _, _, stderr = run_python(code, terminal=False, env=LOGGED)
         end = stderr.splitlines()[1]
         assert DONE.fullmatch(end).groups() == ("stopped", "1 of 3 token counts (33%)"), stderr
 
@@ -57,7 +75,7 @@ def test_results_said_during_a_sweep_print_above_the_progress_line():
         # The line is cleared, the result printed on a line of its own, the progress redrawn.
         redrawn = f"tune-moe bf16: {done} of 3 token counts ({round(100 * done / 3)}%)"
         assert f"{CLEAR_LINE}M={m}: best found\r\n{CLEAR_LINE}{redrawn}" in shown, shown
-    _, said, stderr = run_python(SWEEP.format(body=body), terminal=False)
+    _, said, stderr = run_python(SWEEP.format(body=body), terminal=False, env=LOGGED)
     assert said == "M=1: best found\nM=16: best found\nM=256: best found\nresult on stdout\n"
     assert len(stderr.splitlines()) == 2
 
@@ -79,6 +97,7 @@ def _two_layer_image(client) -> str:
 @pytest.mark.docker
 def test_a_push_is_one_line_of_summed_layer_bytes(docker_engine, local_registry, monkeypatch):
     monkeypatch.setattr(progress, "REDRAW_S", 0)  # a local push is quick: draw every message
+    monkeypatch.setenv("VLLM_FORGE_PROGRESS", "lines")  # the piped copy logs its start and end
     remote = f"{local_registry.host}/forge-test/progress:push"
     image = _two_layer_image(docker_engine)
     repo, tag = remote.rsplit(":", 1)

@@ -62,25 +62,57 @@ def test_committed_index_is_valid():
         assert build["verify"]["passed"] is True
 
 
-def test_passed_build_moves_the_moving_tag(tmp_path):
+DEAD_REGISTRY = "127.0.0.1:9/example/vllm-forge"   # the discard port: nothing listens there
+
+
+def moved_in_index(index_file: Path, *builds: tuple[str, str, str]) -> None:
+    """An index whose moving tags point at (target, immutable tag, digest) builds, each passed, as
+    `publish --move-tag` leaves it once the registry moved them (tests/test_release_registry.py
+    runs that against a real registry); written by forge's own index functions."""
+    index = published.load_index(index_file)
+    for target, tag, digest in builds:
+        build = published.record_build(index, {
+            "target": target, "vllm": "0.27.1", "repository": REPOSITORY, "immutable_tag": tag,
+            "digest": digest, "published_at": published.now_utc(),
+            "verify": {"passed": True, "report": "report.json", "summary": {}}})
+        published.promote(index, build, f"vllm0.27.1-{target}")
+    published.save_index(index, index_file)
+
+
+def test_a_passed_build_without_move_tag_is_recorded_and_moves_nothing(tmp_path):
+    """Before: publish without --move-tag wrote the moving tag into the index, and `published`
+    listed it as what users pull, though the registry's moving tag never moved."""
     index_file = tmp_path / "published.json"
     outputs = tmp_path / "github_output"
     result = publish(index_file, report=write_report(tmp_path, True),
                      extra=["--github-output", str(outputs)])
     assert result.returncode == 0, result.stderr
-    assert f"move {REPOSITORY}:vllm0.27.1-gb10 -> {REPOSITORY}:{TAG}@{DIGEST_A}" in result.stdout
+    assert result.stdout.splitlines()[-1] == (f"moving tag {REPOSITORY}:vllm0.27.1-gb10 not moved "
+                                              "(without --move-tag; the index records no move)")
     index = published.load_index(index_file)
-    entry = published.known_good(index, "gb10", "0.27.1")
-    assert (entry["moving_tag"], entry["immutable_tag"], entry["digest"]) == (
-        "vllm0.27.1-gb10", TAG, DIGEST_A)
+    assert index["known_good"] == []
     assert index["builds"][0]["verify"]["summary"]["report"]["acceptance_rate"] == 0.71
-    assert outputs.read_text().splitlines() == [
-        f"moving_ref={REPOSITORY}:vllm0.27.1-gb10", f"source_ref={REPOSITORY}@{DIGEST_A}"]
+    listed = run_cli("published", "--index", str(index_file), "--target", "gb10")
+    assert listed.returncode == 1 and "no verified image published yet for gb10" in listed.stdout
+    assert not outputs.exists(), "no moving_ref for a move that did not happen"
+
+
+def test_a_move_the_registry_did_not_make_is_not_recorded(tmp_path):
+    """--move-tag moves the registry's tag first; when that fails, the index is not written."""
+    index_file = tmp_path / "published.json"
+    args = ["publish", "--index", str(index_file), "--repository", DEAD_REGISTRY, "--target", "gb10",
+            "--vllm", "0.27.1", "--immutable-tag", TAG, "--digest", DIGEST_A,
+            "--verify-report", str(write_report(tmp_path, True)), "--move-tag"]
+    result = run_cli(*args)
+    assert result.returncode == 2
+    line = result.stderr.strip()
+    assert "\n" not in line and line.startswith("error: registry 127.0.0.1:9 unreachable while reading")
+    assert not index_file.exists()
 
 
 def test_failed_verify_is_refused_and_nothing_is_written(tmp_path):
     index_file = tmp_path / "published.json"
-    assert publish(index_file, report=write_report(tmp_path, True)).returncode == 0
+    moved_in_index(index_file, ("gb10", TAG, DIGEST_A))
     before = index_file.read_bytes()
     newer_tag = "vllm0.27.1-gb10-0123456789ab"
     bad = write_report(tmp_path, False, "bad.json", digest=DIGEST_B)
@@ -202,7 +234,7 @@ def test_republishing_the_same_digest_refreshes_its_verify_result(tmp_path):
     assert publish(index_file, report=write_report(tmp_path, True)).returncode == 0
     index = published.load_index(index_file)
     assert len(index["builds"]) == 1
-    assert published.known_good(index, "gb10", "0.27.1")["digest"] == DIGEST_A
+    assert index["builds"][0]["verify"]["passed"] is True
 
 
 def test_republishing_a_verified_build_without_a_report_is_refused(tmp_path):
@@ -248,7 +280,7 @@ def test_damaged_index_names_file_and_field(tmp_path):
 
 def test_hand_edited_moving_tag_to_a_failed_build_is_rejected(tmp_path):
     index_file = tmp_path / "published.json"
-    assert publish(index_file, report=write_report(tmp_path, True)).returncode == 0
+    moved_in_index(index_file, ("gb10", TAG, DIGEST_A))
     data = json.loads(index_file.read_text())
     data["builds"][0]["verify"]["passed"] = False
     index_file.write_text(json.dumps(data))
@@ -277,9 +309,7 @@ def test_verify_report_without_passed_is_refused(tmp_path):
 
 def test_published_lists_known_good_images(tmp_path):
     index_file = tmp_path / "published.json"
-    assert publish(index_file, report=write_report(tmp_path, True)).returncode == 0
-    assert publish(index_file, target="h200", tag="vllm0.27.1-h200-3f2a9c1b7d4e", digest=DIGEST_B,
-                   report=write_report(tmp_path, True, target="h200", digest=DIGEST_B)).returncode == 0
+    moved_in_index(index_file, ("gb10", TAG, DIGEST_A), ("h200", "vllm0.27.1-h200-3f2a9c1b7d4e", DIGEST_B))
     result = run_cli("published", "--index", str(index_file), "--json")
     assert result.returncode == 0, result.stderr
     listed = {(e["target"], e["digest"]) for e in json.loads(result.stdout)}

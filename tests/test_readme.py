@@ -37,7 +37,7 @@ def test_stale_table_is_detected_and_regenerated(tmp_path):
     stale.write_text(f"# x\n\n{readme_table.BEGIN}\n| old | table |\n{readme_table.END}\n\nafter\n")
     result = run_cli("readme-table", "--readme", str(stale), "--check")
     assert result.returncode == 1
-    assert "the patch table is stale; run `python build.py readme-table`" in result.stdout
+    assert "the patch table is stale; run `python3 build.py readme-table`" in result.stdout
     assert "| old | table |" in stale.read_text()  # --check writes nothing
     assert run_cli("readme-table", "--readme", str(stale)).returncode == 0
     text = stale.read_text()
@@ -58,8 +58,15 @@ def test_every_build_py_command_in_the_readme_exists():
     assert used <= commands, f"README names unknown commands: {sorted(used - commands)}"
 
 
+def test_readme_says_python3_throughout():
+    """Debian 12 has no `python` outside a virtual environment: every command the README gives
+    runs python3 (before, it mixed `python build.py` and `python3 -m`)."""
+    commands = re.findall(r"\bpython3?\b(?= (?:-m|build\.py|verify/))", README.read_text())
+    assert commands and set(commands) == {"python3"}
+
+
 def test_readme_main_job_is_one_command():
-    assert "python build.py --target gb10 --vllm 0.27.1" in README.read_text()
+    assert "python3 build.py --target gb10 --vllm 0.27.1" in README.read_text()
     plan = run_cli("--target", "gb10", "--vllm", "0.27.1", "--plan", "--allow-unlocked")
     assert plan.returncode == 0, plan.stderr
     assert "vllm0.27.1-gb10" in plan.stdout

@@ -5,6 +5,7 @@ import io
 import re
 import tarfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,20 @@ def _sdist_bytes(version: str) -> bytes:
 @pytest.fixture
 def local_index(tmp_path, monkeypatch):
     """A real HTTP server on 127.0.0.1 serving a PEP 503 page: one good sdist, one with a wrong hash."""
+    yield from _serve_index(tmp_path, monkeypatch, delay_s=0)
+
+
+@pytest.fixture
+def slow_index(tmp_path, monkeypatch):
+    """The same, but each sdist's answer waits SLOW_S before its first byte, as a proxy that
+    fetches the whole file before it answers does."""
+    yield from _serve_index(tmp_path, monkeypatch, delay_s=SLOW_S)
+
+
+SLOW_S = 1.5
+
+
+def _serve_index(tmp_path, monkeypatch, delay_s: float):
     files = {"vllm-9.0.0.tar.gz": _sdist_bytes("9.0.0"), "vllm-9.1.0.tar.gz": _sdist_bytes("9.1.0")}
     good = hashlib.sha256(files["vllm-9.0.0.tar.gz"]).hexdigest()
     page = (f'<a href="/files/vllm-9.0.0.tar.gz#sha256={good}">vllm-9.0.0.tar.gz</a>'
@@ -70,6 +85,8 @@ def local_index(tmp_path, monkeypatch):
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             body = page if self.path.startswith("/simple/") else files.get(self.path.split("/")[-1])
+            if not self.path.startswith("/simple/"):
+                time.sleep(delay_s)
             self.send_response(200 if body is not None else 404)
             self.send_header("Content-Length", str(len(body or b"")))
             self.end_headers()
@@ -138,12 +155,27 @@ def test_cold_release_tree_on_a_terminal_shows_download_and_extraction(local_ind
     assert stderr.count("\n") == 2, "one line each once done"
 
 
-def test_cold_release_tree_piped_says_only_start_and_end(local_index):
-    code, stdout, stderr = run_python(COLD_TREE, terminal=False)
+def test_cold_release_tree_piped_says_nothing(local_index):
+    code, stdout, stderr = run_python(COLD_TREE, terminal=False, env={"VLLM_FORGE_PROGRESS": ""})
+    assert code == 0 and stdout.strip() == str(local_index / "trees" / "9.0.0")
+    assert stderr == ""
+
+
+def test_cold_release_tree_logged_says_only_start_and_end(local_index):
+    code, stdout, stderr = run_python(COLD_TREE, terminal=False, env={"VLLM_FORGE_PROGRESS": "lines"})
     assert code == 0 and "\r" not in stderr
     lines = stderr.splitlines()
     assert lines[0::2] == ["downloading vLLM 9.0.0 sdist ...", "extracting vLLM 9.0.0's vllm/ package ..."]
     assert re.fullmatch(r"downloading vLLM 9\.0\.0 sdist: done, \d+ B in \d+\.\d s", lines[1])
     assert re.fullmatch(r"extracting vLLM 9\.0\.0's vllm/ package: done, 2 files in \d+\.\d s", lines[3])
     # Warm: nothing to do, nothing said.
-    assert run_python(COLD_TREE, terminal=False)[2] == ""
+    assert run_python(COLD_TREE, terminal=False, env={"VLLM_FORGE_PROGRESS": "lines"})[2] == ""
+
+
+def test_download_time_counts_the_wait_for_the_answer(slow_index):
+    """Before: the clock started once the answer's headers were in, so a proxy that holds the
+    whole file first printed "19.7 MB in 0.0 s"."""
+    code, _, stderr = run_python(COLD_TREE, terminal=False, env={"VLLM_FORGE_PROGRESS": "lines"})
+    assert code == 0, stderr
+    took = re.search(r"downloading vLLM 9\.0\.0 sdist: done, \d+ B in (\d+\.\d) s", stderr)
+    assert took and float(took.group(1)) >= SLOW_S - 0.1, stderr

@@ -1,5 +1,7 @@
 """verify/: scripts that prove a serving image still works after a vLLM upgrade.
 
-Run them as modules from the repository root (`python3 -m verify.mtp_smoke ...`; in the image,
-from /opt/vllm-forge) or, after `pip install .`, as `vllm-forge-mtp-smoke` / `vllm-forge-bench`.
+Run them as files from any directory (`python3 verify/mtp_smoke.py ...`; in the image
+`python3 /opt/vllm-forge/verify/mtp_smoke.py ...`), as modules from the repository root
+(`python3 -m verify.mtp_smoke ...`) or, after `pip install .`, as `vllm-forge-mtp-smoke` /
+`vllm-forge-bench`.
 """

@@ -36,6 +36,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+if not __package__:  # run as a file, not as verify.X: see verify/_repository_on_path.py
+    import _repository_on_path  # noqa: F401
+
 from forge.errors import ForgeError
 from forge.files import check_output_dir
 from forge.serving.acceptance import parse_profile

@@ -29,6 +29,9 @@ import sys
 import time
 from pathlib import Path
 
+if not __package__:  # run as a file, not as verify.X: see verify/_repository_on_path.py
+    import _repository_on_path  # noqa: F401
+
 from forge.errors import ForgeError
 from forge.files import check_output_dir
 from forge.targets import target_for_device
@@ -529,7 +532,7 @@ def main(argv=None) -> int:
     except ForgeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)  # only once the arguments are known to be good
     if args.endpoint:
         checks, context = endpoint_checks(recipe, args)
     else:

@@ -38,15 +38,25 @@ def _add_offline_flag(p) -> None:
                    help="use only the cached release index and sources (no network)")
 
 
+def _add_locked_flag(p) -> None:
+    p.add_argument("--locked", action="store_true",
+                   help="refuse a base that the lock file does not pin instead of pinning it "
+                        "there (CI and releases: the lock never changes)")
+
+
 def _add_build(commands) -> None:
     p = commands.add_parser("build", help="build a serving image for a target (the default command)")
     p.add_argument("--target", required=True, help="hardware target from images/targets.yaml")
     p.add_argument("--vllm", required=True, metavar="VERSION", help="vLLM release, e.g. 0.27.1")
     _add_repository_flag(p)
-    p.add_argument("--push", action="store_true", help="push the immutable and the moving tag")
+    p.add_argument("--push", action="store_true",
+                   help="push the immutable tag (the moving tag moves only by `publish --move-tag`, "
+                        "after verify passed)")
     p.add_argument("--plan", action="store_true", help="print the resolved plan; build nothing")
+    _add_locked_flag(p)
     p.add_argument("--allow-unlocked", action="store_true",
-                   help="build from a base that images/lock.yaml does not pin (not reproducible)")
+                   help="build from a base that images/lock.yaml does not pin, without pinning it "
+                        "(not reproducible)")
     p.add_argument("--allow-base-change", action="store_true",
                    help="build from the locked digest even though the base tag has moved since")
     p.add_argument("--base-image", help="override the target's base image tag (repo:tag)")
@@ -111,6 +121,7 @@ def _add_bake(commands) -> None:
     p.add_argument("--target", action="append", help="only these targets (repeatable)")
     _add_repository_flag(p)
     p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
+    _add_locked_flag(p)
     p.add_argument("--output", "-o", default="docker-bake.json", help="file to write")
     p.add_argument("--no-attest", action="store_true",
                    help="no SBOM/provenance attestations: for the plain docker driver (Docker "
@@ -215,7 +226,9 @@ def _add_publish(commands) -> None:
     _add_repository_flag(p)
     p.add_argument("--index", help="the known-good index file (default images/published.json)")
     p.add_argument("--move-tag", action="store_true",
-                   help="when verify passed, point the moving tag at the digest in the registry")
+                   help="when verify passed, point the moving tag at the digest in the registry, "
+                        "then record it as known-good (without: the build is recorded, the moving "
+                        "tag and the known-good entry stay as they are)")
     p.add_argument("--github-output", metavar="FILE",
                    help="append moving_ref= and source_ref= (a GitHub Actions step output file)")
     p.set_defaults(handler="forge.commands.images:cmd_publish")
@@ -343,11 +356,19 @@ COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, 
                     _add_release_matrix]
 
 
+def program_name() -> str:
+    """What the user typed: `build.py` in a checkout, `vllm-forge` as the installed command."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return name if name in ("build.py", "vllm-forge") else "vllm-forge"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    prog = program_name()
+    example = "python3 build.py" if prog == "build.py" else prog
     parser = argparse.ArgumentParser(
-        prog="build.py",
+        prog=prog,
         description="vllm-forge: patched, verified vLLM serving images per GPU target.",
-        epilog="Without a command, build.py builds: python build.py --target gb10 --vllm 0.27.1")
+        epilog=f"Without a command, {prog} builds: {example} --target gb10 --vllm 0.27.1")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add_command in COMMAND_BUILDERS:
         add_command(commands)
@@ -369,6 +390,19 @@ def _check_output_files(args) -> None:
             check_output_file(getattr(args, name), flag)
 
 
+def data_home_hint(message: str) -> str:
+    """Installed outside a checkout, forge reads patches/, images/ and recipes/ from
+    $VLLM_FORGE_HOME or the current directory: an error about a file there says so."""
+    from forge import REPO_ROOT, is_data_home
+
+    if is_data_home(REPO_ROOT) or str(REPO_ROOT) not in message:
+        return ""
+    where = "$VLLM_FORGE_HOME" if os.environ.get("VLLM_FORGE_HOME") else \
+        "the current directory ($VLLM_FORGE_HOME is not set)"
+    return (f" (not a vllm-forge checkout: {REPO_ROOT}, from {where}; set $VLLM_FORGE_HOME to a "
+            f"checkout's root, the folder holding patches/, images/ and recipes/)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -384,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         handler = getattr(importlib.import_module(module_name), function_name)
         return handler(args) or 0
     except ForgeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}{data_home_hint(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

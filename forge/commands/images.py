@@ -11,23 +11,39 @@ from forge.errors import ForgeError
 
 # --- build.py build ----------------------------------------------------------------------------
 
-def cmd_build(args) -> int:
-    from forge.images import build
+def _locked_plan(args):
+    """The build's plan, every local check done first; a base not pinned yet is pinned now (one
+    line on stderr: stdout may be --json) unless --allow-unlocked (build from the registry's digest
+    of the moment, lock untouched) or --locked (a plan shows it, then both refuse)."""
+    from forge.images.lock import lock_missing
     from forge.images.plan import format_plan, resolve_plan
 
-    # A plan shows an unlocked base before it fails as the build would (so it can be inspected).
-    plan = resolve_plan(args.target, args.vllm, repository=args.repository,
-                        base_image=args.base_image, allow_unlocked=args.allow_unlocked or args.plan,
-                        lock_path=args.lock)
+    def plan_with(allow_unlocked: bool):
+        return resolve_plan(args.target, args.vllm, repository=args.repository,
+                            base_image=args.base_image, allow_unlocked=allow_unlocked,
+                            lock_path=args.lock)
+
+    plan = plan_with(allow_unlocked=True)
+    if plan.base_locked or args.allow_unlocked:
+        return plan
+    if args.locked and args.plan:
+        # A plan shows the unlocked base before it fails as the build would (to inspect it).
+        print(json.dumps(plan.to_dict(), indent=1) if args.json else format_plan(plan), flush=True)
+    print(lock_missing(plan.base.ref, plan.target, plan.vllm, args.lock, locked=args.locked),
+          file=sys.stderr, flush=True)
+    return plan_with(allow_unlocked=False)
+
+
+def cmd_build(args) -> int:
+    from forge.images import build, host
+    from forge.images.plan import format_plan
+
+    plan = _locked_plan(args)
     if args.plan:
         print(json.dumps(plan.to_dict(), indent=1) if args.json else format_plan(plan))
-        if not plan.base_locked and not args.allow_unlocked:
-            sys.stdout.flush()
-            # The same refusal, worded the same way, as the build itself gives.
-            resolve_plan(args.target, args.vllm, repository=args.repository,
-                         base_image=args.base_image, lock_path=args.lock)
         return 0
-    client = build.connect()
+    client = host.connect()
+    host.check_emulation(plan)
     plan = build.check_base(plan, allow_change=args.allow_base_change)
     docker_cli = build.find_buildx()
     attest = not args.no_attest and build.engine_keeps_attestations(client)
@@ -61,8 +77,12 @@ def cmd_lock(args) -> int:
 # --- build.py bake -----------------------------------------------------------------------------
 
 def cmd_bake(args) -> int:
-    from forge.images.bake import ATTEST_NEEDS, plan_all, write_bake
+    from forge.images.bake import ATTEST_NEEDS, plan_all, unlocked_bases, write_bake
+    from forge.images.lock import lock_missing
 
+    for ref, target in unlocked_bases(args.vllm, args.target, args.repository, args.lock):
+        print(lock_missing(ref, target, args.vllm, args.lock, locked=args.locked), file=sys.stderr,
+              flush=True)
     plans = plan_all(args.vllm, args.target, args.repository, args.lock)
     output = write_bake(plans, Path(args.output).resolve(), attest=not args.no_attest)
     for plan in plans:
@@ -96,9 +116,10 @@ def cmd_release_matrix(args) -> int:
 def cmd_publish(args) -> int:
     """Record a pushed build; move its moving tag when verify passed.
 
-    Prints one line per outcome. Exits 1 when a verify report did not pass (refused: nothing
-    written, no tag moved) or none was given (recorded as not verified, tag not moved), so a
-    release job shows red; 2 when a report is malformed or names another target, release or
+    Prints one line per outcome. With --move-tag and a passing verify, the registry's moving tag
+    moves first, then the index records it; without --move-tag nothing moves and the index says
+    so. Exits 1 when a verify report did not pass (refused: nothing written, no tag moved) or none
+    was given (recorded as not verified, tag not moved), so a release job shows red; 2 when a report is malformed or names another target, release or
     digest; 3 when the immutable tag already names another digest.
     """
     from forge import image_names
@@ -108,14 +129,16 @@ def cmd_publish(args) -> int:
     tag = args.immutable_tag
     build, entry = publish(args.target, args.vllm, repository, tag, args.digest,
                            args.verify_report, args.index, move=args.move_tag)
+    passed = build["verify"]["passed"]
     print(f"recorded {reference(repository, tag)}@{build['digest']} "
-          f"(verify {'passed' if build['verify']['passed'] else 'did not pass'})")
+          f"(verify {'passed' if passed else 'did not pass'})")
+    moving = reference(repository, image_names.moving_tag(args.target, args.vllm))
     if entry is None:
-        print(f"moving tag {image_names.moving_tag(args.target, args.vllm)} not moved")
-        return 1
+        why = "without --move-tag; the index records no move" if passed else "verify did not pass"
+        print(f"moving tag {moving} not moved ({why})")
+        return 0 if passed else 1
     moving_ref = reference(repository, entry["moving_tag"])
-    print(f"{'moved' if args.move_tag else 'move'} {moving_ref} -> "
-          f"{reference(repository, tag)}@{build['digest']}")
+    print(f"moved {moving_ref} -> {reference(repository, tag)}@{build['digest']}")
     if args.github_output:
         with open(args.github_output, "a") as out:
             out.write(f"moving_ref={moving_ref}\nsource_ref={repository}@{build['digest']}\n")

@@ -36,7 +36,7 @@ SBOM_GENERATOR_ENV = "VLLM_FORGE_SBOM_GENERATOR"
 ATTEST_NEEDS = ("attestations need a docker-container builder (`docker buildx create --use "
                 "--driver docker-container`) or Docker Engine 26+ with the containerd image store; "
                 "on the plain docker driver (e.g. Debian 12's docker.io 20.10) write the file with "
-                "`python build.py bake --no-attest`")
+                "`python3 build.py bake --no-attest`")
 
 
 def attestations() -> list[str]:
@@ -52,7 +52,9 @@ def bake_target(plan: Plan, context_dir: str, attest: bool = True) -> dict:
         "platforms": [plan.target.platform],
         # SOURCE_DATE_EPOCH is read by BuildKit itself (timestamps in the image and attestations).
         "args": {**plan.build_args(), "SOURCE_DATE_EPOCH": str(plan.source.epoch)},
-        "tags": plan.tags,
+        # The immutable tag only: a `docker buildx bake --push` of this file must not move the
+        # moving tag before verify (`build.py publish --move-tag` does, once it passed).
+        "tags": [plan.immutable_ref],
         "labels": plan.labels,
     }
     if attest:
@@ -91,6 +93,19 @@ def write_bake(plans: list[Plan], output: Path, attest: bool = True) -> Path:
     except OSError as exc:
         raise ForgeError(f"{output}: cannot write: {exc.strerror}") from exc
     return output
+
+
+def unlocked_bases(vllm: str, names: list[str] | None = None, repository: str | None = None,
+                   lock_path: str | None = None) -> list[tuple[str, object]]:
+    """(base reference, the first target on it) of each base the lock does not pin yet, once every
+    plan passed its local checks (a bad target or release is refused before anything is locked)."""
+    plans = [resolve_plan(name, vllm, repository=repository, lock_path=lock_path, allow_unlocked=True)
+             for name in names or sorted(load_targets())]
+    unlocked: dict[str, object] = {}
+    for plan in plans:
+        if not plan.base_locked:
+            unlocked.setdefault(plan.base.ref, plan.target)
+    return list(unlocked.items())
 
 
 def plan_all(vllm: str, names: list[str] | None = None, repository: str | None = None,

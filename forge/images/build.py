@@ -1,7 +1,8 @@
 """What `python build.py --target T --vllm V [--push]` (forge/commands/images.py) does with a plan:
 build it with BuildKit from the very bake definition `build.py bake` writes (forge/images/bake.py),
-tag immutable + moving, push both (never re-pointing an immutable tag that names another image:
-that is refused before any tag, local or remote, is set).
+tag immutable + moving in the local engine, push the immutable tag only (never re-pointing one that
+names another image: that is refused before any tag, local or remote, is set). The moving tag moves
+in the registry only through `build.py publish --move-tag`, after verify passed.
 
 One build engine: the build runs `docker buildx bake --load` on a bake file for this one target,
 written to a temporary directory, so a local build and a release build (`build.py bake`, then
@@ -57,19 +58,6 @@ def immutable_digest(plan: Plan) -> str | None:
     return manifest_digest(plan.immutable_ref) if plan.immutable_ref else None
 
 
-def connect():
-    """A Docker SDK client that has answered a ping; ForgeError naming the engine address if not."""
-    import docker
-
-    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    try:
-        client = docker.from_env(timeout=600)
-        client.ping()
-    except docker.errors.DockerException as exc:
-        raise ForgeError(f"cannot reach the Docker engine at {where}: {_one_line(exc)}") from exc
-    return client
-
-
 def check_base(plan: Plan, allow_change: bool = False) -> Plan:
     """Refuse a base whose tag moved since it was locked (the build would not be the locked one's
     twin). Returns the plan to build: an unlocked base (allowed) pinned to the registry's digest
@@ -83,7 +71,7 @@ def check_base(plan: Plan, allow_change: bool = False) -> Plan:
         return pin_base(plan, current)
     if current != plan.base_digest and not allow_change:
         raise ForgeError(f"base {plan.base.ref} moved: locked {plan.base_digest}, registry now "
-                         f"{current}; relock (`python build.py lock --vllm {plan.vllm}`) or pass "
+                         f"{current}; relock (`python3 build.py lock --vllm {plan.vllm}`) or pass "
                          f"--allow-base-change")
     return plan
 
@@ -235,21 +223,24 @@ def _remote_identity(config: dict) -> tuple:
             json.dumps((config.get("config") or {}).get("Labels") or {}, sort_keys=True))
 
 
-def push(client, plan: Plan, already_pushed: str | None = None) -> None:
-    """Push the immutable tag then the moving one. When the immutable tag already names this image
-    (`already_pushed`, its digest), it is left as it is (a new push would re-point it at a new
-    index whenever attestations are on) and the moving tag is pointed at that digest."""
+def push(client, plan: Plan, already_pushed: str | None = None) -> str:
+    """Push the immutable tag alone and return its digest. The moving tag, what users pull, moves
+    only through `build.py publish --move-tag` once verify passed on this digest. When the
+    immutable tag already names this image (`already_pushed`, its digest), it is left as it is (a
+    new push would re-point it at a new index whenever attestations are on)."""
+    immutable = plan.immutable_ref
+    if not immutable:  # check_base pins every plan it passes on; this is a caller's mistake
+        raise ForgeError(f"push of {plan.moving_ref}: the base digest is unknown, so is the immutable tag")
     if already_pushed:
-        from forge.images.retag import move_tag
-
-        print(f"{plan.immutable_ref} already names this image ({already_pushed}); not pushed again",
-              flush=True)
-        move_tag(plan.moving_ref, already_pushed)
-        print(f"pointed {plan.moving_ref} at {already_pushed}", flush=True)
-        return
-    for tag in plan.tags:
-        digest = _push_one(client, tag)
-        print(f"pushed {tag} ({digest})", flush=True)
+        print(f"{immutable} already names this image ({already_pushed}); not pushed again", flush=True)
+        digest = already_pushed
+    else:
+        digest = _push_one(client, immutable)
+        print(f"pushed {immutable} ({digest})", flush=True)
+    print(f"{plan.moving_ref} not moved: after verify passes on {digest}, `python3 build.py publish "
+          f"--immutable-tag {plan.immutable_tag} --digest {digest} --verify-report DIR --move-tag` "
+          f"moves it", flush=True)
+    return digest
 
 
 def _push_one(client, tag: str) -> str:

@@ -5,11 +5,13 @@
     platforms:
       vllm/vllm-openai:v0.27.1: [linux/amd64, linux/arm64]
 
-`python build.py lock --vllm V` resolves the bases of every target for release V through the registry's
-HTTP API, refuses a base that lacks a platform one of its targets needs, and writes the digests and
-the platforms each digest offers (all or nothing). Builds and plans read the pins: a base that is not
-pinned, lacks the target's platform, or whose tag now points elsewhere, is refused unless the user
-says otherwise.
+`python3 build.py lock --vllm V` resolves the bases of every target for release V through the
+registry's HTTP API, refuses a base that lacks a platform one of its targets needs, and writes the
+digests and the platforms each digest offers (all or nothing). Builds, plans and bake files read the
+pins. The first of them to meet a base that is not pinned yet pins it the same way (`lock_missing`,
+one line saying so), as uv, cargo and npm write their lock on the first run; with `--locked` (CI,
+releases) a missing pin is refused instead and the file is never changed. A base that lacks the
+target's platform, or whose tag now points elsewhere, is refused unless the user says otherwise.
 """
 from __future__ import annotations
 
@@ -27,10 +29,11 @@ from forge.schema import load_yaml
 DEFAULT_LOCK_FILE = REPO_ROOT / "images" / "lock.yaml"
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 HEADER = """\
-# Base image pins: tag -> digest, written by `python build.py lock --vllm V` from the registry's HTTP API,
-# with the platforms each pinned digest offers (`--plan` checks the target's platform against them).
-# A build uses FROM <repo>@<digest> from here and refuses a base that is missing or whose tag moved
-# (unless --allow-unlocked / --allow-base-change). Edit by running the command, not by hand.
+# Base image pins: tag -> digest, written by `python3 build.py lock --vllm V` (or by the first build or
+# --plan of a release not pinned yet) from the registry's HTTP API, with the platforms each pinned
+# digest offers (`--plan` checks the target's platform against them). A build uses
+# FROM <repo>@<digest> from here and refuses a base whose tag moved (unless --allow-base-change);
+# with --locked also one that is missing. Edit by running the commands, not by hand.
 """
 PLATFORM = re.compile(r"[a-z0-9]+/[a-z0-9_]+(?:/[a-z0-9.]+)?")
 
@@ -118,3 +121,36 @@ def _check_offers(ref: str, digest: str, offered: list[str], target) -> None:
                          f"{', '.join(offered) or 'none'}), which target {target.name} needs; "
                          f"nothing locked (fix {target.source}: targets.{target.name}.bases, or "
                          f"lock the other targets with --target)")
+
+
+def lock_missing(ref: str, target, vllm: str, path: Path | str | None = None,
+                 locked: bool = False) -> str:
+    """Pin `ref`, the base `target` builds on for release `vllm`, to the digest its registry names
+    now, adding it to the lock file (the other pins untouched); returns the line that says so.
+    With `locked` (--locked) nothing may change: refused, naming the command that pins it."""
+    from forge.images.registry import (
+        RegistryUnreachable,
+        manifest_digest,
+        manifest_platforms,
+        parse_reference,
+        registry_name,
+    )
+
+    where, command = lock_file(path), f"python3 build.py lock --vllm {vllm}"
+    if locked:
+        raise ForgeError(f"{where}: bases: {ref} is not locked and --locked forbids adding it; run "
+                         f"`{command}` and commit {where.name}")
+    pins, platforms = read_lock(path)   # a malformed lock is refused before the registry is asked
+    try:
+        digest = manifest_digest(ref)
+        if digest is None:
+            raise ForgeError(f"registry has no tag {ref} (target {target.name}); nothing locked")
+        offered = manifest_platforms(ref, digest)
+    except RegistryUnreachable as exc:
+        registry = registry_name(parse_reference(ref).registry)
+        raise ForgeError(f"{where}: bases: {ref} is not locked and {registry} cannot be reached to "
+                         f"lock it ({exc}); nothing written. On a machine that reaches it, run "
+                         f"`{command}` and bring {where.name} here") from exc
+    _check_offers(ref, digest, offered, target)
+    saved = save_lock({**pins, ref: digest}, path, {**platforms, ref: offered})
+    return f"locked {ref} -> {digest} ({', '.join(offered)}) in {saved}"

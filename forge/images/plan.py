@@ -3,7 +3,8 @@ build record and context. Everything that can be wrong is found here, before the
 unknown target, a release with no base, a patch that conflicts, an unlocked base.
 
 Resolving a plan reads only local files (targets, lock, patch series, the cached release tree), so
-`--plan` runs without network once the vLLM release cache is warm.
+`--plan` of a locked release runs without network once the vLLM release cache is warm (a base not
+locked yet is pinned first through the registry: forge/commands/images.py).
 """
 from __future__ import annotations
 
@@ -159,7 +160,7 @@ def resolve_plan(target_name: str, vllm: str, repository: str | None = None,
     if digest is None and not allow_unlocked:
         or_flag = f" (or pass {unlocked_flag})" if unlocked_flag else ""
         raise ForgeError(f"{lock_file(lock_path)}: bases: {base.ref} is not locked; run "
-                         f"`python build.py lock --vllm {vllm}`{or_flag}")
+                         f"`python3 build.py lock --vllm {vllm}`{or_flag}")
     if digest is not None:
         check_locked_platform(base.ref, platforms.get(base.ref), target, vllm, lock_path)
     plan = Plan(target=target, vllm=str(vllm), base=base, base_digest=digest,
@@ -196,7 +197,7 @@ def check_covered(vllm: str, series, target: Target) -> None:
                          f"refuse it")
     if release > Version(series.checked_through):
         raise ForgeError(f"{series.path}: vLLM {vllm} is newer than checked_through "
-                         f"{series.checked_through}: run `python build.py upstream-watch --write` "
+                         f"{series.checked_through}: run `python3 build.py upstream-watch --write` "
                          f"to check the patches against it first")
 
 
@@ -246,7 +247,7 @@ def check_locked_platform(ref: str, offered: list[str] | None, target: Target, v
     where = f"{lock_file(lock_path)}: platforms.{ref}"
     if offered is None:
         raise ForgeError(f"{where}: not recorded, so the target's platform cannot be checked; "
-                         f"run `python build.py lock --vllm {vllm}` to record it")
+                         f"run `python3 build.py lock --vllm {vllm}` to record it")
     if target.platform not in offered:
         raise ForgeError(f"{where}: the locked base offers {', '.join(offered) or 'no platform'}, "
                          f"not {target.platform}, which target {target.name} needs")
@@ -335,9 +336,10 @@ def _source_url() -> str:
 
 def format_plan(plan: Plan) -> str:
     t = plan.target
-    digest = plan.base_digest or (f"not locked: a build refuses it unless --allow-unlocked "
-                                  f"(then it takes the registry's digest); `python build.py lock "
-                                  f"--vllm {plan.vllm}` pins it")
+    digest = plan.base_digest or (f"not locked: a build with --locked refuses it; without, the "
+                                  f"build pins it first, or with --allow-unlocked takes the "
+                                  f"registry's digest unpinned; `python3 build.py lock --vllm "
+                                  f"{plan.vllm}` pins it")
     lines = [f"plan: vLLM {plan.vllm} for {t.name} ({t.platform}, CUDA {t.cuda}, sm {t.cuda_arch})",
              f"  base        {plan.base.ref}",
              f"  digest      {digest}"]

@@ -6,8 +6,9 @@ Two lists, both validated on load (errors name the file and field):
               (or, pushed but not yet verified, with none): target, vLLM release, repository,
               immutable tag, digest and the summary of its verify report. An immutable tag names
               one digest forever: recording it again with another digest is refused.
-  known_good  per target x release, the moving tag (`vllm0.27.1-gb10`) and the build it points at.
-              It moves only to a build whose verify report passed.
+  known_good  per target x release, the moving tag (`vllm0.27.1-gb10`) and the build it points at
+              in the registry. It moves only to a build whose verify report passed, only by
+              `publish --move-tag`, and only once the registry moved the tag.
 
 A verify report that did not pass (by its checks, re-derived here, whatever its `passed` field
 says) or that names another target, release or digest is refused before anything is written.
@@ -15,7 +16,8 @@ says) or that names another target, release or digest is refused before anything
     verify = verify_result(reports, target, vllm, digest)  # refuses a report that did not pass
     index = load_index()
     record_build(index, build)      # refuses an immutable tag that already names another digest
-    move_tag = promote(index, ...)  # only when build.verify.passed
+    entry = promote(index, ...)     # with --move-tag, only when build.verify.passed
+    move_tag(...)                   # the registry first; a refusal there writes nothing
     save_index(index)
 """
 from __future__ import annotations
@@ -341,9 +343,10 @@ def _report_summary(report: dict) -> dict:
 def publish(target: str, vllm: str, repository: str, immutable_tag: str, digest: str,
             verify_reports: list | None, index_path: Path | str | None = None,
             move: bool = False) -> tuple[dict, dict | None]:
-    """Record a pushed build in the index; promote its moving tag when verify passed (and, with
-    `move`, point that tag at the digest in the registry first). Returns (the build, the new
-    known_good entry or None when the tag stays where it was).
+    """Record a pushed build in the index; with `move`, when verify passed, point its moving tag at
+    the digest in the registry and then record that move (known_good). Returns (the build, the new
+    known_good entry or None when the tag stays where it was). Without `move` the index records
+    no move: known_good says what the registry's moving tag names, never what it could name.
 
     Every check that can refuse (the tag's name, the verify reports, the immutable tag naming
     another digest) runs before the index or the registry is touched.
@@ -363,8 +366,8 @@ def publish(target: str, vllm: str, repository: str, immutable_tag: str, digest:
         "immutable_tag": immutable_tag, "digest": digest, "published_at": now_utc(),
         "verify": verify,
     })
-    entry = promote(index, build, moving)
-    if entry is not None and move:
+    entry = promote(index, build, moving) if move else None
+    if entry is not None:
         # Registry first: the index must never claim a move the registry did not make.
         from forge.images.retag import move_tag
 

@@ -134,6 +134,15 @@ def registry_credentials(registry: str) -> Credentials | None:
     return Credentials(username, password, identity_token, source)
 
 
+class RegistryUnreachable(ForgeError):
+    """No answer from the registry at all (DNS, connection, TLS, timeout): not a refusal."""
+
+
+def registry_name(registry: str) -> str:
+    """A registry host as users know it: Docker Hub for docker.io."""
+    return f"Docker Hub ({DOCKER_HUB_API})" if registry == DOCKER_HUB else registry
+
+
 class RegistryClient:
     """The API of one registry: one retrying session whose connections are reused for every call,
     the user's credentials (looked up once, when the registry first asks for them), and the bearer
@@ -168,7 +177,8 @@ class RegistryClient:
                 self._answer_challenge(response.headers.get("WWW-Authenticate", ""), scope, doing)
                 response = self._send(method, path, headers, scope, **kwargs)
         except requests.RequestException as exc:
-            raise ForgeError(f"registry {self.registry} unreachable while {doing}: {_short(exc)}") from exc
+            raise RegistryUnreachable(f"registry {self.registry} unreachable while {doing}: "
+                                      f"{_short(exc)}") from exc
         if response.status_code in (401, 403):
             raise ForgeError(f"registry {self.registry} denied {doing} (HTTP {response.status_code})"
                              f"{self._who()}")

@@ -20,7 +20,7 @@ from forge.patching.vocabulary import Kind
 
 BEGIN = "<!-- patch-table:begin -->"
 END = "<!-- patch-table:end -->"
-COMMAND = "python build.py readme-table"
+COMMAND = "python3 build.py readme-table"
 README = REPO_ROOT / "README.md"
 
 
