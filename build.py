@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""vllm-forge entry point. `python build.py --help` lists the commands.
+"""vllm-forge entry point. `python3 build.py --help` lists the commands.
 
-    python build.py --target gb10 --vllm 0.27.1     build the serving image
-    python build.py patches --vllm 0.25.0           patch status for a release
-    python build.py apply                           patch the vLLM installed here
+    python3 build.py --target gb10 --vllm 0.27.1     build the serving image
+    python3 build.py patches --vllm 0.25.0           patch status for a release
+    python3 build.py apply                           patch the vLLM installed here
 """
 import sys
 

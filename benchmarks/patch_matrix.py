@@ -103,7 +103,7 @@ def main() -> int:
 
 def render(figures, count, versions, series) -> str:
     lines = [
-        "# Patch matrix timing (`python build.py patches --all --json`)",
+        "# Patch matrix timing (`python3 build.py patches --all --json`)",
         "",
         f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"- machine: {machine()}",

@@ -1,7 +1,7 @@
 """Hostile input through the real CLI (issue 20, item 4): every cause that used to end in a
 traceback is one line naming the file and field (or the flag), exit 2, and nothing is written.
 
-Each test runs `python build.py ...` in a fresh process against real files: copies of the
+Each test runs `python3 build.py ...` in a fresh process against real files: copies of the
 project's own YAML, real verify reports written by verify's writer, real directories."""
 import json
 import shutil

@@ -31,7 +31,7 @@ def test_locked_refuses_to_add_a_pin_and_writes_nothing(tmp_path):
 
 
 def test_a_first_plan_without_a_registry_says_so_and_how_to_lock_elsewhere(tmp_path):
-    """Before: `... is not locked; run python build.py lock`, although the plan could have locked
+    """Before: `... is not locked; run python3 build.py lock`, although the plan could have locked
     it; now it tries, and says exactly why it could not and what to run where."""
     lock = tmp_path / "lock.yaml"
     result = run_build("--target", "a100", "--vllm", VERSION, "--plan",

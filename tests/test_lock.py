@@ -144,7 +144,7 @@ def _first_run(standin, lock, *args):
 
 @pytest.mark.docker
 def test_the_first_plan_of_an_unlocked_release_pins_its_base_and_says_so(standin_base, tmp_path):
-    """Before: `--plan` (and the build) exited 2 with "is not locked; run python build.py lock".
+    """Before: `--plan` (and the build) exited 2 with "is not locked; run python3 build.py lock".
     Now the first run resolves the digest through the registry, writes it, says so in one line
     (stderr: stdout stays the plan's JSON); the next run finds it and says nothing."""
     import json

@@ -268,10 +268,10 @@ GUIDE = REPO_ROOT / "docs" / "guides" / "adding-a-patch.md"
 
 
 def guide_commands() -> list[list[str]]:
-    """Every `python build.py ...` line of the guide's shell blocks, continuations joined."""
+    """Every `python3 build.py ...` line of the guide's shell blocks, continuations joined."""
     blocks = re.findall(r"```sh\n(.*?)```", GUIDE.read_text(), re.S)
     lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
-    return [shlex.split(line)[2:] for line in lines if line.startswith("python build.py ")]
+    return [shlex.split(line)[2:] for line in lines if line.startswith("python3 build.py ")]
 
 
 def test_every_command_of_the_guide_parses_as_typed():

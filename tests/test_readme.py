@@ -60,7 +60,7 @@ def test_every_build_py_command_in_the_readme_exists():
 
 def test_readme_says_python3_throughout():
     """Debian 12 has no `python` outside a virtual environment: every command the README gives
-    runs python3 (before, it mixed `python build.py` and `python3 -m`)."""
+    runs python3 (before, it mixed `python3 build.py` and `python3 -m`)."""
     commands = re.findall(r"\bpython3?\b(?= (?:-m|build\.py|verify/))", README.read_text())
     assert commands and set(commands) == {"python3"}
 

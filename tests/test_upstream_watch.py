@@ -97,7 +97,7 @@ def test_new_releases_retire_the_embedding_patch_at_0_27_0(tmp_path, newest_rele
     text = body.read_text()
     assert f"- `{EMBEDDING_PATCH}`: `retired_in: 0.27.0` (already upstream from 0.27.0)" in text
     assert status_cell(text, "0.27.0", EMBEDDING_PATCH) == "already-upstream"
-    assert f"python build.py lock --vllm {newest_release}" in text
+    assert f"python3 build.py lock --vllm {newest_release}" in text
 
 
 def test_a_manifest_at_the_newest_release_proposes_nothing(tmp_path, newest_release):

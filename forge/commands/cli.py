@@ -15,7 +15,7 @@ from forge.errors import ForgeError
 from forge.image_names import check_repository_argument
 from forge.versions import normalize_vllm_argument
 
-# Typing `python build.py --target gb10 --vllm 0.27.1` means "build": no command word needed.
+# Typing `python3 build.py --target gb10 --vllm 0.27.1` means "build": no command word needed.
 DEFAULT_COMMAND = "build"
 
 # The files each command writes (flag, argument name): checked before the handler runs, so a

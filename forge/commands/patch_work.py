@@ -51,7 +51,7 @@ def cmd_new_patch(args) -> int:
         _refuse_finish_flags(args)
         work = work_tree.create("new-patch", args.id, args.vllm)
         print(f"vLLM {args.vllm}'s vllm/ package is in {work.shown()}/vllm: edit it there, then:")
-        print(f"  python build.py new-patch {args.id} --vllm {args.vllm} --finish --title TITLE "
+        print(f"  python3 build.py new-patch {args.id} --vllm {args.vllm} --finish --title TITLE "
               "--why WHY --issue N [--pr N] [--releases SPEC] [--fixes-marker TEXT]")
         return 0
     fields = _new_fields(args)
@@ -87,7 +87,7 @@ def _start_refresh(args, patch) -> int:
     left = work_tree.rejects(work)
     print("Apply the hunks of each .rej file by hand and delete it, then:" if left else
           "Check or change the files there, then:")
-    print(f"  python build.py refresh-patch {args.id} --vllm {args.vllm} --finish")
+    print(f"  python3 build.py refresh-patch {args.id} --vllm {args.vllm} --finish")
     return 1 if left else 0
 
 
@@ -100,7 +100,7 @@ def _check_id_form(command: str, patch_id: str) -> None:
 def _check_new_id(series, patch_id: str, finishing: bool) -> None:
     if any(p.id == patch_id for p in series.patches):
         raise ForgeError(f"new-patch ID: {series.path} already has {patch_id!r}; change it with "
-                         f"`python build.py refresh-patch {patch_id} --vllm VERSION`")
+                         f"`python3 build.py refresh-patch {patch_id} --vllm VERSION`")
     diff = series.path.parent / authoring.diff_path(patch_id)
     if diff.exists() and not finishing:
         raise ForgeError(f"new-patch ID: {diff} exists though the series does not list it; "
@@ -180,5 +180,5 @@ def _finish(work, series, outcome) -> int:
     for patch_id, by_release in outcome.statuses.items():
         for version, status in by_release.items():
             print(f"  {patch_id}  {version}  {status.status}  {status.detail}")
-    print("next: `python build.py readme-table`, and the statuses in tests/test_patch_status.py")
+    print("next: `python3 build.py readme-table`, and the statuses in tests/test_patch_status.py")
     return 0

@@ -98,7 +98,7 @@ def cmd_tune_moe(args) -> int:
     for d in result["decisions"]:
         print(f"M={d['M']:>5}: tuned {d['tuned_us']:8.1f} us, default {d['default_us']:8.1f} us "
               f"-> keep {d['kept']}")
-    print(f"wrote {results_path}; import it with: python build.py tune-moe --import-results {results_path}")
+    print(f"wrote {results_path}; import it with: python3 build.py tune-moe --import-results {results_path}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""`python build.py bake --vllm V`: a `docker buildx bake` file for every target, so one BuildKit
+"""`python3 build.py bake --vllm V`: a `docker buildx bake` file for every target, so one BuildKit
 builder with native amd64 and arm64 nodes builds them all in parallel, with SBOM and provenance
 attestations.
 
@@ -6,7 +6,7 @@ Each target gets the reproducible context of forge/images/context.py, unpacked u
 build-context/<target>/ (git-ignored), and the plan's build args, tags and labels. Run the bake
 from the directory the file is in: `docker buildx bake -f docker-bake.json [--push]`.
 
-This is the one build definition: `python build.py --target T --vllm V` writes the same file (for
+This is the one build definition: `python3 build.py --target T --vllm V` writes the same file (for
 its one target, in a temporary directory) and runs `docker buildx bake` on it (forge/images/build.py), so
 a local build and a release build are the same BuildKit build of the same inputs.
 

@@ -1,4 +1,4 @@
-"""What `python build.py --target T --vllm V [--push]` (forge/commands/images.py) does with a plan:
+"""What `python3 build.py --target T --vllm V [--push]` (forge/commands/images.py) does with a plan:
 build it with BuildKit from the very bake definition `build.py bake` writes (forge/images/bake.py),
 tag immutable + moving in the local engine, push the immutable tag only (never re-pointing one that
 names another image: that is refused before any tag, local or remote, is set). The moving tag moves

@@ -1,6 +1,6 @@
 """What the release workflow builds: one job per target, on a runner of the target's architecture.
 
-    python build.py release-matrix --tag vllm-0.27.1
+    python3 build.py release-matrix --tag vllm-0.27.1
     {"vllm": "0.27.1", "include": [{"target": "a100", "platform": "linux/amd64",
       "runner": "ubuntu-24.04", "immutable_ref": "ghcr.io/o/vllm-forge:vllm0.27.1-a100-<hash>",
       "moving_ref": "ghcr.io/o/vllm-forge:vllm0.27.1-a100", "recipes": [...]}, ...]}

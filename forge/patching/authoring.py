@@ -47,7 +47,7 @@ def check_release(series: Series, vllm: str) -> None:
         raise ForgeError(f"--vllm: {vllm} is before the series' checked_from {series.checked_from}")
     if version > Version(series.checked_through):
         raise ForgeError(f"--vllm: {vllm} is newer than the series' checked_through "
-                         f"{series.checked_through}; run `python build.py upstream-watch --write` "
+                         f"{series.checked_through}; run `python3 build.py upstream-watch --write` "
                          "first")
     try:
         releases.sdist_info(vllm)

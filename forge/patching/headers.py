@@ -16,7 +16,7 @@ from pathlib import Path
 from forge.patching.series import Patch, PatchFile, Series, render_series
 from forge.patching.vocabulary import Kind
 
-COMMAND = "python build.py patch-headers"
+COMMAND = "python3 build.py patch-headers"
 VLLM_ISSUES = "https://github.com/vllm-project/vllm/issues/"
 VLLM_PULLS = "https://github.com/vllm-project/vllm/pull/"
 

@@ -88,7 +88,7 @@ def open_tree(command: str, patch_id: str, vllm: str) -> WorkTree:
         made_by, made_on = state["command"], state["vllm"]
     except FileNotFoundError:
         raise ForgeError(f"--finish: no work tree {shown(root)}; make it first with "
-                         f"`python build.py {command} {patch_id} --vllm {vllm}`") from None
+                         f"`python3 build.py {command} {patch_id} --vllm {vllm}`") from None
     except (ValueError, KeyError, TypeError):
         raise ForgeError(f"--finish: {shown(root / STATE_FILE)} is not a work tree's record; "
                          "delete the directory and start again") from None

@@ -443,7 +443,7 @@ def gpu_provenance(duration_s: float) -> dict:
     return {"device": torch.cuda.get_device_name(), "driver": driver, "triton": triton.__version__,
             "torch": torch.__version__, "vllm": vllm.__version__, "python": platform.python_version(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "duration_s": duration_s, "command": "python build.py " + shlex.join(sys.argv[1:])}
+            "duration_s": duration_s, "command": "python3 build.py " + shlex.join(sys.argv[1:])}
 
 
 def tune(dtype: str, batch_sizes: list[int], shape: MoeShape, space: str = "small") -> dict:

@@ -281,7 +281,7 @@ def _dependency_lines(proposal: Proposal) -> list[str]:
             continue
         lines += [f"New {dependency.package} releases since `checked_through: "
                   f"{dependency.checked_through}` (dependency drift check, Gemma 4 configs "
-                  "through each vLLM release's own code; `python build.py drift --package "
+                  "through each vLLM release's own code; `python3 build.py drift --package "
                   f"{dependency.package} --version V`):", ""]
         for report in dependency.reports:
             lines.append(f"- {report.version}: " + "; ".join(_verdict_groups(report)))
@@ -311,14 +311,14 @@ def _blocked_lines(proposal: Proposal) -> list[str]:
     lines = []
     if proposal.conflicts:
         lines += ["**Conflicts: the manifest was not changed.** Refresh these patches against the "
-                  "release's source, then re-run `python build.py upstream-watch`:", ""]
+                  "release's source, then re-run `python3 build.py upstream-watch`:", ""]
         lines += [f"- vLLM {v}, `{pid}`: {detail}" for v, pid, detail in proposal.conflicts]
         lines.append("")
     if proposal.drift_findings:
         lines += ["**Dependency drift: nothing was changed.** These versions break Gemma 4 on "
                   "supported vLLM releases and no `kind: dependency` entry of "
                   "`patches/series.yaml` keeps them out. Add one (or a fix), then re-run "
-                  "`python build.py upstream-watch`:", ""]
+                  "`python3 build.py upstream-watch`:", ""]
         lines += [f"- {phrase}" for phrase in _finding_phrases(proposal)]
     return lines
 
@@ -333,7 +333,7 @@ def _edit_lines(proposal: Proposal) -> list[str]:
         lines += [f"- `{pid}`: `upstream.fixed_in: {v}`" for pid, v in proposal.set_fixed_in.items()]
     if proposal.recipes_behind:
         lines += ["", f"Recipes whose `vllm` range does not reach {proposal.newest} yet (check each with "
-                      f"`python build.py serve --recipe R --target T --vllm {proposal.newest}`, then "
+                      f"`python3 build.py serve --recipe R --target T --vllm {proposal.newest}`, then "
                       "extend the range in a follow-up):", ""]
         lines += [f"- `recipes/{name}.yaml`" for name in proposal.recipes_behind]
     moved = [d for d in proposal.dependencies if d.new_versions]
@@ -342,10 +342,10 @@ def _edit_lines(proposal: Proposal) -> list[str]:
         lines += [f"- `{d.package}`: `checked_through: {d.checked_through}` → `{d.newest}`"
                   for d in moved]
     if proposal.new_releases:
-        lines += ["", f"`images/lock.yaml` re-pinned with `python build.py lock --vllm {proposal.newest}`."]
+        lines += ["", f"`images/lock.yaml` re-pinned with `python3 build.py lock --vllm {proposal.newest}`."]
     if proposal.new_releases or moved:
         lines += ["", "Opened by `.github/workflows/upstream-watch.yml` "
-                      "(`python build.py upstream-watch --write`)."]
+                      "(`python3 build.py upstream-watch --write`)."]
     return lines
 
 
