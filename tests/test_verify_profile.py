@@ -199,6 +199,14 @@ def test_a_long_reply_no_longer_than_the_short_one_is_refused(gemma4):
         profile_report.analyse(data, gemma4)
 
 
+def test_a_profile_without_gpu_events_says_so(gemma4):
+    data = recorded_profile()
+    for label in ("short", "long"):
+        data["profiles"][label].update(profile_report.kernel_table({"traceEvents": []}))
+    with pytest.raises(ForgeError, match=r"no decode kernel time \(0 GPU events in the long one\)"):
+        profile_report.analyse(data, gemma4)
+
+
 # ------------------------------------------------------------------------------------------
 # The byte floor
 

@@ -158,11 +158,15 @@ def start_watchdog(recorder: Recorder, limit: float) -> None:
     """At the limit: record that the run was cut, write, exit 124 (the engine cannot be
     interrupted mid-start any other way)."""
     def expire():
-        recorder.data["cut"] = f"--max-seconds {limit:g} reached during: {recorder.data.get('phase')}"
-        recorder.write()
-        recorder.say(recorder.data["cut"] + f"; wrote {recorder.path}")
-        sys.stdout.flush()
-        os._exit(124)
+        try:
+            recorder.data["cut"] = f"--max-seconds {limit:g} reached during: {recorder.data.get('phase')}"
+            recorder.write()
+            recorder.say(recorder.data["cut"] + f"; wrote {recorder.path}")
+        except Exception:  # noqa: BLE001 (the main thread was changing the data: the last write stands)
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            os._exit(124)
 
     timer = threading.Timer(limit, expire)
     timer.daemon = True
@@ -312,7 +316,7 @@ def profile_run(generator: Generator, tokens: int, label: str, args, out: Path) 
 
 
 def newest_trace(directory: Path) -> Path:
-    traces = sorted(directory.glob("*.json*"), key=lambda p: p.stat().st_mtime)
+    traces = sorted(directory.rglob("*.json*"), key=lambda p: p.stat().st_mtime)
     if not traces:
         raise ForgeError(f"vLLM's profiler wrote no trace under {directory}")
     return traces[-1]

@@ -135,6 +135,9 @@ def analyse(profile: dict, kernel_map: KernelMap, roofline: dict | None = None) 
     rows = decode_kernels(short, long)
     groups = _group_rows(rows, kernel_map, tokens, steps)
     kernel_us = sum(g["us_total"] for g in groups.values())
+    if kernel_us <= 0:
+        raise ForgeError(f"the profiles hold no decode kernel time ({long.get('events')} GPU events "
+                         "in the long one): did the profiler record the GPU (CUPTI)?")
     wall = wall_per_step(profile.get("wall") or {})
     result = {
         "k": profile.get("k"), "label": step_label(profile), "tokens": tokens, "steps": steps,
