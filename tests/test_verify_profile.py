@@ -274,6 +274,27 @@ def test_report_writes_tables_with_the_floor(tmp_path, capsys):
     assert "% of floor" in capsys.readouterr().out
 
 
+def test_report_compares_the_spec_step_with_the_plain_one(tmp_path):
+    plain = recorded_profile(k=0, wall_ms_per_step=3.6)
+    spec = recorded_profile(k=4, wall_ms_per_step=6.3)
+    # The spec step's lm_head work grows (the drafter's lm_head on every draft position).
+    spec["profiles"]["long"]["kernels"][0:0] = [{"name": "nvjet_tst_128x8_64x6_1x1_v_bz_TNT",
+                                                 "count": 4 * 26, "us": 26 * 500.0}]
+    paths = []
+    for name, data in (("plain", plain), ("spec", spec)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(data))
+    out = tmp_path / "figures.json"
+    assert profile.main(["--report", *map(str, paths), "--md", str(tmp_path / "p.md"),
+                         "--json", str(out)]) == 0
+    text = (tmp_path / "p.md").read_text()
+    ratio = (step_us() + 500) / step_us()
+    assert f"A spec step costs {ratio:.2f}x the plain step in GPU kernel time, 1.75x in wall time." in text
+    assert "| bf16_gemm | 343.0 | 843.0 | +500.0 |" in text
+    figures = json.loads(out.read_text())
+    assert [f["k"] for f in figures] == [0, 4]
+
+
 def test_report_plot_needs_matplotlib_or_writes_a_png(tmp_path, capsys):
     paths = _write_profiles(tmp_path)
     png = tmp_path / "profile.png"

@@ -5,8 +5,8 @@ the plain or the speculative step of a recipe, beside each group's byte floor.
   profile.py --recipe R [--target T] [--dummy [--shape 26b-a4b] [--layers N]] --k 0|K
              [--tokens 128] [--attention-backend TRITON_ATTN] [--roofline FILE] [--max-seconds S]
              --out DIR                                                    (GPU host: DIR/profile.json)
-  profile.py --report DIR/profile.json [DIR2/profile.json ...] [--roofline FILE] [--plot PNG] [--md FILE]
-                                                                          (any machine: tables, plot)
+  profile.py --report DIR/profile.json [DIR2/profile.json ...] [--roofline FILE] [--plot PNG]
+             [--md FILE] [--json FILE]                                    (any machine: tables, plot)
 
 On the GPU host one engine (the recipe's settings as verify/bench.py builds them; --k 0 drops the
 drafter, --k K sets its tokens) runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so a
@@ -67,6 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="analyse recorded profile.json files (no GPU): tables, --plot, --md")
     p.add_argument("--plot", help="with --report: write a PNG (needs matplotlib)")
     p.add_argument("--md", help="with --report: write the tables to this Markdown file")
+    p.add_argument("--json", help="with --report: write the figures (one analysis per profile)")
     p.add_argument("--roofline", help="the output of `build.py roofline ... --json`: each group's "
                                       "byte floor (default: the one recorded in the profile)")
     p.add_argument("--family", default="gemma4", help="kernel map in verify/kernel_groups.yaml")
@@ -120,8 +121,11 @@ def report(args) -> int:
         analysis = profile_report.analyse(profile, kernel_map, roofline)
         entries.append((profile, analysis))
         markdown.append(profile_report.render_markdown(profile, analysis))
-    text = "\n".join(markdown)
+    text = "\n".join(markdown + [profile_report.render_comparison([a for _, a in entries])])
     print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps([a for _, a in entries], indent=1) + "\n")
+        print(f"wrote {args.json}")
     if args.md:
         Path(args.md).write_text(text)
         print(f"wrote {args.md}")

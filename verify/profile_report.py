@@ -256,6 +256,32 @@ def render_markdown(profile: dict, analysis: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_comparison(analyses: list[dict]) -> str:
+    """The spec step's cost against the plain step's, per group: which work a spec step adds.
+    Empty unless the list holds one plain and at least one spec step."""
+    plain = next((a for a in analyses if not a.get("k")), None)
+    specs = [a for a in analyses if a.get("k")]
+    if not plain or not specs:
+        return ""
+    lines = []
+    for spec in specs:
+        wall = (f", {spec['wall_us_per_step'] / plain['wall_us_per_step']:.2f}x in wall time"
+                if spec.get("wall_us_per_step") and plain.get("wall_us_per_step") else "")
+        lines += [f"## {spec['label']} against the plain step",
+                  "",
+                  f"A spec step costs {spec['kernel_us_per_step'] / plain['kernel_us_per_step']:.2f}x "
+                  f"the plain step in GPU kernel time{wall}.",
+                  "",
+                  "| kernel group | plain µs/step | spec µs/step | spec - plain |",
+                  "|---|---|---|---|"]
+        for name, group in spec["groups"].items():
+            base = plain["groups"].get(name, {}).get("us_per_step", 0.0)
+            lines.append(f"| {name} | {base:.1f} | {group['us_per_step']:.1f} | "
+                         f"{group['us_per_step'] - base:+.1f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def _totals_line(a: dict) -> str:
     wall = (f"wall {a['wall_us_per_step'] / 1e3:.3f} ms/step, {a['wall_us_per_token'] / 1e3:.3f} "
             f"ms/token ({1e6 / a['wall_us_per_token']:.0f} tok/s) without the profiler; GPU busy "
