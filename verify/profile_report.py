@@ -323,7 +323,9 @@ def render_plot(entries: list[tuple[dict, dict]], path: Path) -> Path:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise ForgeError("--plot needs matplotlib (python3 -m pip install matplotlib)") from exc
-    fig, axes = plt.subplots(1, len(entries), figsize=(7 * len(entries), 5), squeeze=False)
+    # One x scale for every panel: the spec step's bars read against the plain step's.
+    fig, axes = plt.subplots(1, len(entries), figsize=(7 * len(entries), 5), squeeze=False,
+                             sharex=True)
     for axis, (_, analysis) in zip(axes[0], entries):
         names = list(analysis["groups"])[::-1]
         measured = [analysis["groups"][n]["us_per_step"] for n in names]
@@ -332,6 +334,10 @@ def render_plot(entries: list[tuple[dict, dict]], path: Path) -> Path:
         axis.barh([y + 0.2 for y in ys], measured, height=0.4, label="measured (GPU kernels)")
         if any(floors):
             axis.barh([y - 0.2 for y in ys], floors, height=0.4, label="byte floor")
+        for y, name, value in zip(ys, names, measured):
+            pct = analysis["groups"][name].get("pct_of_floor")
+            if pct is not None:
+                axis.text(value, y + 0.2, f" {pct:.0f}% of floor", va="center", fontsize=7)
         axis.set_yticks(list(ys), names, fontsize=8)
         axis.set_xlabel("µs per decode step")
         axis.set_title(f"{analysis['label']}: {analysis['kernel_us_per_step'] / 1e3:.2f} ms kernels"
