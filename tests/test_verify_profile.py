@@ -319,6 +319,19 @@ def test_runs_as_a_script_and_as_a_module(tmp_path, how):
     assert "## plain step" in result.stdout
 
 
+def test_prompt_length_sets_the_context():
+    ids = profile.first_prompt(True, 1000)
+    assert len(ids) == 1000 and ids[0] == 2 and 2 not in ids[1:]  # BOS once
+    assert profile.first_prompt(True, 10) == profile.first_prompt(True)[:10]
+
+
+def test_a_context_longer_than_the_engine_allows_is_refused_before_the_gpu(capsys):
+    code = profile.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy",
+                         "--prompt-tokens", "4000", "--k", "4", "--max-model-len", "4096"])
+    assert code == 2
+    assert "take 4150 tokens: more than --max-model-len 4096" in capsys.readouterr().err
+
+
 def test_decode_tokens_are_whole_spec_steps():
     assert profile.decode_tokens(128, 0) == 128
     assert profile.decode_tokens(128, 4) == 130  # 26 steps of 5

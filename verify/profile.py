@@ -78,6 +78,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="decode tokens profiled beyond the short reply (rounded up to whole "
                         "spec steps of k+1)")
     p.add_argument("--repeat", type=int, default=3, help="wall-time repetitions (median)")
+    p.add_argument("--prompt-tokens", type=int,
+                   help="with --dummy: the prompt's length in tokens, the context the decode "
+                        "step attends over (default: the first gate prompt, ~276)")
     p.add_argument("--dummy", action="store_true", help="Gemma 4 shapes, dummy weights")
     p.add_argument("--shape", choices=sorted(SHAPES), default="26b-a4b", help="with --dummy")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: real depth)")
@@ -385,7 +388,7 @@ def measure(args, spec: dict, recorder: Recorder, short: int, long: int, out: Pa
                  f"{info['device']}, CUDA graphs {info.get('cudagraph_mode')}")
     if args.dummy:
         recorder.data["control_reply"] = set_control(llm, args.control)
-    prompt = first_prompt(args.dummy)
+    prompt = first_prompt(args.dummy, args.prompt_tokens)
     recorder.data["prompt_tokens"] = len(prompt) if args.dummy else None
     generator = Generator(llm, {"prompt_token_ids": prompt} if args.dummy else prompt, args.k)
     recorder.data["phase"] = "warm-up"
@@ -407,11 +410,18 @@ def wall_of_long(recorder: Recorder) -> float:
     return max(walls) if walls else 10.0
 
 
-def first_prompt(dummy: bool):
+def first_prompt(dummy: bool, length: int | None = None):
+    """The first gate prompt; under --dummy as token ids, repeated or cut to `length`."""
     from verify.prompts import gate_prompts, load_prompts
 
     text = gate_prompts(load_prompts())[0][1]
-    return encode_without_tokenizer(text) if dummy else text
+    if not dummy:
+        return text
+    ids = encode_without_tokenizer(text)
+    if length is None:
+        return ids
+    body = ids[1:]  # BOS once, at the start
+    return ids[:1] + (body * (length // len(body) + 1))[:length - 1]
 
 
 def finish(recorder: Recorder, kernel_map, roofline: dict | None, out: Path) -> int:
@@ -432,6 +442,19 @@ def finish(recorder: Recorder, kernel_map, roofline: dict | None, out: Path) -> 
     return 0 if data["phase"] == "done" and not data.get("error") else 1
 
 
+def check_lengths(args) -> None:
+    """Refuse, before any GPU work, what the engine would refuse after its minutes of start-up."""
+    if args.k < 0 or args.tokens < 1:
+        raise ForgeError("--k must be 0 or more and --tokens 1 or more")
+    if args.prompt_tokens is not None and (not args.dummy or args.prompt_tokens < 2):
+        raise ForgeError("--prompt-tokens needs --dummy and at least 2 tokens")
+    context = len(first_prompt(args.dummy, args.prompt_tokens)) if args.dummy else 0
+    context += SHORT_TOKENS + decode_tokens(args.tokens, args.k) + args.k
+    if context > args.max_model_len:
+        raise ForgeError(f"the prompt and the long reply take {context} tokens: more than "
+                         f"--max-model-len {args.max_model_len}")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
@@ -439,8 +462,7 @@ def main(argv=None) -> int:
             return report(args)
         if not args.recipe:
             raise ForgeError("--recipe is required (or --report PROFILE_JSON)")
-        if args.k < 0 or args.tokens < 1:
-            raise ForgeError("--k must be 0 or more and --tokens 1 or more")
+        check_lengths(args)
         code = gpu_run(args)
     except ForgeError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -233,7 +233,7 @@ def render_markdown(profile: dict, analysis: dict) -> str:
              "",
              f"{profile.get('shape')} shapes, {profile.get('layers')} layers"
              f"{', dummy weights (' + str(profile.get('control')) + ' model)' if profile.get('dummy') else ''}"
-             f", batch 1, greedy; decode = the {profile['profiles']['long']['tokens']}-token reply "
+             f", batch 1, greedy, prompt {profile.get('prompt_tokens') or '?'} tokens; decode = the {profile['profiles']['long']['tokens']}-token reply "
              f"minus the {profile['profiles']['short']['tokens']}-token one: {analysis['tokens']} "
              f"tokens in {analysis['steps']} steps ({analysis['tokens_per_step']:.2f} tokens/step).",
              "",
