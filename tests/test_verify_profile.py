@@ -199,6 +199,16 @@ def test_a_long_reply_no_longer_than_the_short_one_is_refused(gemma4):
         profile_report.analyse(data, gemma4)
 
 
+def test_a_short_profile_without_events_falls_back_to_the_long_reply_and_says_so(gemma4):
+    data = recorded_profile()
+    data["profiles"]["short"].update(profile_report.kernel_table({"traceEvents": []}))
+    analysis = profile_report.analyse(data, gemma4)
+    assert analysis["steps"] == LONG_STEPS
+    prefill = sum(r["us"] * r["launches"] for r in KERNELS["prefill_only"])
+    assert analysis["kernel_us_per_step"] == pytest.approx(step_us() + prefill / LONG_STEPS)
+    assert "prefill included" in profile_report.render_markdown(data, analysis)
+
+
 def test_a_profile_without_gpu_events_says_so(gemma4):
     data = recorded_profile()
     for label in ("short", "long"):

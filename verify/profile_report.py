@@ -127,6 +127,12 @@ def analyse(profile: dict, kernel_map: KernelMap, roofline: dict | None = None) 
     """Per kernel group: µs per token and per step of the decode step; GPU-busy against wall;
     with a roofline, each group's floor and the % of it reached (floor / measured)."""
     short, long = profile["profiles"]["short"], profile["profiles"]["long"]
+    method = "the long reply minus the short one"
+    if not short.get("events") and long.get("events"):
+        # A profiler session that records nothing after an earlier one did: the long reply
+        # alone still gives the step, its prefill included (one step's work in ~100).
+        short = {"tokens": 0, "steps": 0, "kernels": []}
+        method = "the long reply whole, prefill included (the short reply's profile recorded no GPU events)"
     tokens = long["tokens"] - short["tokens"]
     steps = long["steps"] - short["steps"]
     if tokens <= 0 or steps <= 0:
@@ -140,7 +146,8 @@ def analyse(profile: dict, kernel_map: KernelMap, roofline: dict | None = None) 
                          "in the long one): did the profiler record the GPU (CUPTI)?")
     wall = wall_per_step(profile.get("wall") or {})
     result = {
-        "k": profile.get("k"), "label": step_label(profile), "tokens": tokens, "steps": steps,
+        "k": profile.get("k"), "label": step_label(profile), "method": method,
+        "tokens": tokens, "steps": steps,
         "tokens_per_step": tokens / steps,
         "kernel_us_per_token": kernel_us / tokens, "kernel_us_per_step": kernel_us / steps,
         "wall_us_per_token": wall["us_per_token"] if wall else None,
@@ -233,9 +240,10 @@ def render_markdown(profile: dict, analysis: dict) -> str:
              "",
              f"{profile.get('shape')} shapes, {profile.get('layers')} layers"
              f"{', dummy weights (' + str(profile.get('control')) + ' model)' if profile.get('dummy') else ''}"
-             f", batch 1, greedy, prompt {profile.get('prompt_tokens') or '?'} tokens; decode = the {profile['profiles']['long']['tokens']}-token reply "
-             f"minus the {profile['profiles']['short']['tokens']}-token one: {analysis['tokens']} "
-             f"tokens in {analysis['steps']} steps ({analysis['tokens_per_step']:.2f} tokens/step).",
+             f", batch 1, greedy, prompt {profile.get('prompt_tokens') or '?'} tokens; decode = "
+             f"{analysis['method']} ({profile['profiles']['long']['tokens']} and "
+             f"{profile['profiles']['short']['tokens']} tokens): {analysis['tokens']} tokens in "
+             f"{analysis['steps']} steps ({analysis['tokens_per_step']:.2f} tokens/step).",
              "",
              _totals_line(analysis),
              ""]
