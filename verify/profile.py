@@ -436,6 +436,8 @@ def finish(recorder: Recorder, kernel_map, roofline: dict | None, out: Path) -> 
             traceback.print_exc()
             data["error"] = f"analysis: {type(exc).__name__}: {exc}"
         else:
+            # The figures as derived here; --report derives them again from the raw tables.
+            data["analysis"] = analysis
             text = profile_report.render_markdown(data, analysis)
             (out / "profile.md").write_text(text)
             print(text, flush=True)
