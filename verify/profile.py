@@ -42,6 +42,7 @@ import argparse  # noqa: E402 (after the path fix above)
 import datetime  # noqa: E402
 import json  # noqa: E402
 import shlex  # noqa: E402
+import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -101,7 +102,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--save-trace", action="store_true", help="keep the Chrome traces (gzip) in --out")
     p.add_argument("--max-seconds", type=float, default=560,
                    help="stop by then, writing what was measured (default 560)")
-    p.add_argument("--out", default="profile-out")
+    p.add_argument("--out", default="profile-out", help="profile.json and profile.md (and "
+                                                        "--save-trace's traces) only")
+    p.add_argument("--work", help="the dummy models, the controls plugin and the raw traces "
+                                  "(default: a folder under the system's temp dir)")
     return p.parse_args(argv)
 
 
@@ -180,7 +184,7 @@ def start_watchdog(recorder: Recorder, limit: float) -> None:
     timer.start()
 
 
-def engine_plan(args, out: Path):
+def engine_plan(args, work: Path):
     """(recipe, engine spec) from the recipe, built exactly as verify/bench.py builds its engines."""
     from forge.serving.recipes import load_recipe
     from verify.bench import engine_spec
@@ -194,7 +198,7 @@ def engine_plan(args, out: Path):
     engine = {"name": f"mtp{args.k}" if args.k else "plain", "dtype": engine_dtype(recipe),
               "k": args.k, "runner": args.runner or recipe.serve.model_runner, "attention": None,
               "moe": None, "compile": None}
-    spec = engine_spec(recipe, args, engine, out)
+    spec = engine_spec(recipe, args, engine, work)
     if engine["dtype"] == "auto" and recipe.serve.quantization:
         spec["engine_kwargs"]["quantization"] = recipe.serve.quantization
     # The engine core in this process: a separate EngineCore process would run the kernels out
@@ -206,7 +210,7 @@ def engine_plan(args, out: Path):
         spec["env"][controls.ENV_INITIAL] = args.control
     if args.profiler == "vllm":
         spec["engine_kwargs"]["profiler_config"] = {
-            "profiler": "torch", "torch_profiler_dir": str(out / "vllm-traces"),
+            "profiler": "torch", "torch_profiler_dir": str(work / "vllm-traces"),
             "torch_profiler_with_stack": False, "torch_profiler_use_gzip": False,
             "torch_profiler_dump_cuda_time_total": False}
     return recipe, spec
@@ -219,12 +223,12 @@ def engine_dtype(recipe) -> str:
     return "fp8" if quantization == "fp8" else ("bf16" if quantization is None else "auto")
 
 
-def enter_engine_environment(spec: dict, args, out: Path) -> None:
+def enter_engine_environment(spec: dict, args, work: Path) -> None:
     os.environ.update(spec["env"])
     if args.dummy:
         # vLLM finds the controls plugin through importlib.metadata, which reads sys.path (the
         # PYTHONPATH in spec["env"] reaches only processes started from here).
-        for path in (str(ROOT), str(out / "plugin")):
+        for path in (str(ROOT), str(work / "plugin")):
             if path not in sys.path:
                 sys.path.insert(0, path)
 
@@ -289,7 +293,7 @@ def measure_wall(generator: Generator, short: int, long: int, recorder: Recorder
                         f"{per['us_per_token'] / 1e3:.3f} ms/token" if per else ""))
 
 
-def profile_run(generator: Generator, tokens: int, label: str, args, out: Path) -> dict:
+def profile_run(generator: Generator, tokens: int, label: str, args, work: Path, out: Path) -> dict:
     """One reply under the profiler; its trace reduced to a kernel table (the trace itself is
     kept only with --save-trace: ~100k events per 128 tokens)."""
     import torch
@@ -300,7 +304,7 @@ def profile_run(generator: Generator, tokens: int, label: str, args, out: Path) 
         run = generator.run(tokens)
         torch.cuda.synchronize()
         generator.llm.stop_profile()
-        trace = newest_trace(out / "vllm-traces")
+        trace = newest_trace(work / "vllm-traces")
     else:
         from torch.profiler import ProfilerActivity, profile
 
@@ -308,18 +312,24 @@ def profile_run(generator: Generator, tokens: int, label: str, args, out: Path) 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             run = generator.run(tokens)
             torch.cuda.synchronize()
-        trace = out / f"trace-{label}.json"
+        trace = work / f"trace-{label}.json"
         prof.export_chrome_trace(str(trace))
     table = profile_report.kernel_table(profile_report.read_trace(trace))
-    if args.save_trace and trace.suffix != ".gz":
-        import gzip
-        import shutil
-
-        with open(trace, "rb") as src, gzip.open(f"{trace}.gz", "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    if trace.suffix != ".gz" or not args.save_trace:
-        trace.unlink()
+    if args.save_trace:
+        save_gzipped(trace, out / f"trace-{label}.json.gz")
+    trace.unlink()
     return {**run, **table}
+
+
+def save_gzipped(trace: Path, destination: Path) -> None:
+    import gzip
+    import shutil
+
+    if trace.suffix == ".gz":
+        shutil.copyfile(trace, destination)
+        return
+    with open(trace, "rb") as src, gzip.open(destination, "wb") as dst:
+        shutil.copyfileobj(src, dst)
 
 
 def newest_trace(directory: Path) -> Path:
@@ -329,7 +339,7 @@ def newest_trace(directory: Path) -> Path:
     return traces[-1]
 
 
-def run_profiles(generator: Generator, short: int, long: int, args, out: Path,
+def run_profiles(generator: Generator, short: int, long: int, args, work: Path, out: Path,
                  recorder: Recorder) -> None:
     profiles: dict = {}
     recorder.data["profiles"] = profiles
@@ -338,7 +348,7 @@ def run_profiles(generator: Generator, short: int, long: int, args, out: Path,
     for label, tokens in (("long", long), ("short", short)):
         recorder.data["phase"] = f"profile ({label}, {tokens} tokens)"
         recorder.write()
-        profiles[label] = profile_run(generator, tokens, label, args, out)
+        profiles[label] = profile_run(generator, tokens, label, args, work, out)
         recorder.write()
         p = profiles[label]
         recorder.say(f"profiled {label}: {p['tokens']} tokens, {p['steps']} steps, {p['events']} "
@@ -347,9 +357,14 @@ def run_profiles(generator: Generator, short: int, long: int, args, out: Path,
 
 
 def gpu_run(args) -> int:
-    out = Path(args.out).resolve()  # the dummy model's path is handed to vLLM as is
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    recipe, spec = engine_plan(args, out)
+    # Apart from --out, so that only the results come back from a machine that returns a few
+    # files; absolute, since the dummy model's path is handed to vLLM as is.
+    work = (Path(args.work) if args.work
+            else Path(tempfile.gettempdir(), "vllm-forge-profile", out.name)).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    recipe, spec = engine_plan(args, work)
     kernel_map = load_kernel_map(args.family)  # a broken map fails here, before the GPU work
     roofline = profile_report.read_roofline(args.roofline) if args.roofline else None
     short = SHORT_TOKENS
@@ -368,9 +383,9 @@ def gpu_run(args) -> int:
         "phase": "engine start", "cut": None, "error": None, "roofline": roofline})
     recorder.write()
     start_watchdog(recorder, args.max_seconds)
-    enter_engine_environment(spec, args, out)
+    enter_engine_environment(spec, args, work)
     try:
-        measure(args, spec, recorder, short, long, out)
+        measure(args, spec, recorder, short, long, work, out)
     except Exception as exc:  # noqa: BLE001 (recorded with what was measured, then exit 1)
         traceback.print_exc()
         recorder.data["error"] = f"{type(exc).__name__}: {exc}"
@@ -379,7 +394,8 @@ def gpu_run(args) -> int:
     return finish(recorder, kernel_map, roofline, out)
 
 
-def measure(args, spec: dict, recorder: Recorder, short: int, long: int, out: Path) -> None:
+def measure(args, spec: dict, recorder: Recorder, short: int, long: int, work: Path,
+            out: Path) -> None:
     from verify.engine_worker import set_control, start_engine
 
     recorder.say(f"starting the engine: {json.dumps(spec['engine_kwargs'])}")
@@ -404,7 +420,7 @@ def measure(args, spec: dict, recorder: Recorder, short: int, long: int, out: Pa
         recorder.data["cut"] = "no time left for the profile (--max-seconds)"
         recorder.say(recorder.data["cut"])
         return
-    run_profiles(generator, short, long, args, out, recorder)
+    run_profiles(generator, short, long, args, work, out, recorder)
 
 
 def wall_of_long(recorder: Recorder) -> float:

@@ -284,8 +284,8 @@ def render_comparison(analyses: list[dict]) -> str:
                   "|---|---|---|---|"]
         for name, group in spec["groups"].items():
             base = plain["groups"].get(name, {}).get("us_per_step", 0.0)
-            lines.append(f"| {name} | {base:.1f} | {group['us_per_step']:.1f} | "
-                         f"{group['us_per_step'] - base:+.1f} |")
+            change = round(group["us_per_step"] - base, 1) or 0.0  # never "-0.0"
+            lines.append(f"| {name} | {base:.1f} | {group['us_per_step']:.1f} | {change:+.1f} |")
         lines.append("")
     return "\n".join(lines)
 
