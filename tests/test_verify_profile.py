@@ -342,6 +342,34 @@ def test_a_context_longer_than_the_engine_allows_is_refused_before_the_gpu(capsy
     assert "take 4150 tokens: more than --max-model-len 4096" in capsys.readouterr().err
 
 
+def test_a_run_cut_at_max_seconds_writes_what_it_has_and_exits_124(tmp_path):
+    # The watchdog as the GPU run starts it, in a process of its own (it ends that process).
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from verify.profile import Recorder, start_watchdog\n"
+        f"recorder = Recorder(Path({str(tmp_path / 'profile.json')!r}), {{'phase': 'engine start'}})\n"
+        "recorder.write()\n"
+        "start_watchdog(recorder, 0.5)\n"
+        "recorder.data['wall'] = {'long': {'wall_s': [0.4]}}\n"
+        "time.sleep(30)\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 124, result.stderr
+    written = json.loads((tmp_path / "profile.json").read_text())
+    assert written["cut"] == "--max-seconds 0.5 reached during: engine start"
+    assert written["wall"] == {"long": {"wall_s": [0.4]}}  # measured before the cut: kept
+    assert "reached during: engine start" in result.stdout
+
+
+def test_vllm_profiler_mode_asks_the_engine_for_its_torch_profiler(tmp_path):
+    args = profile.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy",
+                               "--profiler", "vllm", "--out", str(tmp_path)])
+    config = profile.engine_plan(args, tmp_path)[1]["engine_kwargs"]["profiler_config"]
+    assert config["profiler"] == "torch" and config["torch_profiler_dir"] == str(tmp_path / "vllm-traces")
+    assert config["torch_profiler_with_stack"] is False  # no Python stacks: less overhead
+
+
 def test_decode_tokens_are_whole_spec_steps():
     assert profile.decode_tokens(128, 0) == 128
     assert profile.decode_tokens(128, 4) == 130  # 26 steps of 5
