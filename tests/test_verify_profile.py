@@ -175,7 +175,7 @@ def test_spec_step_divides_by_its_tokens_and_its_steps(gemma4):
     assert analysis["tokens_per_step"] == 5
     assert analysis["kernel_us_per_step"] == pytest.approx(step_us())
     assert analysis["kernel_us_per_token"] == pytest.approx(step_us() / 5)
-    assert analysis["groups"]["bf16_gemm"]["us_per_token"] == pytest.approx(343.0 / 5)
+    assert analysis["groups"]["bf16_gemm"]["us_per_token"] == pytest.approx((343.0 + 75.0) / 5)
     assert analysis["label"] == "spec step (k=4)"
 
 
@@ -224,25 +224,29 @@ def test_percent_of_floor_per_group(gemma4):
     roofline = profile_report.read_roofline(ROOFLINE_FILE)
     assert roofline["bandwidth_bytes_s"] == pytest.approx(4.8e12)
     analysis = profile_report.analyse(recorded_profile(), gemma4, roofline)
-    lm_head = analysis["groups"]["bf16_gemm"]
-    assert lm_head["floor_us"] == pytest.approx(1476395008 / 4.8e6)  # 307.6 µs
-    assert lm_head["pct_of_floor"] == pytest.approx(100 * (1476395008 / 4.8e6) / 343.0)  # ~90%
+    bf16 = analysis["groups"]["bf16_gemm"]  # the lm_head and the router's GEMMs
+    assert bf16["floor_bytes"] == 1476395008 + 21626880
+    assert bf16["floor_us"] == pytest.approx((1476395008 + 21626880) / 4.8e6)  # 312.1 µs
+    assert bf16["pct_of_floor"] == pytest.approx(100 * bf16["floor_us"] / (343.0 + 75.0))  # ~75%
     fp8 = analysis["groups"]["fp8_gemm"]
     assert fp8["floor_bytes"] == 700000000 + 535265280  # attention + dense_mlp
     assert fp8["pct_of_floor"] == pytest.approx(100 * fp8["floor_us"] / step_us("fp8_gemm"))
     assert analysis["groups"]["activation_quant"]["pct_of_floor"] is None  # no bytes of its own
 
 
-def test_step_floor_and_byte_groups_no_kernel_group_counts(gemma4):
-    roofline = profile_report.read_roofline(ROOFLINE_FILE)
+def test_step_floor_and_byte_groups_no_kernel_group_counts(gemma4, tmp_path):
+    data = json.loads(ROOFLINE_FILE.read_text())
+    data["groups"]["per_layer_embedding"] = 1000  # a byte group no kernel group claims
+    (tmp_path / "roofline.json").write_text(json.dumps(data))
+    roofline = profile_report.read_roofline(tmp_path / "roofline.json")
     analysis = profile_report.analyse(recorded_profile(wall_ms_per_step=3.6), gemma4, roofline)
     floor = analysis["floor"]
     assert floor["step_floor_us"] == pytest.approx(868.88776)
     assert floor["pct_of_floor_kernels"] == pytest.approx(100 * 868.88776 / step_us())
     assert floor["pct_of_floor_wall"] == pytest.approx(100 * 868.88776 / 3600)
-    assert floor["unmatched_byte_groups"] == ["router"]
+    assert floor["unmatched_byte_groups"] == ["per_layer_embedding"]
     text = profile_report.render_markdown(recorded_profile(), analysis)
-    assert "Byte groups no kernel group counts: router." in text
+    assert "Byte groups no kernel group counts: per_layer_embedding." in text
 
 
 @pytest.mark.parametrize("change, message", [
@@ -280,7 +284,7 @@ def test_report_writes_tables_with_the_floor(tmp_path, capsys):
     assert code == 0
     text = md.read_text()
     assert "## plain step" in text and "## spec step (k=4)" in text
-    assert "| bf16_gemm: " in text and "| 90% |" in text  # lm_head at ~90% of its floor
+    assert "| bf16_gemm: " in text and "| 75% |" in text  # lm_head + router at ~75% of their floor
     assert "% of floor" in capsys.readouterr().out
 
 
@@ -300,7 +304,7 @@ def test_report_compares_the_spec_step_with_the_plain_one(tmp_path):
     text = (tmp_path / "p.md").read_text()
     ratio = (step_us() + 500) / step_us()
     assert f"A spec step costs {ratio:.2f}x the plain step in GPU kernel time, 1.75x in wall time." in text
-    assert "| bf16_gemm | 343.0 | 843.0 | +500.0 |" in text
+    assert "| bf16_gemm | 418.0 | 918.0 | +500.0 |" in text
     figures = json.loads(out.read_text())
     assert [f["k"] for f in figures] == [0, 4]
 
