@@ -160,7 +160,8 @@ def test_nothing_is_dropped_and_other_is_reported(gemma4):
     assert sum(g["us_per_step"] for g in analysis["groups"].values()) == pytest.approx(step_us())
     assert analysis["other_us_per_step"] == pytest.approx(3.0)
     text = profile_report.render_markdown(recorded_profile(), analysis)
-    assert "Kernel time in `other` (no group matched): 3.0 µs/step." in text
+    assert "Kernel time in `other` (no group matched): 3.0 µs/step:\n- 3.0 µs, 1x: `void at::native::" in text
+    assert [k["name"][:40] for k in analysis["other_kernels"]] == ["void at::native::(anonymous namespace)::"]
 
 
 def test_plain_step_per_token_equals_per_step(gemma4):

@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 
 from forge.errors import ForgeError
-from verify.kernel_groups import KernelMap
+from verify.kernel_groups import OTHER, KernelMap
 
 # Chrome-trace categories of work that runs on the GPU (kineto's names); the rest (cuda_runtime,
 # cpu_op, python_function, flow events) is host-side.
@@ -156,9 +156,10 @@ def analyse(profile: dict, kernel_map: KernelMap, roofline: dict | None = None) 
         "profiled_busy_pct": _profiled_busy(short, long),
         "other_us_per_step": groups["other"]["us_per_step"],
         "groups": groups,
-        "top_kernels": [{"name": r["name"], "group": kernel_map.group_of(r["name"]),
-                         "us_per_step": r["us"] / steps, "launches_per_step": r["count"] / steps}
-                        for r in rows[:TOP_KERNELS]],
+        "top_kernels": [_kernel_row(r, kernel_map, steps) for r in rows[:TOP_KERNELS]],
+        # What the map does not know yet, by name, so that it can learn it.
+        "other_kernels": [_kernel_row(r, kernel_map, steps) for r in rows
+                          if kernel_map.group_of(r["name"]) == OTHER][:TOP_KERNELS],
         "family": kernel_map.family,
     }
     if roofline:
@@ -166,6 +167,11 @@ def analyse(profile: dict, kernel_map: KernelMap, roofline: dict | None = None) 
         if wall:
             floor["pct_of_floor_wall"] = 100 * floor["step_floor_us"] / wall["us_per_step"]
     return result
+
+
+def _kernel_row(row: dict, kernel_map: KernelMap, steps: int) -> dict:
+    return {"name": row["name"], "group": kernel_map.group_of(row["name"]),
+            "us_per_step": row["us"] / steps, "launches_per_step": row["count"] / steps}
 
 
 def step_label(profile: dict) -> str:
@@ -255,7 +261,9 @@ def render_markdown(profile: dict, analysis: dict) -> str:
                      f"{g['launches_per_step']:.0f} | {_num(g.get('floor_us'))} | "
                      f"{_pct(g.get('pct_of_floor'))} |")
     lines += ["", f"Kernel time in `other` (no group matched): {analysis['other_us_per_step']:.1f} "
-                  f"µs/step."]
+                  f"µs/step" + (":" if analysis.get("other_kernels") else ".")]
+    lines += [f"- {k['us_per_step']:.1f} µs, {k['launches_per_step']:.0f}x: `{_short_name(k['name'])}`"
+              for k in analysis.get("other_kernels") or []]
     if floor:
         lines += [_floor_line(floor)]
     lines += ["", "Top kernels (µs/step):", ""]
