@@ -390,10 +390,11 @@ def test_engine_is_the_recipes_as_bench_builds_it(tmp_path):
     assert kwargs["quantization"] == "fp8" and kwargs["load_format"] == "dummy"
     assert kwargs["speculative_config"]["num_speculative_tokens"] == 4
     assert kwargs["attention_backend"] == "TRITON_ATTN"
-    assert json.loads((Path(kwargs["model"]) / "config.json").read_text())["num_hidden_layers"] == 30
+    assert profile.dummy_layers(spec) == 30
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # the profiler's process runs the kernels
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1" and env["VLLM_FORGE_CONTROL"] == "agree"
     plain = profile.engine_plan(profile.parse_args(
         ["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy", "--k", "0",
-         "--out", str(tmp_path)]), tmp_path)[1]["engine_kwargs"]
-    assert "speculative_config" not in plain and plain["quantization"] == "fp8"
+         "--layers", "6", "--out", str(tmp_path / "plain")]), tmp_path / "plain")[1]
+    assert "speculative_config" not in plain["engine_kwargs"]
+    assert plain["engine_kwargs"]["quantization"] == "fp8" and profile.dummy_layers(plain) == 6

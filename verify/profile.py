@@ -50,7 +50,7 @@ from pathlib import Path  # noqa: E402
 
 from forge.errors import ForgeError  # noqa: E402
 from verify import profile_report  # noqa: E402
-from verify.dummy_models import SHAPES, encode_without_tokenizer  # noqa: E402
+from verify.dummy_models import encode_without_tokenizer  # noqa: E402
 from verify.kernel_groups import load_kernel_map  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="with --dummy: the prompt's length in tokens, the context the decode "
                         "step attends over (default: the first gate prompt, ~276)")
     p.add_argument("--dummy", action="store_true", help="Gemma 4 shapes, dummy weights")
-    p.add_argument("--shape", choices=sorted(SHAPES), default="26b-a4b", help="with --dummy")
+    p.add_argument("--shape", default="26b-a4b",
+                   help="with --dummy: a shape verify/dummy_models.py writes (26b-a4b, 31b)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: real depth)")
     p.add_argument("--control", choices=["agree", "random"], default="agree",
                    help="with --dummy: agreeing (every draft accepted) or random model")
@@ -214,6 +215,12 @@ def engine_plan(args, work: Path):
             "torch_profiler_with_stack": False, "torch_profiler_use_gzip": False,
             "torch_profiler_dump_cuda_time_total": False}
     return recipe, spec
+
+
+def dummy_layers(spec: dict) -> int:
+    """The target's depth as written into the dummy model's config (--layers or the real one)."""
+    config = json.loads((Path(spec["engine_kwargs"]["model"]) / "config.json").read_text())
+    return config["num_hidden_layers"]
 
 
 def engine_dtype(recipe) -> str:
@@ -373,7 +380,7 @@ def gpu_run(args) -> int:
         "kind": "vllm-forge decode profile", "recipe": recipe.name, "target": recipe.target,
         "family": args.family, "k": args.k, "dummy": args.dummy,
         "shape": args.shape if args.dummy else None,
-        "layers": (args.layers or SHAPES[args.shape]["layers"]) if args.dummy else "checkpoint",
+        "layers": dummy_layers(spec) if args.dummy else "checkpoint",
         "control": args.control if args.dummy else None,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "verify/profile.py " + shlex.join(sys.argv[1:]),
