@@ -63,7 +63,8 @@ def recorded_profile(k: int = 0, wall_ms_per_step: float | None = 3.6) -> dict:
         # Wall: 50 ms of prefill and fixed cost, then wall_ms_per_step for each step.
         data["wall"] = {label: {"tokens": tokens[label], "steps": steps[label],
                                 "wall_s": [(50 + wall_ms_per_step * steps[label]) / 1e3 + d
-                                           for d in (0.0, 0.001, -0.001)]}
+                                           for d in (0.0, 0.001, -0.001)],
+                                "tpot_s": [wall_ms_per_step / 1e3 / per_step, None]}
                         for label in ("short", "long")}
     return data
 
@@ -185,6 +186,8 @@ def test_gpu_busy_against_wall(gemma4):
     assert analysis["wall_us_per_step"] == pytest.approx(3600)  # the 50 ms fixed cost cancels
     assert analysis["busy_pct"] == pytest.approx(100 * step_us() / 3600)
     assert analysis["profiled_busy_pct"] < 100  # the trace's launch gaps are idle
+    assert analysis["tpot_us"] == pytest.approx(3600)  # the run without metrics left out
+    assert "(engine TPOT 3.600 ms); GPU busy" in profile_report.render_markdown(recorded_profile(), analysis)
 
 
 def test_without_wall_runs_busy_is_not_invented(gemma4):

@@ -153,6 +153,7 @@ def analyse(profile: dict, kernel_map: KernelMap, roofline: dict | None = None) 
         "wall_us_per_token": wall["us_per_token"] if wall else None,
         "wall_us_per_step": wall["us_per_step"] if wall else None,
         "busy_pct": 100 * (kernel_us / steps) / wall["us_per_step"] if wall else None,
+        "tpot_us": engine_tpot_us(profile.get("wall") or {}),
         "profiled_busy_pct": _profiled_busy(short, long),
         "other_us_per_step": groups["other"]["us_per_step"],
         "groups": groups,
@@ -210,6 +211,13 @@ def wall_per_step(wall: dict) -> dict | None:
     if tokens <= 0 or steps <= 0:
         return None
     return {"us_per_token": 1e6 * extra_s / tokens, "us_per_step": 1e6 * extra_s / steps}
+
+
+def engine_tpot_us(wall: dict) -> float | None:
+    """The engine's own time per output token of the long replies (vLLM's request metrics,
+    what bench.py reports as decode tok/s), as a cross-check of the wall difference."""
+    tpots = [t for t in (wall.get("long") or {}).get("tpot_s") or [] if t]
+    return 1e6 * statistics.median(tpots) if tpots else None
 
 
 def apply_floor(groups: dict, roofline: dict, kernel_map: KernelMap, kernel_us_per_step: float) -> dict:
@@ -300,8 +308,10 @@ def render_comparison(analyses: list[dict]) -> str:
 
 def _totals_line(a: dict) -> str:
     wall = (f"wall {a['wall_us_per_step'] / 1e3:.3f} ms/step, {a['wall_us_per_token'] / 1e3:.3f} "
-            f"ms/token ({1e6 / a['wall_us_per_token']:.0f} tok/s) without the profiler; GPU busy "
-            f"{a['busy_pct']:.0f}% of wall" if a.get("wall_us_per_step") else "wall time not measured")
+            f"ms/token ({1e6 / a['wall_us_per_token']:.0f} tok/s) without the profiler"
+            + (f" (engine TPOT {a['tpot_us'] / 1e3:.3f} ms)" if a.get("tpot_us") else "")
+            + f"; GPU busy {a['busy_pct']:.0f}% of wall" if a.get("wall_us_per_step")
+            else "wall time not measured")
     return (f"GPU kernels {a['kernel_us_per_step'] / 1e3:.3f} ms/step, "
             f"{a['kernel_us_per_token'] / 1e3:.3f} ms/token; {wall}.")
 
