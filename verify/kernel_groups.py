@@ -14,8 +14,10 @@ from forge.schema import Field, ListOf, SchemaError, load_yaml, validate
 
 KERNEL_GROUPS_FILE = Path(__file__).with_name("kernel_groups.yaml")
 OTHER = "other"
-# The byte groups `build.py roofline --json` reports (issue 19): what a group's `bytes` may name.
-BYTE_GROUPS = ("experts", "attention", "lm_head", "dense_mlp", "router", "kv_cache")
+# The byte groups `build.py roofline --json` reports (forge/serving/roofline.py): what a kernel
+# group's `bytes` may name.
+BYTE_GROUPS = ("experts", "attention", "lm_head", "dense_mlp", "router", "embedding",
+               "per_layer_input", "norms", "kv_cache")
 
 GROUP_SCHEMA = {
     "name": Field(str),
