@@ -4,11 +4,13 @@ from pathlib import Path
 
 import pytest
 
+from forge.models import load_family
 from verify import checks
 from verify.report import FAIL, INFO, PASS
 from verify.vllm_logs import parse_engine_log, root_cause
 
 GPU = Path(__file__).parent / "fixtures" / "gpu"
+GEMMA4 = load_family("gemma4")
 SHAPE_ERROR = "a and b must have same reduction dim, but got [s47, 3840] X [5632, 1024]"
 
 
@@ -49,7 +51,7 @@ def test_patched_engine_facts():
     assert patched.graph_capture_s == 15.0
     assert patched.moe_backends == ["TRITON Fp8"]
     assert patched.moe_config_missing[0].endswith("E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json")
-    assert [c.status for c in (checks.check_architectures(patched),
+    assert [c.status for c in (checks.check_architectures(patched, GEMMA4),
                                checks.check_shared_embedding(patched, False),
                                checks.check_cuda_graphs(patched, None))] == [PASS, PASS, PASS]
 

@@ -37,8 +37,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.serving.acceptance import parse_profile
 from verify import bench_report, controls
-from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
+from verify.dummy_models import dummy_shapes, encode_without_tokenizer, full_layers, write_dummy_models
 from verify.prompts import gate_prompts, load_prompts
 from verify.vllm_logs import parse_engine_log
 
@@ -59,7 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--runners", default="v1,v2", help="model runners to measure (default v1,v2)")
     p.add_argument("--dummy", action="store_true",
                    help="Gemma 4 shapes, dummy weights, agreeing and random model per window")
-    p.add_argument("--shape", choices=sorted(SHAPES), default="26b-a4b", help="with --dummy")
+    p.add_argument("--shape", choices=dummy_shapes(), default=dummy_shapes()[0],
+                   help="with --dummy: a shape of models/<family>.yaml (default: the first listed)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: real depth)")
     p.add_argument("--engine", action="append", default=[],
                    help="one more engine: name=N,dtype=fp8|bf16|auto,k=K,runner=v1|v2|default,"
@@ -153,20 +155,6 @@ def grid_engines(configs: list[tuple[str, int]], runners: list[str]) -> list[dic
                             "k": k, "runner": runner, "attention": None, "moe": None,
                             "compile": None})
     return engines
-
-
-def parse_profile(text: str) -> tuple[str, list[float] | float]:
-    name, sep, value = text.partition("=")
-    try:
-        if value.startswith("rate@"):
-            rates: list[float] | float = float(value[5:])
-        else:
-            rates = [float(v) for v in value.split("/")]
-    except ValueError as exc:
-        raise ForgeError(f"--profile {text!r}: rates must be numbers (NAME=0.84/0.6 or NAME=rate@0.87)") from exc
-    if not sep or not name:
-        raise ForgeError(f"--profile {text!r}: expected NAME=p1/p2/.. or NAME=rate@RATE")
-    return name, rates
 
 
 def parse_runners(text: str) -> list[str]:
@@ -483,7 +471,7 @@ def main(argv=None) -> int:
         recipe = load_recipe(args.recipe, args.target)
         report = {"recipe": recipe.name, "target": recipe.target, "dummy": args.dummy,
                   "shape": args.shape if args.dummy else None,
-                  "layers": (args.layers or SHAPES[args.shape]["layers"]) if args.dummy else "checkpoint",
+                  "layers": (args.layers or full_layers(args.shape)) if args.dummy else "checkpoint",
                   "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                   "command": "verify/bench.py " + shlex.join(sys.argv[1:] if argv is None else argv),
                   "engines": {}, "machine": {}}

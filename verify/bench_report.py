@@ -23,6 +23,7 @@ import json
 import statistics
 from pathlib import Path
 
+from forge.serving.acceptance import profile_length
 from verify.metrics import counters_from_snapshot
 
 SPECIAL_WINDOWS = ("followup",)
@@ -68,14 +69,6 @@ def engine_figures(result: dict) -> dict:
 def family(engine: dict) -> tuple:
     """Engines that differ only in k: a speculative engine's plain counterpart shares this."""
     return tuple(engine.get(key) for key in ("dtype", "runner", "attention", "moe", "compile"))
-
-
-def profile_length(rates, k: int) -> float | None:
-    """Mean acceptance length at k draft tokens: 1 + the first k per-position rates (a single
-    rate counts at every position); None where the profile does not reach position k."""
-    if isinstance(rates, (int, float)):
-        return 1 + k * rates
-    return 1 + sum(rates[:k]) if k <= len(rates) else None
 
 
 def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:

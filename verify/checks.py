@@ -1,11 +1,10 @@
 """The gate's checks, as pure functions of what the engine log and the metrics said."""
 from __future__ import annotations
 
+from forge.models import Family
 from verify.metrics import SpecCounters
 from verify.report import INFO, NOT_CHECKED, PASS, Check, failed, passed
 from verify.vllm_logs import EngineLogFacts
-
-DRAFT_ARCH = "Gemma4MTPModel"
 
 
 def check_engine_started(started: bool, facts: EngineLogFacts, error: str | None) -> Check:
@@ -29,12 +28,14 @@ REMEDIES = [
 ]
 
 
-def check_architectures(facts: EngineLogFacts) -> Check:
-    targets = [a for a in facts.architectures if a.startswith("Gemma4") and a != DRAFT_ARCH]
-    if targets and DRAFT_ARCH in facts.architectures:
-        return passed("architectures", f"target {targets[0]}, draft {DRAFT_ARCH}")
-    return failed("architectures", f"need a Gemma 4 target and {DRAFT_ARCH}; log resolved "
-                                   f"{', '.join(facts.architectures) or 'nothing'}")
+def check_architectures(facts: EngineLogFacts, family: Family) -> Check:
+    """The engine resolved one of the family's target architectures and its drafter's."""
+    draft = family.drafter_architecture
+    targets = [a for a in facts.architectures if a in family.target_architectures]
+    if targets and draft in facts.architectures:
+        return passed("architectures", f"target {targets[0]}, draft {draft}")
+    return failed("architectures", f"need a {family.name} target ({', '.join(family.target_architectures)}) "
+                                   f"and {draft}; log resolved {', '.join(facts.architectures) or 'nothing'}")
 
 
 def check_shared_embedding(facts: EngineLogFacts, v2_runner: bool) -> Check:

@@ -33,7 +33,7 @@ from forge.errors import ForgeError
 from forge.targets import target_for_device
 from verify import checks as gate
 from verify import controls
-from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
+from verify.dummy_models import dummy_shapes, encode_without_tokenizer, write_dummy_models
 from verify.metrics import MetricsError, SpecCounters, counters_from_prometheus, counters_from_snapshot
 from verify.prompts import gate_prompts, load_prompts
 from verify.report import INFO, Check, failed, not_checked, passed, render_table, verdict, write_report
@@ -56,7 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "they cannot run and the report cannot pass)")
     p.add_argument("--dummy", action="store_true",
                    help="Gemma 4 shapes, dummy weights, positive and negative controls")
-    p.add_argument("--shape", choices=sorted(SHAPES), default="26b-a4b", help="with --dummy")
+    p.add_argument("--shape", choices=dummy_shapes(), default=dummy_shapes()[0],
+                   help="with --dummy: a shape of models/<family>.yaml (default: the first listed)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: the real depth)")
     p.add_argument("--centroids", action="store_true",
                    help="with --dummy: a centroid-masked drafter (use_ordered_embeddings)")
@@ -262,7 +263,7 @@ def log_checks(facts: EngineLogFacts, recipe, runner_v2: bool, mode: str | None)
     # The engine's own tensor parallel size picks the file: N = 704 / TP (a multi-node layout).
     moe = recipe.moe_config_for(facts.tensor_parallel_size or 1)
     expect = recipe.expect
-    return [gate.check_architectures(facts),
+    return [gate.check_architectures(facts, recipe.family_model[0]),
             gate.check_shared_embedding(facts, runner_v2),
             gate.check_cuda_graphs(facts, mode),
             gate.check_moe_config(facts, moe.name if moe else None,

@@ -134,6 +134,26 @@ def _add_serve_nodes(p) -> None:
     g.add_argument("--node-rank", type=int, help="with --run: which node this host is")
 
 
+def _add_roofline(commands) -> None:
+    p = commands.add_parser("roofline", help="the bytes one decode token reads, per weight group, and the "
+                                             "speed floor and speculative ceiling they allow on the target")
+    p.add_argument("--recipe", required=True, help="recipe name from recipes/")
+    p.add_argument("--target", required=True)
+    p.add_argument("--vllm", required=True, metavar="VERSION", help="the release whose weight layout counts")
+    p.add_argument("--dtype", choices=["bf16", "fp8"], help="weights (default: the recipe's)")
+    p.add_argument("--context", type=int, default=0, metavar="N",
+                   help="tokens of context whose KV cache each token reads (default 0: weights only)")
+    p.add_argument("--profile", metavar="P1/P2/..",
+                   help="per-position acceptance rates (or NAME=P1/P2/.., rate@R) for the ceiling "
+                        "(default: every draft accepted)")
+    p.add_argument("--step-cost-ratio", type=float, metavar="X",
+                   help="one speculative step's cost over a plain one (default: the recipe's)")
+    p.add_argument("--device", help="one of the target's device_names (default: the first)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--recipes-dir", metavar="DIR", help="read recipes from DIR (default: recipes/)")
+    p.set_defaults(handler="forge.commands.serving:cmd_roofline")
+
+
 def _add_tune_moe(commands) -> None:
     p = commands.add_parser("tune-moe", help="tune fused-MoE Triton configs on this GPU")
     p.add_argument("--dtype", choices=["bf16", "fp8_w8a8"],
@@ -267,7 +287,7 @@ def _add_release_matrix(commands) -> None:
 
 
 COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,
-                    _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
+                    _add_roofline, _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
                     _add_drift, _add_readme_table, _add_release_matrix]
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from forge import REPO_ROOT
 from forge.errors import ForgeError
+from forge.models import Family, Model, MoeShape, model_for_id
 from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
 
 RECIPES_DIR = REPO_ROOT / "recipes"
@@ -33,9 +34,6 @@ REMOVED_ENV_VARS = {
 # Quantization methods vLLM detects from a pre-quantized checkpoint's config.json (the names
 # its engine config line prints as quantization=...).
 CHECKPOINT_FORMATS = ("modelopt_fp4", "compressed-tensors")
-# Fused-MoE shape of Gemma-4-26B-A4B at tensor parallel 1 (E experts, N intermediate per
-# partition); at TP=t vLLM looks for N = 704 / t (352 at TP=2).
-MOE_EXPERTS, MOE_INTERMEDIATE = 128, 704
 KNOWN_FAILURES_FILE = "known-failures.yaml"
 
 
@@ -146,15 +144,16 @@ SCHEMA = {
         "source": Field(str),                              # measured or assumed, and where from
     }),
     "speculative": Field({
-        "method": Field(str, choices=("mtp",)),
+        "method": Field(str),  # one the family's speculative_methods name (models/<family>.yaml)
         "num_speculative_tokens": Field(int, check=_positive),
     }),
+    # Empty: the family's sampling defaults (models/<family>.yaml).
     "sampling": Field({
         "temperature": Field(float),
         "top_p": Field(float, check=_fraction),
         "top_k": Field(int),
         "source": Field(str),
-    }),
+    }, required=False),
     "moe_config": Field(MOE_CONFIG, required=False),
     "multi_node": Field(ListOf(LAYOUT), required=False, default=[]),
     "thresholds": Field({
@@ -208,6 +207,15 @@ class Recipe:
     def base_model(self) -> str:
         """The model whose drafter this is: the checkpoint's base for a pre-quantized one."""
         return self.checkpoint.base_model if self.checkpoint else self.model
+
+    @property
+    def family_model(self) -> tuple[Family, Model]:
+        """The model family (models/<family>.yaml) and model that list the base model's id."""
+        return model_for_id(self.base_model)
+
+    @property
+    def moe_shape(self) -> MoeShape | None:
+        return self.family_model[1].moe
 
     @property
     def weights(self) -> str:
@@ -366,6 +374,7 @@ def parse_recipe(data, path: Path) -> Recipe:
     source = display_path(path)
     values = validate(data, SCHEMA, source)
     _check_consistency(values, path, source)
+    values["sampling"] = values["sampling"] or model_for_id(_base_model(values))[0].sampling
     sections = {key: Section(values[key]) for key in ("serve", "speculative", "sampling",
                                                       "thresholds", "expect")}
     moe = Section(values["moe_config"]) if values["moe_config"] else None
@@ -400,9 +409,14 @@ def _check_consistency(values: dict, path: Path, source: str) -> None:
         fail("target", f"unknown target {values['target']!r} (targets: {', '.join(targets)})")
     if values["target"] in NO_FP8_KV_TARGETS and values["serve"]["kv_cache_dtype"].startswith("fp8"):
         fail("serve.kv_cache_dtype", f"no FP8 KV cache on {values['target']} (no FP8 hardware)")
-    base = _base_model(values)
-    if not values["drafter"].startswith(base):
-        fail("drafter", f"must be the model's own drafter {base}-assistant "
+    family, _ = _family_model(values, fail)
+    methods = family.speculative_methods()
+    if values["speculative"]["method"] not in methods:
+        fail("speculative.method", f"must be one of {', '.join(methods)}, the {family.name} family's "
+                                   f"(got {values['speculative']['method']!r})")
+    own_drafter = family.drafter_id(_base_model(values))
+    if own_drafter and values["drafter"] != own_drafter:
+        fail("drafter", f"must be the model's own drafter {own_drafter} "
                         f"(got {values['drafter']!r})")
     if values["checkpoint"] and values["serve"]["quantization"]:
         fail("serve.quantization", f"must be empty for a pre-quantized checkpoint: vLLM detects "
@@ -478,11 +492,15 @@ def _check_moe_config(moe: dict | None, values: dict, tensor_parallel: int, wher
                       fail) -> None:
     if moe is None:
         return
-    if MOE_INTERMEDIATE % tensor_parallel:
+    shape = _family_model(values, fail)[1].moe
+    if shape is None:
+        fail(where, f"{_base_model(values)} has no MoE block (models/ says so): no MoE config to name")
+    assert shape is not None  # fail() raised
+    if shape.intermediate % tensor_parallel:
         fail(where, f"tensor parallel {tensor_parallel} does not divide the MoE intermediate "
-                    f"size {MOE_INTERMEDIATE}")
+                    f"size {shape.intermediate}")
     expected_name = moe_config_name(values["target"], values["serve"]["quantization"],
-                                    tensor_parallel)
+                                    tensor_parallel, shape)
     if expected_name and moe["name"] != expected_name:
         fail(f"{where}.name", f"vLLM looks for {expected_name!r} on this target "
                               f"(got {moe['name']!r})")
@@ -492,20 +510,30 @@ def _check_moe_config(moe: dict | None, values: dict, tensor_parallel: int, wher
         fail(f"{where}.provider", "only for an expected file")
 
 
-def moe_config_name(target: str, quantization: str | None, tensor_parallel: int = 1) -> str | None:
-    """vLLM's fused-MoE config file name for the MoE model on `target`; None if unknown.
-    Named by the same rule the tuner writes files under (Gemma-4-26B-A4B: E=128, N=704 at
-    TP=1; each TP rank holds N/TP of every expert's intermediate size, so N=352 at TP=2)."""
+def _family_model(values: dict, fail) -> tuple[Family, Model]:
+    try:
+        return model_for_id(_base_model(values))
+    except ForgeError as exc:
+        where = "checkpoint.base_model" if values["checkpoint"] else "model"
+        fail(where, str(exc))
+        raise  # fail() raised already
+
+
+def moe_config_name(target: str, quantization: str | None, tensor_parallel: int,
+                    shape: MoeShape) -> str | None:
+    """vLLM's fused-MoE config file name for an MoE model of this shape on `target`; None if
+    unknown. Named by the same rule the tuner writes files under: each TP rank holds N/TP of
+    every expert's intermediate size (Gemma-4-26B-A4B: N=704 at TP=1, 352 at TP=2)."""
     from forge.patching.moe_config_names import config_file_name
 
     device = _moe_device_name(target)
     if device is None:
         return None
-    if MOE_INTERMEDIATE % tensor_parallel:
+    if shape.intermediate % tensor_parallel:
         raise ForgeError(f"tensor parallel {tensor_parallel} does not divide the MoE "
-                         f"intermediate size {MOE_INTERMEDIATE}")
+                         f"intermediate size {shape.intermediate}")
     return config_file_name(device, "fp8_w8a8" if quantization == "fp8" else "bf16",
-                            experts=MOE_EXPERTS, n=MOE_INTERMEDIATE // tensor_parallel)
+                            experts=shape.experts, n=shape.intermediate // tensor_parallel)
 
 
 # ---------------------------------------------------------------------------------------------
