@@ -253,6 +253,26 @@ def test_step_floor_and_byte_groups_no_kernel_group_counts(gemma4, tmp_path):
     assert "Byte groups no kernel group counts: per_layer_embedding." in text
 
 
+def test_the_roofline_commands_json_meets_the_kernel_map(gemma4, tmp_path):
+    # The boundary as it runs: build.py roofline's own --json output, read by the report.
+    proc = subprocess.run([sys.executable, "build.py", "roofline", "--recipe", "gemma-4-26b-a4b-it",
+                           "--target", "h200", "--vllm", "0.25.0", "--context", "350", "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "roofline.json").write_text(proc.stdout)
+    roofline = profile_report.read_roofline(tmp_path / "roofline.json")
+    reported = json.loads(proc.stdout)
+    assert roofline["bandwidth_bytes_s"] == pytest.approx(reported["bandwidth_gb_s"] * 1e9)
+    analysis = profile_report.analyse(recorded_profile(), gemma4, roofline)
+    assert analysis["floor"]["unmatched_byte_groups"] == []  # every byte has its kernel group
+    floors = sum(g.get("floor_us") or 0 for g in analysis["groups"].values())
+    assert floors == pytest.approx(analysis["floor"]["step_floor_us"])  # counted once each
+    groups = reported["groups"]
+    assert analysis["groups"]["moe"]["floor_us"] == pytest.approx(
+        groups["experts"] / (reported["bandwidth_gb_s"] * 1e3))
+    assert analysis["groups"]["attention"]["floor_bytes"] == groups["kv_cache"] > 0
+
+
 @pytest.mark.parametrize("change, message", [
     ({"groups": {"lm_head": -1}}, "groups.lm_head: must be a whole number of bytes"),
     ({"floor_ms": 0}, "floor_ms: must be a positive number"),
