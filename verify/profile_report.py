@@ -126,13 +126,7 @@ def roofline_floor(data: dict, source: str) -> dict:
 def analyse(profile: dict, kernel_map: KernelMap, roofline: dict | None = None) -> dict:
     """Per kernel group: µs per token and per step of the decode step; GPU-busy against wall;
     with a roofline, each group's floor and the % of it reached (floor / measured)."""
-    short, long = profile["profiles"]["short"], profile["profiles"]["long"]
-    method = "the long reply minus the short one"
-    if not short.get("events") and long.get("events"):
-        # A profiler session that records nothing after an earlier one did: the long reply
-        # alone still gives the step, its prefill included (one step's work in ~100).
-        short = {"tokens": 0, "steps": 0, "kernels": []}
-        method = "the long reply whole, prefill included (the short reply's profile recorded no GPU events)"
+    short, long, method = _decode_pair(profile)
     tokens = long["tokens"] - short["tokens"]
     steps = long["steps"] - short["steps"]
     if tokens <= 0 or steps <= 0:
@@ -154,7 +148,7 @@ def analyse(profile: dict, kernel_map: KernelMap, roofline: dict | None = None) 
         "wall_us_per_step": wall["us_per_step"] if wall else None,
         "busy_pct": 100 * (kernel_us / steps) / wall["us_per_step"] if wall else None,
         "tpot_us": engine_tpot_us(profile.get("wall") or {}),
-        "profiled_busy_pct": _profiled_busy(short, long),
+        "profiled_busy_pct": _profiled_busy(long),
         "other_us_per_step": groups["other"]["us_per_step"],
         "groups": groups,
         "top_kernels": [_kernel_row(r, kernel_map, steps) for r in rows[:TOP_KERNELS]],
@@ -168,6 +162,17 @@ def analyse(profile: dict, kernel_map: KernelMap, roofline: dict | None = None) 
         if wall:
             floor["pct_of_floor_wall"] = 100 * floor["step_floor_us"] / wall["us_per_step"]
     return result
+
+
+def _decode_pair(profile: dict) -> tuple[dict, dict, str]:
+    """(short, long, how the step is taken) from the two profiled replies."""
+    short, long = profile["profiles"]["short"], profile["profiles"]["long"]
+    if not short.get("events") and long.get("events"):
+        # A profiler session that records nothing after an earlier one did: the long reply
+        # alone still gives the step, its prefill included (one step's work in ~100).
+        return ({"tokens": 0, "steps": 0, "kernels": []}, long,
+                "the long reply whole, prefill included (the short reply's profile recorded no GPU events)")
+    return short, long, "the long reply minus the short one"
 
 
 def _kernel_row(row: dict, kernel_map: KernelMap, steps: int) -> dict:
@@ -194,7 +199,7 @@ def _group_rows(rows: list[dict], kernel_map: KernelMap, tokens: int, steps: int
     return groups
 
 
-def _profiled_busy(short: dict, long: dict) -> float | None:
+def _profiled_busy(long: dict) -> float | None:
     """GPU-busy share of the long profile's own span (the profiler's overhead included)."""
     span = long.get("span_us") or 0
     return 100 * long["busy_us"] / span if span else None
