@@ -91,6 +91,11 @@ def test_quantize_kernels_naming_e4m3_are_not_fp8_gemms(gemma4):
     assert gemma4.group_of("void cutlass::device_kernel<float_e4m3_t>()") == "fp8_gemm"
 
 
+def test_runner_kernels_are_bookkeeping_but_a_triton_norm_is_not(gemma4):
+    assert gemma4.group_of("_combine_sampled_and_draft_tokens_kernel") == "sampling"
+    assert gemma4.group_of("_gemma_rms_norm_kernel") == "norms_elementwise"
+
+
 def test_a_kernel_no_group_knows_goes_to_other(gemma4):
     assert gemma4.group_of("some_new_kernel_of_a_later_release") == "other"
     assert gemma4.names[-1] == "other"
