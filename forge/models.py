@@ -23,7 +23,8 @@ MODELS_DIR = REPO_ROOT / "models"
 DRAFTER_LOADINGS = ("separate-checkpoint", "in-checkpoint")
 
 
-def _positive_ints(value: dict) -> str | None:
+def _no_negative_counts(value: dict) -> str | None:
+    """config.json sizes and counts: 0 means "none" (hidden_size_per_layer_input), never below."""
     bad = [k for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool) and v < 0]
     return f"{bad[0]}: must not be negative" if bad else None
 
@@ -35,7 +36,7 @@ MODEL_SCHEMA = {
     "label": Field(str),
     "ids": Field(ListOf(str, min_items=1)),
     "source": Field(str),
-    "text": Field(dict, check=_positive_ints),
+    "text": Field(dict, check=_no_negative_counts),
     "assistant_heads": Field(dict, required=False),
 }
 FAMILY_SCHEMA = {

@@ -115,7 +115,7 @@ def test_a_recipe_without_sampling_takes_the_familys(tmp_path):
     data.pop("sampling")
     data["speculative"]["method"] = "eagle"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    with pytest.raises(ForgeError, match=r"h200.yaml: speculative.method: must be one of mtp, the gemma4"):
+    with pytest.raises(ForgeError, match=r"h200.yaml: speculative.method: must be one of mtp \(got 'eagle'\): the gemma4"):
         load_recipe("gemma-4-e4b-it", "h200", root)
     data["speculative"]["method"] = "mtp"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

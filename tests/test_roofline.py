@@ -227,6 +227,9 @@ PLAIN_FIELD_REPORTS = [
     ("31b", "fp8", "gb10", "0.27.1", 6.4),
     # H200, vLLM 0.25.0, 26B-A4B shapes, 30 layers, online FP8 (issue 19's profile): 275 tok/s
     ("26b-a4b", "fp8", "h200", "0.25.0", 275.0),
+    # GB10, Gemma-4-26B-A4B FP8-Dynamic without a drafter: about 35 tok/s
+    # (https://tgmerritt.com/posts/gb10-gemma4-mtp-benchmarks.html)
+    ("26b-a4b", "fp8", "gb10", "0.27.1", 35.0),
 ]
 
 
@@ -241,6 +244,24 @@ def test_no_published_speed_beats_the_floor(shape, weights, target, vllm, measur
 def test_no_published_speculative_speed_beats_k_plus_1_floors():
     """A speculative step reads the target at least once and yields at most k + 1 tokens."""
     reports = [("26b-a4b", "fp8", "a100", "0.25.0", 3, 297.2),   # A100-80GB FP8 + MTP k=3
-               ("31b", "fp8", "gb10", "0.27.1", 3, 13.7)]        # GB10 31B FP8 + drafter k=3
+               ("31b", "fp8", "gb10", "0.27.1", 3, 13.7),        # GB10 31B FP8 + drafter k=3
+               ("26b-a4b", "fp8", "gb10", "0.27.1", 4, 75.7),    # GB10 FP8-Dynamic + gemma4_mtp k=4
+               ("26b-a4b", "nvfp4", "gb10", "0.27.1", 2, 54.9)]  # GB10 NVFP4 + k=2 (eugr#343)
     for shape, weights, target, vllm, k, measured in reports:
         assert (k + 1) * 1e3 / _floor_ms(shape, None, weights, target, vllm) >= measured
+
+
+def test_the_worked_example_in_the_docs_is_what_the_command_prints():
+    doc = (REPO / "docs" / "roofline.md").read_text()
+    done = subprocess.run([sys.executable, "build.py", "roofline", "--recipe", "gemma-4-26b-a4b-it",
+                           "--target", "h200", "--vllm", "0.25.0", "--profile", "0.84/0.60/0.39/0.27"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"```\n{done.stdout}```" in doc
+    for figure in ("| 1,427,374,080 | 2.855 |", "| 865,075,200 | 1.730 |", "| 259,522,560 | 0.519 |",
+                   "| 738,197,504 | 1.476 |", "| 535,265,280 | 1.071 |", "| 10,813,440 | 0.022 |",
+                   "**7.674**"):
+        assert figure in doc
+    bf16 = decode_bytes(shape_26b(), group_dtypes("bf16"), 0)
+    assert f"**{sum(bf16.values()) / GB:.3f}**" in doc
+    assert f"| {(bf16['norms'] + bf16['embedding']) // 2:,} |" in doc

@@ -39,7 +39,7 @@ from pathlib import Path
 from forge.errors import ForgeError
 from forge.serving.acceptance import parse_profile
 from verify import bench_report, controls
-from verify.dummy_models import dummy_shapes, encode_without_tokenizer, full_layers, write_dummy_models
+from verify.dummy_models import encode_without_tokenizer, full_layers, resolve_shape, write_dummy_models
 from verify.prompts import gate_prompts, load_prompts
 from verify.vllm_logs import parse_engine_log
 
@@ -60,8 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--runners", default="v1,v2", help="model runners to measure (default v1,v2)")
     p.add_argument("--dummy", action="store_true",
                    help="Gemma 4 shapes, dummy weights, agreeing and random model per window")
-    p.add_argument("--shape", choices=dummy_shapes(), default=dummy_shapes()[0],
-                   help="with --dummy: a shape of models/<family>.yaml (default: the first listed)")
+    p.add_argument("--shape", help="with --dummy: a model of models/<family>.yaml with an assistant "
+                   "shape (default: the first listed)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: real depth)")
     p.add_argument("--engine", action="append", default=[],
                    help="one more engine: name=N,dtype=fp8|bf16|auto,k=K,runner=v1|v2|default,"
@@ -99,7 +99,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(or its process has exited)")
     p.add_argument("--out", default="bench-out")
     p.add_argument("--timeout", type=int, default=1500, help="seconds for all engines together")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.dummy:  # the shapes are data (models/): checked here, not by argparse, so --help needs none
+        try:
+            args.shape = resolve_shape(args.shape)
+        except ValueError as exc:
+            p.error(str(exc))
+    return args
 
 
 def parse_configs(text: str) -> list[tuple[str, int]]:

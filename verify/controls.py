@@ -6,8 +6,9 @@ seen failing. This plugin makes them agree, without changing any vLLM code path 
 - It wraps `DummyModelLoader.load_weights` (vLLM's `load_format="dummy"`): after vLLM's own
   dummy init it records every final RMSNorm of the model just loaded (the family's
   `control_norms` in models/<family>.yaml; Gemma 4: `model.norm` of Gemma4ForCausalLM and
-  Gemma4MTP). Gemma 4's RMSNorm multiplies by its weight (no 1 + w offset), so a zero weight makes the final hidden state zero, the logits zero (final soft-capping keeps 0 at
-  0) and greedy decoding pick token 0 in target and drafter alike: every draft is accepted.
+  Gemma4MTP). Gemma 4's RMSNorm multiplies by its weight (no 1 + w offset), so a zero weight
+  makes the final hidden state zero, the logits zero (final soft-capping keeps 0 at 0) and greedy
+  decoding pick token 0 in target and drafter alike: every draft is accepted.
 - Centroid-masked drafters (`use_ordered_embeddings: true`, gemma4_mtp.py's
   Gemma4MTPMaskedEmbedder): the drafter scores only the tokens of its top-32 centroids, listed
   by the integer buffer `token_ordering`. vLLM's dummy init fills floating-point tensors only

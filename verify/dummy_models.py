@@ -32,6 +32,11 @@ def family_of(shape: str | None = None) -> tuple[Family, str]:
     raise ValueError(f"unknown shape {shape!r} (known: {', '.join(dummy_shapes())})")
 
 
+def resolve_shape(shape: str | None) -> str:
+    """The shape --dummy writes: `shape` if a family has it, else the first listed."""
+    return family_of(shape)[1]
+
+
 def full_layers(shape: str | None = None) -> int:
     family, name = family_of(shape)
     return family.model(name).layers

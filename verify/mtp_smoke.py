@@ -33,7 +33,7 @@ from forge.errors import ForgeError
 from forge.targets import target_for_device
 from verify import checks as gate
 from verify import controls
-from verify.dummy_models import dummy_shapes, encode_without_tokenizer, write_dummy_models
+from verify.dummy_models import encode_without_tokenizer, resolve_shape, write_dummy_models
 from verify.metrics import MetricsError, SpecCounters, counters_from_prometheus, counters_from_snapshot
 from verify.prompts import gate_prompts, load_prompts
 from verify.report import INFO, Check, failed, not_checked, passed, render_table, verdict, write_report
@@ -56,8 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "they cannot run and the report cannot pass)")
     p.add_argument("--dummy", action="store_true",
                    help="Gemma 4 shapes, dummy weights, positive and negative controls")
-    p.add_argument("--shape", choices=dummy_shapes(), default=dummy_shapes()[0],
-                   help="with --dummy: a shape of models/<family>.yaml (default: the first listed)")
+    p.add_argument("--shape", help="with --dummy: a model of models/<family>.yaml with an assistant "
+                   "shape (default: the first listed)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: the real depth)")
     p.add_argument("--centroids", action="store_true",
                    help="with --dummy: a centroid-masked drafter (use_ordered_embeddings)")
@@ -79,7 +79,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--image-digest", type=image_digest, default=os.environ.get(DIGEST_ENV),
                    help="sha256 digest (or NAME@sha256:...) of the image under test, recorded in "
                         f"the report for build.py publish (default ${DIGEST_ENV})")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.dummy:  # the shapes are data (models/): checked here, not by argparse, so --help needs none
+        try:
+            args.shape = resolve_shape(args.shape)
+        except ValueError as exc:
+            p.error(str(exc))
+    return args
 
 
 DIGEST_ENV = "VLLM_FORGE_IMAGE_DIGEST"

@@ -412,8 +412,8 @@ def _check_consistency(values: dict, path: Path, source: str) -> None:
     family, _ = _family_model(values, fail)
     methods = family.speculative_methods()
     if values["speculative"]["method"] not in methods:
-        fail("speculative.method", f"must be one of {', '.join(methods)}, the {family.name} family's "
-                                   f"(got {values['speculative']['method']!r})")
+        fail("speculative.method", f"must be one of {', '.join(methods)} (got "
+                                   f"{values['speculative']['method']!r}): the {family.name} family's methods")
     own_drafter = family.drafter_id(_base_model(values))
     if own_drafter and values["drafter"] != own_drafter:
         fail("drafter", f"must be the model's own drafter {own_drafter} "
