@@ -403,6 +403,12 @@ def test_vllm_profiler_mode_asks_the_engine_for_its_torch_profiler(tmp_path):
     assert config["torch_profiler_with_stack"] is False  # no Python stacks: less overhead
 
 
+def test_an_unknown_shape_is_refused_before_the_gpu(capsys):
+    with pytest.raises(SystemExit):
+        profile.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--dummy", "--shape", "70b"])
+    assert "unknown shape '70b'" in capsys.readouterr().err
+
+
 def test_decode_tokens_are_whole_spec_steps():
     assert profile.decode_tokens(128, 0) == 128
     assert profile.decode_tokens(128, 4) == 130  # 26 steps of 5

@@ -50,7 +50,7 @@ from pathlib import Path  # noqa: E402
 
 from forge.errors import ForgeError  # noqa: E402
 from verify import profile_report  # noqa: E402
-from verify.dummy_models import encode_without_tokenizer  # noqa: E402
+from verify.dummy_models import encode_without_tokenizer, resolve_shape  # noqa: E402
 from verify.kernel_groups import load_kernel_map  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +71,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--json", help="with --report: write the figures (one analysis per profile)")
     p.add_argument("--roofline", help="the output of `build.py roofline ... --json`: each group's "
                                       "byte floor (default: the one recorded in the profile)")
-    p.add_argument("--family", default="gemma4", help="kernel map in verify/kernel_groups.yaml")
+    p.add_argument("--family", help="the kernel map of verify/kernel_groups.yaml to use (default: the "
+                                    "recipe's model family; with --report, the one recorded)")
     p.add_argument("--recipe", help="recipe name, e.g. gemma-4-26b-a4b-it")
     p.add_argument("--target", default=os.environ.get("VLLM_FORGE_TARGET"))
     p.add_argument("--k", type=int, default=0, help="draft tokens: 0 = the plain step (no drafter)")
@@ -83,8 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="with --dummy: the prompt's length in tokens, the context the decode "
                         "step attends over (default: the first gate prompt, ~276)")
     p.add_argument("--dummy", action="store_true", help="Gemma 4 shapes, dummy weights")
-    p.add_argument("--shape", default="26b-a4b",
-                   help="with --dummy: a shape verify/dummy_models.py writes (26b-a4b, 31b)")
+    p.add_argument("--shape", help="with --dummy: a model of models/<family>.yaml with an assistant "
+                                   "shape (default: the first listed)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: real depth)")
     p.add_argument("--control", choices=["agree", "random"], default="agree",
                    help="with --dummy: agreeing (every draft accepted) or random model")
@@ -107,7 +108,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                                                         "--save-trace's traces) only")
     p.add_argument("--work", help="the dummy models, the controls plugin and the raw traces "
                                   "(default: a folder under the system's temp dir)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.dummy:  # the shapes are data (models/), checked as bench.py checks them
+        try:
+            args.shape = resolve_shape(args.shape)
+        except ValueError as exc:
+            p.error(str(exc))
+    return args
 
 
 # ------------------------------------------------------------------------------------------
@@ -122,7 +129,7 @@ def report(args) -> int:
             profile = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
             raise ForgeError(f"{path}: not a readable profile JSON ({exc})") from exc
-        family = profile.get("family") or args.family
+        family = args.family or profile.get("family") or "gemma4"
         kernel_map = kernel_maps.setdefault(family, load_kernel_map(family))
         roofline = (profile_report.read_roofline(args.roofline) if args.roofline
                     else profile.get("roofline"))
@@ -372,13 +379,14 @@ def gpu_run(args) -> int:
             else Path(tempfile.gettempdir(), "vllm-forge-profile", out.name)).resolve()
     work.mkdir(parents=True, exist_ok=True)
     recipe, spec = engine_plan(args, work)
-    kernel_map = load_kernel_map(args.family)  # a broken map fails here, before the GPU work
+    family = args.family or recipe.family_model[0].name
+    kernel_map = load_kernel_map(family)  # a broken map fails here, before the GPU work
     roofline = profile_report.read_roofline(args.roofline) if args.roofline else None
     short = SHORT_TOKENS
     long = short + decode_tokens(args.tokens, args.k)
     recorder = Recorder(out / PROFILE_FILE, {
         "kind": "vllm-forge decode profile", "recipe": recipe.name, "target": recipe.target,
-        "family": args.family, "k": args.k, "dummy": args.dummy,
+        "family": family, "k": args.k, "dummy": args.dummy,
         "shape": args.shape if args.dummy else None,
         "layers": dummy_layers(spec) if args.dummy else "checkpoint",
         "control": args.control if args.dummy else None,
@@ -413,7 +421,7 @@ def measure(args, spec: dict, recorder: Recorder, short: int, long: int, work: P
                  f"{info['device']}, CUDA graphs {info.get('cudagraph_mode')}")
     if args.dummy:
         recorder.data["control_reply"] = set_control(llm, args.control)
-    prompt = first_prompt(args.dummy, args.prompt_tokens)
+    prompt = first_prompt(args.dummy, args.prompt_tokens, args.shape)
     recorder.data["prompt_tokens"] = len(prompt) if args.dummy else None
     generator = Generator(llm, {"prompt_token_ids": prompt} if args.dummy else prompt, args.k)
     recorder.data["phase"] = "warm-up"
@@ -435,14 +443,15 @@ def wall_of_long(recorder: Recorder) -> float:
     return max(walls) if walls else 10.0
 
 
-def first_prompt(dummy: bool, length: int | None = None):
-    """The first gate prompt; under --dummy as token ids, repeated or cut to `length`."""
+def first_prompt(dummy: bool, length: int | None = None, shape: str | None = None):
+    """The first gate prompt; under --dummy as token ids (the shape's family's), repeated or cut
+    to `length`."""
     from verify.prompts import gate_prompts, load_prompts
 
     text = gate_prompts(load_prompts())[0][1]
     if not dummy:
         return text
-    ids = encode_without_tokenizer(text)
+    ids = encode_without_tokenizer(text, shape)
     if length is None:
         return ids
     body = ids[1:]  # BOS once, at the start
@@ -475,7 +484,7 @@ def check_lengths(args) -> None:
         raise ForgeError("--k must be 0 or more and --tokens 1 or more")
     if args.prompt_tokens is not None and (not args.dummy or args.prompt_tokens < 2):
         raise ForgeError("--prompt-tokens needs --dummy and at least 2 tokens")
-    context = len(first_prompt(args.dummy, args.prompt_tokens)) if args.dummy else 0
+    context = len(first_prompt(args.dummy, args.prompt_tokens, args.shape)) if args.dummy else 0
     context += SHORT_TOKENS + decode_tokens(args.tokens, args.k) + args.k
     if context > args.max_model_len:
         raise ForgeError(f"the prompt and the long reply take {context} tokens: more than "
