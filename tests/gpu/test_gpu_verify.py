@@ -74,3 +74,20 @@ def test_tune_moe_writes_a_vllm_named_config(tmp_path):
     assert data["file_name"].startswith("E=128,N=704,device_name=")
     assert [d["M"] for d in data["decisions"]] == [1, 8]
     assert all(d["tuned_us"] > 0 and d["default_us"] > 0 for d in data["decisions"])
+
+
+def test_profile_splits_the_spec_step_by_kernel_group(tmp_path):
+    """One verify/profile.py run on a small model: the agreeing drafter gives k+1 tokens per
+    step, the main kernel groups all show time, and the map leaves little to `other`."""
+    proc = run(["-m", "verify.profile", "--recipe", "gemma-4-26b-a4b-it", "--target", "h200",
+                "--dummy", "--layers", "6", "--k", "2", "--tokens", "48",
+                "--attention-backend", "TRITON_ATTN", "--gpu-memory-utilization", "0.2",
+                "--kv-cache-gib", "2", "--out", str(tmp_path), "--max-seconds", "800"], timeout=900)
+    data = json.loads((tmp_path / "profile.json").read_text())
+    assert proc.returncode == 0 and data["phase"] == "done", (data.get("error"), proc.stdout[-3000:])
+    analysis = data["analysis"]
+    assert analysis["tokens_per_step"] == 3
+    groups = analysis["groups"]
+    assert all(groups[g]["us_per_step"] > 0 for g in ("fp8_gemm", "moe", "bf16_gemm", "attention"))
+    assert groups["other"]["us_per_step"] < 0.1 * analysis["kernel_us_per_step"], analysis["other_kernels"]
+    assert 0 < analysis["busy_pct"] < 120

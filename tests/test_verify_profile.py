@@ -1,0 +1,434 @@
+"""verify/profile.py's analysis on a recorded trace, without a GPU: the kernel-name map
+(verify/kernel_groups.yaml), the decode step as the long reply minus the short one, per-token and
+per-step division, GPU-busy against wall time and % of the byte floor.
+
+The traces are built from tests/fixtures/profile/hand-built-gemma4-kernels.json: kernel names in
+the form vLLM's kernels take on the H200, with made-up durations (a hand-built fixture, not a
+measurement). The roofline is hand-built too, in the shape `build.py roofline --json` prints.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from forge.errors import ForgeError
+from forge.schema import SchemaError
+from verify import profile, profile_report
+from verify.kernel_groups import load_kernel_map
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "profile"
+KERNELS = json.loads((FIXTURES / "hand-built-gemma4-kernels.json").read_text())
+ROOFLINE_FILE = FIXTURES / "hand-built-roofline.json"
+SHORT_STEPS, LONG_STEPS = 4, 30
+
+
+def chrome_trace(steps: int, with_prefill: bool = True, gap_us: float = 0.5) -> dict:
+    """The Chrome trace of one reply: the prefill's kernels once, then `steps` decode steps, each
+    launch `gap_us` after the last ended (plus host-side events the parser must skip)."""
+    events, clock = [], 1000.0
+    rows = (KERNELS["prefill_only"] if with_prefill else []) + KERNELS["decode_step"] * steps
+    for row in rows:
+        for _ in range(row["launches"]):
+            events.append({"ph": "X", "cat": row["cat"], "name": row["name"], "ts": clock,
+                           "dur": row["us"], "pid": 0, "tid": "stream 7"})
+            clock += row["us"] + gap_us
+    events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 1000.0,
+                   "dur": 5.0e5, "pid": 1, "tid": 1})
+    return {"traceEvents": events}
+
+
+def step_us(group: str | None = None) -> float:
+    return sum(r["us"] * r["launches"] for r in KERNELS["decode_step"]
+               if group is None or r["group"] == group)
+
+
+def recorded_profile(k: int = 0, wall_ms_per_step: float | None = 3.6) -> dict:
+    """profile.json as the GPU run writes it: short and long replies, profiled and timed."""
+    per_step = k + 1
+    tokens = {"short": 1 + per_step * (SHORT_STEPS - 1), "long": 1 + per_step * (LONG_STEPS - 1)}
+    steps = {"short": SHORT_STEPS, "long": LONG_STEPS}
+    profiles = {label: {"tokens": tokens[label], "steps": steps[label],
+                        **profile_report.kernel_table(chrome_trace(steps[label]))}
+                for label in ("short", "long")}
+    data = {"kind": "vllm-forge decode profile", "recipe": "gemma-4-26b-a4b-it", "target": "h200",
+            "family": "gemma4", "k": k, "dummy": True, "shape": "26b-a4b", "layers": 30,
+            "control": "agree", "machine": {"device": "hand-built", "vllm": "0.25.0", "torch": "-"},
+            "profiles": profiles, "roofline": None}
+    if wall_ms_per_step is not None:
+        # Wall: 50 ms of prefill and fixed cost, then wall_ms_per_step for each step.
+        data["wall"] = {label: {"tokens": tokens[label], "steps": steps[label],
+                                "wall_s": [(50 + wall_ms_per_step * steps[label]) / 1e3 + d
+                                           for d in (0.0, 0.001, -0.001)],
+                                "tpot_s": [wall_ms_per_step / 1e3 / per_step, None]}
+                        for label in ("short", "long")}
+    return data
+
+
+@pytest.fixture(scope="module")
+def gemma4():
+    return load_kernel_map("gemma4")
+
+
+# ------------------------------------------------------------------------------------------
+# The kernel-name map
+
+def test_every_fixture_kernel_lands_in_its_group(gemma4):
+    wrong = {r["name"][:60]: (gemma4.group_of(r["name"]), r["group"])
+             for r in KERNELS["decode_step"] + KERNELS["prefill_only"]
+             if gemma4.group_of(r["name"]) != r["group"]}
+    assert wrong == {}
+
+
+def test_quantize_kernels_naming_e4m3_are_not_fp8_gemms(gemma4):
+    # Their template arguments name Float8_e4m3fn, as the cutlass GEMMs' name float_e4m3_t.
+    name = "void vllm::dynamic_per_token_scaled_fp8_quant_kernel_strided<c10::BFloat16, c10::Float8_e4m3fn>()"
+    assert gemma4.group_of(name) == "activation_quant"
+    assert gemma4.group_of("void cutlass::device_kernel<float_e4m3_t>()") == "fp8_gemm"
+
+
+def test_runner_kernels_are_bookkeeping_but_a_triton_norm_is_not(gemma4):
+    assert gemma4.group_of("_combine_sampled_and_draft_tokens_kernel") == "sampling"
+    assert gemma4.group_of("_gemma_rms_norm_kernel") == "norms_elementwise"
+
+
+def test_a_kernel_no_group_knows_goes_to_other(gemma4):
+    assert gemma4.group_of("some_new_kernel_of_a_later_release") == "other"
+    assert gemma4.names[-1] == "other"
+
+
+def _write_map(tmp_path: Path, groups: str) -> Path:
+    path = tmp_path / "kernel_groups.yaml"
+    path.write_text(f"gemma4:\n  source: test\n  groups:\n{groups}")
+    return path
+
+
+OTHER_GROUP = "    - {name: other, label: rest}\n"
+
+
+@pytest.mark.parametrize("groups, message", [
+    ("    - {name: gemm, label: g, patterns: ['nvjet']}\n",
+     "gemma4.groups[0]: the last group must be 'other'"),
+    ("    - {name: gemm, label: g, bytes: [weights], patterns: ['x']}\n" + OTHER_GROUP,
+     "gemma4.groups[0].bytes: 'weights' is not a roofline byte group"),
+    ("    - {name: gemm, label: g, patterns: ['nvjet(']}\n" + OTHER_GROUP,
+     "gemma4.groups[0].patterns[0]: not a regular expression"),
+    ("    - {name: a, label: a, bytes: [lm_head], patterns: [x]}\n"
+     "    - {name: b, label: b, bytes: [lm_head], patterns: [y]}\n" + OTHER_GROUP,
+     "(b).bytes: 'lm_head' is already counted by 'a'"),
+    ("    - {name: gemm, patterns: ['x']}\n" + OTHER_GROUP, "gemma4.groups[0].label: required"),
+])
+def test_a_broken_map_is_refused_naming_file_and_field(tmp_path, groups, message):
+    path = _write_map(tmp_path, groups)
+    with pytest.raises(SchemaError) as error:
+        load_kernel_map("gemma4", path)
+    assert str(path) in str(error.value) and message in str(error.value)
+
+
+def test_a_family_without_a_map_is_named(tmp_path):
+    path = _write_map(tmp_path, OTHER_GROUP)
+    with pytest.raises(SchemaError, match=r"qwen3: no kernel map for this family \(known: gemma4\)"):
+        load_kernel_map("qwen3", path)
+
+
+# ------------------------------------------------------------------------------------------
+# Traces -> the decode step
+
+def test_kernel_table_counts_gpu_events_only_and_their_union():
+    overlapping = {"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "a", "ts": 0.0, "dur": 10.0},
+        {"ph": "X", "cat": "kernel", "name": "b", "ts": 5.0, "dur": 10.0},  # overlaps a
+        {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "ts": 30.0, "dur": 2.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0.0, "dur": 100.0},
+        {"ph": "i", "cat": "kernel", "name": "marker", "ts": 50.0}]}
+    table = profile_report.kernel_table(overlapping)
+    assert table["kernel_us"] == 22.0  # 10 + 10 + 2: each event's own time
+    assert table["busy_us"] == 17.0  # 0..15 and 30..32: overlaps once
+    assert table["span_us"] == 32.0
+    assert [r["name"] for r in table["kernels"]] == ["a", "b", "Memset (Device)"]
+
+
+def test_decode_step_is_the_long_reply_minus_the_short_one(gemma4):
+    analysis = profile_report.analyse(recorded_profile(), gemma4)
+    assert analysis["steps"] == LONG_STEPS - SHORT_STEPS
+    assert analysis["kernel_us_per_step"] == pytest.approx(step_us())  # prefill cancelled
+    for group in ("fp8_gemm", "moe", "bf16_gemm", "attention", "activation_quant", "other"):
+        assert analysis["groups"][group]["us_per_step"] == pytest.approx(step_us(group)), group
+    assert analysis["groups"]["attention"]["launches_per_step"] == pytest.approx(65)
+
+
+def test_nothing_is_dropped_and_other_is_reported(gemma4):
+    analysis = profile_report.analyse(recorded_profile(), gemma4)
+    assert sum(g["us_per_step"] for g in analysis["groups"].values()) == pytest.approx(step_us())
+    assert analysis["other_us_per_step"] == pytest.approx(3.0)
+    text = profile_report.render_markdown(recorded_profile(), analysis)
+    assert "Kernel time in `other` (no group matched): 3.0 µs/step:\n- 3.0 µs, 1x: `void at::native::" in text
+    assert [k["name"][:40] for k in analysis["other_kernels"]] == ["void at::native::(anonymous namespace)::"]
+
+
+def test_plain_step_per_token_equals_per_step(gemma4):
+    analysis = profile_report.analyse(recorded_profile(k=0), gemma4)
+    assert analysis["tokens_per_step"] == 1
+    assert analysis["kernel_us_per_token"] == pytest.approx(analysis["kernel_us_per_step"])
+
+
+def test_spec_step_divides_by_its_tokens_and_its_steps(gemma4):
+    analysis = profile_report.analyse(recorded_profile(k=4), gemma4)
+    assert analysis["tokens"] == 5 * (LONG_STEPS - SHORT_STEPS)
+    assert analysis["tokens_per_step"] == 5
+    assert analysis["kernel_us_per_step"] == pytest.approx(step_us())
+    assert analysis["kernel_us_per_token"] == pytest.approx(step_us() / 5)
+    assert analysis["groups"]["bf16_gemm"]["us_per_token"] == pytest.approx((343.0 + 75.0) / 5)
+    assert analysis["label"] == "spec step (k=4)"
+
+
+def test_gpu_busy_against_wall(gemma4):
+    analysis = profile_report.analyse(recorded_profile(wall_ms_per_step=3.6), gemma4)
+    assert analysis["wall_us_per_step"] == pytest.approx(3600)  # the 50 ms fixed cost cancels
+    assert analysis["busy_pct"] == pytest.approx(100 * step_us() / 3600)
+    assert analysis["profiled_busy_pct"] < 100  # the trace's launch gaps are idle
+    assert analysis["tpot_us"] == pytest.approx(3600)  # the run without metrics left out
+    assert "(engine TPOT 3.600 ms); GPU busy" in profile_report.render_markdown(recorded_profile(), analysis)
+
+
+def test_without_wall_runs_busy_is_not_invented(gemma4):
+    analysis = profile_report.analyse(recorded_profile(wall_ms_per_step=None), gemma4)
+    assert analysis["busy_pct"] is None and analysis["wall_us_per_step"] is None
+    assert "wall time not measured" in profile_report.render_markdown(recorded_profile(), analysis)
+
+
+def test_a_long_reply_no_longer_than_the_short_one_is_refused(gemma4):
+    data = recorded_profile()
+    data["profiles"]["long"] = data["profiles"]["short"]
+    with pytest.raises(ForgeError, match="no more tokens/steps than the short one"):
+        profile_report.analyse(data, gemma4)
+
+
+def test_a_short_profile_without_events_falls_back_to_the_long_reply_and_says_so(gemma4):
+    data = recorded_profile()
+    data["profiles"]["short"].update(profile_report.kernel_table({"traceEvents": []}))
+    analysis = profile_report.analyse(data, gemma4)
+    assert analysis["steps"] == LONG_STEPS
+    prefill = sum(r["us"] * r["launches"] for r in KERNELS["prefill_only"])
+    assert analysis["kernel_us_per_step"] == pytest.approx(step_us() + prefill / LONG_STEPS)
+    assert "prefill included" in profile_report.render_markdown(data, analysis)
+
+
+def test_a_profile_without_gpu_events_says_so(gemma4):
+    data = recorded_profile()
+    for label in ("short", "long"):
+        data["profiles"][label].update(profile_report.kernel_table({"traceEvents": []}))
+    with pytest.raises(ForgeError, match=r"no decode kernel time \(0 GPU events in the long one\)"):
+        profile_report.analyse(data, gemma4)
+
+
+# ------------------------------------------------------------------------------------------
+# The byte floor
+
+def test_percent_of_floor_per_group(gemma4):
+    roofline = profile_report.read_roofline(ROOFLINE_FILE)
+    assert roofline["bandwidth_bytes_s"] == pytest.approx(4.8e12)
+    analysis = profile_report.analyse(recorded_profile(), gemma4, roofline)
+    bf16 = analysis["groups"]["bf16_gemm"]  # the lm_head and the router's GEMMs
+    assert bf16["floor_bytes"] == 1476395008 + 21626880
+    assert bf16["floor_us"] == pytest.approx((1476395008 + 21626880) / 4.8e6)  # 312.1 µs
+    assert bf16["pct_of_floor"] == pytest.approx(100 * bf16["floor_us"] / (343.0 + 75.0))  # ~75%
+    fp8 = analysis["groups"]["fp8_gemm"]
+    assert fp8["floor_bytes"] == 700000000 + 535265280  # attention + dense_mlp
+    assert fp8["pct_of_floor"] == pytest.approx(100 * fp8["floor_us"] / step_us("fp8_gemm"))
+    assert analysis["groups"]["activation_quant"]["pct_of_floor"] is None  # no bytes of its own
+
+
+def test_step_floor_and_byte_groups_no_kernel_group_counts(gemma4, tmp_path):
+    data = json.loads(ROOFLINE_FILE.read_text())
+    data["groups"]["per_layer_embedding"] = 1000  # a byte group no kernel group claims
+    (tmp_path / "roofline.json").write_text(json.dumps(data))
+    roofline = profile_report.read_roofline(tmp_path / "roofline.json")
+    analysis = profile_report.analyse(recorded_profile(wall_ms_per_step=3.6), gemma4, roofline)
+    floor = analysis["floor"]
+    assert floor["step_floor_us"] == pytest.approx(868.88776)
+    assert floor["pct_of_floor_kernels"] == pytest.approx(100 * 868.88776 / step_us())
+    assert floor["pct_of_floor_wall"] == pytest.approx(100 * 868.88776 / 3600)
+    assert floor["unmatched_byte_groups"] == ["per_layer_embedding"]
+    text = profile_report.render_markdown(recorded_profile(), analysis)
+    assert "Byte groups no kernel group counts: per_layer_embedding." in text
+
+
+def test_the_roofline_commands_json_meets_the_kernel_map(gemma4, tmp_path):
+    # The boundary as it runs: build.py roofline's own --json output, read by the report.
+    proc = subprocess.run([sys.executable, "build.py", "roofline", "--recipe", "gemma-4-26b-a4b-it",
+                           "--target", "h200", "--vllm", "0.25.0", "--context", "350", "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "roofline.json").write_text(proc.stdout)
+    roofline = profile_report.read_roofline(tmp_path / "roofline.json")
+    reported = json.loads(proc.stdout)
+    assert roofline["bandwidth_bytes_s"] == pytest.approx(reported["bandwidth_gb_s"] * 1e9)
+    analysis = profile_report.analyse(recorded_profile(), gemma4, roofline)
+    assert analysis["floor"]["unmatched_byte_groups"] == []  # every byte has its kernel group
+    floors = sum(g.get("floor_us") or 0 for g in analysis["groups"].values())
+    assert floors == pytest.approx(analysis["floor"]["step_floor_us"])  # counted once each
+    groups = reported["groups"]
+    assert analysis["groups"]["moe"]["floor_us"] == pytest.approx(
+        groups["experts"] / (reported["bandwidth_gb_s"] * 1e3))
+    assert analysis["groups"]["attention"]["floor_bytes"] == groups["kv_cache"] > 0
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"groups": {"lm_head": -1}}, "groups.lm_head: must be a whole number of bytes"),
+    ({"floor_ms": 0}, "floor_ms: must be a positive number"),
+    ({"bytes_per_token": "4e9"}, "bytes_per_token: must be a positive whole number"),
+])
+def test_a_broken_roofline_is_refused_naming_the_field(tmp_path, change, message):
+    data = {**json.loads(ROOFLINE_FILE.read_text()), **change}
+    path = tmp_path / "roofline.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ForgeError) as error:
+        profile_report.read_roofline(path)
+    assert str(path) in str(error.value) and message in str(error.value)
+
+
+# ------------------------------------------------------------------------------------------
+# The CLI: --report on recorded JSON; the GPU run's engine from the recipe
+
+def _write_profiles(tmp_path: Path) -> list[Path]:
+    paths = []
+    for k in (0, 4):
+        path = tmp_path / f"k{k}" / "profile.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(recorded_profile(k=k)))
+        paths.append(path)
+    return paths
+
+
+def test_report_writes_tables_with_the_floor(tmp_path, capsys):
+    paths = _write_profiles(tmp_path)
+    md = tmp_path / "profile.md"
+    code = profile.main(["--report", *map(str, paths), "--roofline", str(ROOFLINE_FILE),
+                         "--md", str(md)])
+    assert code == 0
+    text = md.read_text()
+    assert "## plain step" in text and "## spec step (k=4)" in text
+    assert "| bf16_gemm: " in text and "| 75% |" in text  # lm_head + router at ~75% of their floor
+    assert "% of floor" in capsys.readouterr().out
+
+
+def test_report_compares_the_spec_step_with_the_plain_one(tmp_path):
+    plain = recorded_profile(k=0, wall_ms_per_step=3.6)
+    spec = recorded_profile(k=4, wall_ms_per_step=6.3)
+    # The spec step's lm_head work grows (the drafter's lm_head on every draft position).
+    spec["profiles"]["long"]["kernels"][0:0] = [{"name": "nvjet_tst_128x8_64x6_1x1_v_bz_TNT",
+                                                 "count": 4 * 26, "us": 26 * 500.0}]
+    paths = []
+    for name, data in (("plain", plain), ("spec", spec)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(data))
+    out = tmp_path / "figures.json"
+    assert profile.main(["--report", *map(str, paths), "--md", str(tmp_path / "p.md"),
+                         "--json", str(out)]) == 0
+    text = (tmp_path / "p.md").read_text()
+    ratio = (step_us() + 500) / step_us()
+    assert f"A spec step costs {ratio:.2f}x the plain step in GPU kernel time, 1.75x in wall time." in text
+    assert "| bf16_gemm | 418.0 | 918.0 | +500.0 |" in text
+    figures = json.loads(out.read_text())
+    assert [f["k"] for f in figures] == [0, 4]
+
+
+def test_report_plot_needs_matplotlib_or_writes_a_png(tmp_path, capsys):
+    paths = _write_profiles(tmp_path)
+    png = tmp_path / "profile.png"
+    code = profile.main(["--report", *map(str, paths), "--plot", str(png)])
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert code == 2 and not png.exists()
+        assert "--plot needs matplotlib" in capsys.readouterr().err
+    else:
+        assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("how", [["verify/profile.py"], ["-m", "verify.profile"]])
+def test_runs_as_a_script_and_as_a_module(tmp_path, how):
+    # As a script, Python puts verify/ (not the root) first on sys.path: the script swaps them,
+    # so forge imports and this file does not shadow the standard library's `profile`.
+    path = _write_profiles(tmp_path)[0]
+    result = subprocess.run([sys.executable, *how, "--report", str(path)], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "## plain step" in result.stdout
+
+
+def test_prompt_length_sets_the_context():
+    ids = profile.first_prompt(True, 1000)
+    assert len(ids) == 1000 and ids[0] == 2 and 2 not in ids[1:]  # BOS once
+    assert profile.first_prompt(True, 10) == profile.first_prompt(True)[:10]
+
+
+def test_a_context_longer_than_the_engine_allows_is_refused_before_the_gpu(capsys):
+    code = profile.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy",
+                         "--prompt-tokens", "4000", "--k", "4", "--max-model-len", "4096"])
+    assert code == 2
+    assert "take 4150 tokens: more than --max-model-len 4096" in capsys.readouterr().err
+
+
+def test_a_run_cut_at_max_seconds_writes_what_it_has_and_exits_124(tmp_path):
+    # The watchdog as the GPU run starts it, in a process of its own (it ends that process).
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from verify.profile import Recorder, start_watchdog\n"
+        f"recorder = Recorder(Path({str(tmp_path / 'profile.json')!r}), {{'phase': 'engine start'}})\n"
+        "recorder.write()\n"
+        "start_watchdog(recorder, 0.5)\n"
+        "recorder.data['wall'] = {'long': {'wall_s': [0.4]}}\n"
+        "time.sleep(30)\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 124, result.stderr
+    written = json.loads((tmp_path / "profile.json").read_text())
+    assert written["cut"] == "--max-seconds 0.5 reached during: engine start"
+    assert written["wall"] == {"long": {"wall_s": [0.4]}}  # measured before the cut: kept
+    assert "reached during: engine start" in result.stdout
+
+
+def test_vllm_profiler_mode_asks_the_engine_for_its_torch_profiler(tmp_path):
+    args = profile.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy",
+                               "--profiler", "vllm", "--out", str(tmp_path)])
+    config = profile.engine_plan(args, tmp_path)[1]["engine_kwargs"]["profiler_config"]
+    assert config["profiler"] == "torch" and config["torch_profiler_dir"] == str(tmp_path / "vllm-traces")
+    assert config["torch_profiler_with_stack"] is False  # no Python stacks: less overhead
+
+
+def test_an_unknown_shape_is_refused_before_the_gpu(capsys):
+    with pytest.raises(SystemExit):
+        profile.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--dummy", "--shape", "70b"])
+    assert "unknown shape '70b'" in capsys.readouterr().err
+
+
+def test_decode_tokens_are_whole_spec_steps():
+    assert profile.decode_tokens(128, 0) == 128
+    assert profile.decode_tokens(128, 4) == 130  # 26 steps of 5
+    assert profile.decode_tokens(130, 4) == 130
+
+
+def test_engine_is_the_recipes_as_bench_builds_it(tmp_path):
+    args = profile.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy",
+                               "--layers", "30", "--k", "4", "--attention-backend", "TRITON_ATTN",
+                               "--out", str(tmp_path)])
+    _, spec = profile.engine_plan(args, tmp_path)
+    kwargs, env = spec["engine_kwargs"], spec["env"]
+    assert kwargs["quantization"] == "fp8" and kwargs["load_format"] == "dummy"
+    assert kwargs["speculative_config"]["num_speculative_tokens"] == 4
+    assert kwargs["attention_backend"] == "TRITON_ATTN"
+    assert profile.dummy_layers(spec) == 30
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # the profiler's process runs the kernels
+    assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1" and env["VLLM_FORGE_CONTROL"] == "agree"
+    plain = profile.engine_plan(profile.parse_args(
+        ["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy", "--k", "0",
+         "--layers", "6", "--out", str(tmp_path / "plain")]), tmp_path / "plain")[1]
+    assert "speculative_config" not in plain["engine_kwargs"]
+    assert plain["engine_kwargs"]["quantization"] == "fp8" and profile.dummy_layers(plain) == 6
