@@ -52,17 +52,20 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from forge.errors import ConflictError, ForgeError
-from forge.patching import diffs
+from forge.patching import diffs, ownership, pip_record
+from forge.patching import record as records
 from forge.patching.installed import InstalledVllm, find_vllm
+from forge.patching.record import RECORD_DIR, RECORD_FILE, originals_prefix, runs
 from forge.patching.series import Series, load_series
 from forge.patching.status import PatchStatus, tree_status
-from forge.patching.vocabulary import ApplyOutcome, Kind, RecordState, Status
+from forge.patching.vocabulary import ApplyOutcome, Kind, RecordState, RevertStep, Status
 
-RECORD_DIR = ".vllm-forge"
-RECORD_FILE = "applied.json"
+__all__ = ["RECORD_DIR", "RECORD_FILE", "apply_series", "clean_leftovers", "install_statuses",
+           "read_install_record"]
 TEMP_SUFFIX = ".vllm-forge-tmp"
 FAIL_AFTER_ENV = "VLLM_FORGE_FAIL_AFTER_RENAMES"
 KILL_AFTER_ENV = "VLLM_FORGE_KILL_AFTER_RENAMES"
+KILL_AFTER_STAGED_ENV = "VLLM_FORGE_KILL_AFTER_STAGED"   # SIGKILL after N temp files are staged
 
 
 @dataclass
@@ -91,6 +94,10 @@ class ApplyReport:
             ApplyOutcome.REVERTED: f"reverted {', '.join(self.applied)} on {where}; "
                         f"{len(self.files)} file(s) restored byte for byte",
             ApplyOutcome.NOTHING_TO_REVERT: f"{where} carries no vllm-forge patches; nothing to revert",
+            ApplyOutcome.DROPPED_FOREIGN: f"dropped the apply record of another install of vLLM "
+                                          f"found in {where}, which vllm-forge never patched; "
+                                          f"{len(self.files)} file(s) that still held "
+                                          "vllm-forge's bytes restored",
         }[self.action]
         out = [head]
         out += [f"  {s.id:<36} {s.status:<17} {s.detail}" for s in self.statuses]
@@ -154,18 +161,45 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
         raise ForgeError(f"--vllm {expected_version}: the vLLM installed at "
                          f"{installed.package_dir} is {installed.version}")
     clean_leftovers(installed)
-    record = _read_record(installed)
     if revert:
-        return _revert(installed, record)
+        return _revert(installed, records.read_for_revert(installed))
+    record = records.read(installed)
+    if record is not None and record.get("reverting") is not None:
+        finished = _revert(installed, record)   # a revert killed while restoring files
+        try:
+            report = _apply_clean(installed, moe_config_dir, series_path, moe_device, offline,
+                                  find_links, pins, record=None)
+        except ForgeError as exc:
+            raise type(exc)(f"{_finished_note(finished)}; then: {exc}") from exc
+        report.notes.append(_finished_note(finished))
+        return report
+    return _apply_clean(installed, moe_config_dir, series_path, moe_device, offline, find_links,
+                        pins, record)
+
+
+def _finished_note(finished: ApplyReport) -> str:
+    return (f"finished the revert that was killed part way ({records.record_path(finished.installed)}): "
+            f"{len(finished.files)} more file(s) restored")
+
+
+def _apply_clean(installed, moe_config_dir, series_path, moe_device, offline, find_links, pins,
+                 record) -> ApplyReport:
+    """Apply on an install with no interrupted revert: a first apply, or a check (and re-pin)
+    of one that carries this install's record."""
     # The manifest was checked against the package index when the image was planned; the index
     # may be out of reach here (an image, an air-gapped host).
     series = load_series(series_path, check_index=False)
+    foreign = ownership.foreign_reason(installed, record) if record is not None else None
+    if foreign is not None:
+        raise ForgeError(f"{records.record_path(installed)}: the apply record of another install "
+                         f"of vLLM ({foreign}); `build.py apply --revert` drops it, putting back "
+                         "only files that still hold vllm-forge's bytes; nothing changed")
     if record is not None:
         if record.get("state") != RecordState.APPLIED:
-            raise ForgeError(f"{_record_path(installed)}: an earlier apply was interrupted; "
+            raise ForgeError(f"{records.record_path(installed)}: an earlier apply was interrupted; "
                              "run `build.py apply --revert` first")
         if record.get("series") != series.digest:
-            raise ForgeError(f"{_record_path(installed)}: vLLM was patched by a different patch "
+            raise ForgeError(f"{records.record_path(installed)}: vLLM was patched by a different patch "
                              "series; run `build.py apply --revert` first")
         return _reapply(installed, series, record, moe_device, offline, find_links, pins)
     _check_covered(series, installed)
@@ -184,6 +218,7 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
     patched_files = [w.label for w in writes]
     try:
         writes += _pin_writes(pinned, installed, find_links, applied, notes)
+        writes = _with_pip_record(writes, installed, run_index=0)
         order = [p.id for p in series.patches]
         applied.sort(key=order.index)
         record = {"series": series.digest, "vllm": str(installed.version), "applied": applied,
@@ -207,7 +242,7 @@ def _reapply(installed, series, record, moe_device, offline, find_links, pins) -
     lost = [s.id for s in statuses if s.id in recorded and s.kind == Kind.SOURCE
             and s.status == Status.APPLIES]
     if lost:
-        raise ForgeError(f"{_record_path(installed)}: {', '.join(lost)} recorded as applied but "
+        raise ForgeError(f"{records.record_path(installed)}: {', '.join(lost)} recorded as applied but "
                          "no longer in the installed files (vLLM changed after vllm-forge patched "
                          "it); nothing changed")
     from forge.patching import dependency_apply
@@ -220,6 +255,7 @@ def _reapply(installed, series, record, moe_device, offline, find_links, pins) -
     notes: list[str] = []
     try:
         writes = _pin_writes(pinned, installed, find_links, applied, notes)
+        writes = _with_pip_record(writes, installed, run_index=len(runs(record)))
         dependencies = [d.to_record() for d in pinned]
         run = {"applied": applied,
                "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -238,32 +274,35 @@ def install_statuses(series, installed: InstalledVllm, record: dict | None,
     the files as `applied` (the tree alone cannot tell it from an upstream fix)."""
     statuses = tree_status(series, installed.site_dir, installed.version, moe_device,
                            install_path=installed.search_path)
-    recorded = set(_applied_ids(record)) if record is not None else set()
-    return [PatchStatus(s.id, s.kind, str(Status.APPLIED), f"by vllm-forge ({_record_path(installed)}); "
+    if record is None or ownership.foreign_reason(installed, record) is not None:
+        return statuses
+    recorded = set(_applied_ids(record))
+    interrupted = ownership.interrupted_run(record)
+    if interrupted is not None:
+        return [PatchStatus(s.id, s.kind, str(Status.INTERRUPTED),
+                            f"a vllm-forge {interrupted} was killed part way "
+                            f"({records.record_path(installed)}); the next `build.py apply` or "
+                            "`--revert` finishes it") if s.id in recorded else s
+                for s in statuses]
+    return [PatchStatus(s.id, s.kind, str(Status.APPLIED), f"by vllm-forge ({records.record_path(installed)}); "
                                                   f"{s.detail}")
             if s.id in recorded and s.kind == Kind.SOURCE and s.status == Status.ALREADY_UPSTREAM else s
             for s in statuses]
 
 
 def read_install_record(installed: InstalledVllm) -> dict | None:
-    return _read_record(installed)
-
-
-def _runs(record: dict) -> list[dict]:
-    """The runs a record holds, oldest first: the first apply (the record's own fields), then
-    every later one that brought a drifted dependency back inside its constraint."""
-    return [record, *record.get("later", [])]
+    return records.read(installed)
 
 
 def _applied_ids(record: dict) -> list[str]:
     ids = []
-    for run in _runs(record):
+    for run in runs(record):
         ids += [i for i in run.get("applied", []) if i not in ids]
     return ids
 
 
 def _dependencies(record: dict) -> list[dict]:
-    return [d for run in _runs(record) for d in run.get("dependencies", [])]
+    return [d for run in runs(record) for d in run.get("dependencies", [])]
 
 
 def _pin_writes(pinned, installed: InstalledVllm, find_links, applied: list[str],
@@ -361,9 +400,32 @@ def _target_of(installed: InstalledVllm, label: str) -> Path:
     return path if path.is_absolute() else installed.site_dir / path
 
 
+def _with_pip_record(writes: list[_Write], installed: InstalledVllm, run_index: int) -> list[_Write]:
+    """The writes, led by vLLM's RECORD rewritten to list them and the apply record's files
+    (forge.patching.pip_record); first, so that from the first replaced file on, pip knows every
+    file vllm-forge added. Unchanged without a RECORD (a source tree, an install pip never saw)."""
+    path = pip_record.record_file(installed.site_dir)
+    if path is None:
+        return writes
+    prefix = originals_prefix(run_index)
+    ours = [w for w in writes if w.target.is_relative_to(installed.package_dir)]
+    changes = {w.target.relative_to(installed.site_dir).as_posix(): w.new for w in ours}
+    # Index 0 is RECORD itself (it has original bytes), the others keep their order.
+    saved = [f"{prefix}{index + 1}" for index, w in enumerate(writes) if w.original is not None]
+    names = [RECORD_FILE, records.run_files_name(prefix), f"{prefix}0", *saved]
+    record_rows = [(installed.package_dir / RECORD_DIR / name).relative_to(installed.site_dir)
+                   .as_posix() for name in names]
+    original = path.read_bytes()
+    new = pip_record.updated(original, changes, record_rows)
+    return [_Write(path, new, original, _label(path, installed)), *writes]
+
+
 def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
+    """Put back every file the record's runs wrote. A record of another install (pip reinstalled
+    vLLM around it) is dropped, restoring only the files that still hold vllm-forge's bytes."""
     if record is None:
         return ApplyReport(installed, ApplyOutcome.NOTHING_TO_REVERT)
+    foreign = ownership.foreign_reason(installed, record)
     record_dir = installed.package_dir / RECORD_DIR
     writes = []
     for entry in _revertible_entries(record):
@@ -372,21 +434,37 @@ def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
         if _sha(current) == entry["original_sha256"]:
             continue    # never patched (an interrupted apply) or already restored
         if _sha(current) != entry["patched_sha256"]:
+            if foreign is not None:
+                continue    # the other install's file
             raise ForgeError(f"{target}: changed since vllm-forge patched it; not reverting "
                              "(nothing changed)")
-        original = (record_dir / entry["original"]).read_bytes() if entry["original"] else None
+        original = _saved_original(record_dir, entry)
         writes.append(_Write(target, original, current, entry["path"],
                              mode=entry.get("original_mode")))
     _commit(writes, installed, new_record=None, old_record=record)
+    if foreign is not None:
+        return ApplyReport(installed, ApplyOutcome.DROPPED_FOREIGN, files=[w.label for w in writes],
+                           notes=[f"{records.record_path(installed)}: {foreign}"])
     return ApplyReport(installed, ApplyOutcome.REVERTED, applied=_applied_ids(record),
                        files=[w.label for w in writes],
                        dependencies=_restored_dependencies(record))
 
 
+def _saved_original(record_dir: Path, entry: dict) -> bytes | None:
+    if entry["original"] is None:
+        return None
+    path = record_dir / entry["original"]
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ForgeError(f"{path}: the saved original of {entry['path']} cannot be read "
+                         f"({exc.strerror or exc}); not reverting (nothing changed)") from exc
+
+
 def _restored_dependencies(record: dict) -> list[dict]:
     """Per package, the newest run's pin: its `previous` is the version revert puts back."""
     newest: dict[str, dict] = {}
-    for run in reversed(_runs(record)):
+    for run in reversed(runs(record)):
         for dependency in run.get("dependencies", []):
             newest.setdefault(dependency["package"], dependency)
     return list(newest.values())
@@ -399,42 +477,35 @@ def _revertible_entries(record: dict) -> list[dict]:
     by someone else in between (the drift: `pip install -U`, a new base); those are theirs now,
     and the later run's originals (the drifted version, exactly as it was) are what comes back.
     So the install returns to how it was before the first apply, except that a dependency changed
-    by others after an apply comes back as they left it."""
-    runs = _runs(record)
-    entries = []
-    for index, run in enumerate(runs):
-        repinned_later = {d["package"] for later in runs[index + 1:]
+    by others after an apply comes back as they left it. A file several runs wrote (vLLM's RECORD)
+    is one entry: the bytes the first run found, replacing what the last run wrote."""
+    all_runs = runs(record)
+    by_path: dict[str, dict] = {}
+    for index, run in enumerate(all_runs):
+        repinned_later = {d["package"] for later in all_runs[index + 1:]
                           for d in later.get("dependencies", [])}
-        entries += [e for e in run.get("files", []) if e.get("package") not in repinned_later]
-    return entries
+        for entry in run.get("files", []):
+            if entry.get("package") in repinned_later:
+                continue
+            first = by_path.get(entry["path"])
+            by_path[entry["path"]] = entry if first is None else \
+                dict(first, patched_sha256=entry["patched_sha256"])
+    return list(by_path.values())
 
 
 def _sha(data: bytes | None) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
 
 
-def _record_path(installed: InstalledVllm) -> Path:
-    return installed.package_dir / RECORD_DIR / RECORD_FILE
-
-
-def _read_record(installed: InstalledVllm) -> dict | None:
-    path = _record_path(installed)
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ForgeError(f"{path}: unreadable apply record ({exc}); restore it or reinstall vLLM")\
-            from exc
-
-
 # --- leftovers of an interrupted run -----------------------------------------------------------
 
 def clean_leftovers(installed: InstalledVllm) -> list[Path]:
     """Remove what a killed apply or revert left: its temp files (wherever the record says it
-    wrote), pip's staging directory, and a record that never got past staging together with
-    the directories that run created. A record of a run that began changing files stays:
-    --revert needs it. Returns what was removed."""
+    wrote), pip's staging directory, a record that never got past staging together with the
+    directories that run created, and the directories a killed revert created (a revert killed
+    while staging is forgotten: the install is still patched). A record of a run that began
+    changing files stays: --revert (or, for a revert, the next apply) finishes it. Returns what
+    was removed."""
     from forge.patching import dependency_apply
 
     removed = []
@@ -445,15 +516,16 @@ def clean_leftovers(installed: InstalledVllm) -> list[Path]:
     record_dir = installed.package_dir / RECORD_DIR
     if not record_dir.is_dir():
         return removed
-    path = record_dir / RECORD_FILE
     half_written = record_dir / f"{RECORD_FILE}.tmp"
     if half_written.exists():     # (unlink of a missing file still fails on a read-only mount)
         half_written.unlink()
-    record = json.loads(path.read_text()) if path.exists() else None
+    record = records.read_for_revert(installed)
     if record is not None:
         targets = [_target_of(installed, entry["path"])
-                   for run in _runs(record) for entry in run.get("files", [])]
+                   for run in runs(record) for entry in run.get("files", [])]
         removed += _remove_temps({t.parent for t in targets})
+    if record is not None and record.get("reverting") is not None:
+        return removed + _clean_killed_revert(record_dir, record)
     if record is not None and record.get("state") == RecordState.STAGING and record.get("later"):
         # A later run killed before it changed a file: drop just that run.
         *earlier, last = record["later"]
@@ -463,12 +535,28 @@ def clean_leftovers(installed: InstalledVllm) -> list[Path]:
             del previous["later"]
         _forget_run(record_dir, previous)
         return removed
+    if record is None and _holds_files(record_dir / "originals"):
+        return removed      # saved originals without a record: records.read says so
     if record is None or record.get("state") == RecordState.STAGING:
         created = [Path(d) for d in (record or {}).get("created_dirs", [])]
         removed += _remove_empty_dirs(created)
         shutil.rmtree(record_dir)
         removed.append(record_dir)
     return removed
+
+
+def _clean_killed_revert(record_dir: Path, record: dict) -> list[Path]:
+    """The directories a killed revert created (each empty once its temp files are gone); one
+    killed while staging is forgotten, one killed while restoring stays to be finished."""
+    reverting = record["reverting"]
+    removed = _remove_empty_dirs([Path(d) for d in reverting.get("created_dirs", [])])
+    if reverting.get("step") == RevertStep.STAGING:
+        _write_record(record_dir, {k: v for k, v in record.items() if k != "reverting"})
+    return removed
+
+
+def _holds_files(directory: Path) -> bool:
+    return directory.is_dir() and any(p.is_file() for p in directory.iterdir())
 
 
 def _remove_temps(directories) -> list[Path]:
@@ -515,28 +603,34 @@ def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | N
     record_dir = installed.package_dir / RECORD_DIR
     created = _missing_dirs(writes)
     record = None
+    marked: list[dict] = []     # the record as a revert marked it (a failure puts it back)
     # An apply with an old record appends a run to it: a failure puts the old record back.
     appending = new_record is not None and old_record is not None
     forget = (lambda: _forget_run(record_dir, old_record or {})) if appending else \
-        (lambda: shutil.rmtree(record_dir, ignore_errors=True)) if new_record is not None else None
+        (lambda: shutil.rmtree(record_dir, ignore_errors=True)) if new_record is not None else \
+        (lambda: _put_back(record_dir, marked, old_record or {}))
     try:
         if new_record is not None:
             record = _start_record(record_dir, writes, new_record, created, old_record)
+        else:    # a revert says what it will create before it creates anything
+            marked.append(_mark_revert(record_dir, old_record or {}, RevertStep.STAGING, created))
         for directory in created:
             directory.mkdir()
-        for w in writes:
-            if w.new is not None:
-                w.temp = _stage(w.target, w.new, w.mode)
+        for staged, (w, new) in enumerate((w, w.new) for w in writes if w.new is not None):
+            _maybe_kill_while_staging(staged)
+            w.temp = _stage(w.target, new, w.mode)
     except OSError as exc:
         _discard(writes, created, forget)
         raise ForgeError(f"cannot write {exc.filename or installed.package_dir}: "
                          f"{exc.strerror or exc}; nothing changed") from exc
     undo: list = []
     try:
+        _maybe_inject_failure(len(undo))
         if record is not None:
-            _maybe_inject_failure(len(undo))
             _write_record(record_dir, dict(record, state=RecordState.APPLYING))
-            undo.append(lambda: None)       # _discard removes the record itself
+        else:    # from here on the next run finishes the revert
+            _mark_revert(record_dir, old_record or {}, RevertStep.RESTORING, created)
+        undo.append(lambda: None)       # _discard removes (or puts back) the record itself
         for w in writes:
             _maybe_inject_failure(len(undo))
             if w.new is None:
@@ -563,10 +657,24 @@ def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | N
     _remove_empty_dirs({w.target.parent for w in writes if w.new is None})
 
 
+def _put_back(record_dir: Path, marked: list[dict], record: dict) -> None:
+    """A failed revert puts the record back as it found it (once it had marked it)."""
+    if marked:
+        _write_record(record_dir, record)
+
+
+def _mark_revert(record_dir: Path, record: dict, step: RevertStep, created: list[Path]) -> dict:
+    """The record with `reverting` set: the revert's step and the directories it creates."""
+    marked = dict(record, reverting={"step": step, "created_dirs": [str(d) for d in created]})
+    _write_record(record_dir, marked)
+    return marked
+
+
 def _finish_revert(record_dir: Path, record: dict) -> None:
     """The record goes last: applied.json first (from then on the install counts as clean),
-    then the rest of the record directory, file by file (no directory rename)."""
-    _remove_empty_dirs([Path(d) for run in _runs(record) for d in run.get("created_dirs", [])])
+    then the rest of the record directory, file by file (no directory rename). The directories
+    the runs created go too, once empty (also those a killed revert emptied earlier)."""
+    _remove_empty_dirs([Path(d) for run in runs(record) for d in run.get("created_dirs", [])])
     (record_dir / RECORD_FILE).unlink()
     shutil.rmtree(record_dir, ignore_errors=True)
 
@@ -576,8 +684,8 @@ def _start_record(record_dir: Path, writes: list[_Write], record: dict, created:
     """The record in state "staging": every file (with its original bytes) and every directory
     the run may create, written before anything else so a killed run can be cleaned up. With a
     `previous` record (a later run), the run is appended to it as record["later"][-1]."""
-    prefix = _originals_prefix(len(_runs(previous)) if previous is not None else 0)
-    run = dict(record, created_dirs=[str(d) for d in created], files=[])
+    prefix = originals_prefix(len(runs(previous)) if previous is not None else 0)
+    run: dict = dict(record, created_dirs=[str(d) for d in created], files=[])
     for index, w in enumerate(writes):
         original = f"{prefix}{index}" if w.original is not None else None
         entry: dict[str, object] = {"path": w.label, "original": original, "original_sha256": _sha(w.original),
@@ -594,10 +702,17 @@ def _start_record(record_dir: Path, writes: list[_Write], record: dict, created:
         record = dict(previous, state=RecordState.STAGING, later=[*previous.get("later", []), run])
     _write_record(record_dir, record)
     (record_dir / "originals").mkdir(exist_ok=True)
+    records.write_run_files(record_dir, prefix, run)
     for index, w in enumerate(writes):
         if w.original is not None:
             (record_dir / f"{prefix}{index}").write_bytes(w.original)
     return record
+
+
+def _maybe_kill_while_staging(staged: int) -> None:
+    kill_at = os.environ.get(KILL_AFTER_STAGED_ENV)
+    if kill_at is not None and staged >= int(kill_at):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _maybe_inject_failure(renames_done: int) -> None:
@@ -648,11 +763,6 @@ def _discard(writes: list[_Write], created: list[Path], forget_record) -> None:
 def _forget_run(record_dir: Path, previous: dict) -> None:
     """Undo the start of an appended run: the previous record back, the run's originals gone."""
     _write_record(record_dir, previous)
-    prefix = _originals_prefix(len(_runs(previous)))
+    prefix = originals_prefix(len(runs(previous)))
     for original in (record_dir / "originals").glob(f"{Path(prefix).name}*"):
         original.unlink()
-
-
-def _originals_prefix(run_index: int) -> str:
-    """Where run `run_index` (0: the first apply) keeps its original bytes, inside the record."""
-    return "originals/" if run_index == 0 else f"originals/run{run_index}-"
