@@ -78,6 +78,7 @@ class ApplyReport:
     statuses: list[PatchStatus] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     dependencies: list[dict] = field(default_factory=list)  # the record's dependency entries
+    foreign: str = ""      # DROPPED_FOREIGN: why the record was another install's
 
     def lines(self) -> list[str]:
         where = f"vLLM {self.installed.version} at {self.installed.package_dir}"
@@ -94,10 +95,10 @@ class ApplyReport:
             ApplyOutcome.REVERTED: f"reverted {', '.join(self.applied)} on {where}; "
                         f"{len(self.files)} file(s) restored byte for byte",
             ApplyOutcome.NOTHING_TO_REVERT: f"{where} carries no vllm-forge patches; nothing to revert",
-            ApplyOutcome.DROPPED_FOREIGN: f"dropped the apply record of another install of vLLM "
-                                          f"found in {where}, which vllm-forge never patched; "
-                                          f"{len(self.files)} file(s) that still held "
-                                          "vllm-forge's bytes restored",
+            ApplyOutcome.DROPPED_FOREIGN: f"{where} was never patched by vllm-forge: dropped the "
+                                          f"apply record of another install found in it "
+                                          f"({self.foreign}); {len(self.files)} file(s) "
+                                          "that still held vllm-forge's bytes restored",
         }[self.action]
         out = [head]
         out += [f"  {s.id:<36} {s.status:<17} {s.detail}" for s in self.statuses]
@@ -444,7 +445,7 @@ def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
     _commit(writes, installed, new_record=None, old_record=record)
     if foreign is not None:
         return ApplyReport(installed, ApplyOutcome.DROPPED_FOREIGN, files=[w.label for w in writes],
-                           notes=[f"{records.record_path(installed)}: {foreign}"])
+                           foreign=foreign)
     return ApplyReport(installed, ApplyOutcome.REVERTED, applied=_applied_ids(record),
                        files=[w.label for w in writes],
                        dependencies=_restored_dependencies(record))
