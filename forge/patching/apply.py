@@ -8,8 +8,11 @@ memory and stage every violated dependency's new version with pip in a private d
 file writes. Then, in this order:
 
   1. the record `vllm/.vllm-forge/applied.json` (state "staging", listing every file and every
-     directory the run will create) and the original bytes of every file it will touch
-     (`vllm/.vllm-forge/originals/N`);
+     directory the run will create), a copy of the run's file list (`originals/files.json`,
+     forge.patching.record) and the original bytes of every file it will touch
+     (`vllm/.vllm-forge/originals/N`); vLLM's dist-info RECORD is the first of those files,
+     rewritten to list the record's files so that pip uninstall removes them
+     (forge.patching.pip_record);
   2. every output staged in a temp file `.NAME.XXXX.vllm-forge-tmp` next to its target (a
      read-only target fails here, with nothing changed);
   3. the record marked "applying", then one os.replace (or unlink) per file, then "applied".
@@ -19,6 +22,13 @@ files, new directories, the record): nothing changed. A killed run leaves a reco
 every place it wrote: the next run removes the temp files and, for a run killed before step 3,
 everything else it created; after step 3 began, it asks for --revert, which restores every file
 byte for byte from the originals (no network needed, dependencies included).
+
+Revert is a transaction of the same shape, with its step in the record (`reverting`): "staging"
+(with the directories it creates) before any temp file, "restoring" before the first file is put
+back. A revert killed while staging is forgotten by the next run (its temp files and directories
+removed, the install still patched); one killed while restoring is finished by the next run,
+`apply` included (then it applies afresh). A record that belongs to another install (see
+forge.patching.ownership) is refused by apply and dropped by revert.
 
 An install that already carries a record is checked again: a dependency that drifted outside
 its constraint since (pip install -U, a new base) is pinned again in a run appended to the
@@ -31,7 +41,8 @@ replaced with os.replace from a temp file in the same directory, which overlayfs
 Fault injection (for tests, and for anyone who wants to watch the rollback work): with
 VLLM_FORGE_FAIL_AFTER_RENAMES=N the step-3 sequence raises a real OSError before step N+1
 (record marked applying = 1, each file, record marked applied = the last); with
-VLLM_FORGE_KILL_AFTER_RENAMES=N the process SIGKILLs itself there instead.
+VLLM_FORGE_KILL_AFTER_RENAMES=N the process SIGKILLs itself there instead, and with
+VLLM_FORGE_KILL_AFTER_STAGED=N after staging N temp files.
 """
 from __future__ import annotations
 
