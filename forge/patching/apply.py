@@ -47,15 +47,10 @@ VLLM_FORGE_KILL_AFTER_STAGED=N after staging N temp files.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
-import hashlib
-import json
 import os
 import shutil
-import signal
 import stat
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,14 +64,24 @@ from forge.patching.installed import InstalledVllm, find_vllm
 from forge.patching.record import RECORD_DIR, RECORD_FILE, originals_prefix, runs
 from forge.patching.series import Series, load_series
 from forge.patching.status import PatchStatus, tree_status
+from forge.patching.transaction import (
+    FAIL_AFTER_ENV,
+    KILL_AFTER_ENV,
+    KILL_AFTER_STAGED_ENV,
+    TEMP_SUFFIX,
+    Write,
+    commit,
+    forget_run,
+    remove_empty_dirs,
+    remove_temps,
+    sha,
+    write_record,
+)
 from forge.patching.vocabulary import ApplyOutcome, Kind, RecordState, RevertStep, Status
 
-__all__ = ["RECORD_DIR", "RECORD_FILE", "apply_series", "clean_leftovers", "install_statuses",
+__all__ = ["FAIL_AFTER_ENV", "KILL_AFTER_ENV", "KILL_AFTER_STAGED_ENV", "RECORD_DIR", "RECORD_FILE",
+           "TEMP_SUFFIX", "apply_series", "clean_leftovers", "install_statuses",
            "read_install_record"]
-TEMP_SUFFIX = ".vllm-forge-tmp"
-FAIL_AFTER_ENV = "VLLM_FORGE_FAIL_AFTER_RENAMES"
-KILL_AFTER_ENV = "VLLM_FORGE_KILL_AFTER_RENAMES"
-KILL_AFTER_STAGED_ENV = "VLLM_FORGE_KILL_AFTER_STAGED"   # SIGKILL after N temp files are staged
 
 
 @dataclass
@@ -125,17 +130,6 @@ class ApplyReport:
         return [f"{d['package']} {d['previous']} -> {d['installed']} (pinned =={d['installed']}: "
                 f"constraint {d['specifier']} of {d['id']}; vLLM requires {d['vllm_requires']})"
                 for d in self.dependencies]
-
-
-@dataclass
-class _Write:
-    target: Path
-    new: bytes | None          # None: remove the file
-    original: bytes | None     # None: the file did not exist
-    label: str                 # how the record names it
-    temp: Path | None = None
-    mode: int | None = None    # for a new file (default 0o644); an existing file keeps its mode
-    package: str | None = None  # the dependency these files belong to (None: vLLM, MoE configs)
 
 
 def apply_series(site_packages=None, expected_version=None, revert=False, moe_config_dir=None,
@@ -236,7 +230,7 @@ def _apply_clean(installed, moe_config_dir, series_path, moe_device, offline, fi
         record = {"series": series.digest, "vllm": str(installed.version), "applied": applied,
                   "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                   "dependencies": [d.to_record() for d in pinned]}
-        _commit(writes, installed, new_record=record)
+        commit(writes, installed, new_record=record)
     finally:
         dependency_apply.discard_staging(installed)
     return ApplyReport(installed, ApplyOutcome.APPLIED, applied=applied, files=patched_files,
@@ -272,7 +266,7 @@ def _reapply(installed, series, record, moe_device, offline, find_links, pins) -
         run = {"applied": applied,
                "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "dependencies": dependencies}
-        _commit(writes, installed, new_record=run, old_record=record)
+        commit(writes, installed, new_record=run, old_record=record)
     finally:
         dependency_apply.discard_staging(installed)
     return ApplyReport(installed, ApplyOutcome.RE_PINNED, applied=applied, statuses=statuses, notes=notes,
@@ -318,7 +312,7 @@ def _dependencies(record: dict) -> list[dict]:
 
 
 def _pin_writes(pinned, installed: InstalledVllm, find_links, applied: list[str],
-                notes: list[str]) -> list[_Write]:
+                notes: list[str]) -> list[Write]:
     """The file writes of every pinned dependency (staged with pip); appends to applied/notes."""
     writes = []
     for dependency in pinned:
@@ -330,7 +324,7 @@ def _pin_writes(pinned, installed: InstalledVllm, find_links, applied: list[str]
     return writes
 
 
-def _dependency_writes(dependency, installed: InstalledVllm, find_links) -> list[_Write]:
+def _dependency_writes(dependency, installed: InstalledVllm, find_links) -> list[Write]:
     from forge.patching import dependency_apply
 
     try:
@@ -347,7 +341,7 @@ def _dependency_writes(dependency, installed: InstalledVllm, find_links) -> list
         if new is None and original is not None:
             mode = stat.S_IMODE(target.stat().st_mode)     # to put a removed file back as it was
         if new != original:     # most files are the same in neighbouring releases
-            writes.append(_Write(target, new, original, _label(target, installed), mode=mode,
+            writes.append(Write(target, new, original, _label(target, installed), mode=mode,
                                  package=dependency.package))
     return writes
 
@@ -397,12 +391,12 @@ def _plan(series: Series, statuses, installed: InstalledVllm, moe_config_dir):
     writes = []
     for rel, new in contents.items():
         path = installed.site_dir / rel
-        writes.append(_Write(path, new, path.read_bytes() if path.is_file() else None, rel))
+        writes.append(Write(path, new, path.read_bytes() if path.is_file() else None, rel))
     if moe_files:
         moe_dir = Path(moe_config_dir).resolve()
         for f in moe_files:
             target = moe_dir / f.name
-            writes.append(_Write(target, f.absolute.read_bytes(),
+            writes.append(Write(target, f.absolute.read_bytes(),
                                  target.read_bytes() if target.is_file() else None, str(target)))
     return writes, applied, notes
 
@@ -412,7 +406,7 @@ def _target_of(installed: InstalledVllm, label: str) -> Path:
     return path if path.is_absolute() else installed.site_dir / path
 
 
-def _with_pip_record(writes: list[_Write], installed: InstalledVllm, run_index: int) -> list[_Write]:
+def _with_pip_record(writes: list[Write], installed: InstalledVllm, run_index: int) -> list[Write]:
     """The writes, led by vLLM's RECORD rewritten to list them and the apply record's files
     (forge.patching.pip_record); first, so that from the first replaced file on, pip knows every
     file vllm-forge added. Unchanged without a RECORD (a source tree, an install pip never saw)."""
@@ -422,14 +416,18 @@ def _with_pip_record(writes: list[_Write], installed: InstalledVllm, run_index: 
     prefix = originals_prefix(run_index)
     ours = [w for w in writes if w.target.is_relative_to(installed.package_dir)]
     changes = {w.target.relative_to(installed.site_dir).as_posix(): w.new for w in ours}
-    # Index 0 is RECORD itself (it has original bytes), the others keep their order.
+    # Index 0 is RECORD itself (it has original bytes), the others keep their order. Files an
+    # earlier run saved are listed too (a record from before RECORD listed them).
     saved = [f"{prefix}{index + 1}" for index, w in enumerate(writes) if w.original is not None]
-    names = [RECORD_FILE, records.run_files_name(prefix), f"{prefix}0", *saved]
-    record_rows = [(installed.package_dir / RECORD_DIR / name).relative_to(installed.site_dir)
-                   .as_posix() for name in names]
+    record_dir = installed.package_dir / RECORD_DIR
+    earlier = sorted(p.relative_to(record_dir).as_posix() for p in record_dir.rglob("*")
+                     if p.is_file() and not p.name.endswith(".tmp"))
+    names = [RECORD_FILE, *earlier, records.run_files_name(prefix), f"{prefix}0", *saved]
+    record_rows = [(record_dir / name).relative_to(installed.site_dir).as_posix()
+                   for name in dict.fromkeys(names)]
     original = path.read_bytes()
     new = pip_record.updated(original, changes, record_rows)
-    return [_Write(path, new, original, _label(path, installed)), *writes]
+    return [Write(path, new, original, _label(path, installed)), *writes]
 
 
 def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
@@ -443,17 +441,17 @@ def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
     for entry in _revertible_entries(record):
         target = _target_of(installed, entry["path"])
         current = target.read_bytes() if target.is_file() else None
-        if _sha(current) == entry["original_sha256"]:
+        if sha(current) == entry["original_sha256"]:
             continue    # never patched (an interrupted apply) or already restored
-        if _sha(current) != entry["patched_sha256"]:
+        if sha(current) != entry["patched_sha256"]:
             if foreign is not None:
                 continue    # the other install's file
             raise ForgeError(f"{target}: changed since vllm-forge patched it; not reverting "
                              "(nothing changed)")
         original = _saved_original(record_dir, entry)
-        writes.append(_Write(target, original, current, entry["path"],
+        writes.append(Write(target, original, current, entry["path"],
                              mode=entry.get("original_mode")))
-    _commit(writes, installed, new_record=None, old_record=record)
+    commit(writes, installed, new_record=None, old_record=record)
     if foreign is not None:
         return ApplyReport(installed, ApplyOutcome.DROPPED_FOREIGN, files=[w.label for w in writes],
                            foreign=foreign)
@@ -505,10 +503,6 @@ def _revertible_entries(record: dict) -> list[dict]:
     return list(by_path.values())
 
 
-def _sha(data: bytes | None) -> str | None:
-    return None if data is None else hashlib.sha256(data).hexdigest()
-
-
 # --- leftovers of an interrupted run -----------------------------------------------------------
 
 def clean_leftovers(installed: InstalledVllm) -> list[Path]:
@@ -535,23 +529,23 @@ def clean_leftovers(installed: InstalledVllm) -> list[Path]:
     if record is not None:
         targets = [_target_of(installed, entry["path"])
                    for run in runs(record) for entry in run.get("files", [])]
-        removed += _remove_temps({t.parent for t in targets})
+        removed += remove_temps({t.parent for t in targets})
     if record is not None and record.get("reverting") is not None:
         return removed + _clean_killed_revert(record_dir, record)
     if record is not None and record.get("state") == RecordState.STAGING and record.get("later"):
         # A later run killed before it changed a file: drop just that run.
         *earlier, last = record["later"]
-        removed += _remove_empty_dirs([Path(d) for d in last.get("created_dirs", [])])
+        removed += remove_empty_dirs([Path(d) for d in last.get("created_dirs", [])])
         previous = dict(record, state=RecordState.APPLIED, later=earlier)
         if not earlier:
             del previous["later"]
-        _forget_run(record_dir, previous)
+        forget_run(record_dir, previous)
         return removed
-    if record is None and _holds_files(record_dir / "originals"):
+    if record is None and records.holds_files(record_dir / "originals"):
         return removed      # saved originals without a record: records.read says so
     if record is None or record.get("state") == RecordState.STAGING:
         created = [Path(d) for d in (record or {}).get("created_dirs", [])]
-        removed += _remove_empty_dirs(created)
+        removed += remove_empty_dirs(created)
         shutil.rmtree(record_dir)
         removed.append(record_dir)
     return removed
@@ -561,220 +555,8 @@ def _clean_killed_revert(record_dir: Path, record: dict) -> list[Path]:
     """The directories a killed revert created (each empty once its temp files are gone); one
     killed while staging is forgotten, one killed while restoring stays to be finished."""
     reverting = record["reverting"]
-    removed = _remove_empty_dirs([Path(d) for d in reverting.get("created_dirs", [])])
+    removed = remove_empty_dirs([Path(d) for d in reverting.get("created_dirs", [])])
     if reverting.get("step") == RevertStep.STAGING:
-        _write_record(record_dir, {k: v for k, v in record.items() if k != "reverting"})
+        write_record(record_dir, {k: v for k, v in record.items() if k != "reverting"})
     return removed
 
-
-def _holds_files(directory: Path) -> bool:
-    return directory.is_dir() and any(p.is_file() for p in directory.iterdir())
-
-
-def _remove_temps(directories) -> list[Path]:
-    removed = []
-    for directory in directories:
-        if directory.is_dir():
-            for temp in directory.glob(f".*{TEMP_SUFFIX}"):
-                temp.unlink(missing_ok=True)
-                removed.append(temp)
-    return removed
-
-
-def _remove_empty_dirs(directories: list[Path] | set[Path]) -> list[Path]:
-    """rmdir each directory that exists and is empty, deepest first."""
-    removed = []
-    for directory in sorted(directories, key=lambda d: len(d.parts), reverse=True):
-        try:
-            directory.rmdir()
-            removed.append(directory)
-        except OSError:
-            pass        # absent, or holds something: not ours to remove
-    return removed
-
-
-# --- the transaction ---------------------------------------------------------------------------
-
-def _missing_dirs(writes: list[_Write]) -> list[Path]:
-    """Directories that staging the writes will create, shallowest first."""
-    missing: set[Path] = set()
-    for w in writes:
-        if w.new is None:
-            continue
-        parent = w.target.parent
-        while not parent.exists() and parent not in missing:
-            missing.add(parent)
-            parent = parent.parent
-    return sorted(missing, key=lambda d: len(d.parts))
-
-
-def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | None,
-            old_record: dict | None = None) -> None:
-    """Record (apply only), stage, then replace file by file; on any failure undo every step
-    already taken and remove everything this run created. See the module docstring."""
-    record_dir = installed.package_dir / RECORD_DIR
-    created = _missing_dirs(writes)
-    record = None
-    marked: list[dict] = []     # the record as a revert marked it (a failure puts it back)
-    # An apply with an old record appends a run to it: a failure puts the old record back.
-    appending = new_record is not None and old_record is not None
-    forget = (lambda: _forget_run(record_dir, old_record or {})) if appending else \
-        (lambda: shutil.rmtree(record_dir, ignore_errors=True)) if new_record is not None else \
-        (lambda: _put_back(record_dir, marked, old_record or {}))
-    try:
-        if new_record is not None:
-            record = _start_record(record_dir, writes, new_record, created, old_record)
-        else:    # a revert says what it will create before it creates anything
-            marked.append(_mark_revert(record_dir, old_record or {}, RevertStep.STAGING, created))
-        for directory in created:
-            directory.mkdir()
-        for staged, (w, new) in enumerate((w, w.new) for w in writes if w.new is not None):
-            _maybe_kill_while_staging(staged)
-            w.temp = _stage(w.target, new, w.mode)
-    except OSError as exc:
-        _discard(writes, created, forget)
-        raise ForgeError(f"cannot write {exc.filename or installed.package_dir}: "
-                         f"{exc.strerror or exc}; nothing changed") from exc
-    undo: list = []
-    try:
-        _maybe_inject_failure(len(undo))
-        if record is not None:
-            _write_record(record_dir, dict(record, state=RecordState.APPLYING))
-        else:    # from here on the next run finishes the revert
-            _mark_revert(record_dir, old_record or {}, RevertStep.RESTORING, created)
-        undo.append(lambda: None)       # _discard removes (or puts back) the record itself
-        for w in writes:
-            _maybe_inject_failure(len(undo))
-            if w.new is None:
-                os.unlink(w.target)
-            else:
-                assert w.temp is not None    # staged before the commit starts
-                os.replace(w.temp, w.target)
-                w.temp = None
-            undo.append(lambda w=w: _restore(w))
-        _maybe_inject_failure(len(undo))
-        if record is not None:
-            _write_record(record_dir, dict(record, state=RecordState.APPLIED))
-        else:
-            _finish_revert(record_dir, old_record or {})
-    except OSError as exc:
-        for step in reversed(undo):
-            step()
-        _discard(writes, created, forget)
-        raise ForgeError(f"failed while writing {exc.filename or 'the patched files'}: "
-                         f"{exc.strerror or exc}; rolled back {len(undo)} step(s), "
-                         "nothing changed") from exc
-    # Directories that held only removed files (a dependency's old dist-info) go too; revert
-    # recreates them with the files.
-    _remove_empty_dirs({w.target.parent for w in writes if w.new is None})
-
-
-def _put_back(record_dir: Path, marked: list[dict], record: dict) -> None:
-    """A failed revert puts the record back as it found it (once it had marked it)."""
-    if marked:
-        _write_record(record_dir, record)
-
-
-def _mark_revert(record_dir: Path, record: dict, step: RevertStep, created: list[Path]) -> dict:
-    """The record with `reverting` set: the revert's step and the directories it creates."""
-    marked = dict(record, reverting={"step": step, "created_dirs": [str(d) for d in created]})
-    _write_record(record_dir, marked)
-    return marked
-
-
-def _finish_revert(record_dir: Path, record: dict) -> None:
-    """The record goes last: applied.json first (from then on the install counts as clean),
-    then the rest of the record directory, file by file (no directory rename). The directories
-    the runs created go too, once empty (also those a killed revert emptied earlier)."""
-    _remove_empty_dirs([Path(d) for run in runs(record) for d in run.get("created_dirs", [])])
-    (record_dir / RECORD_FILE).unlink()
-    shutil.rmtree(record_dir, ignore_errors=True)
-
-
-def _start_record(record_dir: Path, writes: list[_Write], record: dict, created: list[Path],
-                  previous: dict | None = None) -> dict:
-    """The record in state "staging": every file (with its original bytes) and every directory
-    the run may create, written before anything else so a killed run can be cleaned up. With a
-    `previous` record (a later run), the run is appended to it as record["later"][-1]."""
-    prefix = originals_prefix(len(runs(previous)) if previous is not None else 0)
-    run: dict = dict(record, created_dirs=[str(d) for d in created], files=[])
-    for index, w in enumerate(writes):
-        original = f"{prefix}{index}" if w.original is not None else None
-        entry: dict[str, object] = {"path": w.label, "original": original, "original_sha256": _sha(w.original),
-                 "patched_sha256": _sha(w.new)}
-        if w.original is not None and w.new is None:
-            entry["original_mode"] = w.mode
-        if w.package is not None:
-            entry["package"] = w.package
-        run["files"].append(entry)
-    if previous is None:
-        record_dir.mkdir()
-        record = dict(run, state=RecordState.STAGING)
-    else:
-        record = dict(previous, state=RecordState.STAGING, later=[*previous.get("later", []), run])
-    _write_record(record_dir, record)
-    (record_dir / "originals").mkdir(exist_ok=True)
-    records.write_run_files(record_dir, prefix, run)
-    for index, w in enumerate(writes):
-        if w.original is not None:
-            (record_dir / f"{prefix}{index}").write_bytes(w.original)
-    return record
-
-
-def _maybe_kill_while_staging(staged: int) -> None:
-    kill_at = os.environ.get(KILL_AFTER_STAGED_ENV)
-    if kill_at is not None and staged >= int(kill_at):
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _maybe_inject_failure(renames_done: int) -> None:
-    kill_at = os.environ.get(KILL_AFTER_ENV)
-    if kill_at is not None and renames_done >= int(kill_at):
-        os.kill(os.getpid(), signal.SIGKILL)     # a real crash: no handler, no cleanup runs
-    limit = os.environ.get(FAIL_AFTER_ENV)
-    if limit is not None and renames_done >= int(limit):
-        raise OSError(errno.EIO, f"injected failure after {renames_done} rename(s) "
-                                 f"({FAIL_AFTER_ENV}={limit})")
-
-
-def _stage(target: Path, data: bytes, mode: int | None = None) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    if target.exists():
-        mode = stat.S_IMODE(target.stat().st_mode)
-    os.chmod(name, mode if mode is not None else 0o644)
-    return Path(name)
-
-
-def _write_record(record_dir: Path, record: dict) -> None:
-    temp = record_dir / f"{RECORD_FILE}.tmp"
-    temp.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(temp, record_dir / RECORD_FILE)
-
-
-def _restore(w: _Write) -> None:
-    if w.original is None:
-        w.target.unlink(missing_ok=True)
-    else:
-        mode = stat.S_IMODE(w.target.stat().st_mode) if w.target.exists() else w.mode
-        os.replace(_stage(w.target, w.original, mode), w.target)
-
-
-def _discard(writes: list[_Write], created: list[Path], forget_record) -> None:
-    for w in writes:
-        if w.temp is not None and w.temp.exists():
-            w.temp.unlink()
-        w.temp = None
-    _remove_empty_dirs(created)
-    if forget_record is not None:
-        forget_record()
-
-
-def _forget_run(record_dir: Path, previous: dict) -> None:
-    """Undo the start of an appended run: the previous record back, the run's originals gone."""
-    _write_record(record_dir, previous)
-    prefix = originals_prefix(len(runs(previous)))
-    for original in (record_dir / "originals").glob(f"{Path(prefix).name}*"):
-        original.unlink()

@@ -46,7 +46,7 @@ def read(installed: InstalledVllm) -> dict | None:
     """The record, checked field by field; None when there is none."""
     path = record_path(installed)
     if not path.exists():
-        if _rebuilt_from_run_files_safely(installed):
+        if holds_files(path.parent / "originals"):
             raise ForgeError(f"{path}: missing, while the originals it saved are there; "
                              f"{_way_out(installed)}")
         return None
@@ -71,6 +71,10 @@ def read_for_revert(installed: InstalledVllm) -> dict | None:
     if rebuilt is None and path.exists():
         raise ForgeError(f"{path}: {problem}; {_way_out(installed)}")
     return rebuilt
+
+
+def holds_files(directory: Path) -> bool:
+    return directory.is_dir() and any(p.is_file() for p in directory.iterdir())
 
 
 def write_run_files(record_dir: Path, prefix: str, run: dict) -> None:
