@@ -29,10 +29,19 @@ def _path_less(text: str) -> str:
     return json.dumps(record)
 
 
+def _package_less(text: str) -> str:
+    record = json.loads(text)
+    record["dependencies"] = [{"id": "transformers-gemma4-per-layer-config", "specifier": "<5.15",
+                               "previous": "5.15.0", "installed": "5.14.1",
+                               "vllm_requires": "transformers>=5.5.3"}]
+    return json.dumps(record)
+
+
 DAMAGE = {
     "truncated": (_truncated, "not valid JSON ("),
     "list-shaped": (_list_shaped, "holds a JSON list, not the object vllm-forge writes"),
     "path-less": (_path_less, "field files[1].path is missing"),
+    "package-less": (_package_less, "field dependencies[0].package is missing or not text"),
 }
 
 

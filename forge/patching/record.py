@@ -24,6 +24,7 @@ RUN_PREFIX = re.compile(r"^(?:run(\d+)-)?" + re.escape(RUN_FILES) + "$")
 _OPTIONAL_TEXT = (str, type(None))
 _ENTRY_FIELDS = {"path": (str,), "original": _OPTIONAL_TEXT, "original_sha256": _OPTIONAL_TEXT,
                  "patched_sha256": _OPTIONAL_TEXT}
+_DEPENDENCY_FIELDS = ("id", "package", "specifier", "previous", "installed", "vllm_requires")
 _RUN_LISTS = {"applied": str, "created_dirs": str, "dependencies": dict, "files": dict}
 
 
@@ -131,6 +132,10 @@ def run_problem(run, where: str = "") -> str | None:
                 return f"field {where}files[{index}].{name} is missing"
             if not isinstance(entry[name], types):
                 return f"field {where}files[{index}].{name} is {entry[name]!r}"
+    for index, dependency in enumerate(run.get("dependencies", [])):
+        for name in _DEPENDENCY_FIELDS:
+            if not isinstance(dependency.get(name), str):
+                return f"field {where}dependencies[{index}].{name} is missing or not text"
     return None
 
 
