@@ -182,3 +182,24 @@ def test_a_record_of_another_release_copied_over_is_named_never_reverted(vllm_si
     assert not (site / "vllm" / RECORD_DIR).exists()
     applied = run_build("apply", "--site-packages", str(site))
     assert applied.returncode == 0 and f"applied 1 patch(es) to vLLM {OTHER}" in applied.stdout
+
+
+def test_a_record_without_a_record_row_is_told_from_a_reinstall_by_the_files_it_patched(vllm_site):
+    """A record that vLLM's RECORD does not list (apply ran where there was no dist-info, or
+    vllm-forge before it wrote RECORD): it stays this install's while the patched files are in,
+    and is another install's once every one of them holds its original bytes again."""
+    kept = vllm_site(VERSION, dist_info=False)
+    reinstalled = vllm_site(VERSION, dist_info=False)
+    for site in (kept, reinstalled):
+        assert run_build("apply", "--site-packages", str(site)).returncode == 0
+    shutil.copytree(releases.release_tree(VERSION) / "vllm", reinstalled / "vllm",
+                    dirs_exist_ok=True)
+    for site in (kept, reinstalled):
+        write_dist_info(site, VERSION)          # pip's dist-info, as an install writes it
+    again = run_build("apply", "--site-packages", str(kept))
+    assert again.returncode == 0 and "already carries this patch series" in again.stdout
+    refused = run_build("apply", "--site-packages", str(reinstalled))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "the apply record of another install of vLLM (every vLLM file it patched holds its " \
+        f"original bytes again: vLLM {VERSION} was installed again since)" in refused.stderr
+    assert "vLLM changed after vllm-forge patched it" not in refused.stderr
