@@ -98,3 +98,17 @@ def test_a_revert_killed_while_restoring_is_finished_by_the_next_revert(site_wit
     assert "reverted gemma4-mtp-share-embeddings" in finished.stdout
     assert snapshot(site) == original and empty_dirs(site) == empty and leftovers(site) == []
     assert transformers_in(site) == "5.15.0"
+
+
+def test_an_apply_killed_while_replacing_is_shown_as_interrupted_with_revert_as_the_way_out(
+        vllm_site):
+    site = vllm_site("0.25.0")
+    killed = run_build("apply", "--site-packages", str(site), **{KILL_AFTER_ENV: "3"})
+    assert killed.returncode == -signal.SIGKILL
+    status = run_build("patches", "--site-packages", str(site), "--offline", "--json")
+    assert status.returncode == 0, status.stderr
+    [patch] = [p for p in json.loads(status.stdout)["patches"]
+               if p["id"] == "gemma4-mtp-share-embeddings"]
+    assert patch["status"] == "interrupted"
+    assert "a vllm-forge apply was killed part way" in patch["detail"]
+    assert "`build.py apply --revert` undoes it" in patch["detail"]

@@ -285,11 +285,12 @@ def install_statuses(series, installed: InstalledVllm, record: dict | None,
     recorded = set(_applied_ids(record))
     interrupted = ownership.interrupted_run(record)
     if interrupted is not None:
+        way_out = ("the next `build.py apply` or `--revert` finishes it"
+                   if interrupted == "revert" else "`build.py apply --revert` undoes it")
         return [PatchStatus(s.id, s.kind, str(Status.INTERRUPTED),
                             f"a vllm-forge {interrupted} was killed part way "
-                            f"({records.record_path(installed)}); the next `build.py apply` or "
-                            "`--revert` finishes it") if s.id in recorded else s
-                for s in statuses]
+                            f"({records.record_path(installed)}); {way_out}")
+                if s.id in recorded else s for s in statuses]
     return [PatchStatus(s.id, s.kind, str(Status.APPLIED), f"by vllm-forge ({records.record_path(installed)}); "
                                                   f"{s.detail}")
             if s.id in recorded and s.kind == Kind.SOURCE and s.status == Status.ALREADY_UPSTREAM else s
