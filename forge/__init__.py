@@ -5,20 +5,23 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
 
   0 core      forge/*.py: errors, files (atomic writes), schema (YAML validation), progress,
               http_session, versions (--vllm parsed once, PEP 440 normal form), targets
-              (images/targets.yaml: every layer needs the hardware), image_names (repository,
-              moving and immutable tags: serving names the image it runs)
+              (images/targets.yaml: every layer needs the hardware), models (models/<family>.yaml:
+              shapes and facts of a model family), image_names (repository, moving and immutable
+              tags: serving names the image it runs)
   1 upstream  vLLM releases on PyPI (sdists, source trees), the PyPI JSON index, archives, cached
               per-package Python environments
   2 patching  the patch series: manifest (series), its vocabulary (Kind, Status), diffs, status
               per release or install, atomic apply, the installed vLLM, dependency constraints,
-              MoE config file names, the status report and README table
+              MoE config file names, the status report and README table, the diffs' generated
+              headers, and writing patches (work tree, diff writer, authoring, journal)
   3 serving   recipes, the vLLM arguments of a release, `serve`, MoE kernel tuning
   4 watch     the upstream watch: new releases, dependency drift (its probe), the watched deps
   4 images    lock, plan, build context, BuildKit build and bake, registry, retag, published index,
               the release matrix (watch and images do not import each other)
   5 commands  the argparse CLI behind build.py / `vllm-forge` and every command handler (`cmd_*`):
               each turns arguments into values, calls the packages below and prints; patches
-              (patches, apply, readme-table), images (build, lock, bake, release-matrix, publish,
+              (patches, apply, readme-table), patch_work (new-patch, refresh-patch,
+              patch-headers), images (build, lock, bake, release-matrix, publish,
               published), serving (serve, tune-moe), watch (drift, upstream-watch). The packages
               below compute and raise; none defines a `cmd_*`.
 """

@@ -20,12 +20,34 @@ TAG_DIGEST_CHARS = 12
 _GITHUB_REMOTE = re.compile(r"github\.com[:/](?P<owner>[^/]+)/[^/]+?(?:\.git)?/?$")
 
 
+# The OCI distribution spec's repository name (lowercase path components joined by / with
+# . _ __ or dashes inside them), after an optional registry host[:port], 255 characters at most.
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*(?::[0-9]+)?"
+_REPOSITORY = re.compile(rf"(?:{_HOST}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*")
+
+
+def checked_repository(value: str, source: str = "--repository") -> str:
+    """`value` if it is a valid OCI repository name, else one line naming where it came from:
+    an upper-case name would otherwise reach tags and bake files and fail only at push."""
+    if len(value) > 255 or not _REPOSITORY.fullmatch(value):
+        raise ForgeError(f"{source}: not a valid image repository: {value!r} (lowercase "
+                         "[registry[:port]/]name/path, components of a-z 0-9 joined by . _ -)")
+    return value
+
+
+def check_repository_argument(args) -> None:
+    """A parsed `--repository`, checked once for every command that takes one."""
+    if getattr(args, "repository", None) is not None:
+        checked_repository(args.repository)
+
+
 def default_repository() -> str:
     """$VLLM_FORGE_REPOSITORY, else ghcr.io/<owner>/vllm-forge with the owner from $GITHUB_REPOSITORY_OWNER
     or the git remote, else ghcr.io/vllm-forge/vllm-forge."""
     explicit = os.environ.get("VLLM_FORGE_REPOSITORY", "").strip()
     if explicit:
-        return explicit
+        return checked_repository(explicit, "$VLLM_FORGE_REPOSITORY")
     owner = os.environ.get("GITHUB_REPOSITORY_OWNER", "").strip() or _remote_owner()
     # GHCR repository names must be lowercase.
     return f"ghcr.io/{owner.lower()}/vllm-forge" if owner else FALLBACK_REPOSITORY

@@ -76,17 +76,29 @@ def parse_yaml(text: str, source: str) -> Any:
 def load_yaml(path: Path | str) -> Any:
     path = Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise SchemaError(f"{path}: cannot read: {exc.strerror}") from exc
-    return parse_yaml(text, str(path))
+    return parse_yaml(decode_utf8(data, str(path)), str(path))
+
+
+def decode_utf8(data: bytes, source: str) -> str:
+    """The project's text files are UTF-8 (YAML 1.1 allows no other 8-bit encoding): anything
+    else is refused naming the line, not decoded in the locale's encoding."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SchemaError(f"{source}: line {line}: not UTF-8 text (byte "
+                          f"0x{data[exc.start]:02x}); save the file as UTF-8") from exc
 
 
 def validate(data: Any, schema: dict[str, Field], source: str, path: str = "") -> dict:
     """Check `data` against `schema`; return a new dict with defaults filled in."""
     if not isinstance(data, dict):
         _fail(source, path, f"must be a mapping (got {_kind_name(type(data))})")
-    unknown = sorted(set(data) - set(schema))
+    # Keys are sorted as text: YAML keys may be of any type (`1:` beside `zz:`).
+    unknown = sorted(set(data) - set(schema), key=str)
     if unknown:
         _fail(source, _join(path, str(unknown[0])),
               f"unknown field (known: {', '.join(sorted(schema))})")

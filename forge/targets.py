@@ -49,6 +49,13 @@ def _positive(value: float) -> str | None:
     return None if value > 0 else "must be positive"
 
 
+def _bandwidths(value: dict) -> str | None:
+    for card, gb_s in value.items():
+        if isinstance(gb_s, bool) or not isinstance(gb_s, (int, float)) or gb_s <= 0:
+            return f"{card}: must be a positive number of GB/s (got {gb_s!r})"
+    return None
+
+
 BASE_SCHEMA = {
     "releases": Field(str, check=pep440_specifier),
     "image": Field(str, check=_image_template),
@@ -63,6 +70,8 @@ TARGET_SCHEMA = {
     "moe_device_name": Field(str, check=lambda v: None if re.fullmatch(r"[A-Za-z0-9_.\-]+", v)
                              else f"must be a file-name form without spaces or '/' (got {v!r})"),
     "gpu_memory_gib": Field(float, check=_positive),
+    "memory_bandwidth_gb_s": Field(dict, required=False, default={}, check=_bandwidths),
+    "memory_bandwidth_source": Field(str, required=False),
     "env": Field(dict, required=False, default={}, check=_env_mapping),
     "recipes": Field(ListOf(str), required=False, default=[]),
     "bases": Field(ListOf(BASE_SCHEMA, min_items=1)),
@@ -103,6 +112,8 @@ class Target:
     device_names: list[str]
     moe_device_name: str
     gpu_memory_gib: float
+    memory_bandwidth_gb_s: dict[str, float]
+    memory_bandwidth_source: str | None
     env: dict[str, str]
     recipes: list[str]
     bases: list[BaseRule] = field(repr=False)
@@ -111,6 +122,14 @@ class Target:
     @property
     def arch(self) -> str:
         return self.platform.split("/", 1)[1]
+
+    def bandwidth_gb_s(self, device: str | None = None) -> float:
+        """Peak memory bandwidth of one of the target's cards (default: the first listed)."""
+        device = device or self.device_names[0]
+        if device not in self.memory_bandwidth_gb_s:
+            raise ForgeError(f"{self.source}: targets.{self.name}.memory_bandwidth_gb_s: no figure for "
+                             f"{device!r} (cards: {', '.join(self.device_names)})")
+        return float(self.memory_bandwidth_gb_s[device])
 
     def base_for(self, vllm_version: str) -> BaseImage:
         """The upstream base image for a release; ForgeError naming the file and target if none fits."""
@@ -149,11 +168,23 @@ def load_targets(path: Path | str | None = None) -> dict[str, Target]:
             raise ForgeError(f"{source}: targets.{name}: target names are lowercase letters, "
                              f"digits and '-'")
         item = validate(body, TARGET_SCHEMA, source, f"targets.{name}")
+        _check_bandwidths(item, source, name)
         rules = [BaseRule(SpecifierSet(b["releases"]), b["image"]) for b in item.pop("bases")]
         _check_no_overlap(rules, source, name)
         item["env"] = {**data["env"], **item["env"]}
         targets[name] = Target(name=name, bases=rules, source=source, **item)
     return targets
+
+
+def _check_bandwidths(item: dict, source: str, name: str) -> None:
+    """Bandwidths are per card the target lists, with the page they come from."""
+    where = f"{source}: targets.{name}.memory_bandwidth_gb_s"
+    unknown = sorted(set(item["memory_bandwidth_gb_s"]) - set(item["device_names"]))
+    if unknown:
+        raise ForgeError(f"{where}.{unknown[0]}: not one of the target's device_names")
+    if item["memory_bandwidth_gb_s"] and not item["memory_bandwidth_source"]:
+        raise ForgeError(f"{source}: targets.{name}.memory_bandwidth_source: required with "
+                         f"memory_bandwidth_gb_s (the public page the figures come from)")
 
 
 def _check_no_overlap(rules: list[BaseRule], source: str, name: str) -> None:

@@ -1,4 +1,5 @@
-"""The backports of vLLM PR #43982 and PR #44297 (patches/series.yaml), on the real release trees.
+"""The backports of vLLM PR #43982, PR #44297 and PR #47920 (patches/series.yaml), on the real
+release trees.
 
 For every release 0.21.0..0.33.0 the status the engine computes must be what the release's own
 source says: `applies` where the buggy lines are there and the patched file still compiles,
@@ -26,6 +27,11 @@ from tests.test_patch_series import run_build
 SPEC_GEMMA4 = "vllm/v1/spec_decode/gemma4.py"
 SO_INIT = "vllm/v1/structured_output/__init__.py"
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
+AR_SPEC = "vllm/v1/worker/gpu/spec_decode/autoregressive/speculator.py"
+TD_AR_SPEC = "vllm/v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py"
+# _prepare_decode_inputs_kernel with upstream's fix: the draft seq_lens are computed outside the
+# branch and stored always (0.27.0 lines 639-650; from 0.32.0 in target_dependent_ar).
+SEQ_LEN_OUTSIDE = b"    seq_len = target_seq_len - num_rejected\n    if ADVANCE_DRAFT_POSITIONS:\n"
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,15 @@ FACTS = {
         fix=((SPEC_GEMMA4, b"cm.block_table_tensor = self._per_group_block_tables[gid]"
                            b"[:batch_size]\n"),
              (SPEC_GEMMA4, b"batch_size = common_attn_metadata.batch_size()\n"))),
+    # PR #47920: the draft seq_lens were stored only if ADVANCE_DRAFT_POSITIONS (not Gemma 4 MTP).
+    "gemma4-mtp-draft-seq-lens": SourceFacts(
+        bug=((AR_SPEC, b"        seq_len = target_seq_len - num_rejected\n"
+                       b"        seq_len = tl.minimum(seq_len + 1, max_model_len)\n"
+                       b"        tl.store(seq_lens_ptr + req_idx, seq_len)\n"),),
+        fix=((AR_SPEC, SEQ_LEN_OUTSIDE),
+             (AR_SPEC, b"        seq_len = tl.minimum(seq_len + 1, max_model_len)\n"
+                       b"    tl.store(seq_lens_ptr + req_idx, seq_len)\n")),
+        fix_rewritten=((TD_AR_SPEC, SEQ_LEN_OUTSIDE),)),
     # PR #44297 part 1 on the pre-0.24 loop: the window inherits the step-start mask.
     "structured-draft-window": SourceFacts(
         bug=((SO_INIT, b"for token in itertools.chain(req_tokens, (-1,)):\n"),),
@@ -91,6 +106,11 @@ EXPECTED = {
         "0.21.0": A, "0.22.0": A, "0.22.1": A, **dict.fromkeys(
             ("0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0",
              "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"), U)},
+    "gemma4-mtp-draft-seq-lens": {
+        **dict.fromkeys(("0.21.0", "0.22.0", "0.22.1"), N),
+        **dict.fromkeys(("0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0"), A),
+        **dict.fromkeys(("0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0"), U),
+        "0.32.0": N, "0.33.0": N},
     "structured-draft-window": {
         "0.21.0": A, "0.22.0": A, "0.22.1": A, "0.23.0": A, **dict.fromkeys(
             ("0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0",
@@ -135,11 +155,11 @@ def _backports(series):
     return [p for p in series.patches if p.id in FACTS]
 
 
-def test_manifest_carries_both_prs_across_the_whole_matrix():
+def test_manifest_carries_every_pr_across_the_whole_matrix():
     series = load_series()
     backports = _backports(series)
     assert {p.id for p in backports} == set(FACTS)
-    assert {p.upstream["pr"] for p in backports} == {43982, 44297}
+    assert {p.upstream["pr"] for p in backports} == {43982, 44297, 47920}
     assert set(_checked_releases(series)) == set(EXPECTED[backports[0].id])
     for patch in backports:
         assert patch.kind == "source" and patch.why.strip()
@@ -170,9 +190,11 @@ def test_every_release_status_is_what_its_source_says():
             if computed.status == N and patch.in_range(parsed):
                 # Only where upstream rewrote the fixed code, after the release that fixed it.
                 assert computed.detail == f"retired in {patch.retired_in}", computed
-        # No release before a PR's fix is left without it: some entry of that PR applies.
+        # No release that has a bug before its PR's fix is left without it: some entry of that
+        # PR applies (0.21.0-0.22.1 have no V2 autoregressive speculator, so no #47920 bug).
         unfixed = {p.upstream["pr"] for p in _backports(series)
-                   if parsed < Version(p.upstream["fixed_in"])}
+                   if parsed < Version(p.upstream["fixed_in"])
+                   and FACTS[p.id].has(tree, FACTS[p.id].bug)}
         assert unfixed == carried, (version, unfixed, carried)
 
 
@@ -207,7 +229,7 @@ def _engine_fits(tree: Path, patch, reverse: bool) -> bool:
         return False
 
 
-@pytest.mark.parametrize("version", ["0.22.1", "0.23.0", "0.24.0"])
+@pytest.mark.parametrize("version", ["0.22.1", "0.23.0", "0.24.0", "0.26.0"])
 def test_apply_patches_a_real_install_and_revert_restores_it(vllm_site, version):
     series = load_series()
     wanted = [p.id for p in _backports(series) if EXPECTED[p.id][version] == A]
@@ -218,7 +240,8 @@ def test_apply_patches_a_real_install_and_revert_restores_it(vllm_site, version)
     for patch_id in wanted:
         assert patch_id in applied.stdout.splitlines()[0], (patch_id, applied.stdout)
     # Two entries edit structured_output/__init__.py on 0.22.1-0.24.0: both changes are in.
-    patched = {rel: (site / rel).read_bytes() for rel in (SPEC_GEMMA4, SO_INIT, SCHEDULER)}
+    patched = {rel: (site / rel).read_bytes() for patch_id in wanted
+               for rel, _ in FACTS[patch_id].fix + FACTS[patch_id].bug}
     for patch_id in wanted:
         for rel, line in FACTS[patch_id].fix:
             assert line in patched[rel], (patch_id, rel)

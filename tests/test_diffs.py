@@ -194,3 +194,29 @@ def test_upstream_release_to_release_diff_gives_the_same_bytes_as_git_apply(tmp_
         for rel, data in back.items():
             assert data == ((old / rel).read_bytes() if (old / rel).exists() else None), rel
     assert fitted > 0.9 * len(parsed), (fitted, ambiguous)
+
+
+# --- paths: a diff names files inside the tree it is applied to (issue 20, item 8) --------------
+
+@pytest.mark.parametrize("old, new", [
+    ("/dev/null", "b/../x.py"),                 # up out of the tree
+    ("a/pkg/../../x.py", "b/pkg/../../x.py"),   # up out of the tree, from inside it
+    ("/dev/null", "b//abs/path.py"),            # an absolute path after the prefix
+    ("a//abs/path.py", "b/pkg/mod.py"),         # on the old side too
+    ("/dev/null", "b/pkg\\..\\..\\x.py"),       # a Windows separator
+    ("/dev/null", "b/"),                        # no file at all
+])
+def test_a_diff_path_outside_the_tree_is_refused_at_parse_naming_file_and_line(old, new):
+    data = f"--- {old}\n+++ {new}\n@@ -0,0 +1 @@\n+x = 1\n".encode()
+    bad = next(name for name in (old, new) if name != "/dev/null" and name != "b/pkg/mod.py")
+    line = 1 if bad == old else 2
+    with pytest.raises(diffs.DiffFormatError) as refused:
+        diffs.parse_diff(data, "escape.diff")
+    assert str(refused.value) == (f"escape.diff: line {line}: file name {bad!r} is not a relative "
+                                  "path inside the tree (no leading /, no .., no backslash)")
+
+
+def test_a_diff_path_is_kept_in_its_normal_form():
+    data = b"--- a/pkg/./mod.py\n+++ b/pkg//mod.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
+    [parsed] = diffs.parse_diff(data, "dots.diff")
+    assert (parsed.old_path, parsed.new_path) == ("pkg/mod.py", "pkg/mod.py")

@@ -46,7 +46,7 @@ def forge(*args, env=None, cwd=None, timeout=900):
 
 def _copy_tree(source: Path, copy: Path) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
-    for name in ("forge", "patches", "verify", "recipes", "images"):
+    for name in ("forge", "patches", "verify", "models", "recipes", "images"):
         shutil.copytree(source / name, copy / name, ignore=ignore)
     shutil.copy2(source / "build.py", copy / "build.py")
     shutil.copy2(source / ".gitignore", copy / ".gitignore")

@@ -29,7 +29,7 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "forge-test", "GIT_AUTHOR_EMAIL": "t@example.inval
 
 def copy_repo(into: Path) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
-    for name in ("forge", "patches", "verify", "recipes", "images"):
+    for name in ("forge", "patches", "verify", "models", "recipes", "images"):
         shutil.copytree(REPO / name, into / name, ignore=ignore)
     shutil.copy2(REPO / "build.py", into / "build.py")
     return into

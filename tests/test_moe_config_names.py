@@ -36,5 +36,5 @@ def test_fields_and_refusals():
 def test_the_tuner_names_files_as_vllm_looks_them_up():
     assert device_file_name("NVIDIA H200 NVL") == "NVIDIA_H200"
     assert device_file_name("NVIDIA H100 80GB HBM3") == "NVIDIA_H100_80GB_HBM3"
-    assert config_file_name("NVIDIA H200", "fp8_w8a8") == "E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    assert config_file_name("NVIDIA H200", "fp8_w8a8", 128, 704) == "E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
     assert config_file_name("NVIDIA GB10", "bf16", experts=64, n=352) == "E=64,N=352,device_name=NVIDIA_GB10.json"

@@ -10,34 +10,37 @@ from pathlib import Path
 import pytest
 
 from forge.errors import ForgeError
+from forge.models import load_family
 from forge.patching.series import load_series
 from forge.serving import moe_tune
 
 ROOT = Path(__file__).resolve().parents[1]
+# Gemma-4-26B-A4B's experts as models/gemma4.yaml states them: 128 of 704, top-8
+SHAPE = load_family("gemma4").model("26b-a4b").moe
 TUNE = ROOT / "tests" / "fixtures" / "gpu" / "tune"
 
 
 def test_search_space_prunes_tiles_taller_than_the_tokens_per_expert():
-    assert {c["BLOCK_SIZE_M"] for c in moe_tune.search_space(1)} == {16}
-    assert {c["BLOCK_SIZE_M"] for c in moe_tune.search_space(256)} == {16, 32}
-    assert {c["BLOCK_SIZE_M"] for c in moe_tune.search_space(4096)} == {16, 32, 64}
-    assert len(moe_tune.search_space(1)) == 24
-    every = moe_tune.search_space(1, "full")
+    assert {c["BLOCK_SIZE_M"] for c in moe_tune.search_space(1, SHAPE)} == {16}
+    assert {c["BLOCK_SIZE_M"] for c in moe_tune.search_space(256, SHAPE)} == {16, 32}
+    assert {c["BLOCK_SIZE_M"] for c in moe_tune.search_space(4096, SHAPE)} == {16, 32, 64}
+    assert len(moe_tune.search_space(1, SHAPE)) == 24
+    every = moe_tune.search_space(1, SHAPE, "full")
     assert all(set(c) == set(moe_tune.CONFIG_KEYS) for c in every)
     with pytest.raises(ForgeError, match="unknown search space 'huge'"):
-        moe_tune.search_space(1, "huge")
+        moe_tune.search_space(1, SHAPE, "huge")
 
 
 def test_file_names_match_the_ones_vllm_ships(release_tree):
     configs = release_tree("0.25.0") / "vllm" / "model_executor" / "layers" / "fused_moe" / "configs"
-    name = moe_tune.config_file_name("NVIDIA H100 80GB HBM3", "fp8_w8a8")
+    name = moe_tune.tuned_file_name("NVIDIA H100 80GB HBM3", "fp8_w8a8", SHAPE)
     assert (configs / name).exists(), name
-    assert moe_tune.config_file_name("NVIDIA H200 NVL", "bf16") == "E=128,N=704,device_name=NVIDIA_H200.json"
+    assert moe_tune.tuned_file_name("NVIDIA H200 NVL", "bf16", SHAPE) == "E=128,N=704,device_name=NVIDIA_H200.json"
     # What the recipes expect on the H200 is what the tuner writes.
     from forge.serving.recipes import load_recipe
 
     recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
-    assert recipe.moe_config.name == moe_tune.config_file_name("NVIDIA H200", "fp8_w8a8")
+    assert recipe.moe_config.name == moe_tune.tuned_file_name("NVIDIA H200", "fp8_w8a8", SHAPE)
 
 
 def test_tuned_is_kept_only_where_it_wins():

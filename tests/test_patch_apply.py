@@ -16,10 +16,17 @@ import pytest
 from packaging.version import Version
 
 from forge.errors import ConflictError, ForgeError
+from forge.patching import diffs
 from forge.patching.apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR, apply_series
 from forge.patching.installed import find_vllm
 from forge.patching.series import load_series
-from tests.fixtures_patches import real_patch_entry, snapshot, write_dist_info, write_series
+from tests.fixtures_patches import (
+    real_patch_entry,
+    snapshot,
+    source_patches_applying,
+    write_dist_info,
+    write_series,
+)
 from tests.test_patch_series import REPO, run_build
 
 TARGET = "vllm/v1/spec_decode/llm_base_proposer.py"
@@ -28,23 +35,30 @@ FIXED_LINE = b'            if share_embeddings and hasattr(self.model, "has_own_
 
 def test_apply_then_revert_restores_the_tree_byte_for_byte(vllm_site):
     site = vllm_site("0.25.0")
+    wanted = source_patches_applying("0.25.0")
+    assert "gemma4-mtp-share-embeddings" in wanted
+    targets = {rel for patch_id in wanted
+               for rel in diffs.target_paths(load_series().get(patch_id).diffs)}
     original = snapshot(site)
     applied = run_build("apply", "--site-packages", str(site), "--vllm", "0.25.0")
     assert applied.returncode == 0, applied.stderr
-    assert "applied 1 patch(es)" in applied.stdout and "gemma4-mtp-share-embeddings" in applied.stdout
+    assert f"applied {len(wanted)} patch(es)" in applied.stdout
+    assert all(patch_id in applied.stdout for patch_id in wanted)
     patched = (site / TARGET).read_bytes()
     assert FIXED_LINE in patched and b"# Only share when both models use the same" not in patched
     changed = {k for k, v in snapshot(site).items() if original.get(k) != v}
+    # The patched files, pip's RECORD (listing them with their new hashes) and the record:
+    # applied.json, the run's file list and each changed file's original (RECORD's is 0).
     ours = {f"vllm/{RECORD_DIR}/{name}" for name in
-            ("applied.json", "originals/files.json", "originals/0", "originals/1")}
-    assert changed == {TARGET, "vllm-0.25.0.dist-info/RECORD", *ours}
-    # pip's RECORD lists every file vllm-forge added (pip uninstall removes them) and the
-    # patched file's new hash.
+            ("applied.json", "originals/files.json",
+             *(f"originals/{i}" for i in range(len(targets) + 1)))}
+    assert changed == targets | {"vllm-0.25.0.dist-info/RECORD"} | ours
+    # pip uninstall removes every file vllm-forge added.
     rows = {row[0]: row for row in csv.reader(
         (site / "vllm-0.25.0.dist-info" / "RECORD").read_text().splitlines())}
     assert ours <= set(rows) and rows[TARGET][2] == str(len(patched))
     record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
-    assert record["applied"] == ["gemma4-mtp-share-embeddings"] and record["vllm"] == "0.25.0"
+    assert record["applied"] == wanted and record["vllm"] == "0.25.0"
     reverted = run_build("apply", "--site-packages", str(site), "--revert")
     assert reverted.returncode == 0, reverted.stderr
     assert "restored byte for byte" in reverted.stdout
@@ -213,7 +227,7 @@ def test_version_comes_from_dist_info_then_from_version_file(vllm_site, tmp_path
                                          r"0.26.0\+cu130"):
         apply_series(site_packages=local, expected_version="0.26.0+cu129")
     report = apply_series(site_packages=local, expected_version="0.26.0")   # the release it names
-    assert report.applied == ["gemma4-mtp-share-embeddings"]
+    assert report.applied == source_patches_applying("0.26.0")
 
 
 def test_uncovered_or_unexpected_version_is_refused(vllm_site):

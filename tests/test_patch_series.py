@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from forge.errors import ForgeError
+from forge.patching.headers import body_of, render_header
 from forge.patching.series import load_series, render_series, save_series
 from tests import build_cli
 from tests.fixtures_patches import REAL_SERIES, real_patch_entry, write_series
@@ -31,16 +32,17 @@ def test_the_committed_manifest_loads_with_its_first_patch():
     assert len(series.digest) == 64
 
 
-def test_each_diff_header_carries_the_manifest_provenance():
-    for patch in load_series().patches:
-        for f in patch.files:
-            if patch.kind != "source":
-                continue
-            header = f.absolute.read_text().split("\n--- ", 1)[0]
-            assert f"vllm-forge patch: {patch.id}" in header
-            for kind, path in (("issue", "issues"), ("pr", "pull")):   # the schema needs one
-                if patch.upstream.get(kind):
-                    assert f"{path}/{patch.upstream[kind]}" in header
+def test_each_diff_header_is_what_its_manifest_entry_generates():
+    series = load_series(check_index=False)
+    sources = [(p, f) for p in series.patches if p.kind == "source" for f in p.files]
+    assert len(sources) >= 5
+    for patch, f in sources:
+        content = f.absolute.read_bytes()
+        assert content.startswith(render_header(patch)), f.path
+        assert body_of(content).startswith(b"--- a/vllm/"), f.path
+        assert f"# Description: {patch.title}\n".encode() in content
+    result = run_build("patch-headers", "--check")
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_load_then_save_reproduces_the_committed_file_byte_for_byte():
@@ -132,3 +134,90 @@ def test_moe_config_files_must_be_named_like_vllm_configs(tmp_path):
     with pytest.raises(ForgeError, match=r"patches\[0\]\.files: .*not named like a fused-MoE"):
         load_series(path)
     assert yaml.safe_load(path.read_text())["patches"][0]["id"] == "moe"
+
+
+# --- diff paths and `touches` (issue 20, item 8) ------------------------------------------------
+
+def minimal_vllm_site(root: Path, version: str = "0.25.0") -> Path:
+    """A site-packages directory `apply` recognises: vllm/ with its version file."""
+    (root / "vllm").mkdir(parents=True)
+    (root / "vllm" / "__init__.py").write_text("")
+    (root / "vllm" / "_version.py").write_text(f"__version__ = '{version}'\n")
+    return root
+
+
+def creating_diff(path_after_prefix: str) -> bytes:
+    return (f"--- /dev/null\n+++ b/{path_after_prefix}\n@@ -0,0 +1 @@\n"
+            "+ESCAPED = True\n").encode()
+
+
+@pytest.mark.parametrize("escape", ["../escaped.py", "{outside}/escaped.py"])
+def test_apply_refuses_a_diff_that_would_write_outside_site_packages(tmp_path, escape):
+    site = minimal_vllm_site(tmp_path / "site")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    relative = escape.format(outside=outside)       # b/../x, or b//abs/path
+    entry, _ = real_patch_entry(touches=["vllm/escaped.py"])
+    entry.pop("fixes_marker")
+    diff = creating_diff(relative)
+    path = write_series(tmp_path / "series", [entry], {"source/p.diff": diff})
+    before = snapshot_of(tmp_path)
+    result = run_build("apply", "--site-packages", str(site), series=path)
+    assert result.returncode == 2, result
+    assert result.stderr == (f"error: {path.parent / 'source' / 'p.diff'}: line 2: file name "
+                             f"{'b/' + relative!r} is not a relative path inside the tree "
+                             "(no leading /, no .., no backslash)\n")
+    assert snapshot_of(tmp_path) == before
+    assert not (tmp_path / "escaped.py").exists() and not (outside / "escaped.py").exists()
+
+
+def snapshot_of(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_a_diff_changing_a_file_its_entry_does_not_list_is_refused_by_patches_and_apply(tmp_path):
+    entry, diff = real_patch_entry(touches=["vllm/v1/spec_decode/gemma4.py"])
+    path = write_series(tmp_path, [entry], {"source/p.diff": diff})
+    site = minimal_vllm_site(tmp_path / "site")
+    for command in (["patches", "--vllm", "0.25.0", "--offline"],
+                    ["apply", "--site-packages", str(site)]):
+        result = run_build(*command, series=path)
+        assert result.returncode == 2, result
+        assert result.stderr == (f"error: {path}: patches[0].touches: source/p.diff changes "
+                                 "vllm/v1/spec_decode/llm_base_proposer.py, which the entry does "
+                                 "not list\n")
+    assert snapshot_of(site / "vllm") == {"__init__.py": b"", "_version.py": b"__version__ = '0.25.0'\n"}
+
+
+@pytest.mark.parametrize("touches, message", [
+    (None, "patches[0].touches: required field is missing (the vLLM files its diffs change)"),
+    (["vllm/v1/spec_decode/llm_base_proposer.py", "vllm/v1/spec_decode/gemma4.py"],
+     "patches[0].touches: lists vllm/v1/spec_decode/gemma4.py, which none of its diffs changes"),
+    (["../vllm/x.py"], "patches[0].touches: must name files inside vllm/"),
+    (["/abs/vllm/x.py"], "patches[0].touches: must name files inside vllm/"),
+    (["transformers/x.py"], "patches[0].touches: must name files inside vllm/"),
+])
+def test_touches_must_list_exactly_the_vllm_files_the_diffs_change(tmp_path, touches, message):
+    entry, diff = real_patch_entry(touches=touches)
+    if touches is None:
+        entry.pop("touches")
+    path = write_series(tmp_path, [entry], {"source/p.diff": diff})
+    with pytest.raises(ForgeError) as refused:
+        load_series(path, check_index=False)
+    assert str(refused.value).startswith(f"{path}: {message}")
+
+
+def test_only_source_patches_list_touches(tmp_path):
+    moe = {"id": "m", "title": "t", "kind": "moe-config", "releases": ">=0.25",
+           "files": [{"path": "moe-configs/E=128,N=704,device_name=NVIDIA_H200.json"}],
+           "touches": ["vllm/x.py"], "why": "w"}
+    path = write_series(tmp_path, [moe], {"moe-configs/E=128,N=704,device_name=NVIDIA_H200.json": b"{}"})
+    with pytest.raises(ForgeError, match=r"patches\[0\]\.touches: only source patches have one"):
+        load_series(path, check_index=False)
+
+
+def test_every_committed_source_patch_lists_what_its_diffs_change():
+    for patch in load_series(check_index=False).patches:
+        if patch.kind == "source":
+            assert sorted(patch.touches) == sorted({d.path for d in patch.diffs}), patch.id

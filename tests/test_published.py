@@ -35,10 +35,12 @@ def write_report(tmp_path: Path, passed: bool, name: str = "report.json", *, tar
                  vllm="0.27.1", digest=DIGEST_A, **context) -> Path:
     """A verify report of this image, written by verify's own writer (verify/report.py) as
     verify/mtp_smoke.py writes it."""
+    from verify.report import installed_versions
     from verify.report import write_report as write
 
     checks = gate_checks(None if passed else "acceptance (temperature 0)")
-    return write(tmp_path / name, checks, target=target, vllm=vllm, image_digest=digest,
+    return write(tmp_path / name, checks, installed_versions(), target=target, vllm=vllm,
+                 image_digest=digest,
                  summary={"acceptance_rate": 0.71 if passed else 0.0,
                           "mean_acceptance_length": 3.1, "tok_per_s": 57.0}, **context)
 
@@ -223,10 +225,13 @@ def test_tag_of_another_target_or_release_is_refused(tmp_path):
     assert not index_file.exists()
 
 
-def test_bad_digest_names_the_field(tmp_path):
-    result = publish(tmp_path / "published.json", digest="sha256:1234")
+@pytest.mark.parametrize("digest", ["sha256:1234", "sha256:xyz"])
+def test_bad_digest_names_the_digest_flag(tmp_path, digest):
+    result = publish(tmp_path / "published.json", digest=digest, report=write_report(tmp_path, True))
     assert result.returncode == 2
-    assert result.stderr.strip() == "error: build: digest: not a sha256 image digest: 'sha256:1234'"
+    # Not "build: digest": the user typed --digest, not a field of a file.
+    assert result.stderr == f"error: --digest: not a sha256 image digest (sha256:<64 hex>): {digest!r}\n"
+    assert not (tmp_path / "published.json").exists()
 
 
 def test_damaged_index_names_file_and_field(tmp_path):
@@ -286,10 +291,12 @@ def test_published_lists_known_good_images(tmp_path):
 
 def smoke_report(tmp_path: Path, recipe: str, failed_check: str | None = None) -> Path:
     """A report written by verify's own writer (verify/report.py), as mtp_smoke.py writes it."""
+    from verify.report import installed_versions
     from verify.report import write_report as write
 
-    return write(tmp_path / f"{recipe}.json", gate_checks(failed_check, "1.02 < 1.5"), recipe=recipe,
-                 target="gb10", vllm="0.27.1", image_digest=DIGEST_A)
+    return write(tmp_path / f"{recipe}.json", gate_checks(failed_check, "1.02 < 1.5"),
+                 installed_versions(), recipe=recipe, target="gb10", vllm="0.27.1",
+                 image_digest=DIGEST_A)
 
 
 def test_every_recipe_report_must_pass(tmp_path):

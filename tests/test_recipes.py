@@ -97,10 +97,11 @@ def test_moe_model_runs_v2_and_names_vllms_config_file():
             measured = (RECIPES_DIR / recipe.name / f"{recipe.target}.sweep.md").exists()
             runner = "1" if measured and recipe.serve.model_runner == "v2" else "0"
             assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": runner}
-    assert moe_config_name("h200", None) == "E=128,N=704,device_name=NVIDIA_H200.json"
+    shape = load_recipe("gemma-4-26b-a4b-it", "h200").moe_shape  # models/gemma4.yaml: E=128, N=704
+    assert moe_config_name("h200", None, 1, shape) == "E=128,N=704,device_name=NVIDIA_H200.json"
     # TP=2: each rank holds half of every expert's intermediate size (N=352)
-    assert moe_config_name("h200", "fp8", 2) == "E=128,N=352,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
-    assert moe_config_name("h200", None, 2) == "E=128,N=352,device_name=NVIDIA_H200.json"
+    assert moe_config_name("h200", "fp8", 2, shape) == "E=128,N=352,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    assert moe_config_name("h200", None, 2, shape) == "E=128,N=352,device_name=NVIDIA_H200.json"
 
 
 def test_h200_two_node_layout_names_the_n352_file_the_tuner_would_write():
@@ -110,7 +111,7 @@ def test_h200_two_node_layout_names_the_n352_file_the_tuner_would_write():
     layout = recipe.layout(2)
     assert (layout.tensor_parallel_size, layout.pipeline_parallel_size, layout.gpus_per_node) == (2, 1, 1)
     moe = recipe.moe_config_for(2)
-    assert moe.name == config_file_name("NVIDIA H200", "fp8_w8a8", n=352)
+    assert moe.name == config_file_name("NVIDIA H200", "fp8_w8a8", 128, 352)
     assert moe.name == "E=128,N=352,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
     # the tuner's H200 files are N=704 (TP=1): none is expected at TP=2
     assert not moe.expected
@@ -212,6 +213,8 @@ MALFORMED = [
      "thresholds.min_acceptance_rate: must be (min_mean_acceptance_length - 1)"),
     ("wrong MoE file name", _set("moe_config", "name", "E=128,N=704.json"),
      "moe_config.name: vLLM looks for 'E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json'"),
+    ("model no family lists", _set(None, "model", "org/gemma-lookalike"),
+     "model: " + str(REPO / "models") + ": no model family lists 'org/gemma-lookalike' in a model's ids"),
     ("reference without source", lambda d: d["reference"][0].pop("source"),
      "reference[0].source: required field is missing"),
 ]

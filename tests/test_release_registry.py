@@ -56,11 +56,11 @@ def smoke_checks(passed: bool):
 
 def report(tmp_path: Path, passed: bool, digest: str, target: str = "gb10") -> Path:
     """A verify report of the image `digest`, by verify's own writer (verify/report.py)."""
-    from verify.report import write_report
+    from verify.report import installed_versions, write_report
 
     return write_report(tmp_path / f"report-{passed}-{digest[7:19]}.json", smoke_checks(passed),
-                        recipe="gemma-4-26b-a4b-it", target=target, vllm="0.27.1",
-                        image_digest=digest)
+                        installed_versions(), recipe="gemma-4-26b-a4b-it", target=target,
+                        vllm="0.27.1", image_digest=digest)
 
 
 def publish(registry, index: Path, tag: str, digest: str, report_path: Path, target: str = "gb10",
@@ -179,7 +179,7 @@ def test_release_guard_step_refuses_an_existing_immutable_tag(docker_engine, loc
 @pytest.mark.parametrize("verified", [True, False])
 def test_release_publish_step_records_and_moves_only_when_verified(docker_engine, local_registry,
                                                                    tmp_path, verified):
-    from verify.report import write_report
+    from verify.report import installed_versions, write_report
 
     checkout = workflow_checkout(tmp_path)
     tag = f"vllm0.27.1-h200-{'6' if verified else '7'}{'0' * 11}"
@@ -188,8 +188,8 @@ def test_release_publish_step_records_and_moves_only_when_verified(docker_engine
     (checkout / "build-record" / "digest").write_text(digest + "\n")
     for recipe in ("gemma-4-26b-a4b-it", "gemma-4-31b-it"):  # as download-artifact lays them out
         write_report(checkout / "verify-reports" / f"verify-h200-{recipe}" / recipe / "mtp_smoke.json",
-                     smoke_checks(verified), recipe=recipe, target="h200", vllm="0.27.1",
-                     image_digest=digest)
+                     smoke_checks(verified), installed_versions(), recipe=recipe, target="h200",
+                     vllm="0.27.1", image_digest=digest)
     outputs = tmp_path / "github_output"
     env = {**os.environ, "TARGET": "h200", "VLLM": "0.27.1", "IMMUTABLE_TAG": tag,
            "REPOSITORY": f"{local_registry.host}/{REPOSITORY_PATH}", "GITHUB_OUTPUT": str(outputs)}

@@ -458,3 +458,116 @@ def test_run_hands_one_nodes_argv_to_docker(docker_engine, tmp_path):
     assert result.stderr.startswith(f"+ {shlex.join(plan.argvs[1])}\n"), result.stderr
     assert result.returncode == 125, result.stderr
     assert "Unable to find image" not in result.stderr
+
+
+# --- extra_args values, repeated flags, --nodes and --repository (issue 20, item 9) ------------
+
+def _serve_cli(*args, root=None, env=None):
+    argv = [sys.executable, "build.py", "serve", "--recipe", "gemma-4-26b-a4b-it", "--target", "gb10",
+            *args]
+    if root is not None:
+        argv += ["--recipes-dir", str(root)]
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("extra, problem", [
+    (["--max-num-batched-tokens", "lots"],
+     "--max-num-batched-tokens takes a whole number (or 2k, 1M, ...), not 'lots'"),
+    (["--max-num-batched-tokens", "1.5K"],      # the release's own human_readable_int refuses it
+     "--max-num-batched-tokens takes a whole number (or 2k, 1M, ...), not '1.5K'"),
+    (["--seed", "0x10"], "--seed takes a whole number, not '0x10'"),
+    (["--cpu-offload-gb", "some"], "--cpu-offload-gb takes a number, not 'some'"),
+    (["--dtype", "float17"],
+     "--dtype takes one of auto | bfloat16 | float | float16 | float32 | half, not 'float17'"),
+    (["--enforce-eager", "yes"], "--enforce-eager is a switch: it takes no value (got 'yes')"),
+    (["--async-scheduling", "--cudagraph-capture-sizes"],
+     "--cudagraph-capture-sizes takes one or more values (got none)"),
+    (["--seed", "1", "2"], "--seed takes one value (got 2)"),
+])
+def test_extra_args_values_are_checked_by_the_releases_own_argparse_action(tmp_path, extra, problem):
+    root = _recipes_for_old_releases(tmp_path, lambda d: d["serve"].update(extra_args=extra))
+    index = next(i for i, token in enumerate(extra) if problem.startswith(token + " "))
+    result = _serve_cli("--vllm", "0.27.1", root=root)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (f"error: {root}/gemma-4-26b-a4b-it/gb10.yaml: serve.extra_args[{index}]: "
+                             f"vLLM 0.27.1's {problem}\n")
+
+
+def test_extra_args_values_the_release_takes_pass_through_unchanged(tmp_path):
+    extra = ["--max-num-batched-tokens", "8k", "--cudagraph-capture-sizes", "1", "2", "4",
+             "--seed=7", "--no-enable-prefix-caching", "--dtype", "bfloat16"]
+    root = _recipes_for_old_releases(tmp_path, lambda d: d["serve"].update(extra_args=extra))
+    plan = plan_serve("gemma-4-26b-a4b-it", "gb10", "0.27.1", repository="r/f", recipes_dir=root)
+    assert plan.argv[-len(extra):] == extra
+
+
+@pytest.mark.parametrize("extra, field", [
+    (["--max-model-len", "4096"], "serve.max_model_len"),
+    (["--max_model_len=4096"], "serve.max_model_len"),
+    (["--gpu-memory-utilization", "0.5"], "serve.gpu_memory_utilization"),
+    (["--speculative-config.num_speculative_tokens", "4"], "speculative"),
+    (["--tensor-parallel-size", "2"], "multi_node[].tensor_parallel_size"),
+])
+def test_extra_args_repeating_a_structured_field_are_refused_on_load(tmp_path, extra, field):
+    root = _recipes_for_old_releases(tmp_path, lambda d: d["serve"].update(extra_args=extra))
+    with pytest.raises(ForgeError) as refused:
+        load_recipe("gemma-4-26b-a4b-it", "gb10", root)
+    assert str(refused.value) == (f"{root}/gemma-4-26b-a4b-it/gb10.yaml: serve.extra_args[0]: "
+                                  f"{extra[0].split('=')[0]} is already set by {field}; set it there only")
+
+
+def test_extra_args_repeating_a_structured_field_by_its_short_alias_are_refused_by_serve(tmp_path):
+    root = _recipes_for_old_releases(tmp_path, lambda d: d["serve"].update(extra_args=["-q", "fp8"]))
+    result = _serve_cli("--vllm", "0.27.1", root=root)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (f"error: {root}/gemma-4-26b-a4b-it/gb10.yaml: serve.extra_args[0]: -q is "
+                             "already set by serve.quantization; set it there only\n")
+
+
+@pytest.mark.parametrize("nodes", ["0", "-1"])
+def test_serve_nodes_below_one_is_refused(nodes):
+    result = _serve_cli("--vllm", "0.27.1", "--nodes", nodes)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == f"error: --nodes: must be 1 or more (got {nodes})\n"
+
+
+BAD_REPOSITORIES = ["ghcr.io/Acme/vllm-forge", "GHCR.IO/acme/vllm-forge", "ghcr.io/acme/vllm-forge:tag",
+                    "ghcr.io//vllm-forge", "ghcr.io/acme/-forge", "ghcr.io/acme/vllm forge", "a" * 256]
+
+
+@pytest.mark.parametrize("repository", BAD_REPOSITORIES)
+def test_repository_that_is_not_an_oci_name_is_refused_by_serve(repository):
+    result = _serve_cli("--vllm", "0.27.1", "--repository", repository)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (f"error: --repository: not a valid image repository: {repository!r} "
+                             "(lowercase [registry[:port]/]name/path, components of a-z 0-9 joined by . _ -)\n")
+
+
+@pytest.mark.parametrize("command", [["bake", "--vllm", "0.27.1", "-o", "{tmp}/bake.json"],
+                                     ["--target", "gb10", "--vllm", "0.27.1", "--plan"],
+                                     ["release-matrix", "--vllm", "0.27.1"]])
+def test_upper_case_repository_is_refused_before_tags_or_bake_files_are_made(tmp_path, command):
+    argv = [part.format(tmp=tmp_path) for part in command]
+    result = subprocess.run([sys.executable, "build.py", *argv, "--repository", "ghcr.io/Acme/vllm-forge"],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: --repository: not a valid image repository: "
+                                    "'ghcr.io/Acme/vllm-forge'")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_repository_from_the_environment_is_checked_and_named():
+    result = _serve_cli("--vllm", "0.27.1", env={"VLLM_FORGE_REPOSITORY": "ghcr.io/Acme/vllm-forge"})
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: $VLLM_FORGE_REPOSITORY: not a valid image repository")
+
+
+@pytest.mark.parametrize("repository", ["ghcr.io/acme/vllm-forge", "127.0.0.1:5000/forge",
+                                        "localhost:5000/a/b", "r/f", "registry.example.com/a__b/c-d.e"])
+def test_valid_oci_repositories_are_accepted(repository):
+    from forge.image_names import checked_repository
+
+    assert checked_repository(repository) == repository
+    plan = plan_serve("gemma-4-26b-a4b-it", "gb10", "0.27.1", repository=repository)
+    assert f"{repository}:vllm0.27.1-gb10" in plan.argv

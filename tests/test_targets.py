@@ -27,6 +27,10 @@ def test_real_targets_load_with_the_expected_hardware():
         assert target.env["VLLM_FORGE_TARGET"] == target.name
         assert {"gemma-4-26b-a4b-it", "gemma-4-31b-it", "gemma-4-e4b-it"} <= set(target.recipes)
         assert target.gpu_memory_gib > 10
+        # a bandwidth for every card, from a public page (build.py roofline's floor)
+        assert set(target.memory_bandwidth_gb_s) == set(target.device_names)
+        assert "nvidia.com" in target.memory_bandwidth_source
+    assert [targets[t].bandwidth_gb_s() for t in ("gb10", "a100", "h100", "h200")] == [273, 2039, 3350, 4800]
 
 
 @pytest.mark.parametrize("target, version, expected", [
@@ -77,6 +81,12 @@ def _write(tmp_path, mutate):
      r"targets\.gb10\.moe_device_name: must be a file-name form"),
     (lambda d: d["targets"]["a100"]["env"].update(BAD=1), r"targets\.a100\.env: BAD: value must be a string"),
     (lambda d: d["targets"].update(GB10=d["targets"]["gb10"]), r"targets\.GB10: target names are lowercase"),
+    (lambda d: d["targets"]["h200"]["memory_bandwidth_gb_s"].update({"NVIDIA H100 PCIe": 2000}),
+     r"targets\.h200\.memory_bandwidth_gb_s\.NVIDIA H100 PCIe: not one of the target's device_names"),
+    (lambda d: d["targets"]["gb10"]["memory_bandwidth_gb_s"].update({"NVIDIA GB10": "fast"}),
+     r"targets\.gb10\.memory_bandwidth_gb_s: NVIDIA GB10: must be a positive number of GB/s"),
+    (lambda d: d["targets"]["a100"].pop("memory_bandwidth_source"),
+     r"targets\.a100\.memory_bandwidth_source: required with memory_bandwidth_gb_s"),
 ])
 def test_bad_targets_file_is_one_line_naming_file_and_field(tmp_path, mutate, message):
     path = _write(tmp_path, mutate)

@@ -14,7 +14,16 @@ from pathlib import Path
 import pytest
 
 from verify import bench, bench_report
-from verify.report import FAIL, INFO, PASS, Check, render_table, verdict, write_report
+from verify.report import (
+    FAIL,
+    INFO,
+    PASS,
+    Check,
+    installed_versions,
+    render_table,
+    verdict,
+    write_report,
+)
 
 GPU = Path(__file__).parent / "fixtures" / "gpu"
 L6 = GPU / "bench-L6"
@@ -68,9 +77,37 @@ def test_collect_rebuilds_the_gpu_report_exactly(collected):
     captured = json.loads((L6 / "bench.json").read_text())
     assert code == 0
     assert list(report["engines"]) == ENGINES_L6
-    assert report["machine"] == {"device": "NVIDIA H200", "vllm": "0.25.0", "torch": "2.11.0+cu130"}
+    # Captured before the worker recorded versions: vLLM and torch as the started engine imported
+    # them, transformers said to be unknown rather than guessed.
+    assert report["machine"] == {"device": "NVIDIA H200", "vllm": "0.25.0", "torch": "2.11.0+cu130",
+                                 "transformers": "unknown: not recorded (an engine result from "
+                                                 "before verify recorded it)"}
     for name in ENGINES_L6:
         assert report["engines"][name] == captured["engines"][name], name
+
+
+def test_bench_names_the_versions_the_engine_processes_recorded(tmp_path):
+    # The L6 engines' results as the worker writes them now: with the versions installed where
+    # it ran (here this host's real metadata: no vLLM, no torch), read before the engine started.
+    engines = tmp_path / "engines"
+    shutil.copytree(L6 / "engines", engines)
+    versions = installed_versions()
+    for path in engines.glob("*.result.json"):
+        result = json.loads(path.read_text())
+        path.write_text(json.dumps({**result, "versions": versions}))
+    args = ["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy", "--layers", "6",
+            "--attention-backend", "TRITON_ATTN"]
+    bench.main(args + ["--configs", "bf16,fp8", "--collect", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert report["machine"] == {"device": "NVIDIA H200", **versions}
+    assert versions["vllm"] == "not installed"
+    assert "- ran on: vllm not installed, torch not installed, transformers " in \
+        (tmp_path / "bench.md").read_text()
+    # An engine that never started still named them: the report says them without a device.
+    (engines / "bf16-v1.result.json").write_text(json.dumps(
+        {"versions": versions, "engine": {"started": False}, "error": "RuntimeError: x"}))
+    bench.main(args + ["--configs", "bf16", "--runners", "v1", "--collect", "--out", str(tmp_path)])
+    assert json.loads((tmp_path / "bench.json").read_text())["machine"] == {"device": None, **versions}
 
 
 def test_collect_rebuilds_the_sweep_report_exactly(sweep):
@@ -317,7 +354,7 @@ def test_smoke_report_table_and_verdict_from_the_captured_run(tmp_path):
     unpatched = [Check(**c) for c in json.loads(
         (GPU / "smoke-unpatched-L30" / "mtp_smoke.json").read_text())["checks"]]
     assert "#47794" in render_table(unpatched) and "build.py apply" in render_table(unpatched)
-    path = write_report(tmp_path / "r.json", checks, recipe="gemma-4-26b-a4b-it")
+    path = write_report(tmp_path / "r.json", checks, installed_versions(), recipe="gemma-4-26b-a4b-it")
     assert json.loads(path.read_text())["passed"] is False
     assert verdict([Check("x", INFO, "")]) is False  # nothing passed: not a pass
 

@@ -242,6 +242,8 @@ def test_connection_refused_is_a_failed_check_and_a_full_report(tmp_path):
     assert "Connection refused" in checks["server answers"]["detail"]
     assert {checks[name]["status"] for name in REQUIRED} == {"NOT CHECKED"}
     assert report["endpoint"].startswith("http://127.0.0.1:") and report["vllm"] is None
+    assert report["versions"] == dict.fromkeys(("vllm", "torch", "transformers"),
+                                               "unknown: the server did not answer")
 
 
 @pytest.mark.parametrize("answer, cause", [
@@ -350,6 +352,9 @@ def test_report_names_target_release_and_image_digest(tmp_path, monkeypatch):
     with FakeServer([AFTER, GOOD_WINDOW, GOOD_WINDOW]) as server:
         _, report = smoke(server.url, tmp_path, "--server-log", str(log_with_tuned_config(tmp_path)))
     assert (report["target"], report["vllm"], report["image_digest"]) == ("h200", SERVED_RELEASE, DIGEST)
+    # The server is another process: its release from GET /version, the rest said to be unknown.
+    elsewhere = f"unknown: --endpoint: the server's GET /version names only vLLM (vLLM {SERVED_RELEASE})"
+    assert report["versions"] == {"vllm": SERVED_RELEASE, "torch": elsewhere, "transformers": elsewhere}
     assert f"serves gemma-4-26b-a4b-it, vLLM {SERVED_RELEASE}" in by_name(report)["server answers"]["detail"]
 
 
@@ -357,6 +362,8 @@ def test_a_server_without_version_leaves_the_release_unknown(tmp_path):
     with FakeServer([AFTER, GOOD_WINDOW, GOOD_WINDOW], faults={"/version": lambda s: (404, "")}) as server:
         _, report = smoke(server.url, tmp_path, "--image-digest", DIGEST)
     assert report["vllm"] is None and report["image_digest"] == DIGEST
+    assert report["versions"]["vllm"].startswith("unknown: --endpoint: the server's GET /version "
+                                                 "names only vLLM (vLLM release unknown (GET /version: HTTP 404")
     assert "vLLM release unknown (GET /version: HTTP 404 Not Found" in by_name(report)["server answers"]["detail"]
 
 
@@ -379,3 +386,79 @@ def test_bench_burst_every_request_answered(tmp_path):
     assert code == 0 and completions == 500
     assert report["server_burst"]["answered"] == 500 and report["server_burst"]["failed"] == 0
     assert "500/500 answered (0 failed)" in (tmp_path / "bench.md").read_text()
+    # The server's release from its GET /version; its torch and transformers are another process's.
+    assert report["machine"]["vllm"] == SERVED_RELEASE and report["machine"]["device"] is None
+    assert report["machine"]["torch"] == report["machine"]["transformers"] == \
+        f"unknown: --endpoint: the server's GET /version names only vLLM (vLLM {SERVED_RELEASE})"
+    assert f"- ran on: vllm {SERVED_RELEASE}, torch unknown" in (tmp_path / "bench.md").read_text()
+
+
+# ------------------------------------------------------------------------------------------
+# Hostile input (issue 20): a failed check in a written report, or one line and nothing written
+
+PER_POSITION = re.compile(r'^(vllm:spec_decode_num_accepted_tokens_per_pos_total\{.*),position="0"\}', re.M)
+
+
+@pytest.mark.parametrize("labels, cause", [
+    (r"\1}", "vllm:spec_decode_num_accepted_tokens_per_pos_total: a sample has no position label"),
+    (r'\1,position="first"}', "vllm:spec_decode_num_accepted_tokens_per_pos_total: "
+                              "position='first' is not a draft position (0, 1, ...)"),
+])
+def test_metrics_position_label_missing_or_not_a_number_is_a_failed_check_in_a_written_report(
+        tmp_path, labels, cause):
+    bad = PER_POSITION.sub(labels, AFTER, count=1)
+    assert bad != AFTER
+    with FakeServer([bad]) as server:
+        report = failing_smoke(tmp_path, server.url, "--server-log", str(log_with_tuned_config(tmp_path)))
+    assert by_name(report)["acceptance (temperature 0)"]["status"] == "FAIL"
+    assert by_name(report)["acceptance (temperature 0)"]["detail"] == (
+        f"GET /metrics (before the greedy window): {cause}")
+
+
+def run_smoke_cli(*args, cwd=REPO_ROOT):
+    return subprocess.run([sys.executable, "-m", "verify.mtp_smoke", "--recipe", "gemma-4-26b-a4b-it",
+                           "--target", "h200", "--endpoint", closed_port_url(), *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("value, problem", [("0", "must be 1 second or more (got 0)"),
+                                            ("-5", "must be 1 second or more (got -5)"),
+                                            ("soon", "not a whole number of seconds: 'soon'")])
+def test_mtp_smoke_timeout_below_one_second_is_refused_naming_the_flag(tmp_path, value, problem):
+    out = tmp_path / "out"
+    result = run_smoke_cli("--timeout", value, "--out", str(out))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].endswith(f"argument --timeout: {problem}")
+    assert not out.exists()
+
+
+def test_mtp_smoke_out_naming_an_existing_file_is_one_line_and_the_file_is_kept(tmp_path):
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine\n")
+    result = run_smoke_cli("--out", str(taken))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"error: --out {taken}: is not a directory"]
+    assert taken.read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_mtp_smoke_out_below_a_file_is_one_line(tmp_path):
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine\n")
+    result = run_smoke_cli("--out", str(taken / "run1"))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"error: --out {taken / 'run1'}: is not a directory ({taken} is a file)"]
+    assert taken.read_text() == "mine\n"
+
+
+def test_bench_out_naming_an_existing_file_is_one_line_and_the_file_is_kept(tmp_path):
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine\n")
+    result = subprocess.run([sys.executable, "-m", "verify.bench", "--recipe", "gemma-4-26b-a4b-it",
+                             "--target", "h200", "--endpoint", closed_port_url(), "--out", str(taken)],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"error: --out {taken}: is not a directory"]
+    assert taken.read_text() == "mine\n"

@@ -4,11 +4,13 @@ from pathlib import Path
 
 import pytest
 
+from forge.models import load_family
 from verify import checks
 from verify.report import FAIL, INFO, PASS
 from verify.vllm_logs import parse_engine_log, root_cause
 
 GPU = Path(__file__).parent / "fixtures" / "gpu"
+GEMMA4 = load_family("gemma4")
 SHAPE_ERROR = "a and b must have same reduction dim, but got [s47, 3840] X [5632, 1024]"
 
 
@@ -27,11 +29,12 @@ def test_unpatched_v1_engine_fails_with_the_47794_shape_error():
 def test_unpatched_draft_keeps_its_own_embedding_and_the_gate_says_so():
     unpatched = facts("smoke-unpatched-L30/engine.log")
     # vLLM 0.25.0 logs "Sharing" first, then its width guard takes it back: the guard line wins.
-    assert unpatched.mtp_shares_embedding
+    assert unpatched.embedding_sharing_lines == [
+        "Detected MTP model. Sharing target model embedding weights with the draft model."]
     assert unpatched.separate_embedding_lines == [
         "Target embedding dim (2816) differs from draft embedding dim (1024). "
         "Keeping separate embedding weights."]
-    check = checks.check_shared_embedding(unpatched, v2_runner=False)
+    check = checks.check_shared_embedding(unpatched, v2_runner=False, family=GEMMA4)
     assert check.status == FAIL and "2816" in check.detail
 
 
@@ -49,17 +52,17 @@ def test_patched_engine_facts():
     assert patched.graph_capture_s == 15.0
     assert patched.moe_backends == ["TRITON Fp8"]
     assert patched.moe_config_missing[0].endswith("E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json")
-    assert [c.status for c in (checks.check_architectures(patched),
-                               checks.check_shared_embedding(patched, False),
+    assert [c.status for c in (checks.check_architectures(patched, GEMMA4),
+                               checks.check_shared_embedding(patched, False, GEMMA4),
                                checks.check_cuda_graphs(patched, None))] == [PASS, PASS, PASS]
 
 
 def test_v2_runner_shares_without_a_log_line_and_is_recognised():
     v2 = facts("bench-L6/engines/fp8-mtp3-v2.log")
-    assert v2.v2_runner and not v2.mtp_shares_embedding and not v2.separate_embedding_lines
-    assert checks.check_shared_embedding(v2, v2_runner=True).status == PASS
+    assert v2.v2_runner and not v2.embedding_sharing_lines and not v2.separate_embedding_lines
+    assert checks.check_shared_embedding(v2, v2_runner=True, family=GEMMA4).status == PASS
     # The same log read as if it came from V1 proves nothing about sharing.
-    assert checks.check_shared_embedding(v2, v2_runner=False).status == FAIL
+    assert checks.check_shared_embedding(v2, v2_runner=False, family=GEMMA4).status == FAIL
 
 
 def test_bf16_engine_runs_the_unquantized_triton_moe_backend():

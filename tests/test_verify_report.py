@@ -1,22 +1,31 @@
 """verify/report.py: the verdict a report passes by, and reading it back from a JSON report (as
 `build.py publish` does), on checks shaped like the ones mtp_smoke.py writes."""
+import importlib.util
 import json
 
+import packaging
 import pytest
+import yaml
 
 from verify.report import (
     FAIL,
     INFO,
     NOT_CHECKED,
+    NOT_INSTALLED,
     PASS,
+    RAN_ON,
     REQUIRED_GATES,
     Check,
     checks_from_report,
+    installed_versions,
     not_checked,
     passed,
+    release_in,
     render_table,
+    unknown_versions,
     unmet_gates,
     verdict,
+    versions_line,
     write_report,
 )
 
@@ -73,9 +82,48 @@ def test_unknown_status_is_refused():
 
 def test_report_round_trips_through_json(tmp_path):
     checks = all_required_passed() + [not_checked("tuned MoE config", "needs --server-log")]
-    report = json.loads(write_report(tmp_path / "r.json", checks, target="h200").read_text())
+    report = json.loads(write_report(tmp_path / "r.json", checks, installed_versions(),
+                                     target="h200").read_text())
     assert report["passed"] is False
     assert checks_from_report(report) == checks
+
+
+def test_installed_versions_say_an_absent_package_is_not_installed():
+    # This CPU host has neither vLLM nor torch (they live inside the images): their metadata is
+    # absent, so the report says so instead of naming a version.
+    assert importlib.util.find_spec("vllm") is None and importlib.util.find_spec("torch") is None
+    versions = installed_versions()
+    assert list(versions) == list(RAN_ON) == ["vllm", "torch", "transformers"]
+    assert versions["vllm"] == versions["torch"] == NOT_INSTALLED == "not installed"
+    assert release_in(versions) is None
+
+
+def test_installed_versions_read_a_present_package_from_its_dist_info():
+    # The same function on packages this host has: the version in their dist-info, which the
+    # modules themselves confirm (PyYAML's distribution name differs from its module's).
+    assert installed_versions(("pyyaml", "packaging")) == {
+        "pyyaml": yaml.__version__, "packaging": packaging.__version__}
+    assert release_in(installed_versions(("packaging",)), "packaging") == packaging.__version__
+
+
+def test_report_names_the_versions_it_ran_on_and_refuses_to_be_written_without(tmp_path):
+    checks = all_required_passed()
+    report = json.loads(write_report(tmp_path / "r.json", checks, installed_versions()).read_text())
+    assert report["versions"] == installed_versions() and report["versions"]["torch"] == NOT_INSTALLED
+    for versions, missing in (({"vllm": "0.25.0", "torch": "2.11.0"}, "transformers"),
+                              ({"vllm": "0.25.0", "torch": "", "transformers": "5.14.1"}, "torch")):
+        with pytest.raises(ValueError, match=f"versions: names no version for {missing} "):
+            write_report(tmp_path / "bad.json", checks, versions)
+    assert not (tmp_path / "bad.json").exists()
+
+
+def test_versions_read_elsewhere_are_unknown_with_the_reason():
+    versions = unknown_versions("--endpoint: another process", vllm="0.27.1")
+    assert versions == {"vllm": "0.27.1", "torch": "unknown: --endpoint: another process",
+                        "transformers": "unknown: --endpoint: another process"}
+    assert release_in(versions) == "0.27.1" and release_in(versions, "torch") is None
+    assert versions_line(versions) == ("vllm 0.27.1, torch unknown: --endpoint: another process, "
+                                       "transformers unknown: --endpoint: another process")
 
 
 def test_older_reports_without_the_gating_field_gate_every_check():

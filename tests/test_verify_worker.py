@@ -9,6 +9,7 @@ import yaml
 
 from verify import mtp_smoke
 from verify.engine_worker import _exclusive, _wait_for_all
+from verify.report import NOT_INSTALLED, installed_versions
 
 
 def test_failed_engine_start_is_a_failed_check_with_the_root_cause(tmp_path):
@@ -21,6 +22,10 @@ def test_failed_engine_start_is_a_failed_check_with_the_root_cause(tmp_path):
     assert code == 1 and first["name"] == "engine started" and first["status"] == "FAIL"
     assert first["detail"].startswith("engine failed to start: ModuleNotFoundError: No module named")
     assert "Traceback" not in first["detail"]
+    # Read in the worker's own process before the engine failed to start: this interpreter's
+    # real metadata, which has no vLLM or torch.
+    assert report["versions"] == installed_versions() and report["versions"]["vllm"] == NOT_INSTALLED
+    assert report["vllm"] is None          # so the report claims no release either
     spec = json.loads((tmp_path / "engine.spec.json").read_text())
     assert spec["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "0"  # --runner v1 over the recipe's v2
     kwargs = spec["engine_kwargs"]

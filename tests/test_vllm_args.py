@@ -167,3 +167,49 @@ def test_attention_backend_outside_the_release_enum_is_refused(tmp_path):
     assert message.startswith(f"{path}: serve.attention_backend: vLLM 0.27.1 accepts "
                               "--attention-backend ")
     assert "TRITON_ATTN" in message and message.endswith("not 'FLASH_ATTN_V9'")
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_value_rules_follow_the_releases_own_get_kwargs(version):
+    """How `vllm serve` reads each flag's values, from the release's arg_utils.py: switches take
+    none, collections one or more, int fields the release's human-readable converter where its
+    _compute_kwargs names them, Literal fields their choices (open when str is allowed too)."""
+    from forge.upstream import releases
+
+    args = release_args(version)
+    rules = args.value_rules
+    assert rules["--enforce-eager"].nargs == 0 and rules["--no-enable-prefix-caching"].nargs == 0
+    assert rules["--headless"].nargs == 0                   # make_arg_parser's store_true
+    assert rules["--cudagraph-capture-sizes"] == vllm_args.ValueRule("+", "int")
+    assert rules["--max-model-len"].converter == "human_readable_int_or_auto"
+    assert rules["--max-num-batched-tokens"].converter == "human_readable_int"
+    assert rules["--gpu-memory-utilization"].converter == "float"
+    assert rules["--api-server-count"].converter == "int"   # an explicit type=int
+    assert not rules["--dtype"].open_choices and rules["--tokenizer-mode"].open_choices
+    assert rules["--allowed-origins"].nargs is None         # its add_cli_args deletes nargs
+    assert "--lora-modules" not in rules                     # a custom action: left to vLLM
+    assert args.value_problem("--speculative-config", ['{"method": "mtp"}']) is None
+    # The converters are the release's own functions, compiled from its source tree.
+    tree = str(releases.release_tree(version))
+    assert args.converters["human_readable_int"].__code__.co_filename == tree
+    assert args.converters["human_readable_int"]("25.6k") == 25600
+    assert args.converters["human_readable_int_or_auto"]("auto") == -1
+    assert args.canonical("-q") == "--quantization" and args.canonical("--max_model_len=1") == "--max-model-len"
+
+
+@pytest.mark.parametrize("flag, values, problem", [
+    ("--max-num-batched-tokens", ["lots"], "takes a whole number (or 2k, 1M, ...), not 'lots'"),
+    ("--max-num-batched-tokens", ["2K"], None),
+    ("--max-model-len", ["auto"], None),
+    ("--max-model-len", ["4k"], None),
+    ("--enforce-eager", [], None),
+    ("--enforce-eager", ["true"], "is a switch: it takes no value (got 'true')"),
+    ("--cudagraph-capture-sizes", [], "takes one or more values (got none)"),
+    ("--cudagraph-capture-sizes", ["1", "x"], "takes a whole number, not 'x'"),
+    ("--served-model-name", ["a", "b"], None),
+    ("--limit-mm-per-prompt.image", ["0"], None),           # one key of a JSON flag
+    ("--allowed-origins", ['["*"]'], None),                  # json.loads, set by its add_cli_args
+    ("--allowed-origins", ["*"], "takes JSON, not '*'"),
+])
+def test_value_problem_reads_values_as_the_release_would(flag, values, problem):
+    assert release_args("0.27.1").value_problem(flag, values) == problem

@@ -37,9 +37,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.files import check_output_dir
+from forge.serving.acceptance import parse_profile
 from verify import bench_report, controls
-from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
+from verify.dummy_models import encode_without_tokenizer, full_layers, resolve_shape, write_dummy_models
 from verify.prompts import gate_prompts, load_prompts
+from verify.report import UNKNOWN, checked_versions, unknown_versions
 from verify.vllm_logs import parse_engine_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +62,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--runners", default="v1,v2", help="model runners to measure (default v1,v2)")
     p.add_argument("--dummy", action="store_true",
                    help="Gemma 4 shapes, dummy weights, agreeing and random model per window")
-    p.add_argument("--shape", choices=sorted(SHAPES), default="26b-a4b", help="with --dummy")
+    p.add_argument("--shape", help="with --dummy: a model of models/<family>.yaml with an assistant "
+                   "shape (default: the first listed)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: real depth)")
     p.add_argument("--engine", action="append", default=[],
                    help="one more engine: name=N,dtype=fp8|bf16|auto,k=K,runner=v1|v2|default,"
@@ -97,7 +101,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(or its process has exited)")
     p.add_argument("--out", default="bench-out")
     p.add_argument("--timeout", type=int, default=1500, help="seconds for all engines together")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.dummy:  # the shapes are data (models/): checked here, not by argparse, so --help needs none
+        try:
+            args.shape = resolve_shape(args.shape)
+        except ValueError as exc:
+            p.error(str(exc))
+    return args
 
 
 def parse_configs(text: str) -> list[tuple[str, int]]:
@@ -153,20 +163,6 @@ def grid_engines(configs: list[tuple[str, int]], runners: list[str]) -> list[dic
                             "k": k, "runner": runner, "attention": None, "moe": None,
                             "compile": None})
     return engines
-
-
-def parse_profile(text: str) -> tuple[str, list[float] | float]:
-    name, sep, value = text.partition("=")
-    try:
-        if value.startswith("rate@"):
-            rates: list[float] | float = float(value[5:])
-        else:
-            rates = [float(v) for v in value.split("/")]
-    except ValueError as exc:
-        raise ForgeError(f"--profile {text!r}: rates must be numbers (NAME=0.84/0.6 or NAME=rate@0.87)") from exc
-    if not sep or not name:
-        raise ForgeError(f"--profile {text!r}: expected NAME=p1/p2/.. or NAME=rate@RATE")
-    return name, rates
 
 
 def parse_runners(text: str) -> list[str]:
@@ -394,11 +390,12 @@ def inprocess_report(recipe, args, out: Path) -> dict:
     else:
         raw = run_engines(specs, out, args.parallel, args.timeout, args.wait_server,
                           args.max_parallel)
-    engines, machine = {}, {}
+    engines, device, versions = {}, None, None
     for spec in specs:
         name = spec["name"]
         result, facts = raw[name]["result"], raw[name]["log"]
         engine = result.get("engine", {})
+        versions = versions or recorded_versions(result)
         engines[name] = {**spec["meta"], "k": int(spec["meta"]["k"] or 0),
                          "init_s": engine.get("init_s"), "cudagraph_mode": engine.get("cudagraph_mode"),
                          "moe_backends": facts.moe_backends, "v2_runner_log": facts.v2_runner,
@@ -409,11 +406,27 @@ def inprocess_report(recipe, args, out: Path) -> dict:
                          "window_errors": result.get("window_errors"),
                          "figures": bench_report.engine_figures(result) if engine.get("started") else None}
         if engine.get("started"):
-            machine = {key: engine.get(key) for key in ("device", "vllm", "torch")}
+            device = engine.get("device")
+    machine = {"device": device, **checked_versions(
+        versions or unknown_versions("no engine process wrote a result"))}
     profiles = dict(parse_profile(p) for p in args.profile)
     bench_report.derive(engines, profiles)
     return {"engines": engines, "machine": machine, "profiles": profiles,
             "picks": bench_report.picks(engines, profiles)}
+
+
+def recorded_versions(result: dict) -> dict[str, str] | None:
+    """The versions an engine result names (engine_worker.py reads them where the engine runs).
+    Results written before the worker recorded them (the GPU runs committed up to 2026-11-30) name
+    only the vLLM and torch their started engine imported: transformers is unknown there."""
+    if result.get("versions"):
+        return result["versions"]
+    engine = result.get("engine", {})
+    if not engine.get("started"):
+        return None
+    return {"vllm": engine.get("vllm"), "torch": engine.get("torch"),
+            "transformers": f"{UNKNOWN}: not recorded (an engine result from before verify "
+                            "recorded it)"}
 
 
 ATTENTION_LINE = re.compile(r"Using (?:AttentionBackendEnum\.)?(\w+) (?:attention )?backend"
@@ -464,6 +477,16 @@ def server_burst(url: str, count: int, max_tokens: int = 32, token_prompts: bool
             "latency_max_s": round(latencies[-1], 3), "max_tokens": max_tokens}
 
 
+def endpoint_machine(url: str) -> dict:
+    """What a burst against a running server can say it ran on: the server's GET /version names
+    its vLLM release; its device, torch and transformers live in another process."""
+    from verify.mtp_smoke import Endpoint, server_release
+
+    release, note = server_release(Endpoint(url, 30))
+    return {"device": None, **unknown_versions(
+        f"--endpoint: the server's GET /version names only vLLM ({note})", vllm=release)}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
@@ -475,6 +498,7 @@ def main(argv=None) -> int:
             return 0
         if not args.recipe:
             raise ForgeError("--recipe is required")
+        check_output_dir(out, "--out")      # before an engine runs for minutes
         from forge.serving.recipes import load_recipe
 
         if not args.target:
@@ -483,11 +507,12 @@ def main(argv=None) -> int:
         recipe = load_recipe(args.recipe, args.target)
         report = {"recipe": recipe.name, "target": recipe.target, "dummy": args.dummy,
                   "shape": args.shape if args.dummy else None,
-                  "layers": (args.layers or SHAPES[args.shape]["layers"]) if args.dummy else "checkpoint",
+                  "layers": (args.layers or full_layers(args.shape)) if args.dummy else "checkpoint",
                   "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                   "command": "verify/bench.py " + shlex.join(sys.argv[1:] if argv is None else argv),
                   "engines": {}, "machine": {}}
         if args.endpoint:
+            report["machine"] = endpoint_machine(args.endpoint)
             report["server_burst"] = server_burst(args.endpoint, args.burst,
                                                   token_prompts=args.token_prompts)
         else:

@@ -23,7 +23,9 @@ import json
 import statistics
 from pathlib import Path
 
+from forge.serving.acceptance import profile_length
 from verify.metrics import counters_from_snapshot
+from verify.report import versions_line
 
 SPECIAL_WINDOWS = ("followup",)
 
@@ -68,14 +70,6 @@ def engine_figures(result: dict) -> dict:
 def family(engine: dict) -> tuple:
     """Engines that differ only in k: a speculative engine's plain counterpart shares this."""
     return tuple(engine.get(key) for key in ("dtype", "runner", "attention", "moe", "compile"))
-
-
-def profile_length(rates, k: int) -> float | None:
-    """Mean acceptance length at k draft tokens: 1 + the first k per-position rates (a single
-    rate counts at every position); None where the profile does not reach position k."""
-    if isinstance(rates, (int, float)):
-        return 1 + k * rates
-    return 1 + sum(rates[:k]) if k <= len(rates) else None
 
 
 def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
@@ -172,6 +166,7 @@ def render_markdown(report: dict) -> str:
     m = report["machine"]
     lines = [f"# verify/bench.py results: {report['recipe']} ({report['target']})", "",
              f"- date: {report['date']}; command: `{report['command']}`"]
+    lines.append(f"- ran on: {versions_line(report['machine'])}")
     if report.get("server_burst"):
         b = report["server_burst"]
         lines += [f"- server burst: {b['answered']}/{b['requests']} answered ({b['failed']} failed), "
@@ -181,7 +176,7 @@ def render_markdown(report: dict) -> str:
         return "\n".join(lines) + "\n"
     shape = report.get("shape") or "26b-a4b"
     controlled = any("@" in w for e in report["engines"].values() for w in (e.get("figures") or {}))
-    lines += [f"- machine: {m.get('device')}, vLLM {m.get('vllm')}, torch {m.get('torch')}",
+    lines += [f"- machine: {m.get('device')}",
               f"- model: {'dummy weights, ' + shape + ' shapes, ' if report['dummy'] else ''}"
               f"{report['layers']} target layers"
               + ("; every window runs on the agreeing model (@agree: full acceptance) and on the "

@@ -1,11 +1,10 @@
 """The gate's checks, as pure functions of what the engine log and the metrics said."""
 from __future__ import annotations
 
+from forge.models import Family
 from verify.metrics import SpecCounters
 from verify.report import INFO, NOT_CHECKED, PASS, Check, failed, passed
 from verify.vllm_logs import EngineLogFacts
-
-DRAFT_ARCH = "Gemma4MTPModel"
 
 
 def check_engine_started(started: bool, facts: EngineLogFacts, error: str | None) -> Check:
@@ -29,25 +28,33 @@ REMEDIES = [
 ]
 
 
-def check_architectures(facts: EngineLogFacts) -> Check:
-    targets = [a for a in facts.architectures if a.startswith("Gemma4") and a != DRAFT_ARCH]
-    if targets and DRAFT_ARCH in facts.architectures:
-        return passed("architectures", f"target {targets[0]}, draft {DRAFT_ARCH}")
-    return failed("architectures", f"need a Gemma 4 target and {DRAFT_ARCH}; log resolved "
-                                   f"{', '.join(facts.architectures) or 'nothing'}")
+def check_architectures(facts: EngineLogFacts, family: Family) -> Check:
+    """The engine resolved one of the family's target architectures and its drafter's."""
+    draft = family.drafter_architecture
+    targets = [a for a in facts.architectures if a in family.target_architectures]
+    if targets and draft in facts.architectures:
+        return passed("architectures", f"target {targets[0]}, draft {draft}")
+    return failed("architectures", f"need a {family.name} target ({', '.join(family.target_architectures)}) "
+                                   f"and {draft}; log resolved {', '.join(facts.architectures) or 'nothing'}")
 
 
-def check_shared_embedding(facts: EngineLogFacts, v2_runner: bool) -> Check:
+def check_shared_embedding(facts: EngineLogFacts, v2_runner: bool, family: Family) -> Check:
+    """The drafter took the target's embedding: one of the family's sharing lines in the log
+    (each release and proposer words it its own way), and no 'Keeping separate' line."""
     name = "draft shares target embedding"
     if facts.separate_embedding_lines:
         return failed(name, f"draft keeps its own embedding: {facts.separate_embedding_lines[0]}")
-    if facts.mtp_shares_embedding:
-        return passed(name, "log: Detected MTP model. Sharing target model embedding weights")
+    said = [line for line in facts.embedding_sharing_lines
+            if any(wording in line for wording in family.sharing_log_lines)]
+    if said:
+        return passed(name, f"log: {said[0]}")
     if v2_runner:
-        # The V2 runner's Gemma 4 speculator always shares and logs nothing about it.
-        return passed(name, "V2 model runner: the Gemma 4 speculator always shares "
+        # The V2 runner's speculator always shares and logs nothing about it.
+        return passed(name, "V2 model runner: the speculator always shares "
                             "(no 'Keeping separate embedding weights' line)")
-    return failed(name, "no 'Sharing target model embedding weights' line in the log")
+    return failed(name, f"none of {family.source}'s drafter.sharing_log_lines in the log"
+                        + (f" (it said: {facts.embedding_sharing_lines[0]})"
+                           if facts.embedding_sharing_lines else ""))
 
 
 def check_cuda_graphs(facts: EngineLogFacts, reported_mode: str | None) -> Check:

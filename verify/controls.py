@@ -4,10 +4,11 @@ Dummy weights make the target and the drafter disagree: a gate run on them has o
 seen failing. This plugin makes them agree, without changing any vLLM code path under test:
 
 - It wraps `DummyModelLoader.load_weights` (vLLM's `load_format="dummy"`): after vLLM's own
-  dummy init it records every final RMSNorm (`model.norm`: Gemma4ForCausalLM's and Gemma4MTP's)
-  of the model just loaded. Gemma 4's RMSNorm multiplies by its weight (no 1 + w offset), so a
-  zero weight makes the final hidden state zero, the logits zero (final soft-capping keeps 0 at
-  0) and greedy decoding pick token 0 in target and drafter alike: every draft is accepted.
+  dummy init it records every final RMSNorm of the model just loaded (the family's
+  `control_norms` in models/<family>.yaml; Gemma 4: `model.norm` of Gemma4ForCausalLM and
+  Gemma4MTP). Gemma 4's RMSNorm multiplies by its weight (no 1 + w offset), so a zero weight
+  makes the final hidden state zero, the logits zero (final soft-capping keeps 0 at 0) and greedy
+  decoding pick token 0 in target and drafter alike: every draft is accepted.
 - Centroid-masked drafters (`use_ordered_embeddings: true`, gemma4_mtp.py's
   Gemma4MTPMaskedEmbedder): the drafter scores only the tokens of its top-32 centroids, listed
   by the integer buffer `token_ordering`. vLLM's dummy init fills floating-point tensors only
@@ -66,12 +67,20 @@ def engine_env(plugin_dir: Path | str, repo_root: Path | str, initial: str = "ra
     return {"PYTHONPATH": ":".join(path), ENV_INITIAL: initial}
 
 
-def final_norm_names(module_names: list[str]) -> list[str]:
-    """The final RMSNorm(s) among a model's submodule names: `model.norm` at any nesting depth
-    (Gemma4ForCausalLM: model.norm; Gemma4MTP: model.norm; multimodal: language_model.model.norm),
-    never a decoder layer's own norms."""
+def final_norm_names(module_names: list[str], norms: list[str] | None = None) -> list[str]:
+    """The final RMSNorm(s) among a model's submodule names: a family's `control_norms`
+    (models/<family>.yaml; Gemma 4: model.norm) at any nesting depth (multimodal:
+    language_model.model.norm), never a decoder layer's own norms. Without `norms`, those of
+    every family (the plugin does not know which model the engine loads)."""
+    wanted = norms if norms is not None else _every_control_norm()
     return [n for n in module_names
-            if (n == "model.norm" or n.endswith(".model.norm")) and ".layers." not in f".{n}."]
+            if any(n == norm or n.endswith(f".{norm}") for norm in wanted) and ".layers." not in f".{n}."]
+
+
+def _every_control_norm() -> list[str]:
+    from forge.models import family_names, load_family
+
+    return sorted({norm for name in family_names() for norm in load_family(name).control_norms})
 
 
 def register() -> None:

@@ -3,6 +3,10 @@ the results as JSON. mtp_smoke.py and bench.py launch it with `python engine_wor
 and capture its output (vLLM's log) to a file, so a failed start is read from the log as a
 named root cause rather than raised as a traceback in the caller.
 
+The result names the vLLM, torch and transformers versions installed where the engine runs
+(verify/report.py: installed_versions), read before the engine starts, so a failed start names
+them too.
+
 Spec (JSON): env, engine_kwargs, windows [{name, prompts, sampling, repeat, warmup,
 keep_token_ids, kind, control}], result_file, prometheus_dir, barrier {dir, name, count, timeout_s},
 lock_file. A window's `control` ("agree" or "random") first switches a dummy model between
@@ -21,11 +25,19 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
+if __package__ in (None, ""):
+    # Run as a script (python verify/engine_worker.py): the verify package sits beside this file's
+    # folder, in a checkout or in site-packages. Appended, so it shadows nothing already on the path.
+    sys.path.append(str(Path(__file__).resolve().parents[1]))
+
+from verify.report import installed_versions  # noqa: E402 (needs the path above)
+
 
 def main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     os.environ.update(spec.get("env", {}))
-    result: dict = {"name": spec.get("name"), "engine": {"started": False}, "windows": {}}
+    result: dict = {"name": spec.get("name"), "versions": installed_versions(),
+                    "engine": {"started": False}, "windows": {}}
     result_file = Path(spec["result_file"])
     try:
         llm, info = start_engine(spec["engine_kwargs"])

@@ -112,10 +112,21 @@ def counters_from_prometheus(text: str) -> SpecCounters:
 
     per_position: dict[int, float] = {}
     for labels, value in samples.get(ACCEPTED_PER_POS + "_total", []):
-        position = int(labels["position"])
+        position = _position(labels)
         per_position[position] = per_position.get(position, 0) + value
     ordered = tuple(per_position.get(i, 0) for i in range(max(per_position, default=-1) + 1))
     return SpecCounters(total(DRAFTS), total(DRAFT_TOKENS), total(ACCEPTED), ordered)
+
+
+def _position(labels: dict) -> int:
+    """The draft position a per-position sample counts (vLLM labels it position="0", "1", ...)."""
+    name = ACCEPTED_PER_POS + "_total"
+    if "position" not in labels:
+        raise MetricsError(f"{name}: a sample has no position label")
+    text = labels["position"]
+    if not re.fullmatch(r"[0-9]+", text):
+        raise MetricsError(f"{name}: position={text!r} is not a draft position (0, 1, ...)")
+    return int(text)
 
 
 def counters_from_snapshot(snapshot: dict) -> SpecCounters:

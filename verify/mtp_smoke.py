@@ -30,13 +30,26 @@ import time
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.files import check_output_dir
 from forge.targets import target_for_device
 from verify import checks as gate
 from verify import controls
-from verify.dummy_models import SHAPES, encode_without_tokenizer, write_dummy_models
+from verify.dummy_models import encode_without_tokenizer, resolve_shape, write_dummy_models
 from verify.metrics import MetricsError, SpecCounters, counters_from_prometheus, counters_from_snapshot
 from verify.prompts import gate_prompts, load_prompts
-from verify.report import INFO, Check, failed, not_checked, passed, render_table, verdict, write_report
+from verify.report import (
+    INFO,
+    Check,
+    failed,
+    not_checked,
+    passed,
+    release_in,
+    render_table,
+    unknown_versions,
+    verdict,
+    versions_line,
+    write_report,
+)
 from verify.vllm_logs import EngineLogFacts, parse_engine_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "they cannot run and the report cannot pass)")
     p.add_argument("--dummy", action="store_true",
                    help="Gemma 4 shapes, dummy weights, positive and negative controls")
-    p.add_argument("--shape", choices=sorted(SHAPES), default="26b-a4b", help="with --dummy")
+    p.add_argument("--shape", help="with --dummy: a model of models/<family>.yaml with an assistant "
+                   "shape (default: the first listed)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: the real depth)")
     p.add_argument("--centroids", action="store_true",
                    help="with --dummy: a centroid-masked drafter (use_ordered_embeddings)")
@@ -73,12 +87,29 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="vLLM's compile backend (default: the recipe's, i.e. vLLM's Inductor); eager "
                         "skips Inductor's code generation, CUDA graphs are still captured and checked")
     p.add_argument("--out", default="verify-out", help="directory for the report and logs")
-    p.add_argument("--timeout", type=int, default=900,
+    p.add_argument("--timeout", type=positive_seconds, default=900,
                    help="seconds allowed for the engine run (with --endpoint: for each request)")
     p.add_argument("--image-digest", type=image_digest, default=os.environ.get(DIGEST_ENV),
                    help="sha256 digest (or NAME@sha256:...) of the image under test, recorded in "
                         f"the report for build.py publish (default ${DIGEST_ENV})")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.dummy:  # the shapes are data (models/): checked here, not by argparse, so --help needs none
+        try:
+            args.shape = resolve_shape(args.shape)
+        except ValueError as exc:
+            p.error(str(exc))
+    return args
+
+
+def positive_seconds(text: str) -> int:
+    """A timeout of whole seconds, 1 or more (requests refuses 0 and below; so would the run)."""
+    try:
+        seconds = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
+    if seconds < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 second or more (got {seconds})")
+    return seconds
 
 
 DIGEST_ENV = "VLLM_FORGE_IMAGE_DIGEST"
@@ -248,7 +279,10 @@ def inprocess_checks(recipe, args, out: Path) -> tuple[list[Check], dict]:
                 check = Check(check.name, INFO, f"{check.detail} (near-tied random logits; not gated)")
             checks.append(check)
     names = [_greedy_window(c) for c in gated] + ["recipe_sampling"]
-    context = {"engine": engine, "log_facts": facts.to_dict(), "engine_kwargs": kwargs, "env": env,
+    # Read inside the engine's process before it started (engine_worker.py).
+    versions = result.get("versions") or unknown_versions("the engine process wrote no result")
+    context = {"engine": engine, "versions": versions, "log_facts": facts.to_dict(),
+               "engine_kwargs": kwargs, "env": env,
                "windows": {n: (c.summary() if (c := window_counters(result, n)) else None)
                            for n in names}}
     return checks, context
@@ -262,8 +296,8 @@ def log_checks(facts: EngineLogFacts, recipe, runner_v2: bool, mode: str | None)
     # The engine's own tensor parallel size picks the file: N = 704 / TP (a multi-node layout).
     moe = recipe.moe_config_for(facts.tensor_parallel_size or 1)
     expect = recipe.expect
-    return [gate.check_architectures(facts),
-            gate.check_shared_embedding(facts, runner_v2),
+    return [gate.check_architectures(facts, recipe.family_model[0]),
+            gate.check_shared_embedding(facts, runner_v2, recipe.family_model[0]),
             gate.check_cuda_graphs(facts, mode),
             gate.check_moe_config(facts, moe.name if moe else None,
                                   tuned_config_expected(moe, facts.vllm_version)),
@@ -428,7 +462,8 @@ def measure_window(server: Endpoint, model: str, prompts: list, params: dict,
 
 def endpoint_checks(recipe, args) -> tuple[list[Check], dict]:
     server = Endpoint(args.endpoint, args.timeout)
-    context: dict[str, object] = {"endpoint": server.url, "vllm": None}
+    context: dict[str, object] = {"endpoint": server.url, "vllm": None,
+                                  "versions": unknown_versions("the server did not answer")}
     try:
         model = served_model(server)
     except EndpointError as exc:
@@ -437,7 +472,9 @@ def endpoint_checks(recipe, args) -> tuple[list[Check], dict]:
                 + [not_checked(name, why) for name in (*LOG_CHECKS, "acceptance (temperature 0)")]
                 + [not_checked("acceptance (recipe sampling)", why, gating=False)]), context
     release, release_note = server_release(server)
-    context.update(model=model, vllm=release)
+    # The server runs in another process: its GET /version names its vLLM release, nothing else.
+    context.update(model=model, vllm=release, versions=unknown_versions(
+        f"--endpoint: the server's GET /version names only vLLM ({release_note})", vllm=release))
     checks = [passed("server answers", f"{server.url} serves {model}, {release_note}")]
     checks += server_log_checks(recipe, args.server_log)
     # --dummy: a server on a dummy model runs with --skip-tokenizer-init: send token ids.
@@ -473,33 +510,26 @@ def sampling_window_check(server: Endpoint, model: str, prompts: list, recipe, a
 
 def report_identity(recipe, args, context: dict) -> dict:
     """What was verified, for build.py publish to match against what it publishes: the target, the
-    vLLM release (the server's own /version with --endpoint; else the engine log's, else the
-    installed vllm) and the image digest (--image-digest / $VLLM_FORGE_IMAGE_DIGEST)."""
+    vLLM release (the server's own /version with --endpoint; else the engine log's, else the one
+    installed where the engine ran) and the image digest (--image-digest /
+    $VLLM_FORGE_IMAGE_DIGEST)."""
     if args.endpoint:
         release = context.get("vllm")
     else:
-        release = context.get("log_facts", {}).get("vllm_version") or installed_vllm()
+        release = (context.get("log_facts", {}).get("vllm_version")
+                   or release_in(context["versions"]))
     return {"target": recipe.target, "vllm": release, "image_digest": args.image_digest}
-
-
-def installed_vllm() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("vllm")
-    except PackageNotFoundError:
-        return None
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     try:
+        out = check_output_dir(args.out, "--out")
         recipe = load_recipe(args)
     except ForgeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    out.mkdir(parents=True, exist_ok=True)
     if args.endpoint:
         checks, context = endpoint_checks(recipe, args)
     else:
@@ -513,6 +543,7 @@ def main(argv=None) -> int:
                           runner=args.runner or recipe.serve.model_runner,
                           verify_broken=bool(broken), **context)
     print(render_table(checks))
+    print(f"ran on: {versions_line(context['versions'])}")
     print(f"report: {report}")
     if broken:
         print(f"VERIFY BROKEN: {broken[0].detail}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""Named pass/fail checks, the verdict over them, and their rendering as a table and a JSON report.
+"""Named pass/fail checks, the verdict over them, and their rendering as a table and a JSON report;
+the versions of the software a report ran on.
 
 The verdict is the one rule both mtp_smoke.py (its exit code and the report's `passed`) and
 `build.py publish` (which re-derives it from the report's checks) apply: a report passes only when
@@ -21,6 +22,15 @@ STATUSES = (PASS, FAIL, INFO, NOT_CHECKED)
 # MoE config where the recipe expects one, the start or answer of the server, --lossless).
 REQUIRED_GATES = ("architectures", "draft shares target embedding", "CUDA graphs",
                   "acceptance (temperature 0)")
+
+# Every report (mtp_smoke.json, bench.json) names the versions of these packages it ran on, as the
+# environment of the process that ran vLLM has them installed: engine_worker.py reads them with
+# installed_versions() before it starts the engine, so a failed start names them too. A package
+# absent there is NOT_INSTALLED; where verify cannot read that environment (--endpoint: the
+# server is another process, which names only its vLLM release), the value says why it is unknown.
+RAN_ON = ("vllm", "torch", "transformers")
+NOT_INSTALLED = "not installed"
+UNKNOWN = "unknown"
 
 
 @dataclass
@@ -71,6 +81,11 @@ def verdict(checks: list[Check]) -> bool:
     return not unmet_gates(checks)
 
 
+# What each field of a check holds in a report: anything else (a list for a name) is refused by
+# name before the verdict is derived.
+FIELD_TYPES = {"name": str, "status": str, "detail": str, "gating": bool}
+
+
 def checks_from_report(report: dict) -> list[Check]:
     """The checks of a JSON report as write_report wrote them; ValueError names the bad field."""
     entries = report.get("checks")
@@ -81,6 +96,10 @@ def checks_from_report(report: dict) -> list[Check]:
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or not {"name", "status", "detail"} <= entry.keys():
             raise ValueError(f"checks[{i}]: not a check (needs name, status and detail)")
+        for key, kind in FIELD_TYPES.items():
+            if key in entry and not isinstance(entry[key], kind):
+                raise ValueError(f"checks[{i}].{key}: must be {kind.__name__} "
+                                 f"(got {type(entry[key]).__name__})")
         try:
             checks.append(Check(**{k: v for k, v in entry.items() if k in names}))
         except ValueError as exc:
@@ -111,9 +130,55 @@ def render_table(checks: list[Check], width: int = 100) -> str:
     return "\n".join(lines)
 
 
-def write_report(path: Path | str, checks: list[Check], **context) -> Path:
+def installed_versions(packages: tuple[str, ...] = RAN_ON) -> dict[str, str]:
+    """{package: version} as each installed distribution's own metadata says it (importlib.metadata
+    reads the dist-info pip wrote; nothing is imported), NOT_INSTALLED where this process's
+    environment holds no such distribution."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for package in packages:
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = NOT_INSTALLED
+    return found
+
+
+def unknown_versions(why: str, **known: str | None) -> dict[str, str]:
+    """RAN_ON's versions where they cannot be read here: the `known` ones as given, every other one
+    'unknown: <why>'."""
+    return {package: known.get(package) or f"{UNKNOWN}: {why}" for package in RAN_ON}
+
+
+def release_in(versions: dict[str, str], package: str = "vllm") -> str | None:
+    """The package's version when `versions` names one (not NOT_INSTALLED, not unknown)."""
+    value = versions.get(package)
+    if not value or value == NOT_INSTALLED or value.startswith(f"{UNKNOWN}:"):
+        return None
+    return value
+
+
+def checked_versions(versions: object) -> dict[str, str]:
+    """`versions` if it names every RAN_ON package by a non-empty string; else ValueError."""
+    if not isinstance(versions, dict):
+        raise ValueError(f"versions: expected a mapping of {', '.join(RAN_ON)} (got {versions!r})")
+    missing = [p for p in RAN_ON if not isinstance(versions.get(p), str) or not versions[p]]
+    if missing:
+        raise ValueError(f"versions: names no version for {', '.join(missing)} (got {versions!r})")
+    return versions
+
+
+def versions_line(versions: dict[str, str]) -> str:
+    """'vllm 0.25.0, torch 2.11.0, transformers 5.14.1' (a missing one as its value says)."""
+    return ", ".join(f"{package} {versions.get(package, 'not recorded')}" for package in RAN_ON)
+
+
+def write_report(path: Path | str, checks: list[Check], versions: dict[str, str], **context) -> Path:
+    """The JSON report: the verdict, the checks, the versions it ran on (RAN_ON), the context."""
     path = Path(path)
+    payload = {"passed": verdict(checks), "checks": [asdict(c) for c in checks],
+               "versions": checked_versions(versions), **context}
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"passed": verdict(checks), "checks": [asdict(c) for c in checks], **context}
     path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
     return path

@@ -7,7 +7,9 @@ from dataclasses import asdict, dataclass, field
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 RESOLVED_ARCH = re.compile(r"Resolved architecture: (\w+)")
-MTP_SHARING = "Detected MTP model. Sharing target model embedding weights with the draft model."
+# Any line saying a drafter shares the target's embedding; which wording counts is the family's
+# (models/<family>.yaml, drafter.sharing_log_lines): each release and proposer says it its own way.
+SHARING_LINE = re.compile(r"\] ([^\n]*[Ss]haring target model[^\n]*)")
 SEPARATE_EMBEDDINGS = re.compile(r"[^\n]*Keeping separate embedding weights[^\n]*")
 # The engine's config line: "... 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>".
 # An API server logs its arguments first, before vLLM resolves the mode ("'cudagraph_mode': None"):
@@ -46,7 +48,7 @@ ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
 @dataclass
 class EngineLogFacts:
     architectures: list[str] = field(default_factory=list)
-    mtp_shares_embedding: bool = False
+    embedding_sharing_lines: list[str] = field(default_factory=list)
     separate_embedding_lines: list[str] = field(default_factory=list)
     cudagraph_mode: str | None = None
     enforce_eager: bool | None = None
@@ -74,7 +76,7 @@ def parse_engine_log(text: str) -> EngineLogFacts:
     text = clean(text)
     facts = EngineLogFacts()
     facts.architectures = _unique(RESOLVED_ARCH.findall(text))
-    facts.mtp_shares_embedding = MTP_SHARING in text
+    facts.embedding_sharing_lines = _unique(line.strip() for line in SHARING_LINE.findall(text))
     facts.separate_embedding_lines = [_strip_prefix(m) for m in SEPARATE_EMBEDDINGS.findall(text)]
     modes = [m for m in CUDAGRAPH_MODE.findall(text) if m != "None"]
     facts.cudagraph_mode = modes[-1] if modes else None

@@ -12,10 +12,21 @@ import os
 import sys
 
 from forge.errors import ForgeError
+from forge.image_names import check_repository_argument
 from forge.versions import normalize_vllm_argument
 
 # Typing `python build.py --target gb10 --vllm 0.27.1` means "build": no command word needed.
 DEFAULT_COMMAND = "build"
+
+# The files each command writes (flag, argument name): checked before the handler runs, so a
+# command never writes one output and then fails on the next (`published --index` only reads).
+OUTPUT_FILES = {
+    "bake": (("--output", "output"),),
+    "publish": (("--index", "index"), ("--github-output", "github_output")),
+    "release-matrix": (("--github-output", "github_output"),),
+    "tune-moe": (("--results", "results"),),          # written after a GPU run of minutes
+    "upstream-watch": (("--pr-body", "pr_body"), ("--github-output", "github_output")),
+}
 
 
 def _add_repository_flag(p) -> None:
@@ -132,6 +143,26 @@ def _add_serve_nodes(p) -> None:
     g.add_argument("--ib-hca", metavar="DEV,DEV",
                    help="RoCE devices for NCCL_IB_HCA (default: those in /sys/class/infiniband)")
     g.add_argument("--node-rank", type=int, help="with --run: which node this host is")
+
+
+def _add_roofline(commands) -> None:
+    p = commands.add_parser("roofline", help="the bytes one decode token reads, per weight group, and the "
+                                             "speed floor and speculative ceiling they allow on the target")
+    p.add_argument("--recipe", required=True, help="recipe name from recipes/")
+    p.add_argument("--target", required=True)
+    p.add_argument("--vllm", required=True, metavar="VERSION", help="the release whose weight layout counts")
+    p.add_argument("--dtype", choices=["bf16", "fp8"], help="weights (default: the recipe's)")
+    p.add_argument("--context", type=int, default=0, metavar="N",
+                   help="tokens of context whose KV cache each token reads (default 0: weights only)")
+    p.add_argument("--profile", metavar="P1/P2/..",
+                   help="per-position acceptance rates (or NAME=P1/P2/.., rate@R) for the ceiling "
+                        "(default: every draft accepted)")
+    p.add_argument("--step-cost-ratio", type=float, metavar="X",
+                   help="one speculative step's cost over a plain one (default: the recipe's)")
+    p.add_argument("--device", help="one of the target's device_names (default: the first)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--recipes-dir", metavar="DIR", help="read recipes from DIR (default: recipes/)")
+    p.set_defaults(handler="forge.commands.serving:cmd_roofline")
 
 
 def _add_tune_moe(commands) -> None:
@@ -252,6 +283,46 @@ def _add_readme_table(commands) -> None:
     p.set_defaults(handler="forge.commands.patches:cmd_readme_table")
 
 
+def _add_new_patch(commands) -> None:
+    p = commands.add_parser("new-patch", help="make a source patch: unpack a release into "
+                                              "build/patch-work/ID, edit it, then --finish")
+    p.add_argument("id", metavar="ID", help="the new patch's id (letters, digits, - . _)")
+    p.add_argument("--vllm", required=True, metavar="VERSION", help="the release to write it on")
+    p.add_argument("--finish", action="store_true",
+                   help="write the diff of the edited tree, its sha256 and the manifest entry")
+    g = p.add_argument_group("the manifest entry (with --finish)")
+    g.add_argument("--title", help="one line")
+    g.add_argument("--why", help="what breaks without it (prose)")
+    g.add_argument("--issue", type=int, help="vllm-project/vllm issue number")
+    g.add_argument("--pr", type=int, help="vllm-project/vllm pull request with the fix")
+    g.add_argument("--fixed-in", metavar="VERSION", help="the release that carries the fix")
+    g.add_argument("--introduced-by", type=int, metavar="PR", help="the PR that brought the bug")
+    g.add_argument("--releases", metavar="SPEC", help="PEP 440 specifier (default >=VERSION)")
+    g.add_argument("--fixes-marker", metavar="TEXT",
+                   help="text of the buggy code: where it is absent the patch is not-needed")
+    p.set_defaults(handler="forge.commands.patch_work:cmd_new_patch")
+
+
+def _add_refresh_patch(commands) -> None:
+    p = commands.add_parser("refresh-patch", help="refresh a source patch for a release: apply it "
+                                                  "to build/patch-work/ID, fix it, then --finish")
+    p.add_argument("id", metavar="ID", help="the patch's id in patches/series.yaml")
+    p.add_argument("--vllm", required=True, metavar="VERSION", help="the release to refresh it for")
+    p.add_argument("--finish", action="store_true",
+                   help="write the diff of the fixed tree and its sha256 (a variant entry where "
+                        "the new diff no longer serves the earlier releases)")
+    p.add_argument("--releases", metavar="SPEC",
+                   help="with --finish: the refreshed diff's releases (default: computed)")
+    p.set_defaults(handler="forge.commands.patch_work:cmd_refresh_patch")
+
+
+def _add_patch_headers(commands) -> None:
+    p = commands.add_parser("patch-headers", help="write each source diff's provenance header from "
+                                                  "patches/series.yaml (and its new sha256)")
+    p.add_argument("--check", action="store_true", help="exit 1 if a header is stale; write nothing")
+    p.set_defaults(handler="forge.commands.patch_work:cmd_patch_headers")
+
+
 def _add_release_matrix(commands) -> None:
     p = commands.add_parser("release-matrix", help="the release workflow's per-target job matrix (JSON)")
     p.add_argument("--tag", help="release tag: vllm-<version>[-r<N>]")
@@ -267,8 +338,9 @@ def _add_release_matrix(commands) -> None:
 
 
 COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,
-                    _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
-                    _add_drift, _add_readme_table, _add_release_matrix]
+                    _add_roofline, _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
+                    _add_drift, _add_readme_table, _add_new_patch, _add_refresh_patch, _add_patch_headers,
+                    _add_release_matrix]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -289,6 +361,14 @@ def _with_default_command(argv: list[str], parser: argparse.ArgumentParser) -> l
     return argv
 
 
+def _check_output_files(args) -> None:
+    from forge.files import check_output_file
+
+    for flag, name in OUTPUT_FILES.get(args.command, ()):
+        if getattr(args, name, None):
+            check_output_file(getattr(args, name), flag)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -299,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     module_name, function_name = args.handler.split(":")
     try:
         normalize_vllm_argument(args)   # parsed once here; every command gets the normal form
+        check_repository_argument(args)
+        _check_output_files(args)
         handler = getattr(importlib.import_module(module_name), function_name)
         return handler(args) or 0
     except ForgeError as exc:

@@ -13,7 +13,9 @@ from forge.errors import ForgeError
 def cmd_serve(args) -> int:
     from forge.serving.serve import plan_serve, run_plan
 
-    if getattr(args, "nodes", 1) > 1:
+    if args.nodes < 1:
+        raise ForgeError(f"--nodes: must be 1 or more (got {args.nodes})")
+    if args.nodes > 1:
         return _serve_nodes(args)
     plan = plan_serve(args.recipe, args.target, args.vllm, args.repository, args.port,
                       args.hf_cache, args.recipes_dir)
@@ -53,6 +55,29 @@ def _split(text: str | None) -> list[str] | None:
     return [item.strip() for item in text.split(",") if item.strip()] if text else None
 
 
+# --- build.py roofline ------------------------------------------------------------------------
+
+def cmd_roofline(args) -> int:
+    import json
+
+    from forge.serving.acceptance import parse_profile, parse_rates
+    from forge.serving.recipes import load_recipe
+    from forge.serving.roofline import recipe_report, render_text
+    from forge.targets import get_target
+
+    rates = None
+    if args.profile:
+        rates = parse_profile(args.profile)[1] if "=" in args.profile else parse_rates(args.profile)
+    report = recipe_report(load_recipe(args.recipe, args.target, _recipes_dir(args)), get_target(args.target),
+                           args.vllm, args.dtype, args.context, rates, args.step_cost_ratio, args.device)
+    print(json.dumps(report, indent=1) if args.json else render_text(report))
+    return 0
+
+
+def _recipes_dir(args) -> Path | None:
+    return Path(args.recipes_dir) if getattr(args, "recipes_dir", None) else None
+
+
 # --- build.py tune-moe -------------------------------------------------------------------------
 
 def cmd_tune_moe(args) -> int:
@@ -65,7 +90,7 @@ def cmd_tune_moe(args) -> int:
         return 0
     if not args.dtype:
         raise ForgeError("tune-moe: --dtype is required (bf16 or fp8_w8a8) unless --import-results")
-    result = moe_tune.tune(args.dtype, _batch_sizes(args), args.space)
+    result = moe_tune.tune(args.dtype, _batch_sizes(args), moe_tune.moe_shape_for(_recipe(args)), args.space)
     results_path = moe_tune.write_results(result, Path(args.results or f"tune-moe-{args.dtype}.json"))
     if args.merge_into:
         merged = moe_tune.write_merged(result, Path(args.merge_into))
@@ -83,14 +108,22 @@ def _batch_sizes(args) -> list[int]:
     from forge.serving.moe_tune import SERVER_BATCH_SIZES, token_counts_for_recipe
 
     batch_sizes = args.batch_sizes
-    if args.recipe:
-        from forge.serving.recipes import load_recipe
-
-        if not args.target:
-            raise ForgeError("tune-moe: --recipe needs --target")
+    recipe = _recipe(args)
+    if recipe is not None:
         batch_sizes = sorted(set(batch_sizes or []) | set(
-            token_counts_for_recipe(load_recipe(args.recipe, args.target), args.k, args.concurrency)))
+            token_counts_for_recipe(recipe, args.k, args.concurrency)))
     return batch_sizes or SERVER_BATCH_SIZES
+
+
+def _recipe(args):
+    """tune-moe --recipe R --target T: the recipe whose model and decode steps are tuned for."""
+    if not args.recipe:
+        return None
+    from forge.serving.recipes import load_recipe
+
+    if not args.target:
+        raise ForgeError("tune-moe: --recipe needs --target")
+    return load_recipe(args.recipe, args.target)
 
 
 def _end_to_end(args, moe_tune):

@@ -27,7 +27,7 @@ from forge import REPO_ROOT
 
 DOCKERFILE = "images/Dockerfile"
 # What the image carries, lightest-changing first is the Dockerfile's business; here only the set.
-CONTEXT_PATHS = ("build.py", "forge", "patches", "verify", "recipes", "images/targets.yaml")
+CONTEXT_PATHS = ("build.py", "forge", "patches", "verify", "models", "recipes", "images/targets.yaml")
 RECORD_NAME = "build-record.json"
 SKIPPED_PARTS = {"__pycache__", ".pytest_cache"}
 

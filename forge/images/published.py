@@ -102,6 +102,8 @@ def load_index(path: Path | str | None = None) -> dict:
         return empty_index()
     try:
         data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ForgeError(f"{path}: cannot read the index: {exc.strerror}") from exc
     except ValueError as exc:
         raise ForgeError(f"{path}: not valid JSON: {exc}") from exc
     index = validate(data, INDEX_SCHEMA, str(path))
@@ -348,6 +350,8 @@ def publish(target: str, vllm: str, repository: str, immutable_tag: str, digest:
     """
     from forge import image_names
 
+    if not _DIGEST.fullmatch(digest):
+        raise ForgeError(f"--digest: not a sha256 image digest (sha256:<64 hex>): {digest!r}")
     moving = image_names.moving_tag(target, vllm)
     if not immutable_tag.startswith(moving + "-"):
         raise ForgeError(f"--immutable-tag {immutable_tag!r} is not a {target} vLLM {vllm} tag "

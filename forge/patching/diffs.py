@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from forge.errors import ForgeError
 
@@ -77,7 +77,19 @@ def _strip_prefix(raw: bytes, source: str, line_no: int) -> str | None:
     # -p1, as git writes diffs: a/... and b/...
     if not (name.startswith("a/") or name.startswith("b/")):
         raise DiffFormatError(f"{source}: line {line_no}: file name {name!r} lacks the a/ or b/ prefix")
-    return name[2:]
+    return _inside_tree(name[2:], name, source, line_no)
+
+
+def _inside_tree(relative: str, name: str, source: str, line_no: int) -> str:
+    """`relative` in its normal form, refused unless it names a file below the tree's root: a
+    diff is applied under a site-packages directory, and `b/../x` or `b//etc/x` would write
+    outside it."""
+    path = PurePosixPath(relative)
+    if not relative or path.is_absolute() or ".." in path.parts or not path.parts \
+            or "\\" in relative or "\0" in relative:
+        raise DiffFormatError(f"{source}: line {line_no}: file name {name!r} is not a relative "
+                              "path inside the tree (no leading /, no .., no backslash)")
+    return path.as_posix()
 
 
 def parse_diff(data: bytes, source: str) -> list[FileDiff]:

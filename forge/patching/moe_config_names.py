@@ -51,7 +51,7 @@ def device_file_name(device_name: str) -> str:
     return "NVIDIA_H200" if "H200" in name.split("_") else name
 
 
-def config_file_name(device_name: str, dtype: str, experts: int = 128, n: int = 704) -> str:
+def config_file_name(device_name: str, dtype: str, experts: int, n: int) -> str:
     """The name vLLM looks up for this GPU (as torch names it) and kernel dtype; the tuner's
     "bf16" is the unquantized kernel, which vLLM looks up with dtype=None (no dtype field)."""
     return str(MoeConfigName(experts, n, device_file_name(device_name), None if dtype == "bf16" else dtype))

@@ -13,7 +13,7 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import yaml
 from packaging.specifiers import SpecifierSet
@@ -33,7 +33,7 @@ DEFAULT_SERIES = PATCHES_DIR / "series.yaml"
 KINDS = tuple(kind.value for kind in Kind)
 
 
-def _patch_id(value: str) -> str | None:
+def patch_id_problem(value: str) -> str | None:
     ok = value and all(c.isalnum() or c in "-._" for c in value) and value[0].isalnum()
     return None if ok else f"must be letters, digits, '-', '.', '_' (got {value!r})"
 
@@ -41,6 +41,18 @@ def _patch_id(value: str) -> str | None:
 def _relative_path(value: str) -> str | None:
     if value.startswith("/") or ".." in Path(value).parts:
         return f"must be a path inside patches/ (got {value!r})"
+    return None
+
+
+def _vllm_paths(values: list) -> str | None:
+    """`touches`: files of the installed vllm/ package tree, as a diff names them after a/ b/."""
+    for value in values:
+        path = PurePosixPath(value)
+        if path.is_absolute() or ".." in path.parts or path.parts[:1] != ("vllm",) \
+                or len(path.parts) < 2 or path.as_posix() != value:
+            return f"must name files inside vllm/ like vllm/v1/spec_decode/gemma4.py (got {value!r})"
+    if len(set(values)) != len(values):
+        return "names a file twice"
     return None
 
 
@@ -63,10 +75,12 @@ UPSTREAM_SCHEMA = {
     "introduced_by": Field(int, required=False),
 }
 PATCH_SCHEMA = {
-    "id": Field(str, check=_patch_id),
+    "id": Field(str, check=patch_id_problem),
     "title": Field(str),
     "kind": Field(str, choices=KINDS),
     "files": Field(ListOf(FILE_SCHEMA, min_items=1), required=False),
+    # source: every vLLM file its diffs change; a diff that changes any other file is refused
+    "touches": Field(ListOf(str, min_items=1), required=False, check=_vllm_paths),
     "releases": Field(str, check=pep440_specifier),
     "package": Field(str, required=False, check=_project_name),
     "specifier": Field(str, required=False, check=pep440_specifier),
@@ -104,6 +118,7 @@ class Patch:
     upstream: dict | None = None
     fixes_marker: str | None = None
     retired_in: str | None = None
+    touches: list[str] | None = None        # source: the vLLM files its diffs change
     package: str | None = None              # dependency: the PyPI project, canonical name
     specifier: SpecifierSet | None = None   # dependency: what the installed version must satisfy
     diffs: list[diffs.FileDiff] = field(default_factory=list, repr=False)
@@ -166,11 +181,10 @@ def load_series(path: str | Path | None = None, offline: bool = False,
             if check_index:
                 _check_against_index(patch, where, data["checked_from"], offline)
         if patch.kind == Kind.SOURCE:
-            for f in files:
-                patch.diffs.extend(diffs.load_diff(f.absolute))
+            patch.diffs = _checked_diffs(patch, where)
         patches.append(patch)
     return Series(path, data["checked_from"], data["checked_through"], patches,
-                  header=_header_of(path.read_text()), digest=digest.hexdigest())
+                  header=_header_of(path.read_text(encoding="utf-8")), digest=digest.hexdigest())
 
 
 def _checked_file(base: Path, entry: dict, where: str, digest) -> PatchFile:
@@ -187,12 +201,35 @@ def _checked_file(base: Path, entry: dict, where: str, digest) -> PatchFile:
     return PatchFile(entry["path"], entry["sha256"], absolute)
 
 
+def _checked_diffs(patch: Patch, where: str) -> list[diffs.FileDiff]:
+    """Every diff of a source patch, each changing only files its entry's `touches` lists (the
+    paths themselves are checked to stay inside the tree when the diff is parsed)."""
+    listed = set(patch.touches or [])
+    loaded: list[diffs.FileDiff] = []
+    for f in patch.files:
+        file_diffs = diffs.load_diff(f.absolute)
+        for rel in diffs.target_paths(file_diffs):
+            if rel not in listed:
+                raise ForgeError(f"{where}.touches: {f.path} changes {rel}, which the entry does "
+                                 "not list")
+        loaded.extend(file_diffs)
+    unchanged = sorted(listed - set(diffs.target_paths(loaded)))
+    if unchanged:
+        raise ForgeError(f"{where}.touches: lists {unchanged[0]}, which none of its diffs changes")
+    return loaded
+
+
 def _check_kind_fields(patch: Patch, entry: dict, where: str) -> None:
     if patch.kind == Kind.DEPENDENCY:
         return      # checked before its (absent) files were read
     for name in ("package", "specifier"):
         if entry.get(name) is not None:
             raise ForgeError(f"{where}.{name}: only dependency patches have one")
+    if patch.kind == Kind.SOURCE and not patch.touches:
+        raise ForgeError(f"{where}.touches: required field is missing (the vLLM files its "
+                         "diffs change)")
+    if patch.kind != Kind.SOURCE and entry.get("touches") is not None:
+        raise ForgeError(f"{where}.touches: only source patches have one")
     if not patch.files:
         raise ForgeError(f"{where}.files: required field is missing")
     if patch.kind == Kind.SOURCE:
@@ -213,7 +250,7 @@ def _check_dependency_fields(entry: dict, where: str) -> None:
     for name in ("package", "specifier"):
         if entry.get(name) is None:
             raise ForgeError(f"{where}.{name}: a dependency patch needs one")
-    for name in ("files", "fixes_marker"):
+    for name in ("files", "fixes_marker", "touches"):
         if entry.get(name) is not None:
             raise ForgeError(f"{where}.{name}: a dependency patch has none")
     if not SpecifierSet(entry["specifier"]):
@@ -285,6 +322,8 @@ def series_to_data(series: Series) -> dict:
             entry["fixes_marker"] = p.fixes_marker
         if p.files:
             entry["files"] = [{"path": f.path, "sha256": f.sha256} for f in p.files]
+        if p.touches:
+            entry["touches"] = list(p.touches)
         entry["why"] = p.why
         patches.append(entry)
     return {"checked_from": series.checked_from, "checked_through": series.checked_through,

@@ -1,4 +1,5 @@
-"""`build.py tune-moe`: tune vLLM's Triton fused-MoE kernel for Gemma-4-26B-A4B on this GPU.
+"""`build.py tune-moe`: tune vLLM's Triton fused-MoE kernel for an MoE model on this GPU (the
+expert shape and activation from models/<family>.yaml; Gemma-4-26B-A4B today).
 
 For each token count M the server runs, time every config of a search space with vLLM's own
 `fused_experts` (the installed release's kernel, under its `override_config`), then time the best
@@ -28,14 +29,13 @@ from pathlib import Path
 
 from forge import REPO_ROOT
 from forge.errors import ForgeError
+from forge.models import MoeShape, moe_models
 from forge.patching.moe_config_names import config_file_name, parse_config_name
 from forge.patching.vocabulary import Kind
 from forge.progress import say, track
 
 PATCHES_DIR = REPO_ROOT / "patches"
 MOE_CONFIG_DIR = PATCHES_DIR / "moe-configs"
-# Gemma-4-26B-A4B at TP=1 (docs/reference.md §4): 128 experts, top-8, hidden 2816, intermediate 704.
-GEMMA4_SHAPE = {"experts": 128, "intermediate": 704, "hidden": 2816, "topk": 8}
 # Token counts a server runs: decode batches up to max_num_seqs x (1 + k) and prefill chunks.
 # A config tuned only for M=1 and used at M=8 was slower than the default (docs/reference.md §2).
 SERVER_BATCH_SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096]
@@ -61,13 +61,13 @@ CONFIG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "
 # ------------------------------------------------------------------------------------------
 # Pure parts (run and tested on the CPU)
 
-def search_space(m: int, space: str = "small", experts: int = 128, topk: int = 8) -> list[dict]:
+def search_space(m: int, shape: MoeShape, space: str = "small") -> list[dict]:
     """Configs worth timing at M tokens. BLOCK_SIZE_M tiles one expert's tokens, and M tokens
     spread over E experts give each about M*topk/E: a tile far taller than that is padding."""
     if space not in SPACES:
         raise ForgeError(f"tune-moe: unknown search space {space!r} (known: {', '.join(SPACES)})")
     grid = SPACES[space]
-    per_expert = max(1, -(-m * topk // experts))
+    per_expert = max(1, -(-m * shape.topk // shape.experts))
     tallest = max(16, 2 * _next_power_of_two(per_expert))
     configs = []
     for values in itertools.product(*(grid[key] for key in CONFIG_KEYS)):
@@ -160,7 +160,7 @@ def provenance_text(results: dict) -> str:
     p = results["provenance"]
     kept = [str(d["M"]) for d in results["decisions"] if d["kept"] == "tuned"]
     lost = [str(d["M"]) for d in results["decisions"] if d["kept"] == "default"]
-    return (f"Tuned fused-MoE Triton configs for Gemma-4-26B-A4B (E=128, N=704, top-8, TP=1), "
+    return (f"Tuned fused-MoE Triton configs for {_shape_text(results['file_name'])}, "
             f"{results['dtype']}. Without it vLLM logs \"Using default MoE config ... Config file "
             f"not found\" on this device (no release bundles one). Tuned config kept at M = "
             f"{', '.join(kept) or 'none'}; vLLM's default kept at M = {', '.join(lost) or 'none'} "
@@ -169,6 +169,18 @@ def provenance_text(results: dict) -> str:
             f"search space {results['space']}, date {p['date']}, duration {p['duration_s']} s, "
             f"command: {p['command']}. Shipped for {TUNED_RELEASES}: the releases that pin the "
             f"torch and Triton it was tuned with.")
+
+
+def _shape_text(file_name: str) -> str:
+    """'Gemma-4-26B-A4B (E=128, N=704, top-8, TP=1)': the model models/ gives these experts."""
+    name = parse_config_name(file_name)
+    if name is None:
+        raise ForgeError(f"{file_name}: not named like a fused-MoE config (E=...,N=...,device_name=....json)")
+    for _, model in moe_models():
+        shape = model.moe
+        if shape and (shape.experts, shape.intermediate) == (name.experts, name.n):
+            return f"{model.label} (E={shape.experts}, N={shape.intermediate}, top-{shape.topk}, TP=1)"
+    raise ForgeError(f"{file_name}: no model in models/ has {name.experts} experts of {name.n}")
 
 
 def load_results(results_path: Path) -> dict:
@@ -303,18 +315,38 @@ def register(config_file: Path, why: str, series_path: Path | None = None) -> No
 # ------------------------------------------------------------------------------------------
 # The GPU sweep
 
-class KernelBench:
-    """Times vLLM's fused_experts on Gemma-4-26B-A4B-shaped random weights, one config at a time."""
+def tuned_file_name(device_name: str, dtype: str, shape: MoeShape) -> str:
+    """The file vLLM looks up for experts of this shape at tensor parallel 1 on this GPU."""
+    return config_file_name(device_name, dtype, shape.experts, shape.intermediate)
 
-    def __init__(self, dtype: str, shape: dict = GEMMA4_SHAPE):
+
+def moe_shape_for(recipe=None) -> MoeShape:
+    """The experts tune-moe times: the recipe's model's, else the one MoE model models/ lists."""
+    if recipe is not None:
+        if recipe.moe_shape is None:
+            raise ForgeError(f"tune-moe: {recipe.base_model} has no MoE block (models/)")
+        return recipe.moe_shape
+    found = moe_models()
+    if len(found) != 1:
+        names = ", ".join(model.label for _, model in found) or "none"
+        raise ForgeError(f"tune-moe: name the model with --recipe (MoE models in models/: {names})")
+    shape = found[0][1].moe
+    assert shape is not None  # moe_models() lists MoE models only
+    return shape
+
+
+class KernelBench:
+    """Times vLLM's fused_experts on random weights of the model's expert shape, one config at a time."""
+
+    def __init__(self, dtype: str, shape: MoeShape):
         import torch
         from vllm.model_executor.layers.fused_moe import fused_moe as fm
         from vllm.model_executor.layers.fused_moe.activation import MoEActivation
         from vllm.model_executor.layers.fused_moe.config import FUSED_MOE_UNQUANTIZED_CONFIG, fp8_w8a8_moe_quant_config
 
         self.torch, self.fm, self.dtype, self.shape = torch, fm, dtype, shape
-        self.activation = MoEActivation.GELU_TANH  # Gemma 4's experts (gemma4.py)
-        e, n, k = shape["experts"], shape["intermediate"], shape["hidden"]
+        self.activation = MoEActivation[shape.activation]  # the family's (models/<family>.yaml)
+        e, n, k = shape.experts, shape.intermediate, shape.hidden
         torch.manual_seed(0)
         w1 = torch.randn(e, 2 * n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
         w2 = torch.randn(e, k, n, device="cuda", dtype=torch.bfloat16) / n ** 0.5
@@ -332,8 +364,8 @@ class KernelBench:
 
     def default_config(self, m: int) -> dict:
         s = self.shape
-        return self.fm.get_default_config(m, s["experts"], s["intermediate"], s["hidden"],
-                                          s["topk"], self.config_dtype, None)
+        return self.fm.get_default_config(m, s.experts, s.intermediate, s.hidden, s.topk,
+                                          self.config_dtype, None)
 
     def time_us(self, config: dict, m: int, graph_calls: int = 10, replays: int = 20) -> float:
         """Mean time of one fused_experts call at M tokens: CUDA-graph replays of graph_calls
@@ -341,9 +373,9 @@ class KernelBench:
         torch = self.torch
         from vllm.model_executor.layers.fused_moe import override_config
 
-        x = torch.randn(m, self.shape["hidden"], device="cuda", dtype=torch.bfloat16)
-        logits = torch.randn(m, self.shape["experts"], device="cuda", dtype=torch.float32)
-        weights, ids = torch.topk(torch.softmax(logits, dim=-1), self.shape["topk"], dim=-1)
+        x = torch.randn(m, self.shape.hidden, device="cuda", dtype=torch.bfloat16)
+        logits = torch.randn(m, self.shape.experts, device="cuda", dtype=torch.float32)
+        weights, ids = torch.topk(torch.softmax(logits, dim=-1), self.shape.topk, dim=-1)
 
         def call():
             return self.fm.fused_experts(x, self.w1, self.w2, weights, ids.to(torch.int32),
@@ -369,13 +401,13 @@ class KernelBench:
         return start.elapsed_time(end) * 1000 / (replays * graph_calls)
 
 
-def sweep(dtype: str, batch_sizes: list[int], space: str, log=say) -> dict:
+def sweep(dtype: str, batch_sizes: list[int], space: str, shape: MoeShape, log=say) -> dict:
     started = time.time()
-    bench = KernelBench(dtype)
+    bench = KernelBench(dtype, shape)
     tuned, defaults, timings = {}, {}, {}
     for m in track(batch_sizes, f"tune-moe {dtype}", unit="token counts"):
         results = []
-        for config in search_space(m, space):
+        for config in search_space(m, shape, space):
             try:
                 results.append((bench.time_us(config, m), config))
             except Exception as exc:  # noqa: BLE001 (a config the GPU cannot run: skip it)
@@ -414,7 +446,7 @@ def gpu_provenance(duration_s: float) -> dict:
             "duration_s": duration_s, "command": "python build.py " + shlex.join(sys.argv[1:])}
 
 
-def tune(dtype: str, batch_sizes: list[int], space: str = "small") -> dict:
+def tune(dtype: str, batch_sizes: list[int], shape: MoeShape, space: str = "small") -> dict:
     """Sweep on this host's GPU: the results JSON a later `--import-results` reads (chosen configs
     per token count, decisions, timings, vLLM's file name for this GPU, provenance)."""
     if any(m < 1 for m in batch_sizes):
@@ -426,9 +458,9 @@ def tune(dtype: str, batch_sizes: list[int], space: str = "small") -> dict:
                          "inside the image)") from exc
     if not torch.cuda.is_available():
         raise ForgeError("tune-moe: no CUDA GPU visible: run it on the target GPU")
-    result = sweep(dtype, batch_sizes, space)
+    result = sweep(dtype, batch_sizes, space, shape)
     result.update({"dtype": dtype, "space": space, "batch_sizes": batch_sizes,
-                   "file_name": config_file_name(torch.cuda.get_device_name(), dtype),
+                   "file_name": tuned_file_name(torch.cuda.get_device_name(), dtype, shape),
                    "provenance": gpu_provenance(result["duration_s"])})
     result["configs"] = {str(m): c for m, c in result["configs"].items()}
     return result

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 from forge import REPO_ROOT
 from forge.errors import ForgeError
+from forge.models import Family, Model, MoeShape, model_for_id
 from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
 
 RECIPES_DIR = REPO_ROOT / "recipes"
@@ -33,9 +35,6 @@ REMOVED_ENV_VARS = {
 # Quantization methods vLLM detects from a pre-quantized checkpoint's config.json (the names
 # its engine config line prints as quantization=...).
 CHECKPOINT_FORMATS = ("modelopt_fp4", "compressed-tensors")
-# Fused-MoE shape of Gemma-4-26B-A4B at tensor parallel 1 (E experts, N intermediate per
-# partition); at TP=t vLLM looks for N = 704 / t (352 at TP=2).
-MOE_EXPERTS, MOE_INTERMEDIATE = 128, 704
 KNOWN_FAILURES_FILE = "known-failures.yaml"
 
 
@@ -77,7 +76,8 @@ def _env_names(value) -> str | None:
 
 
 def _cli_tokens(value) -> str | None:
-    if value and not value[0].startswith("--"):
+    # A flag first (`--x` or an alias such as `-q`): a leading value would be read as the model.
+    if value and not flag_groups(value)[0].flag:
         return f"must start with a --flag (got {value[0]!r})"
     return None
 
@@ -146,15 +146,16 @@ SCHEMA = {
         "source": Field(str),                              # measured or assumed, and where from
     }),
     "speculative": Field({
-        "method": Field(str, choices=("mtp",)),
+        "method": Field(str),  # one the family's speculative_methods name (models/<family>.yaml)
         "num_speculative_tokens": Field(int, check=_positive),
     }),
+    # Empty: the family's sampling defaults (models/<family>.yaml).
     "sampling": Field({
         "temperature": Field(float),
         "top_p": Field(float, check=_fraction),
         "top_k": Field(int),
         "source": Field(str),
-    }),
+    }, required=False),
     "moe_config": Field(MOE_CONFIG, required=False),
     "multi_node": Field(ListOf(LAYOUT), required=False, default=[]),
     "thresholds": Field({
@@ -208,6 +209,15 @@ class Recipe:
     def base_model(self) -> str:
         """The model whose drafter this is: the checkpoint's base for a pre-quantized one."""
         return self.checkpoint.base_model if self.checkpoint else self.model
+
+    @property
+    def family_model(self) -> tuple[Family, Model]:
+        """The model family (models/<family>.yaml) and model that list the base model's id."""
+        return model_for_id(self.base_model)
+
+    @property
+    def moe_shape(self) -> MoeShape | None:
+        return self.family_model[1].moe
 
     @property
     def weights(self) -> str:
@@ -265,7 +275,7 @@ class Recipe:
                 continue
             value = setting.value(self)
             if value is not None:
-                args += [setting.flag, _cli_value(value)]
+                args += [setting.flag, cli_value(value)]
         return args + list(self.serve.extra_args)
 
 
@@ -296,7 +306,67 @@ ENGINE_SETTINGS = (
 )
 
 
-def _cli_value(value) -> str:
+@dataclass(frozen=True)
+class FlagGroup:
+    """One flag of a `vllm serve` command line and the values that follow it."""
+    index: int               # where the flag stands among the tokens
+    flag: str                # as written, without an `=value`
+    values: list[str]
+
+    @property
+    def name(self) -> str:
+        """The flag as the parser registers it: `--max_model_len` and `--x.key` are `--x`."""
+        return self.flag.split(".", 1)[0].replace("_", "-")
+
+
+_NUMBER = re.compile(r"-\d+(\.\d*)?")
+
+
+def flag_groups(tokens: list[str]) -> list[FlagGroup]:
+    """Tokens as argparse reads them: each flag (`-x`, `--x`, `--x=value`) with the values after
+    it; a negative number is a value (vLLM's parser registers no flag that looks like one).
+    Values before the first flag belong to no flag and are returned under flag ''."""
+    groups: list[FlagGroup] = []
+    for index, token in enumerate(tokens):
+        if token.startswith("-") and not _NUMBER.fullmatch(token):
+            flag, equals, inline = token.partition("=")
+            groups.append(FlagGroup(index, flag, [inline] if equals else []))
+        elif groups:
+            groups[-1].values.append(token)
+        else:
+            groups.append(FlagGroup(index, "", [token]))
+    return groups
+
+
+def recipe_field(kwarg: str) -> str:
+    """The recipe field behind an ENGINE_SETTINGS keyword, as messages name it."""
+    return "speculative" if kwarg == "speculative_config" else f"serve.{kwarg}"
+
+
+def structured_flags(recipe: Recipe) -> dict[str, str]:
+    """`vllm serve` flag -> the recipe field that sets it: extra_args must not set it again
+    (vLLM takes the last of two, so one of them would be silently lost)."""
+    flags = {setting.flag: recipe_field(setting.kwarg) for setting in ENGINE_SETTINGS
+             if setting.value(recipe) is not None}
+    if recipe.multi_node:
+        flags["--tensor-parallel-size"] = "multi_node[].tensor_parallel_size"
+        flags["--pipeline-parallel-size"] = "multi_node[].pipeline_parallel_size"
+    return flags
+
+
+def check_extra_args_repeat_nothing(recipe: Recipe, where: str,
+                                    canonical: Callable[[str], str] | None = None) -> None:
+    """Refuse an extra_args flag a structured field already sets. `canonical` spells a flag's
+    long name (a release's parser knows its aliases, `-q` for `--quantization`)."""
+    set_by = structured_flags(recipe)
+    for group in flag_groups(list(recipe.serve.extra_args)):
+        name = canonical(group.flag) if canonical else group.name
+        if name in set_by:
+            raise ForgeError(f"{where}: serve.extra_args[{group.index}]: {group.flag} is already "
+                             f"set by {set_by[name]}; set it there only")
+
+
+def cli_value(value) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value, separators=(",", ":"))
     return str(value)
@@ -305,20 +375,16 @@ def _cli_value(value) -> str:
 def extra_args_as_kwargs(tokens: list[str]) -> dict[str, Any]:
     """['--limit-mm-per-prompt', '{"image":0}', '--no-x'] -> {limit_mm_per_prompt: {...}, x: False}."""
     kwargs: dict[str, Any] = {}
-    i = 0
-    while i < len(tokens):
-        flag = tokens[i]
-        has_value = i + 1 < len(tokens) and not tokens[i + 1].startswith("--")
-        name = flag[2:].replace("-", "_")
-        if has_value:
-            kwargs[name] = _parse_value(tokens[i + 1])
-            i += 2
+    for group in flag_groups(tokens):
+        name = group.flag.lstrip("-").replace("-", "_")
+        if len(group.values) > 1:
+            kwargs[name] = [_parse_value(value) for value in group.values]
+        elif group.values:
+            kwargs[name] = _parse_value(group.values[0])
         elif name.startswith("no_"):
             kwargs[name[3:]] = False
-            i += 1
         else:
             kwargs[name] = True
-            i += 1
     return kwargs
 
 
@@ -366,6 +432,7 @@ def parse_recipe(data, path: Path) -> Recipe:
     source = display_path(path)
     values = validate(data, SCHEMA, source)
     _check_consistency(values, path, source)
+    values["sampling"] = values["sampling"] or model_for_id(_base_model(values))[0].sampling
     sections = {key: Section(values[key]) for key in ("serve", "speculative", "sampling",
                                                       "thresholds", "expect")}
     moe = Section(values["moe_config"]) if values["moe_config"] else None
@@ -373,10 +440,12 @@ def parse_recipe(data, path: Path) -> Recipe:
     layouts = tuple(Section({**layout, "moe_config": Section(layout["moe_config"])
                              if layout["moe_config"] else None})
                     for layout in values["multi_node"])
-    return Recipe(name=values["name"], target=values["target"], model=values["model"],
-                  drafter=values["drafter"], vllm=values["vllm"], moe_config=moe,
-                  checkpoint=checkpoint, multi_node=layouts,
-                  reference=values["reference"], path=path, **sections)
+    recipe = Recipe(name=values["name"], target=values["target"], model=values["model"],
+                    drafter=values["drafter"], vllm=values["vllm"], moe_config=moe,
+                    checkpoint=checkpoint, multi_node=layouts,
+                    reference=values["reference"], path=path, **sections)
+    check_extra_args_repeat_nothing(recipe, source)
+    return recipe
 
 
 def display_path(path: Path) -> str:
@@ -400,9 +469,14 @@ def _check_consistency(values: dict, path: Path, source: str) -> None:
         fail("target", f"unknown target {values['target']!r} (targets: {', '.join(targets)})")
     if values["target"] in NO_FP8_KV_TARGETS and values["serve"]["kv_cache_dtype"].startswith("fp8"):
         fail("serve.kv_cache_dtype", f"no FP8 KV cache on {values['target']} (no FP8 hardware)")
-    base = _base_model(values)
-    if not values["drafter"].startswith(base):
-        fail("drafter", f"must be the model's own drafter {base}-assistant "
+    family, _ = _family_model(values, fail)
+    methods = family.speculative_methods()
+    if values["speculative"]["method"] not in methods:
+        fail("speculative.method", f"must be one of {', '.join(methods)} (got "
+                                   f"{values['speculative']['method']!r}): the {family.name} family's methods")
+    own_drafter = family.drafter_id(_base_model(values))
+    if own_drafter and values["drafter"] != own_drafter:
+        fail("drafter", f"must be the model's own drafter {own_drafter} "
                         f"(got {values['drafter']!r})")
     if values["checkpoint"] and values["serve"]["quantization"]:
         fail("serve.quantization", f"must be empty for a pre-quantized checkpoint: vLLM detects "
@@ -478,11 +552,15 @@ def _check_moe_config(moe: dict | None, values: dict, tensor_parallel: int, wher
                       fail) -> None:
     if moe is None:
         return
-    if MOE_INTERMEDIATE % tensor_parallel:
+    shape = _family_model(values, fail)[1].moe
+    if shape is None:
+        fail(where, f"{_base_model(values)} has no MoE block (models/ says so): no MoE config to name")
+    assert shape is not None  # fail() raised
+    if shape.intermediate % tensor_parallel:
         fail(where, f"tensor parallel {tensor_parallel} does not divide the MoE intermediate "
-                    f"size {MOE_INTERMEDIATE}")
+                    f"size {shape.intermediate}")
     expected_name = moe_config_name(values["target"], values["serve"]["quantization"],
-                                    tensor_parallel)
+                                    tensor_parallel, shape)
     if expected_name and moe["name"] != expected_name:
         fail(f"{where}.name", f"vLLM looks for {expected_name!r} on this target "
                               f"(got {moe['name']!r})")
@@ -492,20 +570,30 @@ def _check_moe_config(moe: dict | None, values: dict, tensor_parallel: int, wher
         fail(f"{where}.provider", "only for an expected file")
 
 
-def moe_config_name(target: str, quantization: str | None, tensor_parallel: int = 1) -> str | None:
-    """vLLM's fused-MoE config file name for the MoE model on `target`; None if unknown.
-    Named by the same rule the tuner writes files under (Gemma-4-26B-A4B: E=128, N=704 at
-    TP=1; each TP rank holds N/TP of every expert's intermediate size, so N=352 at TP=2)."""
+def _family_model(values: dict, fail) -> tuple[Family, Model]:
+    try:
+        return model_for_id(_base_model(values))
+    except ForgeError as exc:
+        where = "checkpoint.base_model" if values["checkpoint"] else "model"
+        fail(where, str(exc))
+        raise  # fail() raised already
+
+
+def moe_config_name(target: str, quantization: str | None, tensor_parallel: int,
+                    shape: MoeShape) -> str | None:
+    """vLLM's fused-MoE config file name for an MoE model of this shape on `target`; None if
+    unknown. Named by the same rule the tuner writes files under: each TP rank holds N/TP of
+    every expert's intermediate size (Gemma-4-26B-A4B: N=704 at TP=1, 352 at TP=2)."""
     from forge.patching.moe_config_names import config_file_name
 
     device = _moe_device_name(target)
     if device is None:
         return None
-    if MOE_INTERMEDIATE % tensor_parallel:
+    if shape.intermediate % tensor_parallel:
         raise ForgeError(f"tensor parallel {tensor_parallel} does not divide the MoE "
-                         f"intermediate size {MOE_INTERMEDIATE}")
+                         f"intermediate size {shape.intermediate}")
     return config_file_name(device, "fp8_w8a8" if quantization == "fp8" else "bf16",
-                            experts=MOE_EXPERTS, n=MOE_INTERMEDIATE // tensor_parallel)
+                            experts=shape.experts, n=shape.intermediate // tensor_parallel)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forge.errors import ForgeError
-from forge.serving.recipes import ENGINE_SETTINGS, RUNNER_ENV, Recipe, display_path, load_recipe
+from forge.serving.recipes import (
+    ENGINE_SETTINGS,
+    RUNNER_ENV,
+    Recipe,
+    check_extra_args_repeat_nothing,
+    cli_value,
+    display_path,
+    flag_groups,
+    load_recipe,
+    recipe_field,
+)
 
 CONTAINER_PORT = 8000
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
@@ -325,7 +335,7 @@ def _check_flags(recipe: Recipe, release) -> None:
         value = setting.value(recipe)
         if value is None:
             continue
-        field_name = _recipe_field(setting.kwarg)
+        field_name = recipe_field(setting.kwarg)
         if not release.has_flag(setting.flag):
             raise ForgeError(f"{_where(recipe)}: {field_name}: needs {setting.flag}, "
                              f"which vLLM {release.version}'s `vllm serve` does not have")
@@ -333,10 +343,28 @@ def _check_flags(recipe: Recipe, release) -> None:
         if allowed and str(value) not in allowed:
             raise ForgeError(f"{_where(recipe)}: {field_name}: vLLM {release.version} accepts "
                              f"{setting.flag} {' | '.join(sorted(allowed))}, not {value!r}")
-    for index, token in enumerate(recipe.serve.extra_args):
-        if token.startswith("-") and not release.has_flag(token):
-            raise ForgeError(f"{_where(recipe)}: serve.extra_args[{index}]: {token} is not a "
-                             f"`vllm serve` flag in vLLM {release.version}")
+        # The same argparse check the extra flags get: a value the field's schema admits
+        # may still be one this release reads otherwise.
+        problem = release.value_problem(setting.flag, [cli_value(value)])
+        if problem:
+            raise ForgeError(f"{_where(recipe)}: {field_name}: vLLM {release.version}'s "
+                             f"{setting.flag} {problem}")
+    _check_extra_args(recipe, release)
+
+
+def _check_extra_args(recipe: Recipe, release) -> None:
+    """Each extra_args flag exists in the release, repeats no structured field (by any of its
+    spellings there) and has values the release's own argparse action takes."""
+    where = _where(recipe)
+    check_extra_args_repeat_nothing(recipe, where, release.canonical)
+    for group in flag_groups(list(recipe.serve.extra_args)):
+        here = f"{where}: serve.extra_args[{group.index}]"
+        if not release.has_flag(group.flag):
+            raise ForgeError(f"{here}: {group.flag} is not a `vllm serve` flag in vLLM "
+                             f"{release.version}")
+        problem = release.value_problem(group.flag, group.values)
+        if problem:
+            raise ForgeError(f"{here}: vLLM {release.version}'s {group.flag} {problem}")
 
 
 def _check_speculative(recipe: Recipe, release) -> None:
@@ -347,10 +375,6 @@ def _check_speculative(recipe: Recipe, release) -> None:
     if recipe.speculative.method not in release.speculative_methods:
         raise ForgeError(f"{_where(recipe)}: speculative.method: vLLM {release.version} has no "
                          f"speculative method {recipe.speculative.method!r}")
-
-
-def _recipe_field(kwarg: str) -> str:
-    return "speculative" if kwarg == "speculative_config" else f"serve.{kwarg}"
 
 
 def _where(recipe: Recipe) -> str:

@@ -7,11 +7,19 @@ literal flags, then `FrontendArgs.add_cli_args` (one `--field-name` per dataclas
 `AsyncEngineArgs.add_cli_args` (literal `add_argument("--flag", **group_kwargs["field"])` calls
 in vllm/engine/arg_utils.py). Boolean config fields get argparse.BooleanOptionalAction, which
 also accepts `--no-<flag>`.
+
+How each flag takes its values (ValueRule: nargs, type, Literal choices) follows the same
+definitions: vLLM's get_kwargs derives them from the config field's type (_compute_kwargs, whose
+per-field human-readable integer converters are read from the release and compiled from its own
+source), then add_cli_args and the add_argument call itself may override them.
 """
 from __future__ import annotations
 
+import argparse
 import ast
 import functools
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +36,15 @@ ATTENTION_REGISTRY = "vllm/v1/attention/backends/registry.py"
 
 
 @dataclass(frozen=True)
+class ValueRule:
+    """How the release's argparse takes the values after one flag, as its add_argument says."""
+    nargs: int | str | None = None   # argparse's: None one value, 0 a switch, "?", "+" or a count
+    converter: str = "str"           # the `type` callable: int, float, human_readable_int, ...
+    accepts_none: bool = False       # vLLM's optional_type: "None" (or "") stands for None
+    open_choices: bool = True        # False: only the flag's Literal choices (vLLM's `choices`)
+
+
+@dataclass(frozen=True)
 class ReleaseArgs:
     version: str
     serve_flags: frozenset[str]       # every option string `vllm serve` accepts
@@ -37,6 +54,16 @@ class ReleaseArgs:
     choices: dict = field(default_factory=dict)
     speculative_fields: frozenset[str] = frozenset()   # SpeculativeConfig fields (JSON keys)
     speculative_methods: frozenset[str] = frozenset()  # SpeculativeConfig.method values
+    value_rules: dict = field(default_factory=dict)    # flag -> ValueRule
+    # converter name -> the callable argparse runs on each value (builtins and the release's own)
+    converters: dict = field(default_factory=dict)
+    aliases: dict = field(default_factory=dict)        # "-q" -> "--quantization"
+
+    def canonical(self, flag: str) -> str:
+        """The long name of the flag `flag` spells (an alias, underscores, `--x.key`)."""
+        name = flag.split("=", 1)[0].split(".", 1)[0]
+        return self.aliases.get(name) or self.aliases.get(name.replace("_", "-")) \
+            or name.replace("_", "-")
 
     def has_flag(self, flag: str) -> bool:
         # FlexibleArgumentParser also accepts --flag=value, underscores for dashes, and
@@ -44,20 +71,47 @@ class ReleaseArgs:
         name = flag.split("=", 1)[0].split(".", 1)[0]
         return name in self.serve_flags or name.replace("_", "-") in self.serve_flags
 
+    def value_problem(self, flag: str, values: list[str]) -> str | None:
+        """Why the release's parser would refuse `values` after `flag` (its nargs, choices and
+        type), or None when it takes them or the flag's reading is not known here."""
+        name = flag.split("=", 1)[0]
+        if "." in name:
+            return None             # one key of a JSON flag: vLLM merges it into the JSON
+        rule = self.value_rules.get(name) or self.value_rules.get(name.replace("_", "-"))
+        if rule is None:
+            return None
+        problem = _count_problem(rule.nargs, values)
+        if problem:
+            return problem
+        allowed = None if rule.open_choices else self.choices.get(name.replace("_", "-"))
+        convert = self.converters.get(rule.converter)
+        for value in values:
+            if rule.accepts_none and value in ("", "None"):
+                continue
+            if allowed is not None and value not in allowed:
+                return f"takes one of {' | '.join(sorted(allowed))}, not {value!r}"
+            if allowed is None and convert is not None and not _converts(convert, value):
+                return f"takes {_converter_words(rule.converter)}, not {value!r}"
+        return None
+
 
 @functools.cache
 def release_args(version: str) -> ReleaseArgs:
     tree = releases.release_tree(version)
     source = _SourceIndex(tree)
     choices: dict[str, frozenset[str]] = {}
-    flags = _engine_flags(source, choices) | _frontend_flags(source)
+    rules: dict[str, ValueRule] = {}
+    aliases: dict[str, str] = {}
+    flags = _engine_flags(source, choices, rules, aliases) | _frontend_flags(source, rules, aliases)
     backends = _attention_backends(source)
     if backends:
         choices["--attention-backend"] = backends
-    flags |= _option_strings(source.parse(SERVE_CLI), source, {}, {})
+    flags |= _option_strings(source.parse(SERVE_CLI), source, {}, {}, rules, aliases)
     flags |= {"-h", "--help"}                      # argparse's own
     if _pairs_enable_with_disable(source):
-        flags |= _enable_disable_inverses(flags)
+        inverses = _enable_disable_inverses(flags)
+        flags |= inverses
+        rules.update(dict.fromkeys(inverses, SWITCH))
     speculative = source.find_class("SpeculativeConfig")
     if "--model" not in flags or "--speculative-config" not in flags:
         raise ForgeError(f"vLLM {version}: could not read the serve flags from {tree} "
@@ -71,7 +125,8 @@ def release_args(version: str) -> ReleaseArgs:
         frozenset(_env_vars(source.parse(ENVS))), choices,
         frozenset(spec_fields),
         frozenset(source.literal_values(spec_fields["method"])) if "method" in spec_fields
-        else frozenset())
+        else frozenset(),
+        rules, {**BUILTIN_CONVERTERS, **_release_converters(source)}, aliases)
 
 
 class _SourceIndex:
@@ -135,14 +190,19 @@ class _SourceIndex:
         return self._aliases
 
 
-def _engine_flags(source: _SourceIndex, choices: dict) -> set[str]:
+def _engine_flags(source: _SourceIndex, choices: dict, rules: dict, aliases: dict) -> set[str]:
     module = source.parse(ARG_UTILS)
     flags: set[str] = set()
     for cls in (n for n in module.body if isinstance(n, ast.ClassDef)
                 and n.name in ("EngineArgs", "AsyncEngineArgs")):
         for function in cls.body:
             if isinstance(function, ast.FunctionDef) and function.name == "add_cli_args":
-                flags |= _option_strings(function, source, _kwargs_classes(function), choices)
+                classes_of = _kwargs_classes(function)
+                overrides = {(classes_of[var], name): changes
+                             for (var, name), changes in _overrides_in(function).items()
+                             if isinstance(classes_of.get(var), str)}
+                flags |= _option_strings(function, source, classes_of, choices, rules, aliases,
+                                         overrides)
     return flags
 
 
@@ -157,7 +217,7 @@ def _attention_backends(source: _SourceIndex) -> frozenset[str]:
     return frozenset()
 
 
-def _frontend_flags(source: _SourceIndex) -> set[str]:
+def _frontend_flags(source: _SourceIndex, rules: dict, aliases: dict) -> set[str]:
     """Flags of make_arg_parser: its literal add_argument calls plus every frontend dataclass
     whose add_cli_args it calls (each field becomes --field-name)."""
     relative = _make_arg_parser_module(source)
@@ -167,17 +227,89 @@ def _frontend_flags(source: _SourceIndex) -> set[str]:
                  and n.name == "make_arg_parser"), None)
     if make is None:
         raise ForgeError(f"{source.tree / relative}: no make_arg_parser")
-    flags = _option_strings(make, source, {}, {})
+    flags = _option_strings(make, source, {}, {}, rules, aliases)
+    special = _int_converters(source)
     for call in ast.walk(make):
         if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
                 and call.func.attr == "add_cli_args" and isinstance(call.func.value, ast.Name)
                 and call.func.value.id in classes):
-            for name, annotation in _fields_with_bases(call.func.value.id, classes).items():
+            cls = call.func.value.id
+            overrides = _kwargs_overrides(cls, classes)
+            for name, annotation in _fields_with_bases(cls, classes).items():
                 flag = "--" + name.replace("_", "-")
                 flags.add(flag)
+                rule = _overridden(_field_rule(annotation, name, source, special),
+                                   overrides.get(name, {}))
+                if rule is not None:
+                    rules[flag] = rule
                 if _is_bool(annotation):
                     flags.add("--no-" + flag[2:])
+                    rules["--no-" + flag[2:]] = SWITCH
     return flags
+
+
+def _kwargs_overrides(name: str, classes: dict[str, ast.ClassDef]) -> dict[str, dict[str, ast.expr | None]]:
+    """The changes a frontend class's add_cli_args (or a base class's) makes to get_kwargs'
+    result, by field (see _overrides_in)."""
+    found: dict[str, dict[str, ast.expr | None]] = {}
+    cls = classes[name]
+    for base in cls.bases:
+        if isinstance(base, ast.Name) and base.id in classes:
+            found.update(_kwargs_overrides(base.id, classes))
+    for (_, field_name), changes in _overrides_in(cls).items():
+        found.setdefault(field_name, {}).update(changes)
+    return found
+
+
+def _overrides_in(tree: ast.AST) -> dict[tuple[str, str], dict[str, ast.expr | None]]:
+    """What code changes in get_kwargs' result before adding the arguments:
+    `frontend_kwargs["allowed_origins"]["type"] = json.loads` and
+    `del frontend_kwargs["allowed_origins"]["nargs"]` ->
+    {("frontend_kwargs", "allowed_origins"): {"type": json.loads, "nargs": None (deleted)}}."""
+    found: dict[tuple[str, str], dict[str, ast.expr | None]] = {}
+    for node in ast.walk(tree):
+        pairs: list[tuple[ast.expr, ast.expr | None]]
+        if isinstance(node, ast.Assign):
+            pairs = [(target, node.value) for target in node.targets]
+        elif isinstance(node, ast.Delete):
+            pairs = [(target, None) for target in node.targets]
+        else:
+            continue
+        for target, value in pairs:
+            keys = _three_keys(target)
+            if keys:
+                found.setdefault(keys[:2], {})[keys[2]] = value
+    return found
+
+
+def _three_keys(target: ast.expr) -> tuple[str, str, str] | None:
+    """("frontend_kwargs", "field", "type") of `frontend_kwargs["field"]["type"]`."""
+    if (isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant)
+            and isinstance(target.value, ast.Subscript)
+            and isinstance(target.value.slice, ast.Constant)
+            and isinstance(target.value.value, ast.Name)):
+        return target.value.value.id, str(target.value.slice.value), str(target.slice.value)
+    return None
+
+
+def _overridden(rule: ValueRule, changes: dict[str, ast.expr | None]) -> ValueRule | None:
+    """The rule after the class's own changes; None where a custom action reads the values (their
+    reading is then not known here, and the flag's values are left to vLLM)."""
+    nargs, converter, accepts_none = rule.nargs, rule.converter, rule.accepts_none
+    for key, value in changes.items():
+        text = ast.unparse(value) if value is not None else ""
+        if key == "nargs":
+            nargs = value.value if isinstance(value, ast.Constant) else None  # type: ignore[assignment]
+        elif key == "type":
+            # optional_type(X) is X that also takes "None"; a converter not known here
+            # (json.loads, parse_reasoning_parser) leaves the value to vLLM.
+            accepts_none = accepts_none or text.startswith("optional_type(")
+            converter = text.removeprefix("optional_type(").removesuffix(")")
+        elif key == "action":
+            if text.strip("'\"") != "append":
+                return None
+            nargs = None
+    return ValueRule(nargs, converter, accepts_none, rule.open_choices)
 
 
 def _pairs_enable_with_disable(source: _SourceIndex) -> bool:
@@ -255,9 +387,12 @@ def _kwargs_classes(function: ast.FunctionDef) -> dict:
 
 
 def _option_strings(tree: ast.AST, source: _SourceIndex, kwargs_classes: dict[str, str],
-                    choices: dict) -> set[str]:
-    """Option strings of every add_argument call under `tree`; records Literal choices."""
+                    choices: dict, rules: dict, aliases: dict,
+                    overrides: dict | None = None) -> set[str]:
+    """Option strings of every add_argument call under `tree`; records Literal choices, how
+    each flag takes its values and the long name of each short alias."""
     flags: set[str] = set()
+    special = _int_converters(source)
     for call in ast.walk(tree):
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
                 and call.func.attr == "add_argument"):
@@ -265,18 +400,27 @@ def _option_strings(tree: ast.AST, source: _SourceIndex, kwargs_classes: dict[st
         names = [a.value for a in call.args
                  if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-")]
         flags.update(names)
-        annotation = _config_annotation(call, source, kwargs_classes)
+        long = next((n for n in names if n.startswith("--")), None)
+        aliases.update({n: long for n in names if long and n != long})
+        config, field_name, annotation = _config_field(call, source, kwargs_classes)
+        rule = _call_rule(call, _field_rule(annotation, field_name, source, special)
+                          if annotation is not None else ValueRule())
+        changed = _overridden(rule, (overrides or {}).get((config, field_name), {}))
+        if changed is not None:
+            rules.update(dict.fromkeys(names, changed))
         if _is_boolean_optional(call, annotation):
-            flags.update("--no-" + n[2:] for n in names if n.startswith("--"))
+            inverses = ["--no-" + n[2:] for n in names if n.startswith("--")]
+            flags.update(inverses)
+            rules.update(dict.fromkeys(inverses, SWITCH))
         values = source.literal_values(annotation) if annotation is not None else set()
         if values:
             choices.update({n: frozenset(values) for n in names})
     return flags
 
 
-def _config_annotation(call: ast.Call, source: _SourceIndex,
-                       kwargs_classes: dict[str, str]) -> ast.expr | None:
-    """The config field type behind `**cache_kwargs["enable_prefix_caching"]` (or
+def _config_field(call: ast.Call, source: _SourceIndex,
+                  kwargs_classes: dict[str, str]) -> tuple[str, str, ast.expr | None]:
+    """The config field (class, name, type) behind `**cache_kwargs["enable_prefix_caching"]` (or
     `**{**cache_kwargs["..."], "default": None}`), if the call takes one."""
     for keyword in call.keywords:
         if keyword.arg is None:
@@ -284,8 +428,9 @@ def _config_annotation(call: ast.Call, source: _SourceIndex,
                 field_ref = _kwargs_subscript(node, kwargs_classes)
                 if field_ref:
                     found = source.find_class(field_ref[0])
-                    return _annotated_fields(found[0]).get(field_ref[1]) if found else None
-    return None
+                    annotation = _annotated_fields(found[0]).get(field_ref[1]) if found else None
+                    return field_ref[0], field_ref[1], annotation
+    return "", "", None
 
 
 def _is_boolean_optional(call: ast.Call, annotation: ast.expr | None) -> bool:
@@ -343,3 +488,195 @@ def _assigned_name(node: ast.stmt) -> str | None:
     if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
         return node.target.id
     return None
+
+
+# --- how a flag takes its values: vLLM's get_kwargs (_compute_kwargs) read from the release ---
+
+# The `type` callables of vLLM's arguments that are Python's own.
+BUILTIN_CONVERTERS = {"int": int, "float": float, "json.loads": json.loads}
+SWITCH = ValueRule(nargs=0)      # store_true, BooleanOptionalAction and their --no-/--disable-
+# Wrappers whose first argument is the type argparse sees (Optional[int], Annotated[int, ...]).
+_WRAPPERS = {"Optional", "Union", "Annotated", "SkipValidation"}
+_COLLECTIONS = ("tuple", "list", "set")
+
+
+def _field_rule(annotation: ast.expr, field_name: str, source: _SourceIndex,
+                special: dict[str, str]) -> ValueRule:
+    """The rule vLLM's _compute_kwargs derives from a config field's type, in its order: a
+    nested config (JSON), `bool | str | None` (an optional value), bool (a switch), Literal
+    (choices, open when str is allowed too), collections (nargs +), int (or the release's
+    human-readable converter for the fields it names), float, anything else as text."""
+    names = _type_names(annotation)
+    optional = "None" in names
+    if any(source.find_class(name) for name in names - {"None"}):
+        return ValueRule(converter="json", accepts_none=optional)
+    if names == {"bool", "str", "None"}:
+        return ValueRule(nargs="?")
+    if "bool" in names:
+        return SWITCH
+    if "Literal" in names or source.literal_values(annotation):
+        return ValueRule(accepts_none=optional, open_choices="str" in names)
+    for collection in _COLLECTIONS:
+        if collection in names:
+            nargs, element = _collection_shape(annotation, collection)
+            return ValueRule(nargs=nargs, converter=element, accepts_none=optional)
+    if "int" in names:
+        return ValueRule(converter=special.get(field_name, "int"), accepts_none=optional)
+    if "float" in names:
+        return ValueRule(converter="float", accepts_none=optional)
+    return ValueRule(accepts_none=optional)
+
+
+def _call_rule(call: ast.Call, rule: ValueRule) -> ValueRule:
+    """The add_argument call's own action, type and nargs override what the field implies."""
+    for keyword in call.keywords:
+        text = ast.unparse(keyword.value)
+        if keyword.arg == "action" and ("store_true" in text or "store_false" in text
+                                        or text.endswith("BooleanOptionalAction")):
+            return SWITCH
+        if keyword.arg == "type" and isinstance(keyword.value, ast.Name):
+            rule = ValueRule(rule.nargs, keyword.value.id, rule.accepts_none, rule.open_choices)
+        if keyword.arg == "nargs" and isinstance(keyword.value, ast.Constant) \
+                and isinstance(keyword.value.value, (int, str)):
+            rule = ValueRule(keyword.value.value, rule.converter, rule.accepts_none,
+                             rule.open_choices)
+    return rule
+
+
+def _type_names(annotation: ast.expr) -> set[str]:
+    """The outer types of an annotation: `list[int] | None` -> {"list", "None"}."""
+    if isinstance(annotation, ast.BinOp):
+        return _type_names(annotation.left) | _type_names(annotation.right)
+    if isinstance(annotation, ast.Subscript):
+        base = ast.unparse(annotation.value).rsplit(".", 1)[-1]
+        if base in _WRAPPERS:
+            inner = annotation.slice
+            parts = inner.elts if isinstance(inner, ast.Tuple) else [inner]
+            if base in ("Annotated", "SkipValidation"):
+                parts = parts[:1]                   # the rest is metadata
+            names = set().union(*(_type_names(p) for p in parts))
+            return names | {"None"} if base == "Optional" else names
+        return {base}
+    if isinstance(annotation, ast.Constant):
+        if annotation.value is None:
+            return {"None"}
+        if isinstance(annotation.value, str):        # a forward reference: "int | None"
+            try:
+                return _type_names(ast.parse(annotation.value, mode="eval").body)
+            except SyntaxError:
+                return set()
+        return set()
+    if isinstance(annotation, (ast.Name, ast.Attribute)):
+        return {ast.unparse(annotation).rsplit(".", 1)[-1]}
+    return set()
+
+
+def _collection_shape(annotation: ast.expr, collection: str) -> tuple[int | str, str]:
+    """(nargs, element converter) of vLLM's collection_to_kwargs: `+`, or the length of a
+    fixed tuple; elements of int or float type are converted, others are text."""
+    for node in ast.walk(annotation):
+        if isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith(collection):
+            parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            element = _type_names(parts[0])
+            converter = "int" if element == {"int"} else "float" if element == {"float"} else "str"
+            fixed = collection == "tuple" and not any(
+                isinstance(p, ast.Constant) and p.value is Ellipsis for p in parts)
+            return (len(parts) if fixed else "+"), converter
+    return "+", "str"
+
+
+def _int_converters(source: _SourceIndex) -> dict[str, str]:
+    """Field name -> the converter _compute_kwargs gives that int field in place of int
+    (`if name == "max_model_len": kwargs[name]["type"] = human_readable_int_or_auto`, and
+    `elif name in (...)` or a set bound to a name for human_readable_int)."""
+    function = next((node for node in source.parse(ARG_UTILS).body
+                     if isinstance(node, ast.FunctionDef) and node.name == "_compute_kwargs"), None)
+    if function is None:
+        return {}
+    bound = {node.targets[0].id: node.value for node in ast.walk(function)
+             if isinstance(node, ast.Assign) and len(node.targets) == 1
+             and isinstance(node.targets[0], ast.Name)}
+    table: dict[str, str] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.If):
+            converter = _type_assigned(node.body)
+            if converter:
+                table.update(dict.fromkeys(_names_compared(node.test, bound), converter))
+    return table
+
+
+def _names_compared(test: ast.expr, bound: dict[str, ast.expr]) -> list[str]:
+    if not (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name)
+            and test.left.id == "name" and len(test.comparators) == 1):
+        return []
+    other = test.comparators[0]
+    if isinstance(other, ast.Name):
+        other = bound.get(other.id, other)
+    if isinstance(other, ast.Constant) and isinstance(other.value, str):
+        return [other.value]
+    if isinstance(other, (ast.Tuple, ast.Set, ast.List)):
+        return [e.value for e in other.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
+
+
+def _type_assigned(body: list[ast.stmt]) -> str | None:
+    """X of `kwargs[name]["type"] = X` among the statements of one branch."""
+    for node in body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
+                and ast.unparse(node.targets[0]).replace("'", '"') == 'kwargs[name]["type"]'):
+            return node.value.id
+    return None
+
+
+def _release_converters(source: _SourceIndex) -> dict[str, object]:
+    """The release's own value converters that arg_utils.py imports (human_readable_int and
+    the like): their function definitions compiled from the release's source, alone, so a
+    value is judged by exactly the code `vllm serve` runs on it (they use only re and argparse)."""
+    wanted = set(_int_converters(source).values())
+    module_of = {alias.name: node.module for node in source.parse(ARG_UTILS).body
+                 if isinstance(node, ast.ImportFrom) and node.module
+                 for alias in node.names if alias.name in wanted}
+    definitions: list[ast.stmt] = []
+    for module in sorted(set(module_of.values())):
+        relative = module.replace(".", "/") + ".py"
+        if not (source.tree / relative).exists():
+            continue
+        definitions += [node for node in source.parse(relative).body
+                        if isinstance(node, ast.FunctionDef) and node.name in wanted]
+    namespace: dict[str, object] = {"re": re, "argparse": argparse}
+    try:
+        exec(compile(ast.Module(body=definitions, type_ignores=[]), str(source.tree), "exec"),
+             namespace)
+    except Exception:  # noqa: BLE001 - a release whose converters do not stand alone: no check
+        return {}
+    return {name: namespace[name] for name in wanted if name in namespace}
+
+
+def _count_problem(nargs: int | str | None, values: list[str]) -> str | None:
+    count = len(values)
+    if nargs == 0 and count:
+        return f"is a switch: it takes no value (got {values[0]!r})"
+    if nargs is None and count != 1:
+        return f"takes one value (got {count})"
+    if nargs == "?" and count > 1:
+        return f"takes at most one value (got {count})"
+    if nargs == "+" and not count:
+        return "takes one or more values (got none)"
+    if isinstance(nargs, int) and nargs and count != nargs:
+        return f"takes {nargs} values (got {count})"
+    return None
+
+
+def _converts(convert, value: str) -> bool:
+    try:
+        convert(value)
+    except (ValueError, TypeError, argparse.ArgumentTypeError):
+        return False
+    return True
+
+
+def _converter_words(converter: str) -> str:
+    return {"int": "a whole number", "float": "a number", "json.loads": "JSON",
+            "human_readable_int": "a whole number (or 2k, 1M, ...)",
+            "human_readable_int_or_auto": "a whole number (or 2k, 1M, ..., -1, auto)"
+            }.get(converter, f"a value {converter} reads")

@@ -24,7 +24,7 @@ from urllib.parse import urljoin
 from packaging.version import InvalidVersion, Version
 
 from forge.errors import ForgeError
-from forge.files import write_text_atomically
+from forge.files import check_output_dir, write_text_atomically
 from forge.http_session import retrying_session
 from forge.progress import Progress
 from forge.upstream.archives import extract_safely
@@ -41,10 +41,16 @@ def index_url() -> str:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("VLLM_FORGE_CACHE") or os.path.join(
+    given = os.environ.get("VLLM_FORGE_CACHE")
+    root = given or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vllm-forge")
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
+    # A refusal names the variable when the user set it.
+    source = "$VLLM_FORGE_CACHE" if given else "the cache directory"
+    path = check_output_dir(root, source)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ForgeError(f"{source} {path}: cannot create it: {exc.strerror}") from exc
     return path
 
 

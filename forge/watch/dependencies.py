@@ -68,7 +68,7 @@ def load_watch(path: str | Path | None = None) -> WatchList:
                              f"reproduced by {PROBES[name]!r}, not {entry['probe']!r}")
         seen.add(name)
         entries.append(WatchedDependency(**entry))
-    return WatchList(path, entries, _leading_comments(path.read_text()))
+    return WatchList(path, entries, _leading_comments(path.read_text(encoding="utf-8")))
 
 
 def _leading_comments(text: str) -> str:

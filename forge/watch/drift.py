@@ -3,7 +3,7 @@ release the patch series supports?
 
 For one version of a dependency (today: transformers) the check installs that version from PyPI
 into a cached environment (forge.upstream.pyenvs), writes the Gemma 4 target and assistant configs
-(verify/dummy_models.py), and runs each supported release's own engine-start code on them
+(models/gemma4.yaml, as --dummy writes them), and runs each supported release's own engine-start code on them
 (forge/watch/drift_probe.py: the code is taken from the real release sources). Per release:
 
     works                  the release's code computes the model's head size
@@ -143,11 +143,13 @@ def probe_for(package: str) -> str:
 
 def run_probe(python: Path, trees: dict[str, Path]) -> dict:
     """Run forge/watch/drift_probe.py in the environment of `python` over the given release trees."""
-    from verify.dummy_models import write_dummy_models
+    from forge.models import first_dummy
 
+    family, model = first_dummy()
     with tempfile.TemporaryDirectory(prefix="forge-drift-") as tmp:
-        target_dir, assistant_dir = write_dummy_models(tmp)
+        target_dir, assistant_dir = family.write_dummy_models(tmp, shape=model.name)
         request = {"models": {"target": str(target_dir), "assistant": str(assistant_dir)},
+                   "assistant_type": family.config_types["assistant"],
                    "releases": {r: str(t) for r, t in trees.items()}}
         try:
             done = subprocess.run([str(python), str(PROBE_SCRIPT)], input=json.dumps(request),

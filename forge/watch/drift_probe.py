@@ -4,7 +4,8 @@ transformers, without torch and without installing vLLM.
 This file runs as a script inside a cached environment that holds only transformers and its
 dependencies (forge.upstream.pyenvs); it imports nothing from forge. It reads a JSON request on stdin:
 
-    {"models": {"target": DIR, "assistant": DIR},     config.json directories (verify/dummy_models.py)
+    {"models": {"target": DIR, "assistant": DIR},     config.json directories (forge/models.py)
+     "assistant_type": "gemma4_assistant",            the drafter's config type (models/<family>.yaml)
      "releases": {"0.27.1": TREE, ...}}               release trees (forge.upstream.releases.release_tree)
 
 and prints one JSON object: per release and model, what vLLM's engine start computes as the
@@ -12,8 +13,9 @@ attention head size, or the exception it raises there, with the release frame th
 
 What runs is the release's code, taken from its files by name (ast) and compiled with the real
 file name and line numbers, so tracebacks point at the release's own lines:
-  1. the assistant only: the `if hf_config.model_type ... "gemma4_assistant"` block of
-     vllm/config/speculative.py, which renames the drafter's model type (to `gemma4_mtp`);
+  1. the assistant only: the `if hf_config.model_type ...` block of vllm/config/speculative.py
+     that names the assistant type (gemma4_assistant), which renames the drafter's model type
+     (to `gemma4_mtp`);
   2. `get_hf_text_config` of vllm/transformers_utils/config.py;
   3. the convertor class that `MODEL_ARCH_CONFIG_CONVERTORS` in
      vllm/transformers_utils/model_arch_config_convertor.py maps the model type to (with its base
@@ -44,7 +46,6 @@ HF_CONFIG = "vllm/transformers_utils/config.py"
 CONVERTORS = "vllm/transformers_utils/model_arch_config_convertor.py"
 CONVERTOR_MAP = "MODEL_ARCH_CONFIG_CONVERTORS"
 CONVERTOR_DEFAULT = "ModelArchConfigConvertorBase"  # what ModelConfig falls back to
-ASSISTANT_TYPES = "gemma4_assistant"
 # Annotations stay strings: they name torch and vLLM types the probe does not load, and Python
 # evaluates them at definition time otherwise. Nothing at run time reads them.
 _COMPILE_FLAGS = __future__.annotations.compiler_flag
@@ -216,15 +217,15 @@ def _real_import(module_name: str, name: str | None, where: str):
 
 # --- the engine-start steps, per release and model -------------------------------------------
 
-def rename_assistant(code: ReleaseCode, hf_config) -> int:
-    """Run the release's own `if hf_config.model_type ... "gemma4_assistant"` block; its line."""
+def rename_assistant(code: ReleaseCode, hf_config, assistant_type: str) -> int:
+    """Run the release's own `if hf_config.model_type ... <assistant_type>` block; its line."""
     for node in ast.walk(code.module(SPECULATIVE)):
-        if isinstance(node, ast.If) and _mentions(node.test, ASSISTANT_TYPES):
+        if isinstance(node, ast.If) and _mentions(node.test, assistant_type):
             block = compile(ast.Module(body=[node], type_ignores=[]), str(code.tree / SPECULATIVE),
                             "exec", flags=_COMPILE_FLAGS, dont_inherit=True)
             exec(block, {"__builtins__": builtins, "hf_config": hf_config})  # noqa: S102
             return node.lineno
-    raise ProbeError(f"{SPECULATIVE}: no `if hf_config.model_type ...` block for {ASSISTANT_TYPES}")
+    raise ProbeError(f"{SPECULATIVE}: no `if hf_config.model_type ...` block for {assistant_type}")
 
 
 def _mentions(node, text: str) -> bool:
@@ -254,14 +255,14 @@ def head_sizes(convertor) -> list[int]:
     return [type(convertor)(*configs).get_head_size() for configs in per_layer]
 
 
-def probe(code: ReleaseCode, model_dir: str, role: str) -> dict:
+def probe(code: ReleaseCode, model_dir: str, role: str, assistant_type: str) -> dict:
     from transformers import AutoConfig
 
     hf_config = AutoConfig.from_pretrained(model_dir)
     result: dict[str, object] = {"config_class": type(hf_config).__name__}
     try:
         if role == "assistant":
-            result["renamed_at"] = f"{SPECULATIVE}:{rename_assistant(code, hf_config)}"
+            result["renamed_at"] = f"{SPECULATIVE}:{rename_assistant(code, hf_config, assistant_type)}"
         hf_text_config = code.load(HF_CONFIG, "get_hf_text_config")(hf_config)
         name = convertor_name(code, hf_config.model_type)
         result["convertor"] = name
@@ -299,7 +300,8 @@ def main() -> int:
     for release, tree in request["releases"].items():
         code = ReleaseCode(Path(tree))
         report["releases"][release] = {
-            role: probe(code, model_dir, role) for role, model_dir in request["models"].items()}
+            role: probe(code, model_dir, role, request["assistant_type"])
+            for role, model_dir in request["models"].items()}
     json.dump(report, sys.stdout, indent=1)
     return 0
 

@@ -2,6 +2,7 @@
 this project's patches applied (`build.py apply`) are installed. The default CI run does not
 collect this directory (pyproject norecursedirs). Nothing here skips: a missing GPU or vLLM fails.
 """
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -25,6 +26,18 @@ def test_gpu_and_vllm_are_present():
     assert vllm.__version__
 
 
+def test_every_source_patch_this_vllm_needs_is_applied():
+    """The precondition above, checked: `build.py apply` ran on this vLLM, so no source patch of
+    the series (the PR #47920 backport on 0.23.0-0.26.0 among them) still merely applies."""
+    import vllm
+
+    site = Path(vllm.__file__).resolve().parents[1]
+    proc = run(["build.py", "patches", "--site-packages", str(site), "--offline", "--json"], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(proc.stdout)["patches"]
+    assert [r["id"] for r in rows if r["kind"] == "source" and r["status"] == "applies"] == []
+
+
 @pytest.mark.parametrize("runner, extra", [("v2", ["--lossless"]), ("v1", ["--centroids"])])
 def test_smoke_passes_the_agreeing_model_and_fails_the_random_one(tmp_path, runner, extra):
     """One mtp_smoke --dummy run: the controls plugin makes target and drafter agree, then
@@ -35,6 +48,9 @@ def test_smoke_passes_the_agreeing_model_and_fails_the_random_one(tmp_path, runn
                 "--gpu-memory-utilization", "0.2", "--kv-cache-gib", "2",
                 "--moe-config-dir", "patches/moe-configs", "--out", str(tmp_path), *extra], timeout=900)
     report = json.loads((tmp_path / "mtp_smoke.json").read_text())
+    # the engine ran in a child of this interpreter: the same installed versions
+    assert report["versions"] == {p: importlib.metadata.version(p)
+                                  for p in ("vllm", "torch", "transformers")}
     status = {c["name"]: c for c in report["checks"]}
     assert status["engine started"]["status"] == "PASS", status["engine started"]["detail"]
     assert status["CUDA graphs"]["status"] == "PASS"

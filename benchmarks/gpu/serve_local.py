@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""The command `build.py serve --recipe R --target T --vllm V` prints, minus docker, made to run
+on a GPU host with a staged vLLM and dummy weights (tests/gpu/session/s17.sh runs it).
+
+    serve_local.py --vllm V --models DIR --work DIR [--recipe R] [--target T] [--layers N]
+                   [--shape 26b-a4b|31b] [--port 8012]
+                   [--gpu-memory-utilization F] [--json]
+
+The recipe's own command comes from forge.serving.serve.plan_serve (what `build.py serve` prints,
+every flag checked against the release's parser); the docker wrapper is peeled off and only what a
+host without the image must change is changed, each change listed under "stand_in" in the JSON:
+
+- the model and drafter are configs of the recipe's shapes with dummy weights
+  (verify/dummy_models.py), loaded with --load-format dummy --skip-tokenizer-init;
+- VLLM_TUNED_CONFIG_FOLDER points at patches/moe-configs, as the image sets it;
+- the server gets its own compile cache under --work;
+- with --gpu-memory-utilization F, the recipe's share of the GPU becomes F (other engines of the
+  same session share the one GPU);
+- `vllm` is `python3 -m vllm.entrypoints.cli.main` (the staged install has no entry points).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from benchmarks.gpu.two_node_commands import VLLM, _swap_models
+from forge import REPO_ROOT as ROOT
+from forge.serving.recipes import load_recipe
+from forge.serving.serve import plan_serve
+from verify.dummy_models import write_dummy_models
+
+STAND_IN_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init"]
+
+
+def peel_docker(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """(the -e K=V environment, the arguments after `--entrypoint vllm IMAGE`) of a docker argv."""
+    env: dict[str, str] = {}
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "-e" and "=" in value:
+            name, _, setting = value.partition("=")
+            env[name] = setting
+    at = argv.index("--entrypoint")
+    assert argv[at + 1] == "vllm", argv[at:at + 3]
+    return env, argv[at + 3:]
+
+
+def local_command(recipe_name: str, target: str, vllm: str, models: Path, work: Path,
+                  layers: int, shape: str, port: int, memory: float | None = None) -> dict:
+    plan = plan_serve(recipe_name, target, vllm, port=port)
+    env, args = peel_docker(plan.argv)
+    recipe = load_recipe(recipe_name, target)
+    target_dir, draft_dir = write_dummy_models(models, layers, shape)
+    args = _swap_models(args, recipe, str(target_dir), str(draft_dir))
+    if memory is not None:
+        args[args.index("--gpu-memory-utilization") + 1] = str(memory)
+    # The container listens on its own port; here the host's port is the server's.
+    args = [*args, "--port", str(port), *STAND_IN_FLAGS]
+    env.update({"VLLM_TUNED_CONFIG_FOLDER": str(ROOT / "patches" / "moe-configs"),
+                "VLLM_CACHE_ROOT": str(work / "cache"), "PYTHONUNBUFFERED": "1"})
+    return {"recipe_command": plan.shell(), "notes": plan.notes, "env": env,
+            "argv": VLLM + args, "log": str(work / "server.log")}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--recipe", default="gemma-4-26b-a4b-it")
+    p.add_argument("--target", default="h200")
+    p.add_argument("--vllm", required=True)
+    p.add_argument("--models", required=True, help="where the dummy model configs go")
+    p.add_argument("--work", required=True, help="logs and caches")
+    p.add_argument("--layers", type=int, default=10)
+    p.add_argument("--shape", default="26b-a4b")
+    p.add_argument("--port", type=int, default=8012)
+    p.add_argument("--gpu-memory-utilization", type=float, help="instead of the recipe's")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    a = p.parse_args(argv)
+    run = local_command(a.recipe, a.target, a.vllm, Path(a.models), Path(a.work), a.layers,
+                        a.shape, a.port, a.gpu_memory_utilization)
+    if a.json:
+        stand_in = __doc__.split("each change listed under")[1]
+        print(json.dumps({**run, "stand_in": stand_in}, indent=1))
+        return 0
+    print(shlex.join(["env", *[f"{k}={v}" for k, v in sorted(run["env"].items())], *run["argv"]]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""Model families (models/<family>.yaml): what forge and verify know about a family of models,
+validated on load (errors name the file and the field).
+
+    family = load_family("gemma4")
+    model = family.model("26b-a4b")          # or model_for_id("google/gemma-4-26B-A4B-it")
+    model.moe                                # MoeShape(experts=128, intermediate=704, ...)
+    family.text_config(model, layers=10)     # the config.json keys --dummy writes for the target
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+
+from forge import REPO_ROOT
+from forge.errors import ForgeError
+from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
+
+MODELS_DIR = REPO_ROOT / "models"
+DRAFTER_LOADINGS = ("separate-checkpoint", "in-checkpoint")
+
+
+def _no_negative_counts(value: dict) -> str | None:
+    """config.json sizes and counts: 0 means "none" (hidden_size_per_layer_input), never below."""
+    bad = [k for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool) and v < 0]
+    return f"{bad[0]}: must not be negative" if bad else None
+
+
+RANGED_METHOD = {"vllm": Field(str, check=pep440_specifier), "method": Field(str)}
+LAYOUT_RULE = {"vllm": Field(str, check=pep440_specifier),
+               "kv_shared_layers_read_kv_weights": Field(bool)}
+MODEL_SCHEMA = {
+    "label": Field(str),
+    "ids": Field(ListOf(str, min_items=1)),
+    "source": Field(str),
+    "text": Field(dict, check=_no_negative_counts),
+    "assistant_heads": Field(dict, required=False),
+}
+FAMILY_SCHEMA = {
+    "family": Field(str),
+    "vllm": Field(str, required=False, check=pep440_specifier),
+    "architectures": Field({"targets": Field(ListOf(str, min_items=1)), "drafter": Field(str)}),
+    "drafter": Field({"loading": Field(str, choices=DRAFTER_LOADINGS),
+                      "suffix": Field(str, required=False, default=""),
+                      "sharing_log_lines": Field(ListOf(str, min_items=1))}),
+    "speculative_methods": Field(ListOf(RANGED_METHOD, min_items=1)),
+    "config_types": Field({"target": Field(str), "assistant": Field(str, required=False)}),
+    "moe_activation": Field(str, required=False),
+    "control_norms": Field(ListOf(str, min_items=1)),
+    "sampling": Field({"temperature": Field(float), "top_p": Field(float), "top_k": Field(int),
+                       "source": Field(str)}),
+    "layer_pattern": Field({"full_every": Field(int), "sliding": Field(str), "full": Field(str)}),
+    "weight_layout": Field(ListOf(LAYOUT_RULE, min_items=1)),
+    "text_defaults": Field(dict, required=False, default={}),
+    "dummy": Field({
+        "directory_prefix": Field(str),
+        "target_architecture": Field(str),
+        "assistant_architecture": Field(str),
+        "dtype": Field(str),
+        "token_ids": Field({"bos": Field(int), "eos": Field(int), "pad": Field(int)}),
+        "assistant_text": Field(dict),
+        "centroids": Field(dict),
+    }),
+    "models": Field(dict),
+}
+MOE_KEYS = ("num_experts", "moe_intermediate_size", "top_k_experts")
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    """The fused-MoE kernel's shape at tensor parallel 1 (E experts, N intermediate, K hidden)."""
+    experts: int
+    intermediate: int
+    hidden: int
+    topk: int
+    activation: str
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str            # the dummy shape's name, e.g. 26b-a4b
+    label: str
+    ids: tuple[str, ...]
+    source: str
+    text: dict           # config.json keys of the target's text config, family defaults included
+    assistant_heads: dict | None
+    moe_activation: str | None = None
+
+    @property
+    def layers(self) -> int:
+        return self.text["num_hidden_layers"]
+
+    @property
+    def moe(self) -> MoeShape | None:
+        if not self.text.get("enable_moe_block"):
+            return None
+        return MoeShape(experts=self.text["num_experts"], intermediate=self.text["moe_intermediate_size"],
+                        hidden=self.text["hidden_size"], topk=self.text["top_k_experts"],
+                        activation=self.moe_activation or "")
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    source: str
+    values: dict = field(repr=False)
+    models: dict[str, Model] = field(repr=False)
+
+    @property
+    def target_architectures(self) -> list[str]:
+        return self.values["architectures"]["targets"]
+
+    @property
+    def drafter_architecture(self) -> str:
+        return self.values["architectures"]["drafter"]
+
+    @property
+    def sharing_log_lines(self) -> list[str]:
+        """vLLM's log lines saying the drafter took the target's embedding (any release)."""
+        return self.values["drafter"]["sharing_log_lines"]
+
+    @property
+    def control_norms(self) -> list[str]:
+        return self.values["control_norms"]
+
+    @property
+    def config_types(self) -> dict:
+        return self.values["config_types"]
+
+    @property
+    def sampling(self) -> dict:
+        return self.values["sampling"]
+
+    @property
+    def token_ids(self) -> dict:
+        return self.values["dummy"]["token_ids"]
+
+    def drafter_id(self, model_id: str) -> str | None:
+        """The drafter checkpoint of a target id; None where the drafter is inside it."""
+        drafter = self.values["drafter"]
+        return model_id + drafter["suffix"] if drafter["loading"] == "separate-checkpoint" else None
+
+    def served_on(self, coverage: str) -> SpecifierSet:
+        """The vLLM releases the family is served on; `coverage`: the series' range, the default."""
+        return SpecifierSet(self.values["vllm"] or coverage)
+
+    def speculative_methods(self) -> list[str]:
+        return sorted({rule["method"] for rule in self.values["speculative_methods"]})
+
+    def speculative_method(self, vllm_version: str) -> str:
+        return self._ranged("speculative_methods", vllm_version)["method"]
+
+    def kv_shared_layers_read_kv_weights(self, vllm_version: str) -> bool:
+        return self._ranged("weight_layout", vllm_version)["kv_shared_layers_read_kv_weights"]
+
+    def _ranged(self, key: str, vllm_version: str) -> dict:
+        for rule in self.values[key]:
+            if SpecifierSet(rule["vllm"]).contains(str(vllm_version), prereleases=True):
+                return rule
+        raise ForgeError(f"{self.source}: {key}: no entry covers vLLM {vllm_version}")
+
+    def model(self, name: str) -> Model:
+        if name not in self.models:
+            raise ForgeError(f"{self.source}: models: no model {name!r} (known: {', '.join(self.models)})")
+        return self.models[name]
+
+    def dummy_shapes(self) -> list[str]:
+        """Models --dummy can write: those whose assistant shape is known."""
+        return [name for name, m in self.models.items() if m.assistant_heads is not None]
+
+    def layer_types(self, layers: int) -> list[str]:
+        """The family's pattern of sliding and full layers, the last layer always full."""
+        pattern = self.values["layer_pattern"]
+        every = pattern["full_every"]
+        types = [pattern["full"] if (i + 1) % every == 0 else pattern["sliding"] for i in range(layers)]
+        types[-1] = pattern["full"]
+        return types
+
+    def text_config(self, model: Model, layers: int | None = None) -> dict:
+        """The target's text config (config.json keys) at `layers` layers (default: all)."""
+        layers = model.layers if layers is None else layers
+        if not 1 <= layers <= model.layers:
+            raise ValueError(f"layers must be 1..{model.layers} for {model.label} (got {layers})")
+        return {**model.text, "num_hidden_layers": layers, "layer_types": self.layer_types(layers)}
+
+    def target_config(self, model: Model, layers: int | None = None) -> dict:
+        """The config.json --dummy writes for the target."""
+        dummy = self.values["dummy"]
+        ids = dummy["token_ids"]
+        return {"architectures": [dummy["target_architecture"]], "model_type": self.config_types["target"],
+                **self.text_config(model, layers), "torch_dtype": dummy["dtype"], "dtype": dummy["dtype"],
+                "bos_token_id": ids["bos"], "eos_token_id": ids["eos"], "pad_token_id": ids["pad"]}
+
+    def assistant_config(self, model: Model, centroids: bool = False) -> dict:
+        """The config.json --dummy writes for the drafter (the target's assistant)."""
+        if model.assistant_heads is None:
+            raise ValueError(f"{self.source}: models.{model.name}.assistant_heads: no assistant "
+                             f"shape for {model.label}")
+        dummy = self.values["dummy"]
+        text = {"model_type": self.config_types["target"], **self.values["text_defaults"],
+                **dummy["assistant_text"], **model.assistant_heads}
+        config = {"architectures": [dummy["assistant_architecture"]],
+                  "model_type": self.config_types["assistant"], "text_config": text,
+                  "backbone_hidden_size": model.text["hidden_size"], "use_ordered_embeddings": centroids,
+                  "tie_word_embeddings": True, "torch_dtype": dummy["dtype"], "dtype": dummy["dtype"]}
+        if centroids:
+            config.update(dummy["centroids"])
+        return config
+
+    def write_dummy_models(self, root: Path | str, layers: int | None = None, shape: str | None = None,
+                           centroids: bool = False) -> tuple[Path, Path]:
+        """Write target and assistant config.json under root; return (target_dir, assistant_dir)."""
+        model = self.model(shape or self.dummy_shapes()[0])
+        target = self.target_config(model, layers)
+        suffix = "-centroids" if centroids else ""
+        root, prefix = Path(root), self.values["dummy"]["directory_prefix"]
+        target_dir = root / f"{prefix}-{model.name}-L{target['num_hidden_layers']}"
+        assistant_dir = root / f"{prefix}-{model.name}-assistant{suffix}"
+        for directory, config in ((target_dir, target),
+                                  (assistant_dir, self.assistant_config(model, centroids))):
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+        return target_dir, assistant_dir
+
+
+def models_dir() -> Path:
+    return Path(os.environ.get("VLLM_FORGE_MODELS") or MODELS_DIR)
+
+
+def load_family(name: str, root: Path | str | None = None) -> Family:
+    path = Path(root or models_dir()) / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml"))) or "none"
+        raise ForgeError(f"{path}: no such model family {name!r} (families: {known})")
+    return parse_family(load_yaml(path), str(path), name)
+
+
+def parse_family(data, source: str, name: str) -> Family:
+    values = validate(data, FAMILY_SCHEMA, source)
+    if values["family"] != name:
+        raise ForgeError(f"{source}: family: must match the file name {name!r} (got {values['family']!r})")
+    models = {str(key): _parse_model(str(key), body, values, source) for key, body in values["models"].items()}
+    if not models:
+        raise ForgeError(f"{source}: models: must name at least one model")
+    return Family(name=name, source=source, values=values, models=models)
+
+
+def _parse_model(name: str, body, family: dict, source: str) -> Model:
+    where = f"models.{name}"
+    item = validate(body, MODEL_SCHEMA, source, where)
+    text = {**family["text_defaults"], **item["text"]}
+    for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "vocab_size", "head_dim"):
+        if not isinstance(text.get(key), int) or text[key] < 1:
+            raise ForgeError(f"{source}: {where}.text.{key}: must be a positive integer "
+                             f"(got {text.get(key)!r})")
+    if text.get("enable_moe_block"):
+        missing = [k for k in MOE_KEYS if not isinstance(text.get(k), int)]
+        if missing:
+            raise ForgeError(f"{source}: {where}.text.{missing[0]}: required for an MoE model")
+        if not family["moe_activation"]:
+            raise ForgeError(f"{source}: moe_activation: required: {name} is an MoE model")
+    return Model(name=name, label=item["label"], ids=tuple(item["ids"]), source=item["source"], text=text,
+                 assistant_heads=item["assistant_heads"], moe_activation=family["moe_activation"])
+
+
+def family_names(root: Path | str | None = None) -> list[str]:
+    return sorted(p.stem for p in Path(root or models_dir()).glob("*.yaml"))
+
+
+def model_for_id(model_id: str, root: Path | str | None = None) -> tuple[Family, Model]:
+    """The family and model a Hugging Face id (a recipe's base model) belongs to."""
+    for name in family_names(root):
+        family = load_family(name, root)
+        for model in family.models.values():
+            if model_id in model.ids:
+                return family, model
+    raise ForgeError(f"{Path(root or models_dir())}: no model family lists {model_id!r} in a model's ids")
+
+
+def first_dummy(root: Path | str | None = None) -> tuple[Family, Model]:
+    """The first shape --dummy can write: the first family's first model with an assistant."""
+    for name in family_names(root):
+        family = load_family(name, root)
+        if family.dummy_shapes():
+            return family, family.model(family.dummy_shapes()[0])
+    raise ForgeError(f"{Path(root or models_dir())}: no model family has a dummy shape (assistant_heads)")
+
+
+def moe_models(root: Path | str | None = None) -> list[tuple[Family, Model]]:
+    """Every model with an MoE block, across the families."""
+    found = []
+    for name in family_names(root):
+        family = load_family(name, root)
+        found += [(family, model) for model in family.models.values() if model.moe is not None]
+    return found

@@ -1,0 +1,33 @@
+"""Several files changed as one step (a diff and the manifest that records its sha256): the new
+contents go into a journal first, then each file is replaced atomically. A run killed part way
+leaves the journal; the next run replays it, so the files never stay half changed (a diff whose
+sha256 the manifest does not know would stop every command from loading the series)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from forge.files import write_bytes_atomically, write_text_atomically
+
+
+def write_all(journal: Path, files: dict[Path, bytes], remove: bool = True) -> list[Path]:
+    """Write `files` (in their order: put the manifest last) through `journal`."""
+    # surrogateescape: any byte survives the JSON round trip, UTF-8 or not.
+    entries = {str(path): data.decode("utf-8", "surrogateescape") for path, data in files.items()}
+    write_text_atomically(journal, json.dumps(entries, indent=1))
+    return replay(journal, remove)
+
+
+def replay(journal: Path, remove: bool = True) -> list[Path]:
+    """Finish the writes `journal` records (none when there is no journal); return their paths.
+    `remove=False` keeps the journal for a caller that removes it with more state around it."""
+    try:
+        entries = json.loads(journal.read_text())
+    except FileNotFoundError:
+        return []
+    written = []
+    for name, text in entries.items():
+        written.append(write_bytes_atomically(Path(name), text.encode("utf-8", "surrogateescape")))
+    if remove:
+        journal.unlink()
+    return written

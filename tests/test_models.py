@@ -1,0 +1,124 @@
+"""forge/models.py: models/<family>.yaml validated on load (errors name the file and the field), and
+what the code reads from it instead of Gemma 4 constants."""
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from forge.errors import ForgeError
+from forge.models import MODELS_DIR, first_dummy, load_family, model_for_id, moe_models
+from forge.serving.recipes import RECIPES_DIR, load_all, load_recipe
+from verify import checks
+from verify.vllm_logs import EngineLogFacts
+
+GEMMA4 = load_family("gemma4")
+
+
+def test_the_gemma4_family_states_what_the_code_used_to_hard_wire():
+    moe = GEMMA4.model("26b-a4b").moe
+    assert (moe.experts, moe.intermediate, moe.hidden, moe.topk, moe.activation) == \
+        (128, 704, 2816, 8, "GELU_TANH")
+    assert GEMMA4.model("31b").moe is None and GEMMA4.model("e4b").moe is None
+    assert GEMMA4.drafter_architecture == "Gemma4MTPModel"
+    assert "Gemma4ForCausalLM" in GEMMA4.target_architectures
+    assert GEMMA4.control_norms == ["model.norm"]
+    assert GEMMA4.config_types == {"target": "gemma4_text", "assistant": "gemma4_assistant"}
+    assert GEMMA4.drafter_id("google/gemma-4-31B-it") == "google/gemma-4-31B-it-assistant"
+    assert [m.label for _, m in moe_models()] == ["Gemma-4-26B-A4B"]
+
+
+def test_ranged_facts_are_read_per_release():
+    assert GEMMA4.speculative_method("0.25.0") == GEMMA4.speculative_method("0.33.0") == "mtp"
+    assert GEMMA4.kv_shared_layers_read_kv_weights("0.29.0") is True
+    assert GEMMA4.kv_shared_layers_read_kv_weights("0.30.0") is False
+    with pytest.raises(ForgeError, match=r"gemma4.yaml: speculative_methods: no entry covers vLLM 0.20.0"):
+        GEMMA4.speculative_method("0.20.0")
+    # empty `vllm:`: served on the series' coverage
+    assert "0.33.0" in GEMMA4.served_on(">=0.21.0,<=0.33.0")
+    assert "0.34.0" not in GEMMA4.served_on(">=0.21.0,<=0.33.0")
+
+
+def test_every_recipe_finds_its_model_in_a_family():
+    for recipe in load_all():
+        family, model = recipe.family_model
+        assert family.name == "gemma4"
+        assert recipe.base_model in model.ids
+        # only a model with experts may name a MoE config (the A100's Marlin path names none)
+        assert recipe.moe_config is None or model.moe is not None, recipe.path
+        assert recipe.moe_shape == model.moe
+    with pytest.raises(ForgeError, match="no model family lists 'org/unknown'"):
+        model_for_id("org/unknown")
+
+
+def test_the_dummy_configs_keep_their_published_shapes():
+    family, model = first_dummy()
+    assert (family.name, model.name) == ("gemma4", "26b-a4b")
+    target = family.target_config(model, 10)
+    assert target["architectures"] == ["Gemma4ForCausalLM"] and target["model_type"] == "gemma4_text"
+    assert (target["hidden_size"], target["num_experts"], target["moe_intermediate_size"]) == (2816, 128, 704)
+    assert target["layer_types"].count("full_attention") == 2 and target["layer_types"][-1] == "full_attention"
+    assistant = family.assistant_config(GEMMA4.model("31b"), centroids=True)
+    assert assistant["model_type"] == "gemma4_assistant" and assistant["backbone_hidden_size"] == 5376
+    assert assistant["text_config"]["num_key_value_heads"] == 16 and assistant["num_centroids"] == 2048
+    with pytest.raises(ValueError, match="assistant_heads: no assistant shape for Gemma-4-E4B"):
+        family.assistant_config(GEMMA4.model("e4b"))
+    assert GEMMA4.dummy_shapes() == ["26b-a4b", "31b"]
+
+
+def test_the_architecture_check_reads_the_family():
+    resolved = EngineLogFacts(architectures=["Gemma4ForConditionalGeneration", "Gemma4MTPModel"])
+    assert checks.check_architectures(resolved, GEMMA4).status == "PASS"
+    other = EngineLogFacts(architectures=["Qwen3ForCausalLM", "Gemma4MTPModel"])
+    check = checks.check_architectures(other, GEMMA4)
+    assert check.failed and "Gemma4ForCausalLM" in check.detail
+
+
+def _edited(tmp_path: Path, edit) -> Path:
+    root = tmp_path / "models"
+    root.mkdir()
+    data = yaml.safe_load((MODELS_DIR / "gemma4.yaml").read_text())
+    edit(data)
+    (root / "gemma4.yaml").write_text(yaml.safe_dump(data))
+    return root
+
+
+@pytest.mark.parametrize("edit, error", [
+    (lambda d: d.pop("architectures"), "architectures: required field is missing"),
+    (lambda d: d["drafter"].update(loading="sideways"), "drafter.loading: must be one of"),
+    (lambda d: d["speculative_methods"][0].update(vllm="newest"), "speculative_methods[0].vllm: not a PEP 440"),
+    (lambda d: d["models"]["31b"]["text"].pop("hidden_size"), "models.31b.text.hidden_size: must be a positive"),
+    (lambda d: d["models"]["26b-a4b"]["text"].pop("top_k_experts"),
+     "models.26b-a4b.text.top_k_experts: required for an MoE model"),
+    (lambda d: d.update(colour="blue"), "colour: unknown field"),
+    (lambda d: d.update(family="gemma5"), "family: must match the file name 'gemma4'"),
+])
+def test_a_bad_family_file_is_refused_naming_file_and_field(tmp_path, edit, error):
+    root = _edited(tmp_path, edit)
+    with pytest.raises(ForgeError) as caught:
+        load_family("gemma4", root)
+    assert str(caught.value).startswith(f"{root / 'gemma4.yaml'}: ")
+    assert error in str(caught.value)
+
+
+def test_an_unknown_family_names_the_ones_there_are(tmp_path):
+    shutil.copy(MODELS_DIR / "gemma4.yaml", tmp_path / "gemma4.yaml")
+    with pytest.raises(ForgeError, match=r"no such model family 'qwen3' \(families: gemma4\)"):
+        load_family("qwen3", tmp_path)
+
+
+def test_a_recipe_without_sampling_takes_the_familys(tmp_path):
+    root = tmp_path / "recipes"
+    shutil.copytree(RECIPES_DIR, root, ignore=shutil.ignore_patterns("*.md"))
+    path = root / "gemma-4-e4b-it" / "h200.yaml"
+    data = yaml.safe_load(path.read_text())
+    data.pop("sampling")
+    data["speculative"]["method"] = "eagle"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ForgeError, match=r"h200.yaml: speculative.method: must be one of mtp \(got 'eagle'\): the gemma4"):
+        load_recipe("gemma-4-e4b-it", "h200", root)
+    data["speculative"]["method"] = "mtp"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    recipe = load_recipe("gemma-4-e4b-it", "h200", root)
+    assert recipe.sampling.values == GEMMA4.sampling
+    assert (recipe.sampling.temperature, recipe.sampling.top_p, recipe.sampling.top_k) == (1.0, 0.95, 64)
