@@ -85,6 +85,13 @@ def test_a_damaged_record_without_its_run_files_names_the_reinstall_and_changes_
         assert "reinstall vLLM (pip install --force-reinstall --no-deps vllm==0.25.0)" \
             in refused.stderr
         assert snapshot(site) == damaged
+    (record_dir / "applied.json").unlink()      # and gone altogether: the originals stay
+    gone = snapshot(site)
+    for args in ([], ["--revert"]):
+        refused = run_build("apply", "--site-packages", str(site), *args)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert "applied.json: missing, while the originals it saved are there" in refused.stderr
+        assert "reinstall vLLM" in refused.stderr and snapshot(site) == gone
 
 
 def test_a_deleted_record_with_its_originals_left_is_refused_then_reverted(vllm_site):

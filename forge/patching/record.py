@@ -1,8 +1,8 @@
 """The apply record, `vllm/.vllm-forge/applied.json`: reading it (every field checked, so a damaged
 record is one line naming the file and the field, never a traceback), the copy of each run's file
 list kept next to the saved originals (`originals/files.json`, `originals/runN-files.json`) from
-which `--revert` restores even when applied.json itself is damaged, and whether the record still
-belongs to the install it sits in (pip may have reinstalled vLLM around it).
+which `--revert` restores even when applied.json itself is damaged. Whether a record belongs to
+the install it sits in is forge.patching.ownership's question.
 
 A run's file list never changes once written (only the record's `state` does), so the copy is
 written once, at staging, before any original."""
@@ -19,8 +19,9 @@ from forge.patching.vocabulary import RecordState, RevertStep
 RECORD_DIR = ".vllm-forge"
 RECORD_FILE = "applied.json"
 RUN_FILES = "files.json"          # a run's own copy of its file list, among its originals
-RUN_PREFIX = re.compile(r"^(?:run(\d+)-)?" + re.escape(RUN_FILES) + "$")
+RUN_FILES_NAME = re.compile(r"^(?:run(\d+)-)?" + re.escape(RUN_FILES) + "$")
 
+_MISSING = "missing, while the originals it saved are there"
 _OPTIONAL_TEXT = (str, type(None))
 _ENTRY_FIELDS = {"path": (str,), "original": _OPTIONAL_TEXT, "original_sha256": _OPTIONAL_TEXT,
                  "patched_sha256": _OPTIONAL_TEXT}
@@ -48,8 +49,7 @@ def read(installed: InstalledVllm) -> dict | None:
     path = record_path(installed)
     if not path.exists():
         if holds_files(path.parent / "originals"):
-            raise ForgeError(f"{path}: missing, while the originals it saved are there; "
-                             f"{_way_out(installed)}")
+            raise ForgeError(f"{path}: {_MISSING}; {_way_out(installed)}")
         return None
     problem, record = _parse(path)
     if problem is None:
@@ -63,13 +63,13 @@ def read_for_revert(installed: InstalledVllm) -> dict | None:
     """What --revert restores from: the record, or, when applied.json is damaged or gone while
     the originals are there, the runs rebuilt from their own file lists."""
     path = record_path(installed)
-    problem, record = _parse(path) if path.exists() else ("missing", None)
+    problem, record = _parse(path) if path.exists() else (_MISSING, None)
     if problem is None:
         problem = _record_problem(record)
     if problem is None:
         return record
     rebuilt = _rebuilt_from_run_files(installed)
-    if rebuilt is None and path.exists():
+    if rebuilt is None and (path.exists() or holds_files(path.parent / "originals")):
         raise ForgeError(f"{path}: {problem}; {_way_out(installed)}")
     return rebuilt
 
@@ -145,7 +145,7 @@ def _rebuilt_from_run_files(installed: InstalledVllm) -> dict | None:
     originals = installed.package_dir / RECORD_DIR / "originals"
     found: dict[int, dict] = {}
     for path in originals.glob(f"*{RUN_FILES}") if originals.is_dir() else []:
-        match = RUN_PREFIX.match(path.name)
+        match = RUN_FILES_NAME.match(path.name)
         problem, run = _parse(path)
         if match is None:
             continue
