@@ -6,7 +6,9 @@ Register with `pytest_plugins = ["tests.fixtures_patches"]` (conftest) or import
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import shutil
 import subprocess
 import sys
@@ -67,9 +69,13 @@ def write_dist_info(site_dir: Path, version: str) -> Path:
 
 
 def _record_row(site_dir: Path, path: Path) -> str:
+    """A CSV row as pip writes it (a path with a comma, as MoE config names have, is quoted)."""
     data = path.read_bytes()
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{path.relative_to(site_dir).as_posix()},sha256={digest},{len(data)}"
+    out = io.StringIO()
+    csv.writer(out, lineterminator="").writerow(
+        [path.relative_to(site_dir).as_posix(), f"sha256={digest}", len(data)])
+    return out.getvalue()
 
 
 def snapshot(root: Path) -> dict[str, bytes]:

@@ -3,6 +3,7 @@ directory with pip's dist-info), all or nothing, and revert byte for byte."""
 from __future__ import annotations
 
 import contextlib
+import csv
 import errno
 import json
 import os
@@ -46,8 +47,16 @@ def test_apply_then_revert_restores_the_tree_byte_for_byte(vllm_site):
     patched = (site / TARGET).read_bytes()
     assert FIXED_LINE in patched and b"# Only share when both models use the same" not in patched
     changed = {k for k, v in snapshot(site).items() if original.get(k) != v}
-    assert changed == targets | {f"vllm/{RECORD_DIR}/applied.json"} | {
-        f"vllm/{RECORD_DIR}/originals/{i}" for i in range(len(targets))}
+    # The patched files, pip's RECORD (listing them with their new hashes) and the record:
+    # applied.json, the run's file list and each changed file's original (RECORD's is 0).
+    ours = {f"vllm/{RECORD_DIR}/{name}" for name in
+            ("applied.json", "originals/files.json",
+             *(f"originals/{i}" for i in range(len(targets) + 1)))}
+    assert changed == targets | {"vllm-0.25.0.dist-info/RECORD"} | ours
+    # pip uninstall removes every file vllm-forge added.
+    rows = {row[0]: row for row in csv.reader(
+        (site / "vllm-0.25.0.dist-info" / "RECORD").read_text().splitlines())}
+    assert ours <= set(rows) and rows[TARGET][2] == str(len(patched))
     record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
     assert record["applied"] == wanted and record["vllm"] == "0.25.0"
     reverted = run_build("apply", "--site-packages", str(site), "--revert")
@@ -103,9 +112,10 @@ def test_edited_install_is_a_conflict_and_nothing_is_written(vllm_site):
     assert snapshot(site) == before
 
 
-@pytest.mark.parametrize("renames_before_failure", [0, 1, 2])
+@pytest.mark.parametrize("renames_before_failure", [0, 1, 2, 3])
 def test_failure_in_the_middle_of_apply_leaves_the_tree_untouched(vllm_site, renames_before_failure):
-    """Renames: 1 puts the record in place, 2 the patched file, 3 marks the record applied."""
+    """Renames: 1 marks the record applying, 2 puts pip's RECORD in place, 3 the patched file,
+    4 marks the record applied."""
     site = vllm_site("0.25.0")
     original = snapshot(site)
     result = run_build("apply", "--site-packages", str(site),
@@ -121,7 +131,7 @@ def test_failure_in_the_middle_of_apply_leaves_the_tree_untouched(vllm_site, ren
 def test_apply_killed_mid_way_is_refused_then_reverted_byte_for_byte(vllm_site):
     site = vllm_site("0.25.0")
     original = snapshot(site)
-    killed = run_build("apply", "--site-packages", str(site), **{KILL_AFTER_ENV: "2"})
+    killed = run_build("apply", "--site-packages", str(site), **{KILL_AFTER_ENV: "3"})
     assert killed.returncode == -signal.SIGKILL
     assert FIXED_LINE in (site / TARGET).read_bytes()          # the kill hit after the rename
     again = run_build("apply", "--site-packages", str(site))

@@ -10,7 +10,7 @@ import forge
 from forge.patching.report import SHORT
 from forge.patching.series import KINDS, load_series
 from forge.patching.status import STATUSES, release_status
-from forge.patching.vocabulary import ApplyOutcome, Kind, RecordState, Status
+from forge.patching.vocabulary import ApplyOutcome, Kind, RecordState, RevertStep, Status
 from tests.build_cli import run_build
 
 
@@ -45,7 +45,7 @@ def test_json_output_keeps_the_plain_spelling(cached_0_27_1):
 # --- no module repeats a word of the vocabulary -------------------------------------------------
 
 FORGE = Path(forge.__file__).resolve().parent
-VOCABULARY = (Kind, Status, RecordState, ApplyOutcome)
+VOCABULARY = (Kind, Status, RecordState, RevertStep, ApplyOutcome)
 FIELD_GETTERS = {"get", "pop", "setdefault"}
 
 

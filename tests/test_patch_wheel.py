@@ -3,14 +3,16 @@ installed by pip into a target directory, with the dist-info pip writes."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from forge.patching.apply import RECORD_DIR
 from forge.upstream import releases
-from tests.fixtures_patches import source_patches_applying
+from tests.fixtures_patches import source_patches_applying, write_dist_info
 from tests.test_patch_series import run_build
 
 TARGET = "vllm/v1/spec_decode/llm_base_proposer.py"
@@ -53,3 +55,154 @@ def test_apply_and_revert_on_a_pip_installed_wheel(tmp_path):
     reverted = run_build("apply", "--site-packages", str(site), "--revert")
     assert reverted.returncode == 0, reverted.stderr
     assert digests(site) == before
+
+
+# --- pip and vllm-forge agree about the install -------------------------------------------------
+
+OTHER = "0.25.1"      # the next release: it needs the same patch
+
+
+def cached_wheel(version: str) -> Path:
+    """The real vLLM wheel from PyPI, downloaded once into the shared cache."""
+    wheels = releases.cache_dir() / "wheels"
+    found = sorted(wheels.glob(f"vllm-{version}-*manylinux*x86_64.whl"))
+    if not found:
+        wheels.mkdir(exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", f"vllm=={version}", "--no-deps",
+                        "--only-binary=:all:", "--platform", "manylinux_2_28_x86_64",
+                        "--dest", str(wheels), "--quiet"], check=True)
+        found = sorted(wheels.glob(f"vllm-{version}-*manylinux*x86_64.whl"))
+    return found[0]
+
+
+class Venv:
+    """A real virtual environment; pip runs from this interpreter against it (--python), as
+    `venv/bin/pip` would (the venv itself holds no pip, which keeps it quick to make)."""
+
+    def __init__(self, root: Path):
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+        self.python = root / "bin" / "python"
+        self.site = Path(subprocess.run(
+            [str(self.python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            check=True, capture_output=True, text=True).stdout.strip())
+
+    def pip(self, *args: str) -> subprocess.CompletedProcess:
+        result = subprocess.run([sys.executable, "-m", "pip", "--python", str(self.python), *args,
+                                 "--disable-pip-version-check"], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        return result
+
+    def install(self, version: str, *flags: str) -> None:
+        self.pip("install", "--no-deps", "--no-compile", "--quiet", *flags,
+                 str(cached_wheel(version)))
+
+    def apply(self, *args: str) -> subprocess.CompletedProcess:
+        return run_build("apply", "--site-packages", str(self.site), *args)
+
+
+def listing(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")}
+
+
+@pytest.mark.slow
+def test_pip_removes_what_apply_added_and_another_release_is_never_reported_reverted(tmp_path):
+    venv = Venv(tmp_path / "venv")
+    empty = listing(tmp_path / "venv")
+    venv.install(VERSION)
+    assert venv.apply("--vllm", VERSION).returncode == 0
+    assert (venv.site / "vllm" / RECORD_DIR / "originals").is_dir()
+    venv.install(OTHER)                        # pip upgrades: it uninstalls 0.25.0 first
+    assert not (venv.site / "vllm" / RECORD_DIR).exists()
+    revert = venv.apply("--revert")
+    assert revert.returncode == 0, revert.stderr
+    assert "reverted" not in revert.stdout
+    assert f"vLLM {OTHER} at {venv.site / 'vllm'} carries no vllm-forge patches; nothing to " \
+        "revert" in revert.stdout
+    applied = venv.apply("--vllm", OTHER)
+    assert applied.returncode == 0, applied.stderr
+    assert f"applied {len(source_patches_applying(OTHER))} patch(es) to vLLM {OTHER}" \
+        in applied.stdout
+    venv.pip("uninstall", "--yes", "vllm")
+    assert listing(tmp_path / "venv") == empty          # nothing of vLLM or vllm-forge is left
+
+
+@pytest.mark.slow
+def test_a_reinstalled_release_is_patched_afresh_and_a_record_pip_left_is_named_not_reverted(
+        tmp_path):
+    venv = Venv(tmp_path / "venv")
+    venv.install(VERSION)
+    fresh = digests(venv.site)
+    assert venv.apply().returncode == 0
+    venv.install(VERSION, "--force-reinstall")     # pip removes the record with vLLM
+    again = venv.apply()
+    assert again.returncode == 0, again.stderr
+    assert f"applied {len(source_patches_applying(VERSION))} patch(es)" in again.stdout
+    # --ignore-installed writes vLLM over itself without uninstalling: the record stays behind,
+    # describing the install that was overwritten.
+    venv.install(VERSION, "--ignore-installed")
+    left = digests(venv.site)
+    record = venv.site / "vllm" / RECORD_DIR / "applied.json"
+    reason = (f"vllm-{VERSION}.dist-info/RECORD is not the one vllm-forge wrote: vLLM {VERSION} "
+              "was installed again since")
+    refused = venv.apply()
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert f"error: {record}: the apply record of another install of vLLM ({reason}); " \
+        "`build.py apply --revert` drops it" in refused.stderr
+    assert "vLLM changed after vllm-forge patched it" not in refused.stderr
+    assert digests(venv.site) == left
+    status = run_build("patches", "--site-packages", str(venv.site), "--offline")
+    assert f"belongs to another install: {reason}" in status.stdout
+    assert " applied " not in status.stdout             # nothing is reported patched
+    dropped = venv.apply("--revert")
+    assert dropped.returncode == 0, dropped.stderr
+    assert not dropped.stdout.startswith("reverted")
+    assert f"was never patched by vllm-forge: dropped the apply record of another install found " \
+        f"in it ({reason}); 0 file(s) that still held vllm-forge's bytes restored" in dropped.stdout
+    assert digests(venv.site) == fresh
+    assert venv.apply().returncode == 0 and venv.apply("--revert").returncode == 0
+    assert digests(venv.site) == fresh
+
+
+def test_a_record_of_another_release_copied_over_is_named_never_reverted(vllm_site):
+    """An installer that does not read RECORD (files copied over, an image layer) leaves the
+    record of the release it replaced; it names that release and is dropped, not reverted."""
+    site = vllm_site(VERSION)
+    assert run_build("apply", "--site-packages", str(site)).returncode == 0
+    shutil.rmtree(site / f"vllm-{VERSION}.dist-info")
+    shutil.copytree(releases.release_tree(OTHER) / "vllm", site / "vllm", dirs_exist_ok=True)
+    write_dist_info(site, OTHER)
+    assert (site / "vllm" / RECORD_DIR / "applied.json").is_file()
+    reason = f"it was written for vLLM {VERSION}, and vLLM {OTHER} was installed since"
+    refused = run_build("apply", "--site-packages", str(site))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert f"the apply record of another install of vLLM ({reason})" in refused.stderr
+    dropped = run_build("apply", "--site-packages", str(site), "--revert")
+    assert dropped.returncode == 0, dropped.stderr
+    assert "reverted" not in dropped.stdout and f"vLLM {OTHER} at" in dropped.stdout
+    assert f"dropped the apply record of another install found in it ({reason})" in dropped.stdout
+    assert not (site / "vllm" / RECORD_DIR).exists()
+    applied = run_build("apply", "--site-packages", str(site))
+    assert applied.returncode == 0, applied.stderr
+    assert f"applied {len(source_patches_applying(OTHER))} patch(es) to vLLM {OTHER}" \
+        in applied.stdout
+
+
+def test_a_record_without_a_record_row_is_told_from_a_reinstall_by_the_files_it_patched(vllm_site):
+    """A record that vLLM's RECORD does not list (apply ran where there was no dist-info, or
+    vllm-forge before it wrote RECORD): it stays this install's while the patched files are in,
+    and is another install's once every one of them holds its original bytes again."""
+    kept = vllm_site(VERSION, dist_info=False)
+    reinstalled = vllm_site(VERSION, dist_info=False)
+    for site in (kept, reinstalled):
+        assert run_build("apply", "--site-packages", str(site)).returncode == 0
+    shutil.copytree(releases.release_tree(VERSION) / "vllm", reinstalled / "vllm",
+                    dirs_exist_ok=True)
+    for site in (kept, reinstalled):
+        write_dist_info(site, VERSION)          # pip's dist-info, as an install writes it
+    again = run_build("apply", "--site-packages", str(kept))
+    assert again.returncode == 0 and "already carries this patch series" in again.stdout
+    refused = run_build("apply", "--site-packages", str(reinstalled))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "the apply record of another install of vLLM (every vLLM file it patched holds its " \
+        f"original bytes again: vLLM {VERSION} was installed again since)" in refused.stderr
+    assert "vLLM changed after vllm-forge patched it" not in refused.stderr

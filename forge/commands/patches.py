@@ -7,6 +7,7 @@ from pathlib import Path
 from forge.errors import ConflictError
 from forge.patching.apply import apply_series, install_statuses, read_install_record
 from forge.patching.installed import find_vllm
+from forge.patching.ownership import foreign_reason
 from forge.patching.report import print_matrix, print_release
 from forge.patching.series import load_series
 from forge.patching.status import matrix, release_status
@@ -41,10 +42,19 @@ def _installed_report(args, series) -> int:
     record = read_install_record(installed)
     statuses = install_statuses(series, installed, record)
     if not args.json:
-        print(f"installed at {installed.package_dir}"
-              + (" (vllm-forge record present)" if record is not None else ""))
+        print(f"installed at {installed.package_dir}" + _record_note(installed, record))
     print_release(str(installed.version), statuses, series, as_json=args.json)
     return 0
+
+
+def _record_note(installed, record) -> str:
+    if record is None:
+        return ""
+    foreign = foreign_reason(installed, record)
+    if foreign is not None:
+        return (f" (the vllm-forge record there belongs to another install: {foreign}; "
+                "`build.py apply --revert` drops it)")
+    return " (vllm-forge record present)"
 
 
 def cmd_apply(args) -> int:

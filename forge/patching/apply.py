@@ -8,8 +8,11 @@ memory and stage every violated dependency's new version with pip in a private d
 file writes. Then, in this order:
 
   1. the record `vllm/.vllm-forge/applied.json` (state "staging", listing every file and every
-     directory the run will create) and the original bytes of every file it will touch
-     (`vllm/.vllm-forge/originals/N`);
+     directory the run will create), a copy of the run's file list (`originals/files.json`,
+     forge.patching.record) and the original bytes of every file it will touch
+     (`vllm/.vllm-forge/originals/N`); vLLM's dist-info RECORD is the first of those files,
+     rewritten to list the record's files so that pip uninstall removes them
+     (forge.patching.pip_record);
   2. every output staged in a temp file `.NAME.XXXX.vllm-forge-tmp` next to its target (a
      read-only target fails here, with nothing changed);
   3. the record marked "applying", then one os.replace (or unlink) per file, then "applied".
@@ -19,6 +22,13 @@ files, new directories, the record): nothing changed. A killed run leaves a reco
 every place it wrote: the next run removes the temp files and, for a run killed before step 3,
 everything else it created; after step 3 began, it asks for --revert, which restores every file
 byte for byte from the originals (no network needed, dependencies included).
+
+Revert is a transaction of the same shape, with its step in the record (`reverting`): "staging"
+(with the directories it creates) before any temp file, "restoring" before the first file is put
+back. A revert killed while staging is forgotten by the next run (its temp files and directories
+removed, the install still patched); one killed while restoring is finished by the next run,
+`apply` included (then it applies afresh). A record that belongs to another install (see
+forge.patching.ownership) is refused by apply and dropped by revert.
 
 An install that already carries a record is checked again: a dependency that drifted outside
 its constraint since (pip install -U, a new base) is pinned again in a run appended to the
@@ -31,20 +41,16 @@ replaced with os.replace from a temp file in the same directory, which overlayfs
 Fault injection (for tests, and for anyone who wants to watch the rollback work): with
 VLLM_FORGE_FAIL_AFTER_RENAMES=N the step-3 sequence raises a real OSError before step N+1
 (record marked applying = 1, each file, record marked applied = the last); with
-VLLM_FORGE_KILL_AFTER_RENAMES=N the process SIGKILLs itself there instead.
+VLLM_FORGE_KILL_AFTER_RENAMES=N the process SIGKILLs itself there instead, and with
+VLLM_FORGE_KILL_AFTER_STAGED=N after staging N temp files.
 """
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
-import hashlib
-import json
 import os
 import shutil
-import signal
 import stat
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,17 +58,30 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from forge.errors import ConflictError, ForgeError
-from forge.patching import diffs
+from forge.patching import diffs, ownership, pip_record
+from forge.patching import record as records
 from forge.patching.installed import InstalledVllm, find_vllm
+from forge.patching.record import RECORD_DIR, RECORD_FILE, originals_prefix, runs
 from forge.patching.series import Series, load_series
 from forge.patching.status import PatchStatus, tree_status
-from forge.patching.vocabulary import ApplyOutcome, Kind, RecordState, Status
+from forge.patching.transaction import (
+    FAIL_AFTER_ENV,
+    KILL_AFTER_ENV,
+    KILL_AFTER_STAGED_ENV,
+    TEMP_SUFFIX,
+    Write,
+    commit,
+    forget_run,
+    remove_empty_dirs,
+    remove_temps,
+    sha,
+    write_record,
+)
+from forge.patching.vocabulary import ApplyOutcome, Kind, RecordState, RevertStep, Status
 
-RECORD_DIR = ".vllm-forge"
-RECORD_FILE = "applied.json"
-TEMP_SUFFIX = ".vllm-forge-tmp"
-FAIL_AFTER_ENV = "VLLM_FORGE_FAIL_AFTER_RENAMES"
-KILL_AFTER_ENV = "VLLM_FORGE_KILL_AFTER_RENAMES"
+__all__ = ["FAIL_AFTER_ENV", "KILL_AFTER_ENV", "KILL_AFTER_STAGED_ENV", "RECORD_DIR", "RECORD_FILE",
+           "TEMP_SUFFIX", "apply_series", "clean_leftovers", "install_statuses",
+           "read_install_record"]
 
 
 @dataclass
@@ -75,6 +94,7 @@ class ApplyReport:
     statuses: list[PatchStatus] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     dependencies: list[dict] = field(default_factory=list)  # the record's dependency entries
+    foreign: str = ""      # DROPPED_FOREIGN: why the record was another install's
 
     def lines(self) -> list[str]:
         where = f"vLLM {self.installed.version} at {self.installed.package_dir}"
@@ -91,6 +111,10 @@ class ApplyReport:
             ApplyOutcome.REVERTED: f"reverted {', '.join(self.applied)} on {where}; "
                         f"{len(self.files)} file(s) restored byte for byte",
             ApplyOutcome.NOTHING_TO_REVERT: f"{where} carries no vllm-forge patches; nothing to revert",
+            ApplyOutcome.DROPPED_FOREIGN: f"{where} was never patched by vllm-forge: dropped the "
+                                          f"apply record of another install found in it "
+                                          f"({self.foreign}); {len(self.files)} file(s) "
+                                          "that still held vllm-forge's bytes restored",
         }[self.action]
         out = [head]
         out += [f"  {s.id:<36} {s.status:<17} {s.detail}" for s in self.statuses]
@@ -106,17 +130,6 @@ class ApplyReport:
         return [f"{d['package']} {d['previous']} -> {d['installed']} (pinned =={d['installed']}: "
                 f"constraint {d['specifier']} of {d['id']}; vLLM requires {d['vllm_requires']})"
                 for d in self.dependencies]
-
-
-@dataclass
-class _Write:
-    target: Path
-    new: bytes | None          # None: remove the file
-    original: bytes | None     # None: the file did not exist
-    label: str                 # how the record names it
-    temp: Path | None = None
-    mode: int | None = None    # for a new file (default 0o644); an existing file keeps its mode
-    package: str | None = None  # the dependency these files belong to (None: vLLM, MoE configs)
 
 
 def apply_series(site_packages=None, expected_version=None, revert=False, moe_config_dir=None,
@@ -154,18 +167,45 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
         raise ForgeError(f"--vllm {expected_version}: the vLLM installed at "
                          f"{installed.package_dir} is {installed.version}")
     clean_leftovers(installed)
-    record = _read_record(installed)
     if revert:
-        return _revert(installed, record)
+        return _revert(installed, records.read_for_revert(installed))
+    record = records.read(installed)
+    if record is not None and record.get("reverting") is not None:
+        finished = _revert(installed, record)   # a revert killed while restoring files
+        try:
+            report = _apply_clean(installed, moe_config_dir, series_path, moe_device, offline,
+                                  find_links, pins, record=None)
+        except ForgeError as exc:
+            raise type(exc)(f"{_finished_note(finished)}; then: {exc}") from exc
+        report.notes.append(_finished_note(finished))
+        return report
+    return _apply_clean(installed, moe_config_dir, series_path, moe_device, offline, find_links,
+                        pins, record)
+
+
+def _finished_note(finished: ApplyReport) -> str:
+    return (f"finished the revert that was killed part way ({records.record_path(finished.installed)}): "
+            f"{len(finished.files)} more file(s) restored")
+
+
+def _apply_clean(installed, moe_config_dir, series_path, moe_device, offline, find_links, pins,
+                 record) -> ApplyReport:
+    """Apply on an install with no interrupted revert: a first apply, or a check (and re-pin)
+    of one that carries this install's record."""
     # The manifest was checked against the package index when the image was planned; the index
     # may be out of reach here (an image, an air-gapped host).
     series = load_series(series_path, check_index=False)
+    foreign = ownership.foreign_reason(installed, record) if record is not None else None
+    if foreign is not None:
+        raise ForgeError(f"{records.record_path(installed)}: the apply record of another install "
+                         f"of vLLM ({foreign}); `build.py apply --revert` drops it, putting back "
+                         "only files that still hold vllm-forge's bytes; nothing changed")
     if record is not None:
         if record.get("state") != RecordState.APPLIED:
-            raise ForgeError(f"{_record_path(installed)}: an earlier apply was interrupted; "
+            raise ForgeError(f"{records.record_path(installed)}: an earlier apply was interrupted; "
                              "run `build.py apply --revert` first")
         if record.get("series") != series.digest:
-            raise ForgeError(f"{_record_path(installed)}: vLLM was patched by a different patch "
+            raise ForgeError(f"{records.record_path(installed)}: vLLM was patched by a different patch "
                              "series; run `build.py apply --revert` first")
         return _reapply(installed, series, record, moe_device, offline, find_links, pins)
     _check_covered(series, installed)
@@ -184,12 +224,13 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
     patched_files = [w.label for w in writes]
     try:
         writes += _pin_writes(pinned, installed, find_links, applied, notes)
+        writes = _with_pip_record(writes, installed, run_index=0)
         order = [p.id for p in series.patches]
         applied.sort(key=order.index)
         record = {"series": series.digest, "vllm": str(installed.version), "applied": applied,
                   "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                   "dependencies": [d.to_record() for d in pinned]}
-        _commit(writes, installed, new_record=record)
+        commit(writes, installed, new_record=record)
     finally:
         dependency_apply.discard_staging(installed)
     return ApplyReport(installed, ApplyOutcome.APPLIED, applied=applied, files=patched_files,
@@ -207,7 +248,7 @@ def _reapply(installed, series, record, moe_device, offline, find_links, pins) -
     lost = [s.id for s in statuses if s.id in recorded and s.kind == Kind.SOURCE
             and s.status == Status.APPLIES]
     if lost:
-        raise ForgeError(f"{_record_path(installed)}: {', '.join(lost)} recorded as applied but "
+        raise ForgeError(f"{records.record_path(installed)}: {', '.join(lost)} recorded as applied but "
                          "no longer in the installed files (vLLM changed after vllm-forge patched "
                          "it); nothing changed")
     from forge.patching import dependency_apply
@@ -220,11 +261,12 @@ def _reapply(installed, series, record, moe_device, offline, find_links, pins) -
     notes: list[str] = []
     try:
         writes = _pin_writes(pinned, installed, find_links, applied, notes)
+        writes = _with_pip_record(writes, installed, run_index=len(runs(record)))
         dependencies = [d.to_record() for d in pinned]
         run = {"applied": applied,
                "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "dependencies": dependencies}
-        _commit(writes, installed, new_record=run, old_record=record)
+        commit(writes, installed, new_record=run, old_record=record)
     finally:
         dependency_apply.discard_staging(installed)
     return ApplyReport(installed, ApplyOutcome.RE_PINNED, applied=applied, statuses=statuses, notes=notes,
@@ -238,36 +280,40 @@ def install_statuses(series, installed: InstalledVllm, record: dict | None,
     the files as `applied` (the tree alone cannot tell it from an upstream fix)."""
     statuses = tree_status(series, installed.site_dir, installed.version, moe_device,
                            install_path=installed.search_path)
-    recorded = set(_applied_ids(record)) if record is not None else set()
-    return [PatchStatus(s.id, s.kind, str(Status.APPLIED), f"by vllm-forge ({_record_path(installed)}); "
+    if record is None or ownership.foreign_reason(installed, record) is not None:
+        return statuses
+    recorded = set(_applied_ids(record))
+    interrupted = ownership.interrupted_run(record)
+    if interrupted is not None:
+        way_out = ("the next `build.py apply` or `--revert` finishes it"
+                   if interrupted == "revert" else "`build.py apply --revert` undoes it")
+        return [PatchStatus(s.id, s.kind, str(Status.INTERRUPTED),
+                            f"a vllm-forge {interrupted} was killed part way "
+                            f"({records.record_path(installed)}); {way_out}")
+                if s.id in recorded else s for s in statuses]
+    return [PatchStatus(s.id, s.kind, str(Status.APPLIED), f"by vllm-forge ({records.record_path(installed)}); "
                                                   f"{s.detail}")
             if s.id in recorded and s.kind == Kind.SOURCE and s.status == Status.ALREADY_UPSTREAM else s
             for s in statuses]
 
 
 def read_install_record(installed: InstalledVllm) -> dict | None:
-    return _read_record(installed)
-
-
-def _runs(record: dict) -> list[dict]:
-    """The runs a record holds, oldest first: the first apply (the record's own fields), then
-    every later one that brought a drifted dependency back inside its constraint."""
-    return [record, *record.get("later", [])]
+    return records.read(installed)
 
 
 def _applied_ids(record: dict) -> list[str]:
     ids = []
-    for run in _runs(record):
+    for run in runs(record):
         ids += [i for i in run.get("applied", []) if i not in ids]
     return ids
 
 
 def _dependencies(record: dict) -> list[dict]:
-    return [d for run in _runs(record) for d in run.get("dependencies", [])]
+    return [d for run in runs(record) for d in run.get("dependencies", [])]
 
 
 def _pin_writes(pinned, installed: InstalledVllm, find_links, applied: list[str],
-                notes: list[str]) -> list[_Write]:
+                notes: list[str]) -> list[Write]:
     """The file writes of every pinned dependency (staged with pip); appends to applied/notes."""
     writes = []
     for dependency in pinned:
@@ -279,7 +325,7 @@ def _pin_writes(pinned, installed: InstalledVllm, find_links, applied: list[str]
     return writes
 
 
-def _dependency_writes(dependency, installed: InstalledVllm, find_links) -> list[_Write]:
+def _dependency_writes(dependency, installed: InstalledVllm, find_links) -> list[Write]:
     from forge.patching import dependency_apply
 
     try:
@@ -296,7 +342,7 @@ def _dependency_writes(dependency, installed: InstalledVllm, find_links) -> list
         if new is None and original is not None:
             mode = stat.S_IMODE(target.stat().st_mode)     # to put a removed file back as it was
         if new != original:     # most files are the same in neighbouring releases
-            writes.append(_Write(target, new, original, _label(target, installed), mode=mode,
+            writes.append(Write(target, new, original, _label(target, installed), mode=mode,
                                  package=dependency.package))
     return writes
 
@@ -346,12 +392,12 @@ def _plan(series: Series, statuses, installed: InstalledVllm, moe_config_dir):
     writes = []
     for rel, new in contents.items():
         path = installed.site_dir / rel
-        writes.append(_Write(path, new, path.read_bytes() if path.is_file() else None, rel))
+        writes.append(Write(path, new, path.read_bytes() if path.is_file() else None, rel))
     if moe_files:
         moe_dir = Path(moe_config_dir).resolve()
         for f in moe_files:
             target = moe_dir / f.name
-            writes.append(_Write(target, f.absolute.read_bytes(),
+            writes.append(Write(target, f.absolute.read_bytes(),
                                  target.read_bytes() if target.is_file() else None, str(target)))
     return writes, applied, notes
 
@@ -361,32 +407,75 @@ def _target_of(installed: InstalledVllm, label: str) -> Path:
     return path if path.is_absolute() else installed.site_dir / path
 
 
+def _with_pip_record(writes: list[Write], installed: InstalledVllm, run_index: int) -> list[Write]:
+    """The writes, led by vLLM's RECORD rewritten to list them and the apply record's files
+    (forge.patching.pip_record); first, so that from the first replaced file on, pip knows every
+    file vllm-forge added. Unchanged without a RECORD (a source tree, an install pip never saw)."""
+    path = pip_record.record_file(installed.site_dir)
+    if path is None:
+        return writes
+    prefix = originals_prefix(run_index)
+    ours = [w for w in writes if w.target.is_relative_to(installed.package_dir)]
+    changes = {w.target.relative_to(installed.site_dir).as_posix(): w.new for w in ours}
+    # Index 0 is RECORD itself (it has original bytes), the others keep their order. Files an
+    # earlier run saved are listed too (a record from before RECORD listed them).
+    saved = [f"{prefix}{index + 1}" for index, w in enumerate(writes) if w.original is not None]
+    record_dir = installed.package_dir / RECORD_DIR
+    earlier = sorted(p.relative_to(record_dir).as_posix() for p in record_dir.rglob("*")
+                     if p.is_file() and not p.name.endswith(".tmp"))
+    names = [RECORD_FILE, *earlier, records.run_files_name(prefix), f"{prefix}0", *saved]
+    record_rows = [(record_dir / name).relative_to(installed.site_dir).as_posix()
+                   for name in dict.fromkeys(names)]
+    original = path.read_bytes()
+    new = pip_record.updated(original, changes, record_rows)
+    return [Write(path, new, original, _label(path, installed)), *writes]
+
+
 def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
+    """Put back every file the record's runs wrote. A record of another install (pip reinstalled
+    vLLM around it) is dropped, restoring only the files that still hold vllm-forge's bytes."""
     if record is None:
         return ApplyReport(installed, ApplyOutcome.NOTHING_TO_REVERT)
+    foreign = ownership.foreign_reason(installed, record)
     record_dir = installed.package_dir / RECORD_DIR
     writes = []
     for entry in _revertible_entries(record):
         target = _target_of(installed, entry["path"])
         current = target.read_bytes() if target.is_file() else None
-        if _sha(current) == entry["original_sha256"]:
+        if sha(current) == entry["original_sha256"]:
             continue    # never patched (an interrupted apply) or already restored
-        if _sha(current) != entry["patched_sha256"]:
+        if sha(current) != entry["patched_sha256"]:
+            if foreign is not None:
+                continue    # the other install's file
             raise ForgeError(f"{target}: changed since vllm-forge patched it; not reverting "
                              "(nothing changed)")
-        original = (record_dir / entry["original"]).read_bytes() if entry["original"] else None
-        writes.append(_Write(target, original, current, entry["path"],
+        original = _saved_original(record_dir, entry)
+        writes.append(Write(target, original, current, entry["path"],
                              mode=entry.get("original_mode")))
-    _commit(writes, installed, new_record=None, old_record=record)
+    commit(writes, installed, new_record=None, old_record=record)
+    if foreign is not None:
+        return ApplyReport(installed, ApplyOutcome.DROPPED_FOREIGN, files=[w.label for w in writes],
+                           foreign=foreign)
     return ApplyReport(installed, ApplyOutcome.REVERTED, applied=_applied_ids(record),
                        files=[w.label for w in writes],
                        dependencies=_restored_dependencies(record))
 
 
+def _saved_original(record_dir: Path, entry: dict) -> bytes | None:
+    if entry["original"] is None:
+        return None
+    path = record_dir / entry["original"]
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ForgeError(f"{path}: the saved original of {entry['path']} cannot be read "
+                         f"({exc.strerror or exc}); not reverting (nothing changed)") from exc
+
+
 def _restored_dependencies(record: dict) -> list[dict]:
     """Per package, the newest run's pin: its `previous` is the version revert puts back."""
     newest: dict[str, dict] = {}
-    for run in reversed(_runs(record)):
+    for run in reversed(runs(record)):
         for dependency in run.get("dependencies", []):
             newest.setdefault(dependency["package"], dependency)
     return list(newest.values())
@@ -399,42 +488,31 @@ def _revertible_entries(record: dict) -> list[dict]:
     by someone else in between (the drift: `pip install -U`, a new base); those are theirs now,
     and the later run's originals (the drifted version, exactly as it was) are what comes back.
     So the install returns to how it was before the first apply, except that a dependency changed
-    by others after an apply comes back as they left it."""
-    runs = _runs(record)
-    entries = []
-    for index, run in enumerate(runs):
-        repinned_later = {d["package"] for later in runs[index + 1:]
+    by others after an apply comes back as they left it. A file several runs wrote (vLLM's RECORD)
+    is one entry: the bytes the first run found, replacing what the last run wrote."""
+    all_runs = runs(record)
+    by_path: dict[str, dict] = {}
+    for index, run in enumerate(all_runs):
+        repinned_later = {d["package"] for later in all_runs[index + 1:]
                           for d in later.get("dependencies", [])}
-        entries += [e for e in run.get("files", []) if e.get("package") not in repinned_later]
-    return entries
-
-
-def _sha(data: bytes | None) -> str | None:
-    return None if data is None else hashlib.sha256(data).hexdigest()
-
-
-def _record_path(installed: InstalledVllm) -> Path:
-    return installed.package_dir / RECORD_DIR / RECORD_FILE
-
-
-def _read_record(installed: InstalledVllm) -> dict | None:
-    path = _record_path(installed)
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ForgeError(f"{path}: unreadable apply record ({exc}); restore it or reinstall vLLM")\
-            from exc
+        for entry in run.get("files", []):
+            if entry.get("package") in repinned_later:
+                continue
+            first = by_path.get(entry["path"])
+            by_path[entry["path"]] = entry if first is None else \
+                dict(first, patched_sha256=entry["patched_sha256"])
+    return list(by_path.values())
 
 
 # --- leftovers of an interrupted run -----------------------------------------------------------
 
 def clean_leftovers(installed: InstalledVllm) -> list[Path]:
     """Remove what a killed apply or revert left: its temp files (wherever the record says it
-    wrote), pip's staging directory, and a record that never got past staging together with
-    the directories that run created. A record of a run that began changing files stays:
-    --revert needs it. Returns what was removed."""
+    wrote), pip's staging directory, a record that never got past staging together with the
+    directories that run created, and the directories a killed revert created (a revert killed
+    while staging is forgotten: the install is still patched). A record of a run that began
+    changing files stays: --revert (or, for a revert, the next apply) finishes it. Returns what
+    was removed."""
     from forge.patching import dependency_apply
 
     removed = []
@@ -445,214 +523,41 @@ def clean_leftovers(installed: InstalledVllm) -> list[Path]:
     record_dir = installed.package_dir / RECORD_DIR
     if not record_dir.is_dir():
         return removed
-    path = record_dir / RECORD_FILE
     half_written = record_dir / f"{RECORD_FILE}.tmp"
     if half_written.exists():     # (unlink of a missing file still fails on a read-only mount)
         half_written.unlink()
-    record = json.loads(path.read_text()) if path.exists() else None
+    record = records.read_for_revert(installed)
     if record is not None:
         targets = [_target_of(installed, entry["path"])
-                   for run in _runs(record) for entry in run.get("files", [])]
-        removed += _remove_temps({t.parent for t in targets})
+                   for run in runs(record) for entry in run.get("files", [])]
+        removed += remove_temps({t.parent for t in targets})
+    if record is not None and record.get("reverting") is not None:
+        return removed + _clean_killed_revert(record_dir, record)
     if record is not None and record.get("state") == RecordState.STAGING and record.get("later"):
         # A later run killed before it changed a file: drop just that run.
         *earlier, last = record["later"]
-        removed += _remove_empty_dirs([Path(d) for d in last.get("created_dirs", [])])
+        removed += remove_empty_dirs([Path(d) for d in last.get("created_dirs", [])])
         previous = dict(record, state=RecordState.APPLIED, later=earlier)
         if not earlier:
             del previous["later"]
-        _forget_run(record_dir, previous)
+        forget_run(record_dir, previous)
         return removed
+    if record is None and records.holds_files(record_dir / "originals"):
+        return removed      # saved originals without a record: records.read says so
     if record is None or record.get("state") == RecordState.STAGING:
         created = [Path(d) for d in (record or {}).get("created_dirs", [])]
-        removed += _remove_empty_dirs(created)
+        removed += remove_empty_dirs(created)
         shutil.rmtree(record_dir)
         removed.append(record_dir)
     return removed
 
 
-def _remove_temps(directories) -> list[Path]:
-    removed = []
-    for directory in directories:
-        if directory.is_dir():
-            for temp in directory.glob(f".*{TEMP_SUFFIX}"):
-                temp.unlink(missing_ok=True)
-                removed.append(temp)
+def _clean_killed_revert(record_dir: Path, record: dict) -> list[Path]:
+    """The directories a killed revert created (each empty once its temp files are gone); one
+    killed while staging is forgotten, one killed while restoring stays to be finished."""
+    reverting = record["reverting"]
+    removed = remove_empty_dirs([Path(d) for d in reverting.get("created_dirs", [])])
+    if reverting.get("step") == RevertStep.STAGING:
+        write_record(record_dir, {k: v for k, v in record.items() if k != "reverting"})
     return removed
 
-
-def _remove_empty_dirs(directories: list[Path] | set[Path]) -> list[Path]:
-    """rmdir each directory that exists and is empty, deepest first."""
-    removed = []
-    for directory in sorted(directories, key=lambda d: len(d.parts), reverse=True):
-        try:
-            directory.rmdir()
-            removed.append(directory)
-        except OSError:
-            pass        # absent, or holds something: not ours to remove
-    return removed
-
-
-# --- the transaction ---------------------------------------------------------------------------
-
-def _missing_dirs(writes: list[_Write]) -> list[Path]:
-    """Directories that staging the writes will create, shallowest first."""
-    missing: set[Path] = set()
-    for w in writes:
-        if w.new is None:
-            continue
-        parent = w.target.parent
-        while not parent.exists() and parent not in missing:
-            missing.add(parent)
-            parent = parent.parent
-    return sorted(missing, key=lambda d: len(d.parts))
-
-
-def _commit(writes: list[_Write], installed: InstalledVllm, new_record: dict | None,
-            old_record: dict | None = None) -> None:
-    """Record (apply only), stage, then replace file by file; on any failure undo every step
-    already taken and remove everything this run created. See the module docstring."""
-    record_dir = installed.package_dir / RECORD_DIR
-    created = _missing_dirs(writes)
-    record = None
-    # An apply with an old record appends a run to it: a failure puts the old record back.
-    appending = new_record is not None and old_record is not None
-    forget = (lambda: _forget_run(record_dir, old_record or {})) if appending else \
-        (lambda: shutil.rmtree(record_dir, ignore_errors=True)) if new_record is not None else None
-    try:
-        if new_record is not None:
-            record = _start_record(record_dir, writes, new_record, created, old_record)
-        for directory in created:
-            directory.mkdir()
-        for w in writes:
-            if w.new is not None:
-                w.temp = _stage(w.target, w.new, w.mode)
-    except OSError as exc:
-        _discard(writes, created, forget)
-        raise ForgeError(f"cannot write {exc.filename or installed.package_dir}: "
-                         f"{exc.strerror or exc}; nothing changed") from exc
-    undo: list = []
-    try:
-        if record is not None:
-            _maybe_inject_failure(len(undo))
-            _write_record(record_dir, dict(record, state=RecordState.APPLYING))
-            undo.append(lambda: None)       # _discard removes the record itself
-        for w in writes:
-            _maybe_inject_failure(len(undo))
-            if w.new is None:
-                os.unlink(w.target)
-            else:
-                assert w.temp is not None    # staged before the commit starts
-                os.replace(w.temp, w.target)
-                w.temp = None
-            undo.append(lambda w=w: _restore(w))
-        _maybe_inject_failure(len(undo))
-        if record is not None:
-            _write_record(record_dir, dict(record, state=RecordState.APPLIED))
-        else:
-            _finish_revert(record_dir, old_record or {})
-    except OSError as exc:
-        for step in reversed(undo):
-            step()
-        _discard(writes, created, forget)
-        raise ForgeError(f"failed while writing {exc.filename or 'the patched files'}: "
-                         f"{exc.strerror or exc}; rolled back {len(undo)} step(s), "
-                         "nothing changed") from exc
-    # Directories that held only removed files (a dependency's old dist-info) go too; revert
-    # recreates them with the files.
-    _remove_empty_dirs({w.target.parent for w in writes if w.new is None})
-
-
-def _finish_revert(record_dir: Path, record: dict) -> None:
-    """The record goes last: applied.json first (from then on the install counts as clean),
-    then the rest of the record directory, file by file (no directory rename)."""
-    _remove_empty_dirs([Path(d) for run in _runs(record) for d in run.get("created_dirs", [])])
-    (record_dir / RECORD_FILE).unlink()
-    shutil.rmtree(record_dir, ignore_errors=True)
-
-
-def _start_record(record_dir: Path, writes: list[_Write], record: dict, created: list[Path],
-                  previous: dict | None = None) -> dict:
-    """The record in state "staging": every file (with its original bytes) and every directory
-    the run may create, written before anything else so a killed run can be cleaned up. With a
-    `previous` record (a later run), the run is appended to it as record["later"][-1]."""
-    prefix = _originals_prefix(len(_runs(previous)) if previous is not None else 0)
-    run = dict(record, created_dirs=[str(d) for d in created], files=[])
-    for index, w in enumerate(writes):
-        original = f"{prefix}{index}" if w.original is not None else None
-        entry: dict[str, object] = {"path": w.label, "original": original, "original_sha256": _sha(w.original),
-                 "patched_sha256": _sha(w.new)}
-        if w.original is not None and w.new is None:
-            entry["original_mode"] = w.mode
-        if w.package is not None:
-            entry["package"] = w.package
-        run["files"].append(entry)
-    if previous is None:
-        record_dir.mkdir()
-        record = dict(run, state=RecordState.STAGING)
-    else:
-        record = dict(previous, state=RecordState.STAGING, later=[*previous.get("later", []), run])
-    _write_record(record_dir, record)
-    (record_dir / "originals").mkdir(exist_ok=True)
-    for index, w in enumerate(writes):
-        if w.original is not None:
-            (record_dir / f"{prefix}{index}").write_bytes(w.original)
-    return record
-
-
-def _maybe_inject_failure(renames_done: int) -> None:
-    kill_at = os.environ.get(KILL_AFTER_ENV)
-    if kill_at is not None and renames_done >= int(kill_at):
-        os.kill(os.getpid(), signal.SIGKILL)     # a real crash: no handler, no cleanup runs
-    limit = os.environ.get(FAIL_AFTER_ENV)
-    if limit is not None and renames_done >= int(limit):
-        raise OSError(errno.EIO, f"injected failure after {renames_done} rename(s) "
-                                 f"({FAIL_AFTER_ENV}={limit})")
-
-
-def _stage(target: Path, data: bytes, mode: int | None = None) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    if target.exists():
-        mode = stat.S_IMODE(target.stat().st_mode)
-    os.chmod(name, mode if mode is not None else 0o644)
-    return Path(name)
-
-
-def _write_record(record_dir: Path, record: dict) -> None:
-    temp = record_dir / f"{RECORD_FILE}.tmp"
-    temp.write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(temp, record_dir / RECORD_FILE)
-
-
-def _restore(w: _Write) -> None:
-    if w.original is None:
-        w.target.unlink(missing_ok=True)
-    else:
-        mode = stat.S_IMODE(w.target.stat().st_mode) if w.target.exists() else w.mode
-        os.replace(_stage(w.target, w.original, mode), w.target)
-
-
-def _discard(writes: list[_Write], created: list[Path], forget_record) -> None:
-    for w in writes:
-        if w.temp is not None and w.temp.exists():
-            w.temp.unlink()
-        w.temp = None
-    _remove_empty_dirs(created)
-    if forget_record is not None:
-        forget_record()
-
-
-def _forget_run(record_dir: Path, previous: dict) -> None:
-    """Undo the start of an appended run: the previous record back, the run's originals gone."""
-    _write_record(record_dir, previous)
-    prefix = _originals_prefix(len(_runs(previous)))
-    for original in (record_dir / "originals").glob(f"{Path(prefix).name}*"):
-        original.unlink()
-
-
-def _originals_prefix(run_index: int) -> str:
-    """Where run `run_index` (0: the first apply) keeps its original bytes, inside the record."""
-    return "originals/" if run_index == 0 else f"originals/run{run_index}-"

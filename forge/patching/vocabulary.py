@@ -30,6 +30,7 @@ class Status(_Word):
     CONFLICT = "conflict"
     SATISFIED = "satisfied"      # a dependency on an install: the installed version satisfies it
     APPLIED = "applied"          # a source patch on an install that vllm-forge's record lists as applied
+    INTERRUPTED = "interrupted"  # on an install where a vllm-forge apply or revert was killed part way
 
 
 class RecordState(_Word):
@@ -40,6 +41,13 @@ class RecordState(_Word):
     APPLIED = "applied"      # every file in place
 
 
+class RevertStep(_Word):
+    """The record's `reverting.step` while a revert runs (absent otherwise)."""
+    STAGING = "staging"      # restored bytes in temp files, directories created: the next run
+    #                          removes them and the install stays patched
+    RESTORING = "restoring"  # files being put back: the next run finishes the revert
+
+
 class ApplyOutcome(_Word):
     """What `build.py apply` (or `--revert`) did to an install: ApplyReport.action."""
     APPLIED = "applied"
@@ -48,3 +56,4 @@ class ApplyOutcome(_Word):
     NOTHING_TO_APPLY = "nothing-to-apply"
     REVERTED = "reverted"
     NOTHING_TO_REVERT = "nothing-to-revert"
+    DROPPED_FOREIGN = "dropped-foreign"   # --revert on a record of another install: dropped

@@ -1,0 +1,249 @@
+"""The all-or-nothing file transaction behind `build.py apply` and `--revert`
+(forge.patching.apply says what each step guarantees): every output staged in a temp file next to
+its target, then one os.replace (or unlink) per file, with the record saying where the run stands
+so that a failure is undone at once and a kill is cleaned up or finished by the next run."""
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from forge.errors import ForgeError
+from forge.patching import record as records
+from forge.patching.installed import InstalledVllm
+from forge.patching.record import RECORD_DIR, RECORD_FILE, originals_prefix, runs
+from forge.patching.vocabulary import RecordState, RevertStep
+
+TEMP_SUFFIX = ".vllm-forge-tmp"
+FAIL_AFTER_ENV = "VLLM_FORGE_FAIL_AFTER_RENAMES"
+KILL_AFTER_ENV = "VLLM_FORGE_KILL_AFTER_RENAMES"
+KILL_AFTER_STAGED_ENV = "VLLM_FORGE_KILL_AFTER_STAGED"   # SIGKILL after N temp files are staged
+
+
+@dataclass
+class Write:
+    target: Path
+    new: bytes | None          # None: remove the file
+    original: bytes | None     # None: the file did not exist
+    label: str                 # how the record names it
+    temp: Path | None = None
+    mode: int | None = None    # for a new file (default 0o644); an existing file keeps its mode
+    package: str | None = None  # the dependency these files belong to (None: vLLM, MoE configs)
+
+
+def sha(data: bytes | None) -> str | None:
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def remove_temps(directories) -> list[Path]:
+    removed = []
+    for directory in directories:
+        if directory.is_dir():
+            for temp in directory.glob(f".*{TEMP_SUFFIX}"):
+                temp.unlink(missing_ok=True)
+                removed.append(temp)
+    return removed
+
+
+def remove_empty_dirs(directories: list[Path] | set[Path]) -> list[Path]:
+    """rmdir each directory that exists and is empty, deepest first."""
+    removed = []
+    for directory in sorted(directories, key=lambda d: len(d.parts), reverse=True):
+        try:
+            directory.rmdir()
+            removed.append(directory)
+        except OSError:
+            pass        # absent, or holds something: not ours to remove
+    return removed
+
+
+def _missing_dirs(writes: list[Write]) -> list[Path]:
+    """Directories that staging the writes will create, shallowest first."""
+    missing: set[Path] = set()
+    for w in writes:
+        if w.new is None:
+            continue
+        parent = w.target.parent
+        while not parent.exists() and parent not in missing:
+            missing.add(parent)
+            parent = parent.parent
+    return sorted(missing, key=lambda d: len(d.parts))
+
+
+def commit(writes: list[Write], installed: InstalledVllm, new_record: dict | None,
+            old_record: dict | None = None) -> None:
+    """Record (apply only), stage, then replace file by file; on any failure undo every step
+    already taken and remove everything this run created. See the module docstring."""
+    record_dir = installed.package_dir / RECORD_DIR
+    created = _missing_dirs(writes)
+    record = None
+    marked: list[dict] = []     # the record as a revert marked it (a failure puts it back)
+    # An apply with an old record appends a run to it: a failure puts the old record back.
+    appending = new_record is not None and old_record is not None
+    forget = (lambda: forget_run(record_dir, old_record or {})) if appending else \
+        (lambda: shutil.rmtree(record_dir, ignore_errors=True)) if new_record is not None else \
+        (lambda: _put_back(record_dir, marked, old_record or {}))
+    try:
+        if new_record is not None:
+            record = _start_record(record_dir, writes, new_record, created, old_record)
+        else:    # a revert says what it will create before it creates anything
+            marked.append(_mark_revert(record_dir, old_record or {}, RevertStep.STAGING, created))
+        for directory in created:
+            directory.mkdir()
+        for staged, (w, new) in enumerate((w, w.new) for w in writes if w.new is not None):
+            _maybe_kill_while_staging(staged)
+            w.temp = _stage(w.target, new, w.mode)
+    except OSError as exc:
+        _discard(writes, created, forget)
+        raise ForgeError(f"cannot write {exc.filename or installed.package_dir}: "
+                         f"{exc.strerror or exc}; nothing changed") from exc
+    undo: list = []
+    try:
+        _maybe_inject_failure(len(undo))
+        if record is not None:
+            write_record(record_dir, dict(record, state=RecordState.APPLYING))
+        else:    # from here on the next run finishes the revert
+            _mark_revert(record_dir, old_record or {}, RevertStep.RESTORING, created)
+        undo.append(lambda: None)       # _discard removes (or puts back) the record itself
+        for w in writes:
+            _maybe_inject_failure(len(undo))
+            if w.new is None:
+                os.unlink(w.target)
+            else:
+                assert w.temp is not None    # staged before the commit starts
+                os.replace(w.temp, w.target)
+                w.temp = None
+            undo.append(lambda w=w: _restore(w))
+        _maybe_inject_failure(len(undo))
+        if record is not None:
+            write_record(record_dir, dict(record, state=RecordState.APPLIED))
+        else:
+            _finish_revert(record_dir, old_record or {})
+    except OSError as exc:
+        for step in reversed(undo):
+            step()
+        _discard(writes, created, forget)
+        raise ForgeError(f"failed while writing {exc.filename or 'the patched files'}: "
+                         f"{exc.strerror or exc}; rolled back {len(undo)} step(s), "
+                         "nothing changed") from exc
+    # Directories that held only removed files (a dependency's old dist-info) go too; revert
+    # recreates them with the files.
+    remove_empty_dirs({w.target.parent for w in writes if w.new is None})
+
+
+def _put_back(record_dir: Path, marked: list[dict], record: dict) -> None:
+    """A failed revert puts the record back as it found it (once it had marked it)."""
+    if marked:
+        write_record(record_dir, record)
+
+
+def _mark_revert(record_dir: Path, record: dict, step: RevertStep, created: list[Path]) -> dict:
+    """The record with `reverting` set: the revert's step and the directories it creates."""
+    marked = dict(record, reverting={"step": step, "created_dirs": [str(d) for d in created]})
+    write_record(record_dir, marked)
+    return marked
+
+
+def _finish_revert(record_dir: Path, record: dict) -> None:
+    """The record goes last: applied.json first (from then on the install counts as clean),
+    then the rest of the record directory, file by file (no directory rename). The directories
+    the runs created go too, once empty (also those a killed revert emptied earlier)."""
+    remove_empty_dirs([Path(d) for run in runs(record) for d in run.get("created_dirs", [])])
+    (record_dir / RECORD_FILE).unlink()
+    shutil.rmtree(record_dir, ignore_errors=True)
+
+
+def _start_record(record_dir: Path, writes: list[Write], record: dict, created: list[Path],
+                  previous: dict | None = None) -> dict:
+    """The record in state "staging": every file (with its original bytes) and every directory
+    the run may create, written before anything else so a killed run can be cleaned up. With a
+    `previous` record (a later run), the run is appended to it as record["later"][-1]."""
+    prefix = originals_prefix(len(runs(previous)) if previous is not None else 0)
+    run: dict = dict(record, created_dirs=[str(d) for d in created], files=[])
+    for index, w in enumerate(writes):
+        original = f"{prefix}{index}" if w.original is not None else None
+        entry: dict[str, object] = {"path": w.label, "original": original, "original_sha256": sha(w.original),
+                 "patched_sha256": sha(w.new)}
+        if w.original is not None and w.new is None:
+            entry["original_mode"] = w.mode
+        if w.package is not None:
+            entry["package"] = w.package
+        run["files"].append(entry)
+    if previous is None:
+        record_dir.mkdir()
+        record = dict(run, state=RecordState.STAGING)
+    else:
+        record = dict(previous, state=RecordState.STAGING, later=[*previous.get("later", []), run])
+    write_record(record_dir, record)
+    (record_dir / "originals").mkdir(exist_ok=True)
+    records.write_run_files(record_dir, prefix, run)
+    for index, w in enumerate(writes):
+        if w.original is not None:
+            (record_dir / f"{prefix}{index}").write_bytes(w.original)
+    return record
+
+
+def _maybe_kill_while_staging(staged: int) -> None:
+    kill_at = os.environ.get(KILL_AFTER_STAGED_ENV)
+    if kill_at is not None and staged >= int(kill_at):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _maybe_inject_failure(renames_done: int) -> None:
+    kill_at = os.environ.get(KILL_AFTER_ENV)
+    if kill_at is not None and renames_done >= int(kill_at):
+        os.kill(os.getpid(), signal.SIGKILL)     # a real crash: no handler, no cleanup runs
+    limit = os.environ.get(FAIL_AFTER_ENV)
+    if limit is not None and renames_done >= int(limit):
+        raise OSError(errno.EIO, f"injected failure after {renames_done} rename(s) "
+                                 f"({FAIL_AFTER_ENV}={limit})")
+
+
+def _stage(target: Path, data: bytes, mode: int | None = None) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    if target.exists():
+        mode = stat.S_IMODE(target.stat().st_mode)
+    os.chmod(name, mode if mode is not None else 0o644)
+    return Path(name)
+
+
+def write_record(record_dir: Path, record: dict) -> None:
+    temp = record_dir / f"{RECORD_FILE}.tmp"
+    temp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(temp, record_dir / RECORD_FILE)
+
+
+def _restore(w: Write) -> None:
+    if w.original is None:
+        w.target.unlink(missing_ok=True)
+    else:
+        mode = stat.S_IMODE(w.target.stat().st_mode) if w.target.exists() else w.mode
+        os.replace(_stage(w.target, w.original, mode), w.target)
+
+
+def _discard(writes: list[Write], created: list[Path], forget_record) -> None:
+    for w in writes:
+        if w.temp is not None and w.temp.exists():
+            w.temp.unlink()
+        w.temp = None
+    remove_empty_dirs(created)
+    if forget_record is not None:
+        forget_record()
+
+
+def forget_run(record_dir: Path, previous: dict) -> None:
+    """Undo the start of an appended run: the previous record back, the run's originals gone."""
+    write_record(record_dir, previous)
+    prefix = originals_prefix(len(runs(previous)))
+    for original in (record_dir / "originals").glob(f"{Path(prefix).name}*"):
+        original.unlink()

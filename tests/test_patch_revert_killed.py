@@ -1,0 +1,116 @@
+"""`apply --revert` is as crash-safe as apply: a revert killed with SIGKILL at any point is
+recognised by the next `apply`, `apply --revert` and `patches --site-packages`, and the next run
+finishes it (killed while restoring files) or forgets it (killed while staging), leaving no temp
+file, no empty directory and no half-installed dist-info. Real vLLM 0.25.0 tree, real
+transformers wheels (the revert puts 5.15.0 back over 5.14.1: about 3500 files), real
+killed processes."""
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from forge.patching.apply import KILL_AFTER_ENV, KILL_AFTER_STAGED_ENV, RECORD_DIR, TEMP_SUFFIX
+from tests.fixtures_patches import snapshot, source_patches_applying, wheelhouse
+from tests.test_patch_apply_dependencies import (
+    CONSTRAINT,
+    FIXED_LINE,
+    TARGET,
+    leftovers,
+    transformers_in,
+)
+from tests.test_patch_series import run_build
+
+
+def empty_dirs(site) -> set[str]:
+    return {str(d.relative_to(site)) for d in site.rglob("*") if d.is_dir() and not any(d.iterdir())}
+
+
+def patched_install(site_with_transformers):
+    """vLLM 0.25.0 with transformers 5.15.0, then applied: the patch in, transformers 5.14.1."""
+    site = site_with_transformers("0.25.0", "5.15.0")
+    original, empty = snapshot(site), empty_dirs(site)
+    applied = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()))
+    assert applied.returncode == 0, applied.stderr
+    assert transformers_in(site) == "5.14.1"
+    return site, original, empty
+
+
+def killed_revert(site, **kill) -> None:
+    killed = run_build("apply", "--site-packages", str(site), "--revert", **kill)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+
+
+@pytest.mark.parametrize("kill", [{KILL_AFTER_STAGED_ENV: "0"}, {KILL_AFTER_STAGED_ENV: "300"},
+                                  {KILL_AFTER_ENV: "0"}])
+def test_a_revert_killed_while_staging_is_forgotten_and_leaves_no_empty_directory(
+        site_with_transformers, kill):
+    site, original, empty = patched_install(site_with_transformers)
+    patched = snapshot(site)
+    killed_revert(site, **kill)
+    assert FIXED_LINE in (site / TARGET).read_bytes()          # no file was replaced yet
+    again = run_build("apply", "--site-packages", str(site))
+    assert again.returncode == 0, again.stderr
+    assert "already carries this patch series" in again.stdout
+    assert empty_dirs(site) == empty                            # the revert's directories are gone
+    assert not (site / "transformers-5.15.0.dist-info").exists()
+    assert transformers_in(site) == "5.14.1"
+    assert snapshot(site) == patched and not list(site.rglob(f"*{TEMP_SUFFIX}"))
+    reverted = run_build("apply", "--site-packages", str(site), "--revert")
+    assert reverted.returncode == 0, reverted.stderr
+    assert snapshot(site) == original and empty_dirs(site) == empty and leftovers(site) == []
+
+
+@pytest.mark.parametrize("renames", ["1", "3", "600"])
+def test_a_revert_killed_while_restoring_is_named_and_the_next_apply_finishes_it(
+        site_with_transformers, renames):
+    """Renames: 1 marks the record restoring, 2 puts pip's RECORD back, 3 the vLLM file, then
+    transformers' 3500 files one by one (600: part 5.15.0, part 5.14.1)."""
+    site, original, empty = patched_install(site_with_transformers)
+    killed_revert(site, **{KILL_AFTER_ENV: renames})
+    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    assert record["reverting"]["step"] == "restoring"
+    status = run_build("patches", "--site-packages", str(site), "--offline", "--json")
+    assert status.returncode == 0, status.stderr
+    by_id = {p["id"]: p for p in json.loads(status.stdout)["patches"]}
+    for patch in (CONSTRAINT, "gemma4-mtp-share-embeddings"):
+        assert by_id[patch]["status"] == "interrupted", by_id[patch]
+        assert "a vllm-forge revert was killed part way" in by_id[patch]["detail"]
+    again = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()))
+    assert again.returncode == 0, again.stderr
+    assert "vLLM changed after vllm-forge patched it" not in again.stderr
+    assert "finished the revert that was killed part way" in again.stdout
+    patches = len(source_patches_applying("0.25.0")) + 1          # and the constraint
+    assert f"applied {patches} patch(es)" in again.stdout
+    assert "transformers 5.15.0 -> 5.14.1" in again.stdout
+    assert transformers_in(site) == "5.14.1" and FIXED_LINE in (site / TARGET).read_bytes()
+    assert not list(site.rglob(f"*{TEMP_SUFFIX}"))
+    reverted = run_build("apply", "--site-packages", str(site), "--revert")
+    assert reverted.returncode == 0, reverted.stderr
+    assert snapshot(site) == original and empty_dirs(site) == empty and leftovers(site) == []
+
+
+def test_a_revert_killed_while_restoring_is_finished_by_the_next_revert(site_with_transformers):
+    site, original, empty = patched_install(site_with_transformers)
+    killed_revert(site, **{KILL_AFTER_ENV: "600"})
+    assert len(empty_dirs(site) - empty) > 0 or list(site.rglob(f"*{TEMP_SUFFIX}"))
+    finished = run_build("apply", "--site-packages", str(site), "--revert")
+    assert finished.returncode == 0, finished.stderr
+    assert "reverted gemma4-mtp-share-embeddings" in finished.stdout
+    assert snapshot(site) == original and empty_dirs(site) == empty and leftovers(site) == []
+    assert transformers_in(site) == "5.15.0"
+
+
+def test_an_apply_killed_while_replacing_is_shown_as_interrupted_with_revert_as_the_way_out(
+        vllm_site):
+    site = vllm_site("0.25.0")
+    killed = run_build("apply", "--site-packages", str(site), **{KILL_AFTER_ENV: "3"})
+    assert killed.returncode == -signal.SIGKILL
+    status = run_build("patches", "--site-packages", str(site), "--offline", "--json")
+    assert status.returncode == 0, status.stderr
+    [patch] = [p for p in json.loads(status.stdout)["patches"]
+               if p["id"] == "gemma4-mtp-share-embeddings"]
+    assert patch["status"] == "interrupted"
+    assert "a vllm-forge apply was killed part way" in patch["detail"]
+    assert "`build.py apply --revert` undoes it" in patch["detail"]
