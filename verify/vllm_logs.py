@@ -117,7 +117,8 @@ def root_cause(text: str) -> str | None:
     # vLLM's front end re-raises an engine core's death as "Engine core initialization failed.
     # See root cause above.": the cause is the error printed before that wrapper.
     causes = [e for e in errors if "See root cause above" not in e]
-    return (causes or errors or [None])[-1]
+    found = causes or errors
+    return found[-1] if found else None
 
 
 def _strip_prefix(line: str) -> str:
