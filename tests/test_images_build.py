@@ -136,7 +136,7 @@ def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
         assert loaded.strip() == target
     # The verify scripts run as files from any directory of the image, no PYTHONPATH (before:
     # ModuleNotFoundError: No module named 'forge'; only `python3 -m verify.X` from /opt/vllm-forge).
-    for script in ("mtp_smoke.py", "bench.py"):
+    for script in ("mtp_smoke.py", "bench.py", "profile.py"):
         usage = _run_in(client, tag, f"cd / && env -u PYTHONPATH python3 /opt/vllm-forge/verify/{script} --help",
                         platform=f"linux/{arch}")
         assert usage.startswith(f"usage: {script} ") and "--recipe" in usage, usage

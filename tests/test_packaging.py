@@ -86,7 +86,7 @@ def test_pip_install_gives_the_vllm_forge_commands(tmp_path):
     home = run("env", f"VLLM_FORGE_HOME={REPO_ROOT}", str(venv / "bin" / "vllm-forge"), "patches",
                "--vllm", "0.25.0")
     assert home.returncode == 0 and "gemma4-mtp-share-embeddings" in home.stdout, home.stderr
-    for script in ("vllm-forge-mtp-smoke", "vllm-forge-bench"):
+    for script in ("vllm-forge-mtp-smoke", "vllm-forge-bench", "vllm-forge-profile"):
         result = run(str(venv / "bin" / script), "--help")
         assert result.returncode == 0 and "--recipe" in result.stdout, (script, result.stderr)
 

@@ -39,7 +39,7 @@ def image_layout(root: Path) -> Path:
 
 
 def test_the_user_scripts_are_the_two_entry_points():
-    assert user_scripts() == ["bench.py", "mtp_smoke.py"]
+    assert user_scripts() == ["bench.py", "mtp_smoke.py", "profile.py"]
 
 
 @pytest.mark.parametrize("script", user_scripts())

@@ -31,12 +31,10 @@ from __future__ import annotations
 import os
 import sys
 
-if __name__ == "__main__" and not __package__:
-    # Run as a script (python3 verify/profile.py): Python put verify/ first on sys.path, where this
-    # file would shadow the standard library's `profile`, which cProfile (imported by torch) needs.
-    _VERIFY = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _VERIFY]
-    sys.path.insert(0, os.path.dirname(_VERIFY))
+if not __package__:  # run as a file, not as verify.profile: see verify/_repository_on_path.py
+    # (which also takes verify/ off sys.path, where this file would shadow the standard library's
+    # `profile` that cProfile, imported by torch, needs)
+    import _repository_on_path  # noqa: F401
 
 import argparse  # noqa: E402 (after the path fix above)
 import datetime  # noqa: E402
