@@ -4,9 +4,12 @@
 # gpu_setup.sh rewritten to install into /tmp/site<R> + /tmp/extra<R>). The jobs run as daemons
 # (setsid) so that the staging calls of the next release go on while the GPU works:
 #   bash tests/gpu/session/s17.sh stage25|stage271|stage33  copy the carried part; pack, progress
-#   bash tests/gpu/session/s17.sh start25                  install 0.25.0, start job 25
-#   bash tests/gpu/session/s17.sh start271                 install 0.27.1, start job 271
-#   bash tests/gpu/session/s17.sh start33                  install 0.33.0, start job 33
+#   PARTS=N bash tests/gpu/session/s17.sh start25          install 0.25.0 (all N parts there), start job 25
+#   PARTS=N bash tests/gpu/session/s17.sh start271         install 0.27.1, start job 271
+#   PARTS=N bash tests/gpu/session/s17.sh start33          install 0.33.0, start job 33
+# Lessons of 2026-12-01 (docs/gpu-evidence.md §8): a call may carry 64 MiB with the work tree (a part
+# and the wheelhouse do not fit together); the machine goes back after 30 s without a call, so
+# nothing local between staging calls; jobs run from their own copy of the repository.
 #   bash tests/gpu/session/s17.sh collect [WAIT_S]         wait up to WAIT_S for the jobs, pack
 # Job 25 (vLLM 0.25.0 + the series, PR #47920's backport among it, issue 17 item 2):
 #   the V2 smoke with both controls and --lossless.
@@ -183,9 +186,20 @@ case $PLAN in
     pack; progress ;;
   start25|start271|start33)
     R=${PLAN#start}
+    # Every part must be on the host before the install (2026-12-01: an install that ran without
+    # the last part left its wheels out, and no 0.27.1 engine could import vLLM). PARTS=N names
+    # how many stage.py wrote.
+    have=$(find "/tmp/stage$R" -mindepth 1 -maxdepth 1 -type d -name 'p*' | wc -l)
+    if [ -z "${PARTS:-}" ] || [ "$have" -ne "$PARTS" ]; then
+      stamp "install $R refused: $have of ${PARTS:-?} parts staged"; exit 3
+    fi
     bash ".gpu-stage$R/gpu_setup.sh" install > "$L/install$R.txt" 2>&1
     stamp "install $R exit $?: $(tail -n 1 "$L/install$R.txt")"
-    setsid nohup bash "$0" "job$R" > "$L/job$R.txt" 2>&1 < /dev/null &
+    # The job runs from its own copy of the repository: each device call replaces the work tree,
+    # and a job reading it meanwhile (2026-12-01: patches/series.yaml mid-copy) fails.
+    rm -rf "$W/repo$R" && mkdir -p "$W/repo$R"
+    tar cf - --exclude='./.gpu-stage*' --exclude=./.whl . | tar xf - -C "$W/repo$R"
+    (cd "$W/repo$R" && setsid nohup bash tests/gpu/session/s17.sh "job$R" > "$L/job$R.txt" 2>&1 < /dev/null &)
     sleep 2; progress ;;
   job25) job25 ;;
   job271) job271 ;;
