@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Prove a serving image's Gemma 4 drafter works: it loads, shares the target's embedding, runs
-under CUDA graphs, and its drafts are accepted at the recipe's thresholds. Exit 0 only if every
-check passes; writes a JSON report and prints a short table.
+"""Prove a serving image's MTP drafter works: it loads, shares what its family says it takes from
+the target (models/<family>.yaml, drafter.shares), runs under CUDA graphs, and its drafts are
+accepted at the recipe's thresholds. Exit 0 only if every check passes; writes a JSON report and
+prints a short table.
 
   mtp_smoke.py --recipe gemma-4-26b-a4b-it [--target h200] [--dummy] [--lossless]
   mtp_smoke.py --recipe gemma-4-26b-a4b-it --endpoint http://127.0.0.1:8000 --server-log F
