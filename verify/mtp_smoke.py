@@ -12,9 +12,10 @@ In-process mode starts vLLM (vllm.LLM, the recipe's settings) in a child process
 captured, so a failed start is a failed check naming the root-cause line. Acceptance is taken
 over the verify window only (metric deltas), at temperature 0; the recipe's own sampling is
 reported beside it. --dummy writes configs of the recipe's model family with published shapes
-(models/<family>.yaml; --shape picks another of that family, e.g. 31b) and loads dummy weights, and then runs the gate twice on one engine, as controls (verify/controls.py): on
-an agreeing model (target and drafter made to agree; the gate must PASS) and on the random one
-(the gate must FAIL). If either control goes the wrong way, verify itself is broken: exit 3.
+(models/<family>.yaml; --shape picks another of that family, e.g. 31b), loads dummy weights,
+and then runs the gate twice on one engine, as controls (verify/controls.py): on an agreeing
+model (target and drafter made to agree; the gate must PASS) and on the random one (the gate
+must FAIL). If either control goes the wrong way, verify itself is broken: exit 3.
 With --lossless, a second engine without the drafter runs beside it and greedy outputs must be
 identical: gated on the agreeing model (exact zero logits), reported on the random one (its
 near-tied logits may break differently under other batch shapes).
