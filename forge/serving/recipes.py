@@ -112,7 +112,9 @@ SCHEMA = {
     "name": Field(str),
     "target": Field(str),
     "model": Field(str, check=_hf_id),
-    "drafter": Field(str, check=_hf_id),
+    # A drafter checkpoint of its own; left out where the family's drafter is inside the model's
+    # checkpoint (models/<family>.yaml, drafter.loading).
+    "drafter": Field(str, required=False, check=_hf_id),
     # A pre-quantized checkpoint of another model (NVFP4): vLLM detects `format` from its
     # config.json; the drafter is base_model's own (BF16).
     "checkpoint": Field({
@@ -192,7 +194,7 @@ class Recipe:
     name: str
     target: str
     model: str
-    drafter: str
+    drafter: str | None
     vllm: str
     serve: Section
     speculative: Section
@@ -244,7 +246,9 @@ class Recipe:
         return SpecifierSet(self.vllm).contains(str(vllm_version), prereleases=True)
 
     def speculative_config(self) -> dict:
-        return {"model": self.drafter, "method": self.speculative.method,
+        """No `model` for a drafter inside the checkpoint: vLLM then takes the target's own."""
+        drafter = {"model": self.drafter} if self.drafter else {}
+        return {**drafter, "method": self.speculative.method,
                 "num_speculative_tokens": self.speculative.num_speculative_tokens}
 
     def env(self) -> dict[str, str]:
@@ -475,9 +479,15 @@ def _check_consistency(values: dict, path: Path, source: str) -> None:
         fail("speculative.method", f"must be one of {', '.join(methods)} (got "
                                    f"{values['speculative']['method']!r}): the {family.name} family's methods")
     own_drafter = family.drafter_id(_base_model(values))
+    if own_drafter and values["drafter"] is None:
+        fail("drafter", f"required field is missing: the {family.name} family's drafter is a "
+                        f"checkpoint of its own ({own_drafter})")
     if own_drafter and values["drafter"] != own_drafter:
         fail("drafter", f"must be the model's own drafter {own_drafter} "
                         f"(got {values['drafter']!r})")
+    if own_drafter is None and values["drafter"] is not None:
+        fail("drafter", f"must be left out: the {family.name} family's drafter is inside the "
+                        f"model's checkpoint ({family.source}: drafter.loading {family.drafter_loading})")
     if values["checkpoint"] and values["serve"]["quantization"]:
         fail("serve.quantization", f"must be empty for a pre-quantized checkpoint: vLLM detects "
                                    f"{values['checkpoint']['format']} from it")
