@@ -25,10 +25,8 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-if __package__ in (None, ""):
-    # Run as a script (python verify/engine_worker.py): the verify package sits beside this file's
-    # folder, in a checkout or in site-packages. Appended, so it shadows nothing already on the path.
-    sys.path.append(str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a file (the engine's own process): see verify/_repository_on_path.py
+    import _repository_on_path  # noqa: F401
 
 from verify.report import installed_versions  # noqa: E402 (needs the path above)
 

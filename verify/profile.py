@@ -40,6 +40,7 @@ import argparse  # noqa: E402 (after the path fix above)
 import datetime  # noqa: E402
 import json  # noqa: E402
 import shlex  # noqa: E402
+import site  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -238,11 +239,10 @@ def engine_dtype(recipe) -> str:
 def enter_engine_environment(spec: dict, args, work: Path) -> None:
     os.environ.update(spec["env"])
     if args.dummy:
-        # vLLM finds the controls plugin through importlib.metadata, which reads sys.path (the
-        # PYTHONPATH in spec["env"] reaches only processes started from here).
-        for path in (str(ROOT), str(work / "plugin")):
-            if path not in sys.path:
-                sys.path.insert(0, path)
+        # vLLM finds the controls plugin through importlib.metadata, which reads the site dirs
+        # (the PYTHONPATH in spec["env"] reaches only processes started from here); the repository
+        # itself is already importable, this process runs verify.
+        site.addsitedir(str(work / "plugin"))
 
 
 def decode_tokens(tokens: int, k: int) -> int:
