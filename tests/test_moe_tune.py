@@ -129,7 +129,7 @@ def test_import_writes_the_file_and_registers_it_once(tmp_path):
     assert len(entries) == 1 and entries[0].kind == "moe-config"
     assert entries[0].files[0].path == f"moe-configs/{written.name}"
     for fact in ("device NVIDIA H200", "driver 580.159.04", "Triton 3.6.0", "vLLM 0.25.0",
-                 "2026-11-29", "duration", "command: python3 build.py tune-moe",
+                 "2026-11-29", "duration", "command: python build.py tune-moe",
                  "End to end (sustained@agree decode tok/s", "741.0 vs 673.6 (+10.0%, 2026-11-30 15:28 UTC)"):
         assert fact in entries[0].why
     assert [p.id for p in series.patches if p.kind == "source"] == before
