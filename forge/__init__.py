@@ -7,7 +7,8 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
               http_session, versions (--vllm parsed once, PEP 440 normal form), targets
               (images/targets.yaml: every layer needs the hardware), models (models/<family>.yaml:
               shapes and facts of a model family), image_names (repository, moving and immutable
-              tags: serving names the image it runs)
+              tags: serving names the image it runs), verify_report (a verify report's checks and
+              their verdict: verify/ writes by it, publish reads by it)
   1 upstream  vLLM releases on PyPI (sdists, source trees), the PyPI JSON index, archives, cached
               per-package Python environments
   2 patching  the patch series: manifest (series), its vocabulary (Kind, Status), diffs, status

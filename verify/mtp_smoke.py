@@ -42,6 +42,7 @@ from verify.metrics import MetricsError, SpecCounters, counters_from_prometheus,
 from verify.prompts import gate_prompts, load_prompts
 from verify.report import (
     INFO,
+    REPORT_NAME,
     Check,
     failed,
     not_checked,
@@ -539,7 +540,7 @@ def main(argv=None) -> int:
         checks, context = inprocess_checks(recipe, args, out)
     broken = gate.controls_broken(checks)
     context = {**context, **report_identity(recipe, args, context)}
-    report = write_report(out / "mtp_smoke.json", checks, recipe=recipe.name,
+    report = write_report(out / REPORT_NAME, checks, recipe=recipe.name,
                           dummy=args.dummy, shape=args.shape if args.dummy else None,
                           layers=args.layers if args.dummy else None, centroids=args.centroids,
                           compile_backend=args.compile_backend or "inductor",
