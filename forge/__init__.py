@@ -26,6 +26,14 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
               patch-headers), images (build, lock, bake, release-matrix, publish,
               published), serving (serve, tune-moe), watch (drift, upstream-watch). The packages
               below compute and raise; none defines a `cmd_*`.
+
+Above forge, outside the package, the code that uses it (the same test walks it: it imports
+forge, nothing in forge imports it, and it has no cycle either):
+
+  6 verify     the image-side checks (verify/): the scripts (mtp_smoke, bench, profile and the
+               engine_worker they start) on top, the modules they share (report, checks,
+               endpoint, machine, metrics, ...) below them, never importing a script
+  7 benchmarks timings of builds and patch runs, and the GPU host's serve and two-node runs
 """
 import os
 from pathlib import Path
@@ -50,3 +58,5 @@ REPO_ROOT = _repo_root()
 
 LAYERS = {"core": 0, "upstream": 1, "patching": 2, "serving": 3, "watch": 4, "images": 4,
           "commands": 5}
+# The top-level folders above forge (by name: forge never imports them).
+ABOVE_FORGE = {"verify": 6, "benchmarks": 7}
