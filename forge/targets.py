@@ -155,9 +155,28 @@ def targets_file() -> Path:
     return Path(os.environ.get("VLLM_FORGE_TARGETS") or DEFAULT_TARGETS_FILE)
 
 
+# Validated loads by file version: every command looks targets up many times (plan, recipes,
+# serve, lock), and each lookup must not parse and validate the file again.
+_LOADED: dict[tuple[str, int, int], dict[str, Target]] = {}
+
+
 def load_targets(path: Path | str | None = None) -> dict[str, Target]:
-    """Every target in images/targets.yaml (or `path`), validated; keyed by target name."""
+    """Every target in images/targets.yaml (or `path`), validated; keyed by target name.
+
+    Read once per process and file version: the cache is keyed on the path, modification time
+    and size, so a file written since (as tests write theirs) is read again."""
     path = Path(path) if path else targets_file()
+    try:
+        stat = path.stat()
+    except OSError:
+        return _read_targets(path)          # its error names the file
+    version = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if version not in _LOADED:
+        _LOADED[version] = _read_targets(path)
+    return dict(_LOADED[version])           # a caller's edit of the mapping stays its own
+
+
+def _read_targets(path: Path) -> dict[str, Target]:
     source = str(path)
     data = validate(load_yaml(path), FILE_SCHEMA, source)
     if not data["targets"]:
