@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
+from forge.versions import Release
 
 DEFAULT_TARGETS_FILE = REPO_ROOT / "images" / "targets.yaml"
 PLATFORMS = ("linux/amd64", "linux/arm64")
@@ -131,12 +132,9 @@ class Target:
                              f"{device!r} (cards: {', '.join(self.device_names)})")
         return float(self.memory_bandwidth_gb_s[device])
 
-    def base_for(self, vllm_version: str) -> BaseImage:
+    def base_for(self, vllm_version: Release | str) -> BaseImage:
         """The upstream base image for a release; ForgeError naming the file and target if none fits."""
-        try:
-            version = Version(str(vllm_version))
-        except InvalidVersion as exc:
-            raise ForgeError(f"not a vLLM version: {vllm_version!r}") from exc
+        version = Release(vllm_version).version
         for rule in self.bases:
             if rule.releases.contains(version, prereleases=True):
                 repo, tag = rule.image.format(version=version).rsplit(":", 1)

@@ -15,7 +15,7 @@ import sys
 from forge.commands import images, patch_work, patches, serving, watch
 from forge.errors import ForgeError
 from forge.image_names import check_repository_argument
-from forge.versions import normalize_vllm_argument
+from forge.versions import Release
 
 # Typing `python3 build.py --target gb10 --vllm 0.27.1` means "build": no command word needed.
 DEFAULT_COMMAND = "build"
@@ -49,7 +49,7 @@ def _add_locked_flag(p) -> None:
 def _add_build(commands) -> None:
     p = commands.add_parser("build", help="build a serving image for a target (the default command)")
     p.add_argument("--target", required=True, help="hardware target from images/targets.yaml")
-    p.add_argument("--vllm", required=True, metavar="VERSION", help="vLLM release, e.g. 0.27.1")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION", help="vLLM release, e.g. 0.27.1")
     _add_repository_flag(p)
     p.add_argument("--push", action="store_true",
                    help="push the immutable tag (the moving tag moves only by `publish --move-tag`, "
@@ -73,7 +73,7 @@ def _add_build(commands) -> None:
 def _add_patches(commands) -> None:
     p = commands.add_parser("patches", help="status of every patch against vLLM release sources")
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--vllm", metavar="VERSION", help="one release")
+    which.add_argument("--vllm", type=Release, metavar="VERSION", help="one release")
     which.add_argument("--all", action="store_true", help="every release from 0.21.0 to the newest")
     which.add_argument("--site-packages", metavar="DIR",
                        help="an installed vLLM as it is now: dependencies as installed (a drift "
@@ -87,7 +87,7 @@ def _add_apply(commands) -> None:
     p = commands.add_parser("apply", help="apply (or --revert) the patch series to an installed vLLM")
     p.add_argument("--site-packages", metavar="DIR",
                    help="directory holding the vllm package (default: found on sys.path)")
-    p.add_argument("--vllm", metavar="VERSION",
+    p.add_argument("--vllm", type=Release, metavar="VERSION",
                    help="expected installed version (refuse if the install differs)")
     p.add_argument("--revert", action="store_true", help="restore every patched file byte for byte")
     p.add_argument("--moe-config-dir", metavar="DIR",
@@ -111,7 +111,7 @@ def _add_apply(commands) -> None:
 
 def _add_lock(commands) -> None:
     p = commands.add_parser("lock", help="pin every base image tag to its registry digest")
-    p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION")
     p.add_argument("--target", action="append", help="only these targets (repeatable)")
     p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
     p.set_defaults(handler=images.cmd_lock)
@@ -119,7 +119,7 @@ def _add_lock(commands) -> None:
 
 def _add_bake(commands) -> None:
     p = commands.add_parser("bake", help="write a docker buildx bake file for every target")
-    p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION")
     p.add_argument("--target", action="append", help="only these targets (repeatable)")
     _add_repository_flag(p)
     p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
@@ -135,7 +135,7 @@ def _add_serve(commands) -> None:
     p = commands.add_parser("serve", help="print (or --run) the docker command that serves a recipe")
     p.add_argument("--recipe", required=True, help="recipe name from recipes/")
     p.add_argument("--target", required=True)
-    p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION")
     _add_repository_flag(p)
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--hf-cache", default="~/.cache/huggingface", help="Hugging Face cache to mount")
@@ -163,7 +163,8 @@ def _add_roofline(commands) -> None:
                                              "speed floor and speculative ceiling they allow on the target")
     p.add_argument("--recipe", required=True, help="recipe name from recipes/")
     p.add_argument("--target", required=True)
-    p.add_argument("--vllm", required=True, metavar="VERSION", help="the release whose weight layout counts")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION",
+                   help="the release whose weight layout counts")
     p.add_argument("--dtype", choices=["bf16", "fp8"], help="weights (default: the recipe's)")
     p.add_argument("--context", type=int, default=0, metavar="N",
                    help="tokens of context whose KV cache each token reads (default 0: weights only)")
@@ -219,7 +220,7 @@ def _add_publish(commands) -> None:
     p = commands.add_parser("publish", help="record a pushed image in images/published.json; "
                                             "move its moving tag when verify passed")
     p.add_argument("--target", required=True)
-    p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION")
     p.add_argument("--immutable-tag", required=True, help="the tag the build was pushed under")
     p.add_argument("--digest", required=True, help="the pushed image's sha256:... digest")
     p.add_argument("--verify-report", metavar="JSON", action="append",
@@ -239,7 +240,7 @@ def _add_publish(commands) -> None:
 def _add_published(commands) -> None:
     p = commands.add_parser("published", help="list the known-good (verified) image per target and release")
     p.add_argument("--target")
-    p.add_argument("--vllm", metavar="VERSION")
+    p.add_argument("--vllm", type=Release, metavar="VERSION")
     p.add_argument("--index", help="the known-good index file (default images/published.json)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=images.cmd_published)
@@ -281,7 +282,7 @@ def _add_drift(commands) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--version", help="the dependency version to check, e.g. 5.15.0")
     which.add_argument("--newest", action="store_true", help="the newest final release on PyPI")
-    p.add_argument("--vllm", action="append", metavar="VERSION",
+    p.add_argument("--vllm", type=Release, action="append", metavar="VERSION",
                    help="only this vLLM release (repeatable; default every release from the "
                         "series' checked_from to checked_through)")
     p.add_argument("--series", help="the patch manifest (default patches/series.yaml, $VLLM_FORGE_SERIES)")
@@ -302,7 +303,7 @@ def _add_new_patch(commands) -> None:
     p = commands.add_parser("new-patch", help="make a source patch: unpack a release into "
                                               "build/patch-work/ID, edit it, then --finish")
     p.add_argument("id", metavar="ID", help="the new patch's id (letters, digits, - . _)")
-    p.add_argument("--vllm", required=True, metavar="VERSION", help="the release to write it on")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION", help="the release to write it on")
     p.add_argument("--finish", action="store_true",
                    help="write the diff of the edited tree, its sha256 and the manifest entry")
     g = p.add_argument_group("the manifest entry (with --finish)")
@@ -322,7 +323,7 @@ def _add_refresh_patch(commands) -> None:
     p = commands.add_parser("refresh-patch", help="refresh a source patch for a release: apply it "
                                                   "to build/patch-work/ID, fix it, then --finish")
     p.add_argument("id", metavar="ID", help="the patch's id in patches/series.yaml")
-    p.add_argument("--vllm", required=True, metavar="VERSION", help="the release to refresh it for")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION", help="the release to refresh it for")
     p.add_argument("--finish", action="store_true",
                    help="write the diff of the fixed tree and its sha256 (a variant entry where "
                         "the new diff no longer serves the earlier releases)")
@@ -341,7 +342,7 @@ def _add_patch_headers(commands) -> None:
 def _add_release_matrix(commands) -> None:
     p = commands.add_parser("release-matrix", help="the release workflow's per-target job matrix (JSON)")
     p.add_argument("--tag", help="release tag: vllm-<version>[-r<N>]")
-    p.add_argument("--vllm", metavar="VERSION", help="vLLM release (instead of --tag)")
+    p.add_argument("--vllm", type=Release, metavar="VERSION", help="vLLM release (instead of --tag)")
     p.add_argument("--target", action="append", help="only these targets (repeatable)")
     _add_repository_flag(p)
     p.add_argument("--runner", action="append", metavar="PLATFORM=RUNNER",
@@ -411,9 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         parser.print_help()
         return 2
-    args = parser.parse_args(_with_default_command(argv, parser))
     try:
-        normalize_vllm_argument(args)   # parsed once here; every command gets the normal form
+        # --vllm is parsed here, once (type=Release); a bad one is a one-line ForgeError, not usage
+        args = parser.parse_args(_with_default_command(argv, parser))
         check_repository_argument(args)
         _check_output_files(args)
         return args.handler(args) or 0

@@ -32,6 +32,7 @@ from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.schema import Field, ListOf, pep440_version, validate
 from forge.verify_report import REPORT_NAME, checks_from_report, unmet_gates
+from forge.versions import Release
 
 DEFAULT_INDEX = REPO_ROOT / "images" / "published.json"
 SCHEMA_VERSION = 1
@@ -292,7 +293,7 @@ def _same_release(reported, vllm: str) -> bool:
     from packaging.version import InvalidVersion, Version
 
     try:
-        return isinstance(reported, str) and Version(reported).public == Version(vllm).public
+        return isinstance(reported, str) and Version(reported).public == Release(vllm).version.public
     except InvalidVersion:
         return False
 
