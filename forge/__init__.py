@@ -4,8 +4,9 @@ Subpackages, each owning one kind of knowledge, in layers: a module imports only
 package or from a LOWER layer (tests/test_import_graph.py checks this and that there is no cycle).
 
   0 core      forge/*.py: errors, files (atomic writes), schema (YAML validation), progress,
-              http_session, versions (--vllm parsed once, PEP 440 normal form), targets
-              (images/targets.yaml: every layer needs the hardware), models (models/<family>.yaml:
+              http_session, versions (--vllm parsed once into a Release: the PEP 440 normal
+              form and its Version), targets (images/targets.yaml, read once per process: every
+              layer needs the hardware), models (models/<family>.yaml:
               shapes and facts of a model family), image_names (repository, moving and immutable
               tags: serving names the image it runs), verify_report (a verify report's checks and
               their verdict: verify/ writes by it, publish reads by it)
