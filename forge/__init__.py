@@ -4,10 +4,12 @@ Subpackages, each owning one kind of knowledge, in layers: a module imports only
 package or from a LOWER layer (tests/test_import_graph.py checks this and that there is no cycle).
 
   0 core      forge/*.py: errors, files (atomic writes), schema (YAML validation), progress,
-              http_session, versions (--vllm parsed once, PEP 440 normal form), targets
-              (images/targets.yaml: every layer needs the hardware), models (models/<family>.yaml:
+              http_session, versions (--vllm parsed once into a Release: the PEP 440 normal
+              form and its Version), targets (images/targets.yaml, read once per process: every
+              layer needs the hardware), models (models/<family>.yaml:
               shapes and facts of a model family), image_names (repository, moving and immutable
-              tags: serving names the image it runs)
+              tags: serving names the image it runs), verify_report (a verify report's checks and
+              their verdict: verify/ writes by it, publish reads by it)
   1 upstream  vLLM releases on PyPI (sdists, source trees), the PyPI JSON index, archives, cached
               per-package Python environments
   2 patching  the patch series: manifest (series), its vocabulary (Kind, Status), diffs, status
@@ -25,6 +27,14 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
               patch-headers), images (build, lock, bake, release-matrix, publish,
               published), serving (serve, tune-moe), watch (drift, upstream-watch). The packages
               below compute and raise; none defines a `cmd_*`.
+
+Above forge, outside the package, the code that uses it (the same test walks it: it imports
+forge, nothing in forge imports it, and it has no cycle either):
+
+  6 verify     the image-side checks (verify/): the scripts (mtp_smoke, bench, profile and the
+               engine_worker they start) on top, the modules they share (report, checks,
+               endpoint, machine, metrics, ...) below them, never importing a script
+  7 benchmarks timings of builds and patch runs, and the GPU host's serve and two-node runs
 """
 import os
 from pathlib import Path
@@ -49,3 +59,5 @@ REPO_ROOT = _repo_root()
 
 LAYERS = {"core": 0, "upstream": 1, "patching": 2, "serving": 3, "watch": 4, "images": 4,
           "commands": 5}
+# The top-level folders above forge (by name: forge never imports them).
+ABOVE_FORGE = {"verify": 6, "benchmarks": 7}

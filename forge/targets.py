@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
+from forge.versions import Release
 
 DEFAULT_TARGETS_FILE = REPO_ROOT / "images" / "targets.yaml"
 PLATFORMS = ("linux/amd64", "linux/arm64")
@@ -131,12 +132,9 @@ class Target:
                              f"{device!r} (cards: {', '.join(self.device_names)})")
         return float(self.memory_bandwidth_gb_s[device])
 
-    def base_for(self, vllm_version: str) -> BaseImage:
+    def base_for(self, vllm_version: Release | str) -> BaseImage:
         """The upstream base image for a release; ForgeError naming the file and target if none fits."""
-        try:
-            version = Version(str(vllm_version))
-        except InvalidVersion as exc:
-            raise ForgeError(f"not a vLLM version: {vllm_version!r}") from exc
+        version = Release(vllm_version).version
         for rule in self.bases:
             if rule.releases.contains(version, prereleases=True):
                 repo, tag = rule.image.format(version=version).rsplit(":", 1)
@@ -155,9 +153,28 @@ def targets_file() -> Path:
     return Path(os.environ.get("VLLM_FORGE_TARGETS") or DEFAULT_TARGETS_FILE)
 
 
+# Validated loads by file version: every command looks targets up many times (plan, recipes,
+# serve, lock), and each lookup must not parse and validate the file again.
+_LOADED: dict[tuple[str, int, int], dict[str, Target]] = {}
+
+
 def load_targets(path: Path | str | None = None) -> dict[str, Target]:
-    """Every target in images/targets.yaml (or `path`), validated; keyed by target name."""
+    """Every target in images/targets.yaml (or `path`), validated; keyed by target name.
+
+    Read once per process and file version: the cache is keyed on the path, modification time
+    and size, so a file written since (as tests write theirs) is read again."""
     path = Path(path) if path else targets_file()
+    try:
+        stat = path.stat()
+    except OSError:
+        return _read_targets(path)          # its error names the file
+    version = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if version not in _LOADED:
+        _LOADED[version] = _read_targets(path)
+    return dict(_LOADED[version])           # a caller's edit of the mapping stays its own
+
+
+def _read_targets(path: Path) -> dict[str, Target]:
     source = str(path)
     data = validate(load_yaml(path), FILE_SCHEMA, source)
     if not data["targets"]:

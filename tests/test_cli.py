@@ -34,6 +34,16 @@ def test_every_command_has_help():
         assert run(command, "--help").returncode == 0
 
 
+def test_the_parser_and_every_handler_load_without_the_docker_sdk_or_requests():
+    """`build.py apply` runs inside images that need neither: the handlers cli.py imports load
+    them only in the functions that use them."""
+    code = ("import sys; from forge.commands import cli; cli.build_parser(); "
+            "print(sorted(m for m in ('docker', 'requests') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "[]\n", "")
+
+
 def test_output_into_a_closed_pipe_is_not_a_traceback():
     # The reader is gone before the first line is written (as with `| head` on a long table).
     read_end, write_end = os.pipe()

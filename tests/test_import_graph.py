@@ -1,21 +1,25 @@
-"""forge/'s import graph, read with ast (nothing is imported): no cycle between modules, and no
-module imports from a higher layer than its own (the layers are written down in forge/__init__.py).
-Command handlers (`cmd_*`) live in forge/commands only, apart from the knowledge they call."""
+"""The import graph of forge/ and of the code above it (verify/, benchmarks/), read with ast (nothing
+is imported): no cycle between modules, and no module imports from a higher layer than its own
+(the layers are written down in forge/__init__.py), so nothing in forge imports verify. Command
+handlers (`cmd_*`) live in forge/commands only, apart from the knowledge they call."""
 import ast
 from pathlib import Path
 
 import forge
 
 FORGE = Path(forge.__file__).resolve().parent
+ROOT = FORGE.parent
+TOP_LEVELS = ("forge", *forge.ABOVE_FORGE)
+RANK = {**forge.LAYERS, **forge.ABOVE_FORGE}
 
 
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(FORGE.parent).with_suffix("").parts
+    parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _imports(path: Path, known: set[str]) -> set[str]:
-    """The forge modules `path` imports (at the top or inside a function alike)."""
+    """The walked modules `path` imports (at the top or inside a function alike)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -27,14 +31,20 @@ def _imports(path: Path, known: set[str]) -> set[str]:
     return {name for name in found if name in known}
 
 
-def import_graph() -> dict[str, set[str]]:
-    paths = {_module_name(p): p for p in FORGE.rglob("*.py")}
+def _sources(top: str) -> list[Path]:
+    return [path for path in (ROOT / top).rglob("*.py") if "__pycache__" not in path.parts]
+
+
+def import_graph(tops: tuple[str, ...] = TOP_LEVELS) -> dict[str, set[str]]:
+    paths = {_module_name(p): p for top in tops for p in _sources(top)}
     known = set(paths)
     return {name: _imports(path, known) - {name} for name, path in paths.items()}
 
 
 def layer_of(module: str) -> str:
     parts = module.split(".")
+    if parts[0] != "forge":
+        return parts[0]                  # verify, benchmarks: one layer each
     return parts[1] if len(parts) > 2 or f"forge.{parts[-1]}" in _PACKAGES else "core"
 
 
@@ -67,27 +77,61 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_every_subpackage_has_a_layer():
     packages = {p.parent.name for p in FORGE.glob("*/__init__.py")}
     assert packages == set(forge.LAYERS) - {"core"}
+    assert min(forge.ABOVE_FORGE.values()) > max(forge.LAYERS.values())
+    assert all((ROOT / top).is_dir() for top in forge.ABOVE_FORGE)
 
 
-def test_forge_has_no_import_cycle():
+def test_there_is_no_import_cycle():
     graph = import_graph()
-    assert len(graph) > 30    # the walk found the modules (a wrong root would find none)
+    # the walk found the modules of each part (a wrong root would find none)
+    assert sum(layer_of(m) == "verify" for m in graph) > 15
+    assert sum(layer_of(m) == "benchmarks" for m in graph) >= 4
+    assert len(graph) > 80
     assert _cycle(graph) is None
 
 
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{module} ({layer_of(module)}) imports {target} ({layer_of(target)})"
+                  for module, targets in graph.items() for target in targets
+                  if layer_of(target) != layer_of(module)
+                  and RANK[layer_of(target)] >= RANK[layer_of(module)])
+
+
 def test_no_import_from_a_higher_layer():
-    rank = forge.LAYERS
-    upward = sorted(f"{module} ({layer_of(module)}) imports {target} ({layer_of(target)})"
-                    for module, targets in import_graph().items() for target in targets
-                    if layer_of(target) != layer_of(module)
-                    and rank[layer_of(target)] >= rank[layer_of(module)])
-    assert upward == []
+    assert upward_imports(import_graph()) == []
+
+
+def test_verify_imports_forge_and_forge_imports_no_verify():
+    graph = import_graph()
+    assert any(layer_of(t) != "verify" for m, ts in graph.items() if layer_of(m) == "verify" for t in ts)
+    assert sorted(f"{m} imports {t}" for m, ts in graph.items() if m.startswith("forge")
+                  for t in ts if not t.startswith("forge")) == []
+
+
+def verify_scripts() -> set[str]:
+    """verify's scripts: the modules run as programs (`if __name__ == "__main__"`)."""
+    return {_module_name(path) for path in _sources("verify")
+            if '__name__ == "__main__"' in path.read_text()}
+
+
+def test_verify_shared_modules_import_no_script():
+    scripts = verify_scripts()
+    assert {"verify.mtp_smoke", "verify.bench", "verify.profile"} <= scripts
+    graph = import_graph(("verify",))
+    assert sorted(f"{m} imports {t}" for m, ts in graph.items() if m not in scripts
+                  for t in ts & scripts) == []
+
+
+def test_the_layer_check_catches_forge_importing_verify():
+    graph = {"forge.images.published": {"verify.report"}, "verify.report": {"forge.errors"}}
+    assert upward_imports(graph) == ["forge.images.published (images) imports verify.report (verify)"]
 
 
 def test_the_checks_catch_a_cycle_and_an_upward_import():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
     assert layer_of("forge.images.plan") == "images" and layer_of("forge.errors") == "core"
+    assert layer_of("verify.bench") == "verify" and layer_of("benchmarks.gpu.serve_local") == "benchmarks"
     assert forge.LAYERS["core"] < forge.LAYERS["patching"] < forge.LAYERS["commands"]
 
 
@@ -113,14 +157,13 @@ def test_the_handler_check_catches_a_cmd_function():
 
 
 def test_every_cli_command_runs_a_handler_in_forge_commands():
-    import importlib
-
     from forge.commands.cli import build_parser
 
     choices = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     handlers = {name: sub.get_default("handler") for name, sub in choices.items()}
     assert len(handlers) >= 13
     for name, handler in handlers.items():
-        module, function = handler.split(":")
-        assert module.startswith("forge.commands."), (name, handler)
-        assert callable(getattr(importlib.import_module(module), function)), (name, handler)
+        # a function object, not a name to look up: the call graph runs through cli.py's imports
+        assert callable(handler) and handler.__name__.startswith("cmd_"), (name, handler)
+        assert handler.__module__.startswith("forge.commands."), (name, handler)
+    assert "forge.commands.images" in import_graph(("forge",))["forge.commands.cli"]

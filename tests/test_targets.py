@@ -95,6 +95,29 @@ def test_bad_targets_file_is_one_line_naming_file_and_field(tmp_path, mutate, me
     assert str(path) in str(caught.value) and "\n" not in str(caught.value)
 
 
+def test_targets_are_read_once_per_file_version(tmp_path):
+    path = _write(tmp_path, lambda d: None)
+    first = load_targets(path)
+    assert load_targets(path)["gb10"] is first["gb10"]          # validated once, not per lookup
+    assert get_target("gb10", path) is first["gb10"]
+    load_targets(path).pop("gb10")                               # a caller's edit stays its own
+    assert "gb10" in load_targets(path)
+
+
+def test_a_targets_file_written_since_is_read_again(tmp_path):
+    import os
+
+    path = _write(tmp_path, lambda d: d["targets"]["gb10"].update(cuda="13.0"))
+    assert load_targets(path)["gb10"].cuda == "13.0"
+    stat = path.stat()
+    path.write_text(path.read_text().replace("cuda: '13.0'", "cuda: '13.1'"))   # same size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert path.stat().st_size == stat.st_size
+    assert load_targets(path)["gb10"].cuda == "13.1"
+    path.write_text(path.read_text().replace("cuda: '13.1'", "cuda: '12.9'") + "# longer\n")
+    assert load_targets(path)["gb10"].cuda == "12.9"
+
+
 def test_cli_unknown_target_is_one_line_exit_2_and_builds_nothing():
     result = subprocess.run([sys.executable, "build.py", "--target", "tpu", "--vllm", "0.25.0", "--plan"],
                             cwd=REPO, capture_output=True, text=True, timeout=60)

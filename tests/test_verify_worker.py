@@ -113,7 +113,7 @@ def test_a_timeout_kills_the_worker_and_the_engine_it_started(tmp_path):
     import subprocess
     import sys
 
-    from verify.bench import kill_group
+    from verify.machine import kill_group
 
     pid_file = tmp_path / "child.pid"
     code = ("import subprocess, sys, time; "

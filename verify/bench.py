@@ -50,6 +50,8 @@ from verify.dummy_models import (
     resolve_shape,
     write_dummy_models,
 )
+from verify.endpoint import Endpoint, server_release
+from verify.machine import detect_target, kill_group
 from verify.prompts import gate_prompts, load_prompts
 from verify.report import UNKNOWN, checked_versions, unknown_versions
 from verify.vllm_logs import parse_engine_log
@@ -359,17 +361,6 @@ def _wait(procs: dict, timeout: int, server: tuple[str, str] | None = None) -> N
         print(f"[bench] {name}: exit {proc.wait()}", flush=True)
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """Kill a worker and everything it started (it leads its own process group)."""
-    import signal
-
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
 def _server_state(health_url: str, pid: str) -> str | None:
     import urllib.error
     import urllib.request
@@ -490,8 +481,6 @@ def server_burst(url: str, count: int, max_tokens: int = 32, token_prompts: bool
 def endpoint_machine(url: str) -> dict:
     """What a burst against a running server can say it ran on: the server's GET /version names
     its vLLM release; its device, torch and transformers live in another process."""
-    from verify.mtp_smoke import Endpoint, server_release
-
     release, note = server_release(Endpoint(url, 30))
     return {"device": None, **unknown_versions(
         f"--endpoint: the server's GET /version names only vLLM ({note})", vllm=release)}
@@ -512,7 +501,6 @@ def main(argv=None) -> int:
         from forge.serving.recipes import load_recipe
 
         if not args.target:
-            from verify.mtp_smoke import detect_target
             args.target = detect_target()
         recipe = load_recipe(args.recipe, args.target)
         if args.dummy:

@@ -36,14 +36,16 @@ if not __package__:  # run as a file, not as verify.X: see verify/_repository_on
 
 from forge.errors import ForgeError
 from forge.files import check_output_dir
-from forge.targets import target_for_device
 from verify import checks as gate
 from verify import controls
 from verify.dummy_models import encode_without_tokenizer, recipe_shape, resolve_shape, write_dummy_models
+from verify.endpoint import Endpoint, EndpointError, excerpt, served_model, server_release
+from verify.machine import detect_target, kill_group
 from verify.metrics import MetricsError, SpecCounters, counters_from_prometheus, counters_from_snapshot
 from verify.prompts import gate_prompts, load_prompts
 from verify.report import (
     INFO,
+    REPORT_NAME,
     Check,
     failed,
     not_checked,
@@ -130,19 +132,6 @@ def image_digest(text: str) -> str:
     return match[1]
 
 
-def detect_target() -> str:
-    try:
-        import torch
-
-        name = torch.cuda.get_device_name()
-    except Exception as exc:  # noqa: BLE001
-        raise ForgeError(f"no --target given and no GPU name readable ({exc})") from exc
-    try:
-        return target_for_device(name).name
-    except ForgeError as exc:
-        raise ForgeError(f"no --target given: {exc}") from exc
-
-
 def load_recipe(args):
     from forge.serving.recipes import load_recipe as load
 
@@ -217,8 +206,6 @@ def run_workers(jobs: list[tuple[dict, str]], work: Path, timeout: int) -> dict[
         try:
             proc.wait(timeout=max(1, timeout - (time.time() - started)))
         except subprocess.TimeoutExpired:
-            from verify.bench import kill_group
-
             kill_group(proc)
             log.write(f"\nTimeoutError: engine run exceeded {timeout} s\n")
         log.close()
@@ -355,85 +342,6 @@ def log_check_names(recipe) -> list[str]:
             "tuned MoE config", "quantization", "MoE backend", "attention backend"]
 
 
-class EndpointError(Exception):
-    """A request the server did not answer as a vLLM server does; the message names it and why."""
-
-
-class Endpoint:
-    """The server's HTTP surface with every answer checked: any failure is an EndpointError whose
-    one-line message becomes a FAIL check, never a traceback."""
-
-    def __init__(self, url: str, timeout: int):
-        self.url, self.timeout = url.rstrip("/"), timeout
-
-    def get(self, path: str, what: str):
-        return self._request("GET", path, what)
-
-    def get_json(self, path: str, what: str) -> dict:
-        return self._json(self._request("GET", path, what), what)
-
-    def post_json(self, path: str, what: str, body: dict) -> dict:
-        return self._json(self._request("POST", path, what, json=body), what)
-
-    def _request(self, method: str, path: str, what: str, **kwargs):
-        import requests
-
-        try:
-            response = requests.request(method, self.url + path, timeout=self.timeout, **kwargs)
-        except requests.Timeout:
-            raise EndpointError(f"{what}: no answer within {self.timeout} s (--timeout)") from None
-        except requests.RequestException as exc:
-            raise EndpointError(f"{what}: {_connection_reason(exc)}") from None
-        if not response.ok:
-            raise EndpointError(f"{what}: HTTP {response.status_code} {response.reason}: "
-                                f"{_excerpt(response.text)}")
-        return response
-
-    @staticmethod
-    def _json(response, what: str) -> dict:
-        try:
-            body = response.json()
-        except ValueError:
-            raise EndpointError(f"{what}: the answer is not JSON: {_excerpt(response.text)}") from None
-        if not isinstance(body, dict):
-            raise EndpointError(f"{what}: the answer is not a JSON object: {_excerpt(response.text)}")
-        return body
-
-
-def _excerpt(text: str, limit: int = 120) -> str:
-    text = " ".join(text.split())
-    return repr(text if len(text) <= limit else text[:limit] + "...")
-
-
-def _connection_reason(exc: Exception) -> str:
-    """The OS's words ("[Errno 111] Connection refused"), not urllib3's nested repr."""
-    errno = re.search(r"\[Errno -?\d+\] [^'\")]+", str(exc))
-    return f"cannot connect: {errno[0]}" if errno else str(exc)
-
-
-def served_model(server: Endpoint) -> str:
-    what = "GET /v1/models"
-    models = server.get_json("/v1/models", what).get("data")
-    if not isinstance(models, list) or not models:
-        raise EndpointError(f"{what}: the server lists no model")
-    model = models[0].get("id") if isinstance(models[0], dict) else None
-    if not isinstance(model, str) or not model:
-        raise EndpointError(f"{what}: data[0] names no model id")
-    return model
-
-
-def server_release(server: Endpoint) -> tuple[str | None, str]:
-    """(vLLM release, how the report says it) from the server's own /version (every release's
-    `vllm/entrypoints/serve/instrumentator/basic.py`); None when it does not say."""
-    try:
-        version = server.get_json("/version", "GET /version").get("version")
-    except EndpointError as exc:
-        return None, f"vLLM release unknown ({exc})"
-    if not isinstance(version, str) or not version:
-        return None, "vLLM release unknown (GET /version names no version)"
-    return version, f"vLLM {version}"
-
-
 def server_log_checks(recipe, server_log: str | None) -> list[Check]:
     if not server_log:
         return [not_checked(name, "needs the server's log: pass --server-log")
@@ -464,7 +372,7 @@ def measure_window(server: Endpoint, model: str, prompts: list, params: dict,
         what = f"POST /v1/completions ({name} window, prompt {number} of {len(prompts)})"
         answer = server.post_json("/v1/completions", what, {"model": model, "prompt": prompt, **params})
         if not isinstance(answer.get("choices"), list) or not answer["choices"]:
-            raise EndpointError(f"{what}: the answer has no choices: {_excerpt(json.dumps(answer))}")
+            raise EndpointError(f"{what}: the answer has no choices: {excerpt(json.dumps(answer))}")
     after = read_counters(server, f"GET /metrics (after the {name} window)")
     try:
         return after - before
@@ -550,7 +458,7 @@ def main(argv=None) -> int:
         checks, context = inprocess_checks(recipe, args, out)
     broken = gate.controls_broken(checks)
     context = {**context, **report_identity(recipe, args, context)}
-    report = write_report(out / "mtp_smoke.json", checks, recipe=recipe.name,
+    report = write_report(out / REPORT_NAME, checks, recipe=recipe.name,
                           dummy=args.dummy, shape=args.shape if args.dummy else None,
                           layers=args.layers if args.dummy else None, centroids=args.centroids,
                           compile_backend=args.compile_backend or "inductor",

@@ -197,7 +197,7 @@ def engine_plan(args, work: Path):
     from verify.bench import engine_spec
 
     if not args.target:
-        from verify.mtp_smoke import detect_target
+        from verify.machine import detect_target
         args.target = detect_target()
     recipe = load_recipe(args.recipe, args.target)
     if args.k and not recipe.engine_kwargs().get("speculative_config"):

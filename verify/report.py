@@ -1,27 +1,32 @@
-"""Named pass/fail checks, the verdict over them, and their rendering as a table and a JSON report;
-the versions of the software a report ran on.
+"""Verify's reports: the table of checks a run prints, the JSON report it writes, and the versions
+of the software a report ran on.
 
-The verdict is the one rule both mtp_smoke.py (its exit code and the report's `passed`) and
-`build.py publish` (which re-derives it from the report's checks) apply: a report passes only when
-every gating check ran and passed. A check that could not run is NOT CHECKED and never counts as
-a pass; INFO is reported only.
+The checks and the verdict over them are forge.verify_report's (`build.py publish` re-derives a
+report's verdict by the same rule, and forge never imports verify); they are re-exported here, so
+verify's scripts name one module for everything about a report.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
 
-PASS, FAIL, INFO, NOT_CHECKED = "PASS", "FAIL", "INFO", "NOT CHECKED"
-STATUSES = (PASS, FAIL, INFO, NOT_CHECKED)
-
-# What the gate proves, in every mode (in-process or --endpoint): the drafter resolved, shares the
-# target's embedding, runs under CUDA graphs, and its drafts are accepted at the recipe's
-# thresholds. A report missing any of them, or carrying one that did not PASS, does not pass, even
-# when the check says it does not gate. Other checks gate by their own `gating` field (the tuned
-# MoE config where the recipe expects one, the start or answer of the server, --lossless).
-REQUIRED_GATES = ("architectures", "draft shares target embedding", "CUDA graphs",
-                  "acceptance (temperature 0)")
+from forge.verify_report import (  # noqa: F401 (re-exported for verify's scripts and tests)
+    FAIL,
+    INFO,
+    NOT_CHECKED,
+    PASS,
+    REPORT_NAME,
+    REQUIRED_GATES,
+    STATUSES,
+    Check,
+    checks_from_report,
+    failed,
+    not_checked,
+    passed,
+    unmet_gates,
+    verdict,
+)
 
 # Every report (mtp_smoke.json, bench.json) names the versions of these packages it ran on, as the
 # environment of the process that ran vLLM has them installed: engine_worker.py reads them with
@@ -31,80 +36,6 @@ REQUIRED_GATES = ("architectures", "draft shares target embedding", "CUDA graphs
 RAN_ON = ("vllm", "torch", "transformers")
 NOT_INSTALLED = "not installed"
 UNKNOWN = "unknown"
-
-
-@dataclass
-class Check:
-    name: str
-    status: str      # PASS / FAIL / INFO (reported only) / NOT CHECKED (could not run; says why)
-    detail: str
-    gating: bool = True  # the verdict needs this check to PASS; INFO never gates
-
-    def __post_init__(self):
-        if self.status not in STATUSES:
-            raise ValueError(f"status: {self.status!r} is not one of {', '.join(STATUSES)}")
-        if self.status == INFO:
-            self.gating = False
-
-    @property
-    def failed(self) -> bool:
-        return self.status == FAIL
-
-    @property
-    def gates(self) -> bool:
-        return self.gating or self.name in REQUIRED_GATES
-
-
-def passed(name: str, detail: str) -> Check:
-    return Check(name, PASS, detail)
-
-
-def failed(name: str, detail: str) -> Check:
-    return Check(name, FAIL, detail)
-
-
-def not_checked(name: str, why: str, gating: bool = True) -> Check:
-    return Check(name, NOT_CHECKED, why, gating)
-
-
-def unmet_gates(checks: list[Check]) -> list[str]:
-    """Why the checks do not pass, one entry per failed, unchecked or missing gate; [] = passed."""
-    unmet = [f"{c.name}: {c.status}" for c in checks
-             if c.failed or (c.gates and c.status != PASS)]
-    present = {c.name for c in checks}
-    unmet += [f"{name}: missing" for name in REQUIRED_GATES if name not in present]
-    return unmet
-
-
-def verdict(checks: list[Check]) -> bool:
-    """True only if every gating check ran and passed, the required ones included, and none failed."""
-    return not unmet_gates(checks)
-
-
-# What each field of a check holds in a report: anything else (a list for a name) is refused by
-# name before the verdict is derived.
-FIELD_TYPES = {"name": str, "status": str, "detail": str, "gating": bool}
-
-
-def checks_from_report(report: dict) -> list[Check]:
-    """The checks of a JSON report as write_report wrote them; ValueError names the bad field."""
-    entries = report.get("checks")
-    if not isinstance(entries, list) or not entries:
-        raise ValueError("checks: the verify report lists no checks")
-    names = {f.name for f in fields(Check)}
-    checks = []
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, dict) or not {"name", "status", "detail"} <= entry.keys():
-            raise ValueError(f"checks[{i}]: not a check (needs name, status and detail)")
-        for key, kind in FIELD_TYPES.items():
-            if key in entry and not isinstance(entry[key], kind):
-                raise ValueError(f"checks[{i}].{key}: must be {kind.__name__} "
-                                 f"(got {type(entry[key]).__name__})")
-        try:
-            checks.append(Check(**{k: v for k, v in entry.items() if k in names}))
-        except ValueError as exc:
-            raise ValueError(f"checks[{i}].{exc}") from exc
-    return checks
 
 
 def render_table(checks: list[Check], width: int = 100) -> str:

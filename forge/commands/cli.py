@@ -1,19 +1,21 @@
 """The argument parser behind build.py.
 
-Each command names its handler as "module:function"; the module is imported only when that
-command runs, so `build.py apply` inside an image needs neither the Docker SDK nor requests.
-A handler takes the parsed arguments and returns an exit code (None means 0).
+Each command's parser names its handler, a `cmd_*` function of forge/commands, by reference:
+build.py -> main -> the handler -> the packages below can be followed by a reader and by a tool.
+A handler takes the parsed arguments and returns an exit code (None means 0). Importing the
+handler modules imports neither the Docker SDK nor requests (the functions that use them do), so
+`build.py apply` inside an image needs neither (tests/test_cli.py checks).
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 
+from forge.commands import images, patch_work, patches, serving, watch
 from forge.errors import ForgeError
 from forge.image_names import check_repository_argument
-from forge.versions import normalize_vllm_argument
+from forge.versions import Release
 
 # Typing `python3 build.py --target gb10 --vllm 0.27.1` means "build": no command word needed.
 DEFAULT_COMMAND = "build"
@@ -47,7 +49,7 @@ def _add_locked_flag(p) -> None:
 def _add_build(commands) -> None:
     p = commands.add_parser("build", help="build a serving image for a target (the default command)")
     p.add_argument("--target", required=True, help="hardware target from images/targets.yaml")
-    p.add_argument("--vllm", required=True, metavar="VERSION", help="vLLM release, e.g. 0.27.1")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION", help="vLLM release, e.g. 0.27.1")
     _add_repository_flag(p)
     p.add_argument("--push", action="store_true",
                    help="push the immutable tag (the moving tag moves only by `publish --move-tag`, "
@@ -65,27 +67,27 @@ def _add_build(commands) -> None:
     p.add_argument("--no-attest", action="store_true",
                    help="no SBOM/provenance attestations (default: on where the engine's image "
                         "store keeps them, i.e. the containerd image store)")
-    p.set_defaults(handler="forge.commands.images:cmd_build")
+    p.set_defaults(handler=images.cmd_build)
 
 
 def _add_patches(commands) -> None:
     p = commands.add_parser("patches", help="status of every patch against vLLM release sources")
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--vllm", metavar="VERSION", help="one release")
+    which.add_argument("--vllm", type=Release, metavar="VERSION", help="one release")
     which.add_argument("--all", action="store_true", help="every release from 0.21.0 to the newest")
     which.add_argument("--site-packages", metavar="DIR",
                        help="an installed vLLM as it is now: dependencies as installed (a drift "
                             "after apply shows as applies), patches in the apply record as applied")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_offline_flag(p)
-    p.set_defaults(handler="forge.commands.patches:cmd_patches")
+    p.set_defaults(handler=patches.cmd_patches)
 
 
 def _add_apply(commands) -> None:
     p = commands.add_parser("apply", help="apply (or --revert) the patch series to an installed vLLM")
     p.add_argument("--site-packages", metavar="DIR",
                    help="directory holding the vllm package (default: found on sys.path)")
-    p.add_argument("--vllm", metavar="VERSION",
+    p.add_argument("--vllm", type=Release, metavar="VERSION",
                    help="expected installed version (refuse if the install differs)")
     p.add_argument("--revert", action="store_true", help="restore every patched file byte for byte")
     p.add_argument("--moe-config-dir", metavar="DIR",
@@ -104,20 +106,20 @@ def _add_apply(commands) -> None:
                    help="install exactly this version where a constraint on PACKAGE is in range "
                         "and the installed version differs (repeatable; an image build pins what "
                         "its plan chose)")
-    p.set_defaults(handler="forge.commands.patches:cmd_apply")
+    p.set_defaults(handler=patches.cmd_apply)
 
 
 def _add_lock(commands) -> None:
     p = commands.add_parser("lock", help="pin every base image tag to its registry digest")
-    p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION")
     p.add_argument("--target", action="append", help="only these targets (repeatable)")
     p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
-    p.set_defaults(handler="forge.commands.images:cmd_lock")
+    p.set_defaults(handler=images.cmd_lock)
 
 
 def _add_bake(commands) -> None:
     p = commands.add_parser("bake", help="write a docker buildx bake file for every target")
-    p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION")
     p.add_argument("--target", action="append", help="only these targets (repeatable)")
     _add_repository_flag(p)
     p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
@@ -126,14 +128,14 @@ def _add_bake(commands) -> None:
     p.add_argument("--no-attest", action="store_true",
                    help="no SBOM/provenance attestations: for the plain docker driver (Docker "
                         "Engine before 26 without the containerd image store, e.g. Debian 12's)")
-    p.set_defaults(handler="forge.commands.images:cmd_bake")
+    p.set_defaults(handler=images.cmd_bake)
 
 
 def _add_serve(commands) -> None:
     p = commands.add_parser("serve", help="print (or --run) the docker command that serves a recipe")
     p.add_argument("--recipe", required=True, help="recipe name from recipes/")
     p.add_argument("--target", required=True)
-    p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION")
     _add_repository_flag(p)
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--hf-cache", default="~/.cache/huggingface", help="Hugging Face cache to mount")
@@ -141,7 +143,7 @@ def _add_serve(commands) -> None:
     p.add_argument("--recipes-dir", metavar="DIR",
                    help="read recipes from DIR/<recipe>/<target>.yaml (default: recipes/)")
     _add_serve_nodes(p)
-    p.set_defaults(handler="forge.commands.serving:cmd_serve")
+    p.set_defaults(handler=serving.cmd_serve)
 
 
 def _add_serve_nodes(p) -> None:
@@ -161,7 +163,8 @@ def _add_roofline(commands) -> None:
                                              "speed floor and speculative ceiling they allow on the target")
     p.add_argument("--recipe", required=True, help="recipe name from recipes/")
     p.add_argument("--target", required=True)
-    p.add_argument("--vllm", required=True, metavar="VERSION", help="the release whose weight layout counts")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION",
+                   help="the release whose weight layout counts")
     p.add_argument("--dtype", choices=["bf16", "fp8"], help="weights (default: the recipe's)")
     p.add_argument("--context", type=int, default=0, metavar="N",
                    help="tokens of context whose KV cache each token reads (default 0: weights only)")
@@ -173,7 +176,7 @@ def _add_roofline(commands) -> None:
     p.add_argument("--device", help="one of the target's device_names (default: the first)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--recipes-dir", metavar="DIR", help="read recipes from DIR (default: recipes/)")
-    p.set_defaults(handler="forge.commands.serving:cmd_roofline")
+    p.set_defaults(handler=serving.cmd_roofline)
 
 
 def _add_tune_moe(commands) -> None:
@@ -210,14 +213,14 @@ def _add_tune_moe(commands) -> None:
     p.add_argument("--window", default="sustained@agree",
                    help="with --end-to-end: the bench window compared (default sustained@agree: "
                         "batch 1, every draft accepted)")
-    p.set_defaults(handler="forge.commands.serving:cmd_tune_moe")
+    p.set_defaults(handler=serving.cmd_tune_moe)
 
 
 def _add_publish(commands) -> None:
     p = commands.add_parser("publish", help="record a pushed image in images/published.json; "
                                             "move its moving tag when verify passed")
     p.add_argument("--target", required=True)
-    p.add_argument("--vllm", required=True, metavar="VERSION")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION")
     p.add_argument("--immutable-tag", required=True, help="the tag the build was pushed under")
     p.add_argument("--digest", required=True, help="the pushed image's sha256:... digest")
     p.add_argument("--verify-report", metavar="JSON", action="append",
@@ -231,16 +234,16 @@ def _add_publish(commands) -> None:
                         "tag and the known-good entry stay as they are)")
     p.add_argument("--github-output", metavar="FILE",
                    help="append moving_ref= and source_ref= (a GitHub Actions step output file)")
-    p.set_defaults(handler="forge.commands.images:cmd_publish")
+    p.set_defaults(handler=images.cmd_publish)
 
 
 def _add_published(commands) -> None:
     p = commands.add_parser("published", help="list the known-good (verified) image per target and release")
     p.add_argument("--target")
-    p.add_argument("--vllm", metavar="VERSION")
+    p.add_argument("--vllm", type=Release, metavar="VERSION")
     p.add_argument("--index", help="the known-good index file (default images/published.json)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(handler="forge.commands.images:cmd_published")
+    p.set_defaults(handler=images.cmd_published)
 
 
 def _add_upstream_watch(commands) -> None:
@@ -260,7 +263,7 @@ def _add_upstream_watch(commands) -> None:
     p.add_argument("--dependency-through", action="append", metavar="PACKAGE==VERSION",
                    help="check the package's new versions only up to this one (repeatable)")
     _add_offline_flag(p)
-    p.set_defaults(handler="forge.commands.watch:cmd_upstream_watch")
+    p.set_defaults(handler=watch.cmd_upstream_watch)
 
 
 def _add_drift(commands) -> None:
@@ -279,13 +282,13 @@ def _add_drift(commands) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--version", help="the dependency version to check, e.g. 5.15.0")
     which.add_argument("--newest", action="store_true", help="the newest final release on PyPI")
-    p.add_argument("--vllm", action="append", metavar="VERSION",
+    p.add_argument("--vllm", type=Release, action="append", metavar="VERSION",
                    help="only this vLLM release (repeatable; default every release from the "
                         "series' checked_from to checked_through)")
     p.add_argument("--series", help="the patch manifest (default patches/series.yaml, $VLLM_FORGE_SERIES)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_offline_flag(p)
-    p.set_defaults(handler="forge.commands.watch:cmd_drift")
+    p.set_defaults(handler=watch.cmd_drift)
 
 
 def _add_readme_table(commands) -> None:
@@ -293,14 +296,14 @@ def _add_readme_table(commands) -> None:
     p.add_argument("--readme", help="the README to update (default the repository's README.md)")
     p.add_argument("--check", action="store_true", help="exit 1 if the table is stale; write nothing")
     _add_offline_flag(p)
-    p.set_defaults(handler="forge.commands.patches:cmd_readme_table")
+    p.set_defaults(handler=patches.cmd_readme_table)
 
 
 def _add_new_patch(commands) -> None:
     p = commands.add_parser("new-patch", help="make a source patch: unpack a release into "
                                               "build/patch-work/ID, edit it, then --finish")
     p.add_argument("id", metavar="ID", help="the new patch's id (letters, digits, - . _)")
-    p.add_argument("--vllm", required=True, metavar="VERSION", help="the release to write it on")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION", help="the release to write it on")
     p.add_argument("--finish", action="store_true",
                    help="write the diff of the edited tree, its sha256 and the manifest entry")
     g = p.add_argument_group("the manifest entry (with --finish)")
@@ -313,33 +316,33 @@ def _add_new_patch(commands) -> None:
     g.add_argument("--releases", metavar="SPEC", help="PEP 440 specifier (default >=VERSION)")
     g.add_argument("--fixes-marker", metavar="TEXT",
                    help="text of the buggy code: where it is absent the patch is not-needed")
-    p.set_defaults(handler="forge.commands.patch_work:cmd_new_patch")
+    p.set_defaults(handler=patch_work.cmd_new_patch)
 
 
 def _add_refresh_patch(commands) -> None:
     p = commands.add_parser("refresh-patch", help="refresh a source patch for a release: apply it "
                                                   "to build/patch-work/ID, fix it, then --finish")
     p.add_argument("id", metavar="ID", help="the patch's id in patches/series.yaml")
-    p.add_argument("--vllm", required=True, metavar="VERSION", help="the release to refresh it for")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION", help="the release to refresh it for")
     p.add_argument("--finish", action="store_true",
                    help="write the diff of the fixed tree and its sha256 (a variant entry where "
                         "the new diff no longer serves the earlier releases)")
     p.add_argument("--releases", metavar="SPEC",
                    help="with --finish: the refreshed diff's releases (default: computed)")
-    p.set_defaults(handler="forge.commands.patch_work:cmd_refresh_patch")
+    p.set_defaults(handler=patch_work.cmd_refresh_patch)
 
 
 def _add_patch_headers(commands) -> None:
     p = commands.add_parser("patch-headers", help="write each source diff's provenance header from "
                                                   "patches/series.yaml (and its new sha256)")
     p.add_argument("--check", action="store_true", help="exit 1 if a header is stale; write nothing")
-    p.set_defaults(handler="forge.commands.patch_work:cmd_patch_headers")
+    p.set_defaults(handler=patch_work.cmd_patch_headers)
 
 
 def _add_release_matrix(commands) -> None:
     p = commands.add_parser("release-matrix", help="the release workflow's per-target job matrix (JSON)")
     p.add_argument("--tag", help="release tag: vllm-<version>[-r<N>]")
-    p.add_argument("--vllm", metavar="VERSION", help="vLLM release (instead of --tag)")
+    p.add_argument("--vllm", type=Release, metavar="VERSION", help="vLLM release (instead of --tag)")
     p.add_argument("--target", action="append", help="only these targets (repeatable)")
     _add_repository_flag(p)
     p.add_argument("--runner", action="append", metavar="PLATFORM=RUNNER",
@@ -347,7 +350,7 @@ def _add_release_matrix(commands) -> None:
                         "linux/arm64=ubuntu-24.04-arm)")
     p.add_argument("--pretty", action="store_true", help="indented JSON")
     p.add_argument("--github-output", metavar="FILE", help="append vllm= and matrix= lines")
-    p.set_defaults(handler="forge.commands.images:cmd_release_matrix")
+    p.set_defaults(handler=images.cmd_release_matrix)
 
 
 COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,
@@ -409,14 +412,12 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         parser.print_help()
         return 2
-    args = parser.parse_args(_with_default_command(argv, parser))
-    module_name, function_name = args.handler.split(":")
     try:
-        normalize_vllm_argument(args)   # parsed once here; every command gets the normal form
+        # --vllm is parsed here, once (type=Release); a bad one is a one-line ForgeError, not usage
+        args = parser.parse_args(_with_default_command(argv, parser))
         check_repository_argument(args)
         _check_output_files(args)
-        handler = getattr(importlib.import_module(module_name), function_name)
-        return handler(args) or 0
+        return args.handler(args) or 0
     except ForgeError as exc:
         print(f"error: {exc}{data_home_hint(str(exc))}", file=sys.stderr)
         return exc.exit_code

@@ -2,8 +2,6 @@
 release) and `build.py patch-headers` (write each diff's header from the manifest)."""
 from __future__ import annotations
 
-from packaging.version import Version
-
 from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.patching import authoring, headers, journal, work_tree
@@ -12,6 +10,7 @@ from forge.patching.status import status_of
 from forge.patching.vocabulary import Kind, Status
 from forge.schema import pep440_specifier, pep440_version
 from forge.upstream import releases
+from forge.versions import Release
 
 # A killed `patch-headers` run leaves this; the next one finishes it before reading the series.
 HEADERS_JOURNAL = REPO_ROOT / "build" / "patch-work" / ".patch-headers.json"
@@ -117,9 +116,9 @@ def _refreshable(series, patch_id: str):
     return patch
 
 
-def _check_refreshable_on(patch, vllm: str) -> None:
+def _check_refreshable_on(patch, vllm: Release) -> None:
     """A refresh is for a release the patch is for and where its change is still to be made."""
-    version = Version(vllm)
+    version = vllm.version
     if not patch.in_range(version):
         raise ForgeError(f"--vllm: {vllm} is outside {patch.id}'s releases {patch.releases}; "
                          "widen them in the manifest first")

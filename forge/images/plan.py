@@ -20,6 +20,7 @@ from forge.images import context
 from forge.images.lock import lock_file, read_lock
 from forge.patching.vocabulary import Kind, Status
 from forge.targets import BaseImage, Target, get_target
+from forge.versions import Release
 
 LABEL_PREFIX = "io.vllm-forge."
 RECORD_PATH = "/opt/vllm-forge/build-record.json"
@@ -175,10 +176,10 @@ def resolve_plan(target_name: str, vllm: str, repository: str | None = None,
     return plan
 
 
-def check_covered(vllm: str, series, target: Target) -> None:
+def check_covered(vllm: Release | str, series, target: Target) -> None:
     """The image runs `build.py apply`, which refuses a release outside the manifest's bounds; and
     a target must not offer a base for releases the manifest does not vouch for."""
-    from packaging.version import InvalidVersion, Version
+    from packaging.version import Version
 
     low = Version(series.checked_from)
     for index, rule in enumerate(target.bases):
@@ -187,10 +188,7 @@ def check_covered(vllm: str, series, target: Target) -> None:
                 raise ForgeError(f"{target.source}: targets.{target.name}.bases[{index}].releases: "
                                  f"{rule.releases} offers vLLM {probe}, before the manifest's "
                                  f"checked_from {series.checked_from} ({series.path})")
-    try:
-        release = Version(Version(str(vllm)).base_version)
-    except InvalidVersion as exc:
-        raise ForgeError(f"--vllm: not a vLLM version: {vllm!r}") from exc
+    release = Version(Release(vllm).version.base_version)
     if release < low:
         raise ForgeError(f"{series.path}: vLLM {vllm} is before checked_from {series.checked_from}: "
                          f"the manifest does not cover it and the image's `build.py apply` would "

@@ -31,6 +31,8 @@ from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.schema import Field, ListOf, pep440_version, validate
+from forge.verify_report import REPORT_NAME, checks_from_report, unmet_gates
+from forge.versions import Release
 
 DEFAULT_INDEX = REPO_ROOT / "images" / "published.json"
 SCHEMA_VERSION = 1
@@ -244,10 +246,6 @@ def verify_result(report_paths: list | None, target: str, vllm: str, digest: str
             "summary": summary}
 
 
-# What verify/mtp_smoke.py names its report; its --out directory also holds engine spec/result JSON.
-REPORT_NAME = "mtp_smoke.json"
-
-
 def _report_files(report_paths: list) -> list[Path]:
     """Report files as given; a directory stands for every verify report (mtp_smoke.json) below it."""
     files = []
@@ -295,15 +293,13 @@ def _same_release(reported, vllm: str) -> bool:
     from packaging.version import InvalidVersion, Version
 
     try:
-        return isinstance(reported, str) and Version(reported).public == Version(vllm).public
+        return isinstance(reported, str) and Version(reported).public == Release(vllm).version.public
     except InvalidVersion:
         return False
 
 
 def _check_passed(path: Path, report: dict) -> None:
-    """Re-derive the verdict from the checks, by verify's own rule (verify/report.py)."""
-    from verify.report import checks_from_report, unmet_gates
-
+    """Re-derive the verdict from the checks, by the rule verify wrote it by (forge.verify_report)."""
     try:
         unmet = unmet_gates(checks_from_report(report))
     except ValueError as exc:

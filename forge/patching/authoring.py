@@ -23,6 +23,7 @@ from forge.patching.series import Patch, PatchFile, Series, load_series, render_
 from forge.patching.status import PatchStatus, status_of
 from forge.patching.vocabulary import Kind, Status
 from forge.upstream import releases
+from forge.versions import Release
 
 UPPER_BOUNDS = ("<", "<=")
 EXCLUSIONS = ("!=",)
@@ -40,9 +41,9 @@ class Outcome:
     how: str                                        # one sentence: what the finish did
 
 
-def check_release(series: Series, vllm: str) -> None:
+def check_release(series: Series, vllm: Release | str) -> None:
     """`--vllm` names a published release inside what the series covers."""
-    version = Version(vllm)
+    version = Release(vllm).version
     if version < Version(series.checked_from):
         raise ForgeError(f"--vllm: {vllm} is before the series' checked_from {series.checked_from}")
     if version > Version(series.checked_through):
@@ -60,12 +61,12 @@ def covered_releases(series: Series) -> list[Version]:
     return [v for v in releases.list_releases(minimum=series.checked_from) if v <= through]
 
 
-def new_entry(series: Series, tree: Path, vllm: str, fields: dict) -> Outcome:
+def new_entry(series: Series, tree: Path, vllm: Release | str, fields: dict) -> Outcome:
     """Append a source patch (`fields`: title, why, releases, upstream, fixes_marker) holding the
     diff from release `vllm` to the edited `tree`."""
     body = diff_writer.tree_diff(releases.release_tree(vllm), tree)
     patch, content = _source_patch(series, fields, body)
-    if not patch.in_range(Version(vllm)):
+    if not patch.in_range(Release(vllm).version):
         raise ForgeError(f"--releases: {patch.releases} leaves out vLLM {vllm}, the release the "
                          "diff was made on")
     _check_marker(patch, vllm)
@@ -75,14 +76,14 @@ def new_entry(series: Series, tree: Path, vllm: str, fields: dict) -> Outcome:
     return Outcome(writes, table, f"added {patch.id}")
 
 
-def refreshed_entry(series: Series, tree: Path, vllm: str, patch_id: str,
+def refreshed_entry(series: Series, tree: Path, vllm: Release | str, patch_id: str,
                     releases_spec: str | None) -> Outcome:
     """Replace `patch_id`'s diff by the diff from release `vllm` to the edited `tree`, in place
     where the new diff still serves every release the old one did; else keep the old entry for
     the releases before `vllm` and add a variant `<id>-<major>.<minor>` from `vllm` on (the
     series' convention, as structured-draft-window and structured-draft-window-0.24)."""
     old = series.get(patch_id)
-    version = Version(vllm)
+    version = Release(vllm).version
     if _already_exact(old, releases.release_tree(vllm), tree):
         return Outcome({}, {}, f"{patch_id}'s diff already makes exactly these changes to vLLM "
                                f"{vllm}; nothing to write")

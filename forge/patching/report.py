@@ -6,6 +6,7 @@ import json
 from packaging.version import Version
 
 from forge.patching.vocabulary import Status
+from forge.versions import Release
 
 # Short cells keep the matrix readable at 80 columns.
 SHORT = {**{s: s.value for s in Status},
@@ -20,8 +21,8 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _unchecked(version: str, series) -> bool:
-    return Version(version) > Version(series.checked_through)
+def _unchecked(version: Release | str, series) -> bool:
+    return Release(version).version > Version(series.checked_through)
 
 
 def print_release(version: str, statuses, series, as_json: bool = False) -> None:

@@ -212,7 +212,7 @@ def release_status(version: str, offline: bool = False, series: Series | None = 
     from forge.upstream import releases
 
     series = series or load_series(offline=offline)
-    parsed = Version(str(releases.sdist_info(version, offline=offline).version))
+    parsed = releases.sdist_info(version, offline=offline).version
     cached = _status_cache_file(series, str(parsed))
     try:
         statuses = [PatchStatus(**entry) for entry in json.loads(cached.read_text())]

@@ -109,9 +109,9 @@ def _checked_recipe(recipe_name: str, target: str, vllm: str, recipes_dir: str |
     """(recipe, the release's parser facts, engine environment, notes), the recipe checked
     against that release."""
     from forge.targets import get_target
-    from forge.versions import normal_release
+    from forge.versions import Release
 
-    version = normal_release(vllm)
+    version = Release(vllm)
     get_target(target)   # an unknown target: the one message every command gives
     recipe = load_recipe(recipe_name, target, Path(recipes_dir) if recipes_dir else None)
     if not recipe.admits(version):

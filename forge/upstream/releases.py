@@ -28,6 +28,7 @@ from forge.files import check_output_dir, write_text_atomically
 from forge.http_session import retrying_session
 from forge.progress import Progress
 from forge.upstream.archives import extract_safely
+from forge.versions import Release
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/vllm/"
 SDIST_NAME = re.compile(r"^vllm-(?P<version>[^/]+)\.tar\.gz$")
@@ -143,7 +144,7 @@ def list_releases(minimum: str | None = None, offline: bool = False) -> list[Ver
 
 
 def sdist_info(version: str, offline: bool = False) -> Sdist:
-    parsed = _parse_version(version)
+    parsed = Release(version).version
     releases = load_index(offline=offline)
     entry = releases.get(str(parsed))
     if entry is None and not offline:
@@ -151,13 +152,6 @@ def sdist_info(version: str, offline: bool = False) -> Sdist:
     if entry is None:
         raise ForgeError(f"vLLM {version} has no sdist on the index {index_url()}")
     return Sdist(parsed, entry["url"], entry["sha256"])
-
-
-def _parse_version(version: str) -> Version:
-    try:
-        return Version(str(version))
-    except InvalidVersion as exc:
-        raise ForgeError(f"not a vLLM version: {version!r}") from exc
 
 
 def sha256_of(path: Path) -> str:
@@ -217,7 +211,7 @@ def release_tree(version: str, offline: bool = False) -> Path:
 
     Returns the parent of `vllm/`, laid out like a site-packages directory.
     """
-    parsed = _parse_version(version)
+    parsed = Release(version).version
     tree = cache_dir() / "trees" / str(parsed)
     if (tree / "vllm" / "__init__.py").exists():
         return tree

@@ -1,0 +1,101 @@
+"""A verify report's checks and the verdict over them: the one rule verify/mtp_smoke.py applies
+when it writes a report (its exit code and `passed`) and `build.py publish` applies when it reads
+one back (re-deriving the verdict from the checks, whatever `passed` says).
+
+A report passes only when every gating check ran and passed. A check that could not run is
+NOT CHECKED and never counts as a pass; INFO is reported only. The rule lives in forge, not in
+verify/, because publish needs it and nothing in forge imports verify (verify/report.py, which
+writes reports, imports it from here).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+# The file verify/mtp_smoke.py writes its report to in its --out directory (beside the engines'
+# spec and result JSON); publish finds reports in a directory by this name.
+REPORT_NAME = "mtp_smoke.json"
+
+PASS, FAIL, INFO, NOT_CHECKED = "PASS", "FAIL", "INFO", "NOT CHECKED"
+STATUSES = (PASS, FAIL, INFO, NOT_CHECKED)
+
+# What the gate proves, in every mode (in-process or --endpoint): the drafter resolved, shares the
+# target's embedding, runs under CUDA graphs, and its drafts are accepted at the recipe's
+# thresholds. A report missing any of them, or carrying one that did not PASS, does not pass, even
+# when the check says it does not gate. Other checks gate by their own `gating` field (the tuned
+# MoE config where the recipe expects one, the start or answer of the server, --lossless).
+REQUIRED_GATES = ("architectures", "draft shares target embedding", "CUDA graphs",
+                  "acceptance (temperature 0)")
+
+
+@dataclass
+class Check:
+    name: str
+    status: str      # PASS / FAIL / INFO (reported only) / NOT CHECKED (could not run; says why)
+    detail: str
+    gating: bool = True  # the verdict needs this check to PASS; INFO never gates
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status: {self.status!r} is not one of {', '.join(STATUSES)}")
+        if self.status == INFO:
+            self.gating = False
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+    @property
+    def gates(self) -> bool:
+        return self.gating or self.name in REQUIRED_GATES
+
+
+def passed(name: str, detail: str) -> Check:
+    return Check(name, PASS, detail)
+
+
+def failed(name: str, detail: str) -> Check:
+    return Check(name, FAIL, detail)
+
+
+def not_checked(name: str, why: str, gating: bool = True) -> Check:
+    return Check(name, NOT_CHECKED, why, gating)
+
+
+def unmet_gates(checks: list[Check]) -> list[str]:
+    """Why the checks do not pass, one entry per failed, unchecked or missing gate; [] = passed."""
+    unmet = [f"{c.name}: {c.status}" for c in checks
+             if c.failed or (c.gates and c.status != PASS)]
+    present = {c.name for c in checks}
+    unmet += [f"{name}: missing" for name in REQUIRED_GATES if name not in present]
+    return unmet
+
+
+def verdict(checks: list[Check]) -> bool:
+    """True only if every gating check ran and passed, the required ones included, and none failed."""
+    return not unmet_gates(checks)
+
+
+# What each field of a check holds in a report: anything else (a list for a name) is refused by
+# name before the verdict is derived.
+FIELD_TYPES = {"name": str, "status": str, "detail": str, "gating": bool}
+
+
+def checks_from_report(report: dict) -> list[Check]:
+    """The checks of a JSON report as write_report wrote them; ValueError names the bad field."""
+    entries = report.get("checks")
+    if not isinstance(entries, list) or not entries:
+        raise ValueError("checks: the verify report lists no checks")
+    names = {f.name for f in fields(Check)}
+    checks = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not {"name", "status", "detail"} <= entry.keys():
+            raise ValueError(f"checks[{i}]: not a check (needs name, status and detail)")
+        for key, kind in FIELD_TYPES.items():
+            if key in entry and not isinstance(entry[key], kind):
+                raise ValueError(f"checks[{i}].{key}: must be {kind.__name__} "
+                                 f"(got {type(entry[key]).__name__})")
+        try:
+            checks.append(Check(**{k: v for k, v in entry.items() if k in names}))
+        except ValueError as exc:
+            raise ValueError(f"checks[{i}].{exc}") from exc
+    return checks
