@@ -18,6 +18,20 @@ from forge.serving.recipes import load_all, load_recipe
 from forge.serving.serve import Interconnect, plan_multi_node, plan_serve
 
 FIXTURE = Path(__file__).parent / "fixtures" / "serve-commands.json"
+# Values that differ from the record on purpose: (recipe, section, key) -> (recorded, now, why).
+DELIBERATE = {
+    ("gemma-4-31b-it/h200", "thresholds", "min_acceptance_rate"): (
+        0.51, 0.5, "derived as (2.51 - 1) / 3 = 0.503, rounded: the file stated 0.51, one more "
+                   "than the relation recipes/README.md states (the length gate 2.51 binds)"),
+    ("gemma-4-31b-it/h200", "thresholds", "step_cost_source"): (
+        "measured: H200, vLLM 0.25.0, FP8, V2 runner, k=3, 31B shapes, 10 layers, dummy weights, "
+        "eager compile backend, every draft accepted: 4.60 ms per step against 2.76 ms plain, "
+        "2026-11-30 (recipes/gemma-4-31b-it/h200.sweep.md, docs/gpu-evidence.md §7)",
+        "measured: H200, vLLM 0.25.0, FP8, V2 runner, k=3, 31B shapes, 10 layers, dummy weights, "
+        "eager compile backend, every draft accepted: 4.60 ms per step against 2.76 ms plain, "
+        "2026-11-30 (recipes/gemma-4-31b-it.h200-sweep.md, docs/gpu-evidence.md §7)",
+        "the sweep's evidence moved beside the model's file"),
+}
 RELEASES = ("0.25.0", "0.27.1", "0.33.0")
 # Releases the admitted ranges are probed at (below, inside and past the checked range).
 PROBES = ("0.21.0", "0.24.0", "0.24.1", "0.25.0", "0.26.0", "0.29.0", "0.33.0", "0.33.1",
@@ -100,8 +114,17 @@ def test_every_recorded_serve_command_is_unchanged(recorded, current):
         assert current[key]["multi_node"] == facts["multi_node"], key
 
 
+def _as_now(recorded: dict) -> dict:
+    """The record with the deliberate differences applied (each checked to be the recorded one)."""
+    expected = json.loads(json.dumps(recorded))
+    for (key, section, name), (old, new, _why) in DELIBERATE.items():
+        assert expected[key][section][name] == old, (key, section, name)
+        expected[key][section][name] = new
+    return expected
+
+
 def test_every_recorded_recipe_value_is_unchanged(recorded, current):
-    for key, facts in recorded.items():
+    for key, facts in _as_now(recorded).items():
         for field, value in facts.items():
             if field not in ("single_node", "multi_node"):
                 assert current[key][field] == value, f"{key}: {field}"
