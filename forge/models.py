@@ -5,6 +5,12 @@ validated on load (errors name the file and the field).
     model = family.model("26b-a4b")          # or model_for_id("google/gemma-4-26B-A4B-it")
     model.moe                                # MoeShape(experts=128, intermediate=704, ...)
     family.text_config(model, layers=10)     # the config.json keys --dummy writes for the target
+
+How a family differs is data, never a branch on its name: the drafter is a checkpoint of its own
+(`drafter.loading: separate-checkpoint`, Gemma 4's assistant) or a head inside the target's
+(`in-checkpoint`, Qwen3.5's MTP layers), what it takes from the target (`drafter.shares`, one verify
+check each), where the MoE shape sits in config.json (`moe_keys`), whether the text config is nested
+(`config_types.text`), and the weight that switches the final norms off (`control_norm_zero_weight`).
 """
 from __future__ import annotations
 
@@ -21,12 +27,26 @@ from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
 
 MODELS_DIR = REPO_ROOT / "models"
 DRAFTER_LOADINGS = ("separate-checkpoint", "in-checkpoint")
+# What a drafter can take from its target, each a verify check ("draft shares target <what>").
+SHAREABLE = ("embedding", "lm_head")
 
 
 def _no_negative_counts(value: dict) -> str | None:
     """config.json sizes and counts: 0 means "none" (hidden_size_per_layer_input), never below."""
     bad = [k for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool) and v < 0]
     return f"{bad[0]}: must not be negative" if bad else None
+
+
+def _shares(value: dict) -> str | None:
+    """drafter.shares: {embedding|lm_head: [the log lines vLLM prints when the drafter takes it]}."""
+    if not value:
+        return "must name at least one of " + ", ".join(SHAREABLE)
+    for what, lines in value.items():
+        if what not in SHAREABLE:
+            return f"{what}: must be one of {', '.join(SHAREABLE)}"
+        if not (isinstance(lines, list) and lines and all(isinstance(x, str) and x for x in lines)):
+            return f"{what}: must be a list of one or more log lines"
+    return None
 
 
 RANGED_METHOD = {"vllm": Field(str, check=pep440_specifier), "method": Field(str)}
@@ -44,29 +64,48 @@ FAMILY_SCHEMA = {
     "vllm": Field(str, required=False, check=pep440_specifier),
     "architectures": Field({"targets": Field(ListOf(str, min_items=1)), "drafter": Field(str)}),
     "drafter": Field({"loading": Field(str, choices=DRAFTER_LOADINGS),
-                      "suffix": Field(str, required=False, default=""),
-                      "sharing_log_lines": Field(ListOf(str, min_items=1))}),
+                      # separate-checkpoint: the drafter's id is the target's plus this
+                      "suffix": Field(str, required=False),
+                      # in-checkpoint: the text config key counting the MTP layers
+                      "layers_key": Field(str, required=False),
+                      "shares": Field(dict, check=_shares)}),
     "speculative_methods": Field(ListOf(RANGED_METHOD, min_items=1)),
-    "config_types": Field({"target": Field(str), "assistant": Field(str, required=False)}),
+    # target: config.json's model_type; text: the nested text_config's (absent: a flat config);
+    # assistant: a separate drafter checkpoint's
+    "config_types": Field({"target": Field(str), "text": Field(str, required=False),
+                           "assistant": Field(str, required=False)}),
     "moe_activation": Field(str, required=False),
+    # The text config keys of the MoE shape; `enabled` (optional): the flag that turns the block on.
+    "moe_keys": Field({"enabled": Field(str, required=False), "experts": Field(str),
+                       "intermediate": Field(str), "top_k": Field(str)}, required=False),
     "control_norms": Field(ListOf(str, min_items=1)),
+    # The weight that makes those norms output zero (w * x: 0.0; (1 + w) * x: -1.0).
+    "control_norm_zero_weight": Field(float),
     "sampling": Field({"temperature": Field(float), "top_p": Field(float), "top_k": Field(int),
                        "source": Field(str)}),
     "layer_pattern": Field({"full_every": Field(int), "sliding": Field(str), "full": Field(str)}),
-    "weight_layout": Field(ListOf(LAYOUT_RULE, min_items=1)),
+    "weight_layout": Field(ListOf(LAYOUT_RULE), required=False, default=[]),
     "text_defaults": Field(dict, required=False, default={}),
     "dummy": Field({
         "directory_prefix": Field(str),
         "target_architecture": Field(str),
-        "assistant_architecture": Field(str),
+        "assistant_architecture": Field(str, required=False),
         "dtype": Field(str),
         "token_ids": Field({"bos": Field(int), "eos": Field(int), "pad": Field(int)}),
-        "assistant_text": Field(dict),
-        "centroids": Field(dict),
+        "assistant_text": Field(dict, required=False),
+        "centroids": Field(dict, required=False),
     }),
     "models": Field(dict),
 }
-MOE_KEYS = ("num_experts", "moe_intermediate_size", "top_k_experts")
+# What each way of loading the drafter needs stated, and what it must leave out.
+LOADING_FIELDS = {
+    "separate-checkpoint": {"needs": ("drafter.suffix", "config_types.assistant", "dummy.assistant_architecture",
+                                      "dummy.assistant_text", "dummy.centroids"),
+                            "refuses": ("drafter.layers_key",)},
+    "in-checkpoint": {"needs": ("drafter.layers_key",),
+                      "refuses": ("drafter.suffix", "config_types.assistant", "dummy.assistant_architecture",
+                                  "dummy.assistant_text", "dummy.centroids")},
+}
 
 
 @dataclass(frozen=True)
@@ -88,6 +127,7 @@ class Model:
     text: dict           # config.json keys of the target's text config, family defaults included
     assistant_heads: dict | None
     moe_activation: str | None = None
+    moe_keys: dict | None = None
 
     @property
     def layers(self) -> int:
@@ -95,11 +135,7 @@ class Model:
 
     @property
     def moe(self) -> MoeShape | None:
-        if not self.text.get("enable_moe_block"):
-            return None
-        return MoeShape(experts=self.text["num_experts"], intermediate=self.text["moe_intermediate_size"],
-                        hidden=self.text["hidden_size"], topk=self.text["top_k_experts"],
-                        activation=self.moe_activation or "")
+        return _moe_shape(self.text, self.moe_keys, self.moe_activation)
 
 
 @dataclass(frozen=True)
@@ -118,13 +154,21 @@ class Family:
         return self.values["architectures"]["drafter"]
 
     @property
-    def sharing_log_lines(self) -> list[str]:
-        """vLLM's log lines saying the drafter took the target's embedding (any release)."""
-        return self.values["drafter"]["sharing_log_lines"]
+    def drafter_loading(self) -> str:
+        return self.values["drafter"]["loading"]
+
+    @property
+    def shares(self) -> dict[str, list[str]]:
+        """What the drafter takes from the target -> vLLM's log lines saying it did (any release)."""
+        return self.values["drafter"]["shares"]
 
     @property
     def control_norms(self) -> list[str]:
         return self.values["control_norms"]
+
+    @property
+    def control_norm_zero_weight(self) -> float:
+        return self.values["control_norm_zero_weight"]
 
     @property
     def config_types(self) -> dict:
@@ -168,7 +212,11 @@ class Family:
         return self.models[name]
 
     def dummy_shapes(self) -> list[str]:
-        """Models --dummy can write: those whose assistant shape is known."""
+        """Models --dummy can write: those whose drafter shape is known (a separate drafter's
+        assistant_heads, or MTP layers counted in the target's own text config)."""
+        key = self.values["drafter"]["layers_key"]
+        if key:
+            return [name for name, m in self.models.items() if m.text.get(key)]
         return [name for name, m in self.models.items() if m.assistant_heads is not None]
 
     def layer_types(self, layers: int) -> list[str]:
@@ -187,15 +235,25 @@ class Family:
         return {**model.text, "num_hidden_layers": layers, "layer_types": self.layer_types(layers)}
 
     def target_config(self, model: Model, layers: int | None = None) -> dict:
-        """The config.json --dummy writes for the target."""
+        """The config.json --dummy writes for the target: flat, or with the text config nested
+        under text_config (config_types.text) as a multimodal checkpoint ships it."""
         dummy = self.values["dummy"]
         ids = dummy["token_ids"]
-        return {"architectures": [dummy["target_architecture"]], "model_type": self.config_types["target"],
-                **self.text_config(model, layers), "torch_dtype": dummy["dtype"], "dtype": dummy["dtype"],
-                "bos_token_id": ids["bos"], "eos_token_id": ids["eos"], "pad_token_id": ids["pad"]}
+        text = self.text_config(model, layers)
+        around = {"torch_dtype": dummy["dtype"], "dtype": dummy["dtype"], "bos_token_id": ids["bos"],
+                  "eos_token_id": ids["eos"], "pad_token_id": ids["pad"]}
+        head = {"architectures": [dummy["target_architecture"]], "model_type": self.config_types["target"]}
+        nested = self.config_types["text"]
+        if nested is None:
+            return {**head, **text, **around}
+        untied = {k: text[k] for k in ("tie_word_embeddings",) if k in text}
+        return {**head, "text_config": {"model_type": nested, **text, **around}, **untied, **around}
 
     def assistant_config(self, model: Model, centroids: bool = False) -> dict:
         """The config.json --dummy writes for the drafter (the target's assistant)."""
+        if self.drafter_loading == "in-checkpoint":
+            raise ValueError(f"{self.source}: drafter.loading: in-checkpoint: {model.label}'s drafter is "
+                             f"inside its checkpoint (no assistant config of its own)")
         if model.assistant_heads is None:
             raise ValueError(f"{self.source}: models.{model.name}.assistant_heads: no assistant "
                              f"shape for {model.label}")
@@ -211,19 +269,23 @@ class Family:
         return config
 
     def write_dummy_models(self, root: Path | str, layers: int | None = None, shape: str | None = None,
-                           centroids: bool = False) -> tuple[Path, Path]:
-        """Write target and assistant config.json under root; return (target_dir, assistant_dir)."""
+                           centroids: bool = False) -> tuple[Path, Path | None]:
+        """Write target and assistant config.json under root; return (target_dir, assistant_dir).
+        A drafter inside the checkpoint has no directory of its own: assistant_dir is None."""
         model = self.model(shape or self.dummy_shapes()[0])
-        target = self.target_config(model, layers)
+        if centroids and self.values["dummy"]["centroids"] is None:
+            raise ValueError(f"{self.source}: dummy.centroids: {self.name} has no centroid-masked drafter")
+        layers = model.layers if layers is None else layers
         suffix = "-centroids" if centroids else ""
         root, prefix = Path(root), self.values["dummy"]["directory_prefix"]
-        target_dir = root / f"{prefix}-{model.name}-L{target['num_hidden_layers']}"
-        assistant_dir = root / f"{prefix}-{model.name}-assistant{suffix}"
-        for directory, config in ((target_dir, target),
-                                  (assistant_dir, self.assistant_config(model, centroids))):
+        written = [(root / f"{prefix}-{model.name}-L{layers}", self.target_config(model, layers))]
+        if self.drafter_loading == "separate-checkpoint":
+            written.append((root / f"{prefix}-{model.name}-assistant{suffix}",
+                            self.assistant_config(model, centroids)))
+        for directory, config in written:
             directory.mkdir(parents=True, exist_ok=True)
             (directory / "config.json").write_text(json.dumps(config, indent=1) + "\n")
-        return target_dir, assistant_dir
+        return written[0][0], (written[1][0] if len(written) > 1 else None)
 
 
 def models_dir() -> Path:
@@ -242,10 +304,32 @@ def parse_family(data, source: str, name: str) -> Family:
     values = validate(data, FAMILY_SCHEMA, source)
     if values["family"] != name:
         raise ForgeError(f"{source}: family: must match the file name {name!r} (got {values['family']!r})")
+    _check_loading(values, source)
     models = {str(key): _parse_model(str(key), body, values, source) for key, body in values["models"].items()}
     if not models:
         raise ForgeError(f"{source}: models: must name at least one model")
     return Family(name=name, source=source, values=values, models=models)
+
+
+def _check_loading(values: dict, source: str) -> None:
+    """What the drafter's way of loading needs stated, and what it must leave out."""
+    loading = values["drafter"]["loading"]
+    for path in LOADING_FIELDS[loading]["needs"]:
+        section, key = path.split(".")
+        if values[section][key] is None:
+            raise ForgeError(f"{source}: {path}: required for drafter.loading {loading}")
+    for path in LOADING_FIELDS[loading]["refuses"]:
+        section, key = path.split(".")
+        if values[section][key] is not None:
+            raise ForgeError(f"{source}: {path}: not for drafter.loading {loading}")
+
+
+def _moe_shape(text: dict, keys: dict | None, activation: str | None) -> MoeShape | None:
+    """The MoE shape a text config states, read through the family's moe_keys (None: dense)."""
+    if keys is None or (keys["enabled"] and not text.get(keys["enabled"])) or not text.get(keys["experts"]):
+        return None
+    return MoeShape(experts=text[keys["experts"]], intermediate=text[keys["intermediate"]],
+                    hidden=text["hidden_size"], topk=text[keys["top_k"]], activation=activation or "")
 
 
 def _parse_model(name: str, body, family: dict, source: str) -> Model:
@@ -257,14 +341,20 @@ def _parse_model(name: str, body, family: dict, source: str) -> Model:
         if not isinstance(text.get(key), int) or text[key] < 1:
             raise ForgeError(f"{source}: {where}.text.{key}: must be a positive integer "
                              f"(got {text.get(key)!r})")
-    if text.get("enable_moe_block"):
-        missing = [k for k in MOE_KEYS if not isinstance(text.get(k), int)]
+    keys = family["moe_keys"]
+    if keys and ((keys["enabled"] and text.get(keys["enabled"])) or (not keys["enabled"] and keys["experts"] in text)):
+        missing = [keys[k] for k in ("experts", "intermediate", "top_k") if not isinstance(text.get(keys[k]), int)]
         if missing:
             raise ForgeError(f"{source}: {where}.text.{missing[0]}: required for an MoE model")
         if not family["moe_activation"]:
             raise ForgeError(f"{source}: moe_activation: required: {name} is an MoE model")
+    layers_key = family["drafter"]["layers_key"]
+    if layers_key is not None and not (isinstance(text.get(layers_key), int) and text[layers_key] >= 1):
+        raise ForgeError(f"{source}: {where}.text.{layers_key}: must be a positive integer: the drafter's "
+                         f"layers (drafter.layers_key) (got {text.get(layers_key)!r})")
     return Model(name=name, label=item["label"], ids=tuple(item["ids"]), source=item["source"], text=text,
-                 assistant_heads=item["assistant_heads"], moe_activation=family["moe_activation"])
+                 assistant_heads=item["assistant_heads"], moe_activation=family["moe_activation"],
+                 moe_keys=keys)
 
 
 def family_names(root: Path | str | None = None) -> list[str]:

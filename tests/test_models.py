@@ -23,9 +23,9 @@ def test_the_gemma4_family_states_what_the_code_used_to_hard_wire():
     assert GEMMA4.drafter_architecture == "Gemma4MTPModel"
     assert "Gemma4ForCausalLM" in GEMMA4.target_architectures
     assert GEMMA4.control_norms == ["model.norm"]
-    assert GEMMA4.config_types == {"target": "gemma4_text", "assistant": "gemma4_assistant"}
+    assert GEMMA4.config_types == {"target": "gemma4_text", "text": None, "assistant": "gemma4_assistant"}
     assert GEMMA4.drafter_id("google/gemma-4-31B-it") == "google/gemma-4-31B-it-assistant"
-    assert [m.label for _, m in moe_models()] == ["Gemma-4-26B-A4B"]
+    assert [m.label for _, m in moe_models()] == ["Gemma-4-26B-A4B", "Qwen3.6-35B-A3B"]
 
 
 def test_ranged_facts_are_read_per_release():
@@ -42,7 +42,7 @@ def test_ranged_facts_are_read_per_release():
 def test_every_recipe_finds_its_model_in_a_family():
     for recipe in load_all():
         family, model = recipe.family_model
-        assert family.name == "gemma4"
+        assert family.name == ("qwen3_5_moe" if recipe.name.startswith("qwen") else "gemma4")
         assert recipe.base_model in model.ids
         # only a model with experts may name a MoE config (the A100's Marlin path names none)
         assert recipe.moe_config is None or model.moe is not None, recipe.path

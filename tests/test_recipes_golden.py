@@ -6,7 +6,9 @@ file per model). It holds, for every (recipe, target): the single-node `build.py
 vLLM 0.25.0, 0.27.1, 0.33.0 and the recipe's lowest admitted release, the multi-node argv where a
 layout exists, and everything verify and bench read from a recipe (engine kwargs with and
 without the drafter, cli args, env, thresholds, expect, sampling, moe_config per tensor parallel
-size, the releases it admits). The recipes may be reorganised freely; what they serve may not
+size, the releases it admits). The qwen3.6-35b-a3b entries were recorded the same way from the
+code of the branch that added them (commit cb74f98, its per-target files), before they were
+converted to one file. The recipes may be reorganised freely; what they serve may not
 change without this file changing with it, on purpose, in the same commit.
 """
 import json

@@ -63,7 +63,8 @@ def test_serve_command_passes_the_releases_parser(name, target, version):
     spec = json.loads(args[args.index("--speculative-config") + 1])
     assert set(spec) <= release.speculative_fields
     assert spec["method"] in release.speculative_methods
-    assert spec["model"] == recipe.drafter
+    # no `model` where the drafter is inside the checkpoint (vLLM then takes the target's)
+    assert spec.get("model") == recipe.drafter
     # the same settings as vllm.LLM kwargs are EngineArgs fields of that release
     assert set(recipe.engine_kwargs()) <= release.engine_fields
     # every variable the command sets is one the release reads

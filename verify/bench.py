@@ -43,7 +43,13 @@ from forge.errors import ForgeError
 from forge.files import check_output_dir
 from forge.serving.acceptance import parse_profile
 from verify import bench_report, controls
-from verify.dummy_models import encode_without_tokenizer, full_layers, resolve_shape, write_dummy_models
+from verify.dummy_models import (
+    encode_without_tokenizer,
+    full_layers,
+    recipe_shape,
+    resolve_shape,
+    write_dummy_models,
+)
 from verify.prompts import gate_prompts, load_prompts
 from verify.report import UNKNOWN, checked_versions, unknown_versions
 from verify.vllm_logs import parse_engine_log
@@ -64,9 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"comma-separated dtype[-mtpK] (default {DEFAULT_CONFIGS})")
     p.add_argument("--runners", default="v1,v2", help="model runners to measure (default v1,v2)")
     p.add_argument("--dummy", action="store_true",
-                   help="Gemma 4 shapes, dummy weights, agreeing and random model per window")
-    p.add_argument("--shape", help="with --dummy: a model of models/<family>.yaml with an assistant "
-                   "shape (default: the first listed)")
+                   help="the recipe's family's published shapes, dummy weights, agreeing and random model per window")
+    p.add_argument("--shape", help="with --dummy: a model of the recipe's models/<family>.yaml with a "
+                   "drafter shape (default: the recipe's model, else the family's first)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: real depth)")
     p.add_argument("--engine", action="append", default=[],
                    help="one more engine: name=N,dtype=fp8|bf16|auto,k=K,runner=v1|v2|default,"
@@ -105,7 +111,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", default="bench-out")
     p.add_argument("--timeout", type=int, default=1500, help="seconds for all engines together")
     args = p.parse_args(argv)
-    if args.dummy:  # the shapes are data (models/): checked here, not by argparse, so --help needs none
+    if args.dummy and args.shape:  # the shapes are data (models/): checked here, not by argparse
         try:
             args.shape = resolve_shape(args.shape)
         except ValueError as exc:
@@ -193,7 +199,7 @@ def windows(args, prompts: dict) -> list[dict]:
 
 
 def _all_windows(args, prompts: dict) -> list[dict]:
-    encode = encode_without_tokenizer if args.dummy else (lambda text: text)
+    encode = (lambda text: encode_without_tokenizer(text, args.shape)) if args.dummy else (lambda text: text)
     gate = [encode(text) for _, text in gate_prompts(prompts)]
     greedy = {"temperature": 0.0, "ignore_eos": args.dummy}
     return [
@@ -215,7 +221,7 @@ def _all_windows(args, prompts: dict) -> list[dict]:
 def _continuation(args, prompts: dict):
     """The second turn's own tokens (no BOS: it continues the first turn's context)."""
     text = " " + prompts["followup"]["second"]
-    return encode_without_tokenizer(text)[1:] if args.dummy else text
+    return encode_without_tokenizer(text, args.shape)[1:] if args.dummy else text
 
 
 def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
@@ -230,10 +236,11 @@ def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
     if args.dummy:
         target_dir, draft_dir = write_dummy_models(out / "models", args.layers, args.shape)
         kwargs.update(model=str(target_dir), load_format="dummy", skip_tokenizer_init=True)
-        if k:
+        if k and draft_dir is not None:  # None: the drafter is inside the target's checkpoint
             kwargs["speculative_config"]["model"] = str(draft_dir)
         controls.install_plugin(out / "plugin")
-        env.update(controls.engine_env((out / "plugin").resolve(), ROOT))
+        env.update(controls.engine_env((out / "plugin").resolve(), ROOT,
+                                       family=recipe.family_model[0].name))
     if args.model:
         kwargs["model"] = args.model
     if args.drafter and k:
@@ -508,6 +515,11 @@ def main(argv=None) -> int:
             from verify.mtp_smoke import detect_target
             args.target = detect_target()
         recipe = load_recipe(args.recipe, args.target)
+        if args.dummy:
+            try:
+                args.shape = recipe_shape(recipe, args.shape)
+            except ValueError as exc:
+                raise ForgeError(str(exc)) from None
         report = {"recipe": recipe.name, "target": recipe.target, "dummy": args.dummy,
                   "shape": args.shape if args.dummy else None,
                   "layers": (args.layers or full_layers(args.shape)) if args.dummy else "checkpoint",

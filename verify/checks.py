@@ -38,23 +38,42 @@ def check_architectures(facts: EngineLogFacts, family: Family) -> Check:
                                    f"and {draft}; log resolved {', '.join(facts.architectures) or 'nothing'}")
 
 
-def check_shared_embedding(facts: EngineLogFacts, v2_runner: bool, family: Family) -> Check:
-    """The drafter took the target's embedding: one of the family's sharing lines in the log
-    (each release and proposer words it its own way), and no 'Keeping separate' line."""
-    name = "draft shares target embedding"
-    if facts.separate_embedding_lines:
-        return failed(name, f"draft keeps its own embedding: {facts.separate_embedding_lines[0]}")
+def shared_check_name(what: str) -> str:
+    """The check of one thing a drafter takes from its target (models/<family>.yaml drafter.shares)."""
+    return f"draft shares target {what}"
+
+
+def shared_check_names(family: Family) -> list[str]:
+    return [shared_check_name(what) for what in family.shares]
+
+
+# vLLM's words for a drafter that keeps its own copy (llm_base_proposer.py, 0.21.0-0.33.0).
+SEPARATE_LINES = {"embedding": "separate_embedding_lines", "lm_head": "separate_lm_head_lines"}
+
+
+def check_shared(facts: EngineLogFacts, v2_runner: bool, family: Family, what: str) -> Check:
+    """The drafter took the target's `what` (embedding, lm_head): one of the family's lines for it in
+    the log (each release and proposer words it its own way), and no 'Keeping separate' line."""
+    name = shared_check_name(what)
+    separate = getattr(facts, SEPARATE_LINES[what])
+    if separate:
+        return failed(name, f"draft keeps its own {what}: {separate[0]}")
     said = [line for line in facts.embedding_sharing_lines
-            if any(wording in line for wording in family.sharing_log_lines)]
+            if any(wording in line for wording in family.shares[what])]
     if said:
         return passed(name, f"log: {said[0]}")
     if v2_runner:
         # The V2 runner's speculator always shares and logs nothing about it.
         return passed(name, "V2 model runner: the speculator always shares "
-                            "(no 'Keeping separate embedding weights' line)")
-    return failed(name, f"none of {family.source}'s drafter.sharing_log_lines in the log"
+                            f"(no 'Keeping separate {what} weights' line)")
+    return failed(name, f"none of {family.source}'s drafter.shares.{what} lines in the log"
                         + (f" (it said: {facts.embedding_sharing_lines[0]})"
                            if facts.embedding_sharing_lines else ""))
+
+
+def check_shared_embedding(facts: EngineLogFacts, v2_runner: bool, family: Family) -> Check:
+    """check_shared for the embedding, the one every family's drafter shares (a required gate)."""
+    return check_shared(facts, v2_runner, family, "embedding")
 
 
 def check_cuda_graphs(facts: EngineLogFacts, reported_mode: str | None) -> Check:

@@ -6,9 +6,12 @@ seen failing. This plugin makes them agree, without changing any vLLM code path 
 - It wraps `DummyModelLoader.load_weights` (vLLM's `load_format="dummy"`): after vLLM's own
   dummy init it records every final RMSNorm of the model just loaded (the family's
   `control_norms` in models/<family>.yaml; Gemma 4: `model.norm` of Gemma4ForCausalLM and
-  Gemma4MTP). Gemma 4's RMSNorm multiplies by its weight (no 1 + w offset), so a zero weight
-  makes the final hidden state zero, the logits zero (final soft-capping keeps 0 at 0) and greedy
-  decoding pick token 0 in target and drafter alike: every draft is accepted.
+  Gemma4MTP) and, for the agreeing model, sets them to the family's `control_norm_zero_weight`,
+  the weight that makes the norm's output zero: 0 for Gemma 4's RMSNorm (w * x), -1 for the
+  GemmaRMSNorm of Qwen3.5 ((1 + w) * x). The final hidden state is then zero, the logits zero
+  (Gemma's final soft-capping keeps 0 at 0) and greedy decoding picks token 0 in target and
+  drafter alike: every draft is accepted. The family comes from $VLLM_FORGE_CONTROL_FAMILY
+  (verify sets it from the recipe).
 - Centroid-masked drafters (`use_ordered_embeddings: true`, gemma4_mtp.py's
   Gemma4MTPMaskedEmbedder): the drafter scores only the tokens of its top-32 centroids, listed
   by the integer buffer `token_ordering`. vLLM's dummy init fills floating-point tensors only
@@ -41,11 +44,12 @@ ENTRY_POINT_GROUP = "vllm.general_plugins"
 PLUGIN_NAME = "vllm_forge_controls"
 DIST_NAME = "vllm_forge_controls-1.0"
 ENV_INITIAL = "VLLM_FORGE_CONTROL"
+ENV_FAMILY = "VLLM_FORGE_CONTROL_FAMILY"
 RPC_METHOD = "forge_set_agreement"
 # (module, original weight clone) for every final norm; (buffer, valid ordering) per drafter.
 _NORMS: list = []
 _ORDERINGS: list = []
-_STATE = {"agree": False}
+_STATE: dict = {"agree": False, "zero_weight": 0.0}
 
 
 def install_plugin(directory: Path | str) -> Path:
@@ -61,10 +65,27 @@ def install_plugin(directory: Path | str) -> Path:
     return dist_info
 
 
-def engine_env(plugin_dir: Path | str, repo_root: Path | str, initial: str = "random") -> dict:
-    """Environment for an engine process that loads the plugin."""
+def engine_env(plugin_dir: Path | str, repo_root: Path | str, initial: str = "random",
+               family: str | None = None) -> dict:
+    """Environment for an engine process that loads the plugin; `family`: the models/<family>.yaml
+    whose norms it switches (the recipe's)."""
     path = [str(plugin_dir), str(repo_root)] + [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
-    return {"PYTHONPATH": ":".join(path), ENV_INITIAL: initial}
+    return {"PYTHONPATH": ":".join(path), ENV_INITIAL: initial, **({ENV_FAMILY: family} if family else {})}
+
+
+def control_norms(family: str | None = None) -> tuple[list[str], float]:
+    """(the final norms' module names, the weight that zeroes them) of `family`; without one, every
+    family's norms, which must then agree on the weight."""
+    from forge.errors import ForgeError
+    from forge.models import family_names, load_family
+
+    families = [load_family(family)] if family else [load_family(name) for name in family_names()]
+    weights = {f.control_norm_zero_weight for f in families}
+    if len(weights) != 1:
+        raise ForgeError(f"${ENV_FAMILY} unset and the families zero their norms differently "
+                         f"({', '.join(f'{f.name}: {f.control_norm_zero_weight}' for f in families)}): "
+                         f"name the family")
+    return sorted({norm for f in families for norm in f.control_norms}), weights.pop()
 
 
 def final_norm_names(module_names: list[str], norms: list[str] | None = None) -> list[str]:
@@ -81,6 +102,13 @@ def _every_control_norm() -> list[str]:
     from forge.models import family_names, load_family
 
     return sorted({norm for name in family_names() for norm in load_family(name).control_norms})
+
+
+def agreeing_weight(original, zero_weight: float):
+    """The agreeing model's norm weight: `zero_weight` everywhere, in the original's dtype."""
+    import torch
+
+    return torch.full_like(original, zero_weight)
 
 
 def register() -> None:
@@ -108,7 +136,8 @@ def _record(model) -> None:
     import torch
 
     modules = dict(model.named_modules())
-    for name in final_norm_names(list(modules)):
+    norms, _STATE["zero_weight"] = control_norms(os.environ.get(ENV_FAMILY) or None)
+    for name in final_norm_names(list(modules), norms):
         weight = getattr(modules[name], "weight", None)
         if weight is not None:
             _NORMS.append((weight, weight.detach().clone()))
@@ -129,7 +158,7 @@ def set_agreement(on: bool) -> dict:
 
     with torch.no_grad():
         for weight, original in _NORMS:
-            weight.copy_(torch.zeros_like(original) if on else original)
+            weight.copy_(agreeing_weight(original, _STATE["zero_weight"]) if on else original)
         for ordering, valid, per_centroid in _ORDERINGS:
             ordering.copy_(valid)
             if on:

@@ -2,7 +2,7 @@
 (vLLM `load_format="dummy"`) where no checkpoint is at hand.
 
 The shapes and their public sources live in models/<family>.yaml (forge/models.py writes the
-configs); a shape is named by its model there (26b-a4b, 31b). `layers` may be cut below the real
+configs); a shape is named by its model there (26b-a4b, 31b, 35b-a3b). `layers` may be cut below the real
 depth to fit several engines on one GPU; every figure states it. `centroids=True` sets
 `use_ordered_embeddings` (centroid-masked drafter logits) to exercise that path. Without a shape
 the first dummy shape of the first family is written.
@@ -37,6 +37,22 @@ def resolve_shape(shape: str | None) -> str:
     return family_of(shape)[1]
 
 
+def recipe_shape(recipe, shape: str | None = None) -> str:
+    """The shape --dummy writes for a recipe: `shape` if the recipe's family has it, else the
+    recipe's own model where it has a drafter shape, else the family's first."""
+    family, model = recipe.family_model
+    shapes = family.dummy_shapes()
+    if shape is not None:
+        if shape not in shapes:
+            raise ValueError(f"--shape {shape}: not a dummy shape of {recipe.name}'s family {family.name} "
+                             f"({family.source}: {', '.join(shapes) or 'none'})")
+        return shape
+    if not shapes:
+        raise ValueError(f"{family.source}: no model of the {family.name} family has a drafter shape "
+                         f"for --dummy")
+    return model.name if model.name in shapes else shapes[0]
+
+
 def full_layers(shape: str | None = None) -> int:
     family, name = family_of(shape)
     return family.model(name).layers
@@ -53,8 +69,9 @@ def assistant_config(shape: str | None = None, centroids: bool = False) -> dict:
 
 
 def write_dummy_models(root: Path | str, layers: int | None = None, shape: str | None = None,
-                       centroids: bool = False) -> tuple[Path, Path]:
-    """Write target and assistant config.json under root; return (target_dir, assistant_dir)."""
+                       centroids: bool = False) -> tuple[Path, Path | None]:
+    """Write target and assistant config.json under root; return (target_dir, assistant_dir), the
+    latter None where the family's drafter is inside the target's checkpoint."""
     family, name = family_of(shape)
     return family.write_dummy_models(root, layers, name, centroids)
 

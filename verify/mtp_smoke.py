@@ -10,8 +10,8 @@ check passes; writes a JSON report and prints a short table.
 In-process mode starts vLLM (vllm.LLM, the recipe's settings) in a child process whose log is
 captured, so a failed start is a failed check naming the root-cause line. Acceptance is taken
 over the verify window only (metric deltas), at temperature 0; the recipe's own sampling is
-reported beside it. --dummy writes Gemma 4 shaped configs (--shape 26b-a4b or 31b) and loads
-dummy weights, and then runs the gate twice on one engine, as controls (verify/controls.py): on
+reported beside it. --dummy writes configs of the recipe's model family with published shapes
+(models/<family>.yaml; --shape picks another of that family, e.g. 31b) and loads dummy weights, and then runs the gate twice on one engine, as controls (verify/controls.py): on
 an agreeing model (target and drafter made to agree; the gate must PASS) and on the random one
 (the gate must FAIL). If either control goes the wrong way, verify itself is broken: exit 3.
 With --lossless, a second engine without the drafter runs beside it and greedy outputs must be
@@ -37,7 +37,7 @@ from forge.files import check_output_dir
 from forge.targets import target_for_device
 from verify import checks as gate
 from verify import controls
-from verify.dummy_models import encode_without_tokenizer, resolve_shape, write_dummy_models
+from verify.dummy_models import encode_without_tokenizer, recipe_shape, resolve_shape, write_dummy_models
 from verify.metrics import MetricsError, SpecCounters, counters_from_prometheus, counters_from_snapshot
 from verify.prompts import gate_prompts, load_prompts
 from verify.report import (
@@ -71,9 +71,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--server-log", help="with --endpoint: that server's log, for the log checks (without it "
                         "they cannot run and the report cannot pass)")
     p.add_argument("--dummy", action="store_true",
-                   help="Gemma 4 shapes, dummy weights, positive and negative controls")
-    p.add_argument("--shape", help="with --dummy: a model of models/<family>.yaml with an assistant "
-                   "shape (default: the first listed)")
+                   help="the recipe's family's published shapes, dummy weights, positive and negative controls")
+    p.add_argument("--shape", help="with --dummy: a model of the recipe's models/<family>.yaml with a "
+                   "drafter shape (default: the recipe's model, else the family's first)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: the real depth)")
     p.add_argument("--centroids", action="store_true",
                    help="with --dummy: a centroid-masked drafter (use_ordered_embeddings)")
@@ -96,7 +96,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="sha256 digest (or NAME@sha256:...) of the image under test, recorded in "
                         f"the report for build.py publish (default ${DIGEST_ENV})")
     args = p.parse_args(argv)
-    if args.dummy:  # the shapes are data (models/): checked here, not by argparse, so --help needs none
+    if args.dummy and args.shape:  # the shapes are data (models/): checked here, not by argparse
         try:
             args.shape = resolve_shape(args.shape)
         except ValueError as exc:
@@ -160,10 +160,11 @@ def engine_setup(recipe, args, out: Path, speculative: bool = True) -> tuple[dic
         target_dir, draft_dir = write_dummy_models(out / "models", args.layers, args.shape,
                                                    args.centroids)
         kwargs.update(model=str(target_dir), load_format="dummy", skip_tokenizer_init=True)
-        if speculative:
+        if speculative and draft_dir is not None:  # None: the drafter is inside the target's checkpoint
             kwargs["speculative_config"] = {**kwargs["speculative_config"], "model": str(draft_dir)}
         controls.install_plugin(out / "plugin")
-        env.update(controls.engine_env((out / "plugin").resolve(), ROOT))
+        env.update(controls.engine_env((out / "plugin").resolve(), ROOT,
+                                       family=recipe.family_model[0].name))
     if args.model:
         kwargs["model"] = args.model
     if args.drafter and speculative:
@@ -183,7 +184,7 @@ def engine_setup(recipe, args, out: Path, speculative: bool = True) -> tuple[dic
 
 
 def prompt_inputs(args, texts: list[str]) -> list:
-    return [encode_without_tokenizer(t) for t in texts] if args.dummy else texts
+    return [encode_without_tokenizer(t, args.shape) for t in texts] if args.dummy else texts
 
 
 def run_worker(spec: dict, work: Path, label: str, timeout: int) -> tuple[dict, str]:
@@ -299,8 +300,10 @@ def log_checks(facts: EngineLogFacts, recipe, runner_v2: bool, mode: str | None)
     # The engine's own tensor parallel size picks the file: N = 704 / TP (a multi-node layout).
     moe = recipe.moe_config_for(facts.tensor_parallel_size or 1)
     expect = recipe.expect
-    return [gate.check_architectures(facts, recipe.family_model[0]),
-            gate.check_shared_embedding(facts, runner_v2, recipe.family_model[0]),
+    family = recipe.family_model[0]
+    # what the family's drafter takes from the target: one check each (models/<family>.yaml)
+    shared = [gate.check_shared(facts, runner_v2, family, what) for what in family.shares]
+    return [gate.check_architectures(facts, family), *shared,
             gate.check_cuda_graphs(facts, mode),
             gate.check_moe_config(facts, moe.name if moe else None,
                                   tuned_config_expected(moe, facts.vllm_version)),
@@ -344,8 +347,10 @@ def _token_ids(result: dict, name: str = "greedy") -> list[list[int]] | None:
 # Endpoint: a running OpenAI-compatible vLLM server
 
 # The checks read from the server's log (--server-log): without it they cannot run.
-LOG_CHECKS = ("architectures", "draft shares target embedding", "CUDA graphs", "tuned MoE config",
-              "quantization", "MoE backend", "attention backend")
+def log_check_names(recipe) -> list[str]:
+    """log_checks' names, in its order: the family's drafter.shares checks after the architectures."""
+    return ["architectures", *gate.shared_check_names(recipe.family_model[0]), "CUDA graphs",
+            "tuned MoE config", "quantization", "MoE backend", "attention backend"]
 
 
 class EndpointError(Exception):
@@ -429,12 +434,14 @@ def server_release(server: Endpoint) -> tuple[str | None, str]:
 
 def server_log_checks(recipe, server_log: str | None) -> list[Check]:
     if not server_log:
-        return [not_checked(name, "needs the server's log: pass --server-log") for name in LOG_CHECKS]
+        return [not_checked(name, "needs the server's log: pass --server-log")
+                for name in log_check_names(recipe)]
     try:
         text = Path(server_log).read_text(errors="replace")
     except OSError as exc:
         return ([failed("server log", f"--server-log {server_log}: {exc.strerror}")]
-                + [not_checked(name, "the server's log could not be read") for name in LOG_CHECKS])
+                + [not_checked(name, "the server's log could not be read")
+                   for name in log_check_names(recipe)])
     facts = parse_engine_log(text)
     return log_checks(facts, recipe, facts.v2_runner, None)
 
@@ -472,7 +479,7 @@ def endpoint_checks(recipe, args) -> tuple[list[Check], dict]:
     except EndpointError as exc:
         why = "not run: the server did not answer"
         return ([failed("server answers", str(exc))]
-                + [not_checked(name, why) for name in (*LOG_CHECKS, "acceptance (temperature 0)")]
+                + [not_checked(name, why) for name in (*log_check_names(recipe), "acceptance (temperature 0)")]
                 + [not_checked("acceptance (recipe sampling)", why, gating=False)]), context
     release, release_note = server_release(server)
     # The server runs in another process: its GET /version names its vLLM release, nothing else.
@@ -529,7 +536,9 @@ def main(argv=None) -> int:
     try:
         out = check_output_dir(args.out, "--out")
         recipe = load_recipe(args)
-    except ForgeError as exc:
+        if args.dummy:
+            args.shape = recipe_shape(recipe, args.shape)
+    except (ForgeError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)  # only once the arguments are known to be good

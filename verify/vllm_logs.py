@@ -11,6 +11,7 @@ RESOLVED_ARCH = re.compile(r"Resolved architecture: (\w+)")
 # (models/<family>.yaml, drafter.sharing_log_lines): each release and proposer says it its own way.
 SHARING_LINE = re.compile(r"\] ([^\n]*[Ss]haring target model[^\n]*)")
 SEPARATE_EMBEDDINGS = re.compile(r"[^\n]*Keeping separate embedding weights[^\n]*")
+SEPARATE_LM_HEAD = re.compile(r"[^\n]*Keeping separate lm_head weights[^\n]*")
 # The engine's config line: "... 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>".
 # An API server logs its arguments first, before vLLM resolves the mode ("'cudagraph_mode': None"):
 # the resolved mode is the last one named.
@@ -50,6 +51,7 @@ class EngineLogFacts:
     architectures: list[str] = field(default_factory=list)
     embedding_sharing_lines: list[str] = field(default_factory=list)
     separate_embedding_lines: list[str] = field(default_factory=list)
+    separate_lm_head_lines: list[str] = field(default_factory=list)
     cudagraph_mode: str | None = None
     enforce_eager: bool | None = None
     graph_capture_s: float | None = None
@@ -78,6 +80,7 @@ def parse_engine_log(text: str) -> EngineLogFacts:
     facts.architectures = _unique(RESOLVED_ARCH.findall(text))
     facts.embedding_sharing_lines = _unique(line.strip() for line in SHARING_LINE.findall(text))
     facts.separate_embedding_lines = [_strip_prefix(m) for m in SEPARATE_EMBEDDINGS.findall(text)]
+    facts.separate_lm_head_lines = [_strip_prefix(m) for m in SEPARATE_LM_HEAD.findall(text)]
     modes = [m for m in CUDAGRAPH_MODE.findall(text) if m != "None"]
     facts.cudagraph_mode = modes[-1] if modes else None
     eager = ENFORCE_EAGER.search(text)
@@ -117,7 +120,8 @@ def root_cause(text: str) -> str | None:
     # vLLM's front end re-raises an engine core's death as "Engine core initialization failed.
     # See root cause above.": the cause is the error printed before that wrapper.
     causes = [e for e in errors if "See root cause above" not in e]
-    return (causes or errors or [None])[-1]
+    found = causes or errors
+    return found[-1] if found else None
 
 
 def _strip_prefix(line: str) -> str:

@@ -8,7 +8,7 @@ JSON under vLLM's own file name (E=128,N=704,device_name=...[,dtype=fp8_w8a8].js
 reads from $VLLM_TUNED_CONFIG_FOLDER: no source patch needed (docs/reference.md §2).
 
 Two steps, because the GPU host has no checkout to commit from:
-  on the GPU:  build.py tune-moe --dtype bf16 --batch-sizes 1,8,64,256 --results R.json
+  on the GPU:  build.py tune-moe --dtype bf16 --recipe R --target T --batch-sizes 1,8,64,256 --results R.json
   here:        build.py tune-moe --import-results R.json   (writes patches/moe-configs/<name>,
                registers it in patches/series.yaml as a moe-config patch with provenance)
 torch, triton and vllm are imported only by the GPU step.
