@@ -484,3 +484,46 @@ def test_known_failures_file_is_validated(tmp_path):
     assert recipes.known_failure("google/gemma-4-26B-A4B-it", "nvfp4", 2, root).startswith(
         "google/gemma-4-26B-A4B-it nvfp4 at tensor parallel 2 fails upstream, vLLM #39595")
     assert recipes.known_failure("google/gemma-4-26B-A4B-it", "fp8", 2, root) is None
+
+
+# --- one file per model: defaults, overrides and what the code derives -------------------------
+
+def test_overrides_merge_into_the_defaults_key_by_key():
+    defaults = {"serve": {"max_num_seqs": 64, "model_runner": "v2"}, "moe_config": {"expected": False},
+                "serve_list": ["--a"]}
+    overrides = {"serve": {"max_num_seqs": 32}, "moe_config": None, "serve_list": ["--b"]}
+    assert recipes.merged(defaults, overrides) == {
+        "serve": {"max_num_seqs": 32, "model_runner": "v2"}, "moe_config": None, "serve_list": ["--b"]}
+    assert defaults["serve"]["max_num_seqs"] == 64          # the defaults are not changed
+    # on the real files: gb10 overrides the sizes and keeps the runner; a100 drops the MoE config
+    gb10, a100 = load_recipe("gemma-4-26b-a4b-it", "gb10"), load_recipe("gemma-4-26b-a4b-it", "a100")
+    assert (gb10.serve.max_num_seqs, gb10.serve.model_runner, a100.serve.max_num_seqs) == (32, "v2", 64)
+    assert a100.moe_config is None and gb10.moe_config is not None
+
+
+@pytest.mark.parametrize("speedup,cost,k,length,rate", [
+    (1.5, 1.81, 4, 2.72, 0.43), (1.5, 1.82, 3, 2.73, 0.58), (1.1, 2.96, 3, 3.26, 0.75),
+    (1.2, 1.82, 2, 2.19, 0.6), (1.0, 2.96, 3, 2.96, 0.65), (1.5, 1.67, 3, 2.51, 0.5)])
+def test_acceptance_gates_are_derived_from_the_speedup_and_the_step_cost(speedup, cost, k, length, rate):
+    assert recipes.acceptance_gates(speedup, cost, k) == {"min_mean_acceptance_length": length,
+                                                         "min_acceptance_rate": rate}
+
+
+def test_a_targets_recipes_are_the_files_that_name_it(tmp_path):
+    from forge.targets import recipes_for_target
+
+    root = _copy_recipes(tmp_path)
+    assert recipes_for_target("a100", root) == ["gemma-4-26b-a4b-it", "gemma-4-31b-it", "gemma-4-e4b-it"]
+    _edit(root, lambda d: d["targets"].pop("a100"), name="gemma-4-31b-it")
+    assert recipes_for_target("a100", root) == ["gemma-4-26b-a4b-it", "gemma-4-e4b-it"]
+    assert load_targets()["h200"].recipes == sorted({r.name for r in load_all() if r.target == "h200"})
+
+
+def test_the_range_is_capped_at_the_series_coverage(monkeypatch, tmp_path):
+    assert load_recipe("gemma-4-31b-it", "h200").vllm == ">=0.25.0,<0.34"
+    series = tmp_path / "series.yaml"
+    series.write_text((REPO / "patches" / "series.yaml").read_text().replace(
+        "checked_through: 0.33.0", "checked_through: 0.35.1"))
+    monkeypatch.setenv("VLLM_FORGE_SERIES", str(series))
+    recipe = load_recipe("gemma-4-31b-it", "h200")
+    assert recipe.vllm == ">=0.25.0,<0.36" and recipe.admits("0.35.1") and not recipe.admits("0.36.0")
