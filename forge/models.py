@@ -198,6 +198,9 @@ class Family:
         return self._ranged("speculative_methods", vllm_version)["method"]
 
     def kv_shared_layers_read_kv_weights(self, vllm_version: str) -> bool:
+        if not self.values["weight_layout"]:
+            raise ForgeError(f"{self.source}: weight_layout: none stated: the roofline "
+                             f"(forge/serving/roofline.py) does not model the {self.name} family's layers")
         return self._ranged("weight_layout", vllm_version)["kv_shared_layers_read_kv_weights"]
 
     def _ranged(self, key: str, vllm_version: str) -> dict:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.version import Version
 
 from forge.errors import ForgeError
 from forge.models import MODELS_DIR, load_family
@@ -128,7 +129,8 @@ def test_serve_prints_the_public_recipes_speculative_config(target):
 
 # (transformers in the image, release): 5.14.1 is the series' pin below 0.28 (patches/series.yaml,
 # transformers-gemma4-per-layer-config), the newest cached one beyond it.
-ROUND_TRIPS = [("5.14.1", "0.25.0"), ("5.14.1", "0.27.1"), ("5.24.0", "0.28.0"), ("5.24.0", "0.33.0")]
+ROUND_TRIPS = [("5.14.1", "0.25.0"), ("5.14.1", "0.27.1"), ("5.24.0", "0.28.0"), ("5.24.0", "0.30.0"),
+               ("5.24.0", "0.33.0")]
 
 
 def _block_line(tree: Path, model_type: str) -> int:
@@ -163,10 +165,10 @@ def test_the_dummy_config_is_what_the_release_parses(tmp_path, transformers, rel
     assert seen["draft"]["line"] == _block_line(tree, "qwen3_5_moe")
     assert seen["draft"]["architectures"] == [FAMILY.drafter_architecture]
     assert seen["draft"]["model_type"] == "qwen3_5_mtp"
-    # up to 0.32 the block reads the MTP layer count off the top-level config only, where the
+    # before 0.30.0 the block reads the MTP layer count off the top-level config only, where the
     # multimodal checkpoints (and so the dummy) do not carry it: n_predict None, which skips
-    # vLLM's divisibility check of k; 0.33.0 falls back to text_config
-    assert seen["draft"]["n_predict"] == (1 if release == "0.33.0" else None)
+    # vLLM's divisibility check of k; from 0.30.0 it falls back to text_config
+    assert seen["draft"]["n_predict"] == (1 if Version(release) >= Version("0.30.0") else None)
 
 
 # --- verify: the per-family checks come from the data -----------------------------------------

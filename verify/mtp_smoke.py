@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Prove a serving image's Gemma 4 drafter works: it loads, shares the target's embedding, runs
-under CUDA graphs, and its drafts are accepted at the recipe's thresholds. Exit 0 only if every
-check passes; writes a JSON report and prints a short table.
+"""Prove a serving image's MTP drafter works: it loads, shares what its family says it takes from
+the target (models/<family>.yaml, drafter.shares), runs under CUDA graphs, and its drafts are
+accepted at the recipe's thresholds. Exit 0 only if every check passes; writes a JSON report and
+prints a short table.
 
   mtp_smoke.py --recipe gemma-4-26b-a4b-it [--target h200] [--dummy] [--lossless]
   mtp_smoke.py --recipe gemma-4-26b-a4b-it --endpoint http://127.0.0.1:8000 --server-log F
@@ -11,9 +12,10 @@ In-process mode starts vLLM (vllm.LLM, the recipe's settings) in a child process
 captured, so a failed start is a failed check naming the root-cause line. Acceptance is taken
 over the verify window only (metric deltas), at temperature 0; the recipe's own sampling is
 reported beside it. --dummy writes configs of the recipe's model family with published shapes
-(models/<family>.yaml; --shape picks another of that family, e.g. 31b) and loads dummy weights, and then runs the gate twice on one engine, as controls (verify/controls.py): on
-an agreeing model (target and drafter made to agree; the gate must PASS) and on the random one
-(the gate must FAIL). If either control goes the wrong way, verify itself is broken: exit 3.
+(models/<family>.yaml; --shape picks another of that family, e.g. 31b), loads dummy weights,
+and then runs the gate twice on one engine, as controls (verify/controls.py): on an agreeing
+model (target and drafter made to agree; the gate must PASS) and on the random one (the gate
+must FAIL). If either control goes the wrong way, verify itself is broken: exit 3.
 With --lossless, a second engine without the drafter runs beside it and greedy outputs must be
 identical: gated on the agreeing model (exact zero logits), reported on the random one (its
 near-tied logits may break differently under other batch shapes).
