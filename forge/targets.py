@@ -1,5 +1,6 @@
-"""Hardware targets (images/targets.yaml): platform, CUDA, device names, environment, recipes and the
-upstream base image for each range of vLLM releases.
+"""Hardware targets (images/targets.yaml): platform, CUDA, device names, environment and the
+upstream base image for each range of vLLM releases; a target's recipes are the recipe files
+(recipes/<model>.yaml) that name it.
 
     targets = load_targets()
     targets["gb10"].base_for("0.27.1")   # BaseImage(repo="vllm/vllm-openai", tag="v0.27.1")
@@ -20,6 +21,7 @@ from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
 from forge.versions import Release
 
 DEFAULT_TARGETS_FILE = REPO_ROOT / "images" / "targets.yaml"
+RECIPES_DIR = REPO_ROOT / "recipes"
 PLATFORMS = ("linux/amd64", "linux/arm64")
 # A mirror that serves upstream's bases under another registry (same digests), e.g. 127.0.0.1:5000
 BASE_MIRROR_ENV = "VLLM_FORGE_BASE_MIRROR"
@@ -74,7 +76,6 @@ TARGET_SCHEMA = {
     "memory_bandwidth_gb_s": Field(dict, required=False, default={}, check=_bandwidths),
     "memory_bandwidth_source": Field(str, required=False),
     "env": Field(dict, required=False, default={}, check=_env_mapping),
-    "recipes": Field(ListOf(str), required=False, default=[]),
     "bases": Field(ListOf(BASE_SCHEMA, min_items=1)),
 }
 
@@ -116,9 +117,14 @@ class Target:
     memory_bandwidth_gb_s: dict[str, float]
     memory_bandwidth_source: str | None
     env: dict[str, str]
-    recipes: list[str]
     bases: list[BaseRule] = field(repr=False)
     source: str = field(default=str(DEFAULT_TARGETS_FILE), repr=False)
+
+    @property
+    def recipes(self) -> list[str]:
+        """The models with a recipe for this target: the recipe files that name it under
+        `targets:` (recipes/<model>.yaml), in file-name order."""
+        return recipes_for_target(self.name)
 
     @property
     def arch(self) -> str:
@@ -147,6 +153,19 @@ class Target:
 def _mirrored(repo: str) -> str:
     mirror = os.environ.get(BASE_MIRROR_ENV, "").strip().rstrip("/")
     return f"{mirror}/{repo}" if mirror else repo
+
+
+def recipes_for_target(target: str, root: Path | None = None) -> list[str]:
+    """The recipe files (recipes/<model>.yaml) whose `targets:` name `target`. Only the keys are
+    read here; forge.serving.recipes validates each recipe when it is loaded."""
+    root = root or RECIPES_DIR
+    found = []
+    for path in sorted(root.glob("*.yaml"), key=lambda p: p.stem):
+        data = load_yaml(path)
+        targets = data.get("targets") if isinstance(data, dict) else None
+        if isinstance(targets, dict) and target in targets:
+            found.append(path.stem)
+    return found
 
 
 def targets_file() -> Path:

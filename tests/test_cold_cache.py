@@ -23,10 +23,10 @@ def run_build(env: dict, *args: str) -> subprocess.CompletedProcess:
 def _recipes_with_moe_backend(tmp_path: Path) -> Path:
     root = tmp_path / "recipes"
     shutil.copytree(REPO / "recipes", root, ignore=shutil.ignore_patterns("*.md"))
-    path = root / "gemma-4-26b-a4b-it" / "gb10.yaml"
+    path = root / "gemma-4-26b-a4b-it.yaml"
     data = yaml.safe_load(path.read_text())
-    data["vllm"] = ">=0.10.0"
-    data["serve"]["moe_backend"] = "triton"
+    data["targets"]["gb10"]["vllm"] = ">=0.10.0"
+    data["targets"]["gb10"]["serve"]["moe_backend"] = "triton"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return root
 
@@ -40,7 +40,7 @@ def test_a_refusal_after_a_cold_download_is_its_one_line(tmp_path):
                            "--vllm", "0.14.0", "--recipes-dir", str(root))
     assert (cache / "sdists" / "vllm-0.14.0.tar.gz").is_file(), "the cache was cold: it downloaded"
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr == (f"error: {root}/gemma-4-26b-a4b-it/gb10.yaml: serve.moe_backend: needs "
+    assert result.stderr == (f"error: {root}/gemma-4-26b-a4b-it.yaml: targets.gb10.serve.moe_backend: needs "
                              f"--moe-backend, which vLLM 0.14.0's `vllm serve` does not have\n")
 
 

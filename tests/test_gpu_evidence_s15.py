@@ -326,7 +326,7 @@ def test_the_31b_h200_recipe_states_what_the_sweeps_chose(reports):
     assert recipe.serve.model_runner == pick["runner"] == "v2"
     engine = reports["sweep-31b-v2"][1]["engines"][pick["engine"]]
     assert recipe.thresholds.step_cost_ratio == pytest.approx(engine["derived"]["step_cost_x_plain"], abs=0.01)
-    evidence = (ROOT / "recipes" / "gemma-4-31b-it" / "h200.sweep.md").read_text()
+    evidence = (ROOT / "recipes" / "gemma-4-31b-it.h200-sweep.md").read_text()
     assert f"| **{pick['tok_s']:.0f} ({pick['speedup_vs_stock']:.2f})** |" in evidence
 
 

@@ -115,7 +115,7 @@ def _target_env(repo: Path, lock: Path) -> Path:
 
 
 @pytest.mark.parametrize("what, change", [
-    ("a recipe", _append("recipes/gemma-4-26b-a4b-it/a100.yaml", "# tuned differently\n")),
+    ("a recipe", _append("recipes/gemma-4-26b-a4b-it.yaml", "# tuned differently\n")),
     ("a verify script", _new_file("verify/extra_check.py", "print('one more check')\n")),
     ("the tools", _append("forge/files.py", "\n# a fix in the tools\n")),
     ("the Dockerfile", _append("images/Dockerfile", "# a new step\n")),
@@ -168,7 +168,7 @@ def test_a_rebuild_release_from_a_new_commit_gets_a_new_tag(tmp_path):
 
     first = matrix("vllm-0.27.1")
     assert matrix("vllm-0.27.1") == first
-    recipe = repo / "recipes" / "gemma-4-31b-it" / "gb10.yaml"
+    recipe = repo / "recipes" / "gemma-4-31b-it.yaml"
     recipe.write_text(recipe.read_text() + "# r2: a fix to this recipe\n")
     _commit(repo, "fix a recipe")
     rebuild = matrix("vllm-0.27.1-r2")
@@ -204,19 +204,20 @@ def test_committed_targets_offer_no_release_before_the_manifest():
 
 
 def _edit_recipe(repo: Path, model: str, target: str, edit) -> Path:
-    path = repo / "recipes" / model / f"{target}.yaml"
+    """Edit one target's overrides in the model's file (recipes/<model>.yaml)."""
+    path = repo / "recipes" / f"{model}.yaml"
     data = yaml.safe_load(path.read_text())
-    edit(data)
+    edit(data["targets"][target])
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
 @pytest.mark.parametrize("edit, field, problem", [
-    (lambda d: d["serve"].update(extra_args=["--no-such-flag"]), "serve.extra_args[0]",
+    (lambda d: d.update(serve={"extra_args": ["--no-such-flag"]}), "serve.extra_args[0]",
      "--no-such-flag is not a `vllm serve` flag in vLLM 0.25.0"),
-    (lambda d: d["serve"].update(kv_cache_dtype="fp9"), "serve.kv_cache_dtype",
+    (lambda d: d.update(serve={"kv_cache_dtype": "fp9"}), "serve.kv_cache_dtype",
      "must be one of auto, "),
-    (lambda d: d["speculative"].update(method="medusa2"), "speculative.method",
+    (lambda d: d.update(speculative={"method": "medusa2"}), "speculative.method",
      "must be one of mtp (got 'medusa2')"),
 ])
 def test_a_recipe_the_release_rejects_stops_plan_and_build(tmp_path, edit, field, problem):
@@ -226,20 +227,24 @@ def test_a_recipe_the_release_rejects_stops_plan_and_build(tmp_path, edit, field
     _edit_recipe(repo, "gemma-4-e4b-it", "h100", edit)
     for args in (("--plan",), ()):  # the build refuses before it reaches the (dead) engine
         line = refused(repo, "--target", "h100", "--vllm", "0.25.0", *args, VLLM_FORGE_LOCK=str(lock))
-        assert line.startswith(f"error: recipes/gemma-4-e4b-it/h100.yaml: {field}: "), line
+        assert line.startswith(f"error: recipes/gemma-4-e4b-it.yaml: targets.h100.{field}: "), line
         assert problem in line
 
 
-def test_a_target_listing_a_missing_recipe_stops_plan_and_build(tmp_path):
+def test_a_recipe_for_an_unknown_target_stops_plan_and_build(tmp_path):
+    """A target's recipes are the files that name it: a file naming a target images/targets.yaml
+    does not know is refused, naming the file and the entry."""
     repo = copy_repo(tmp_path / "repo")
     lock = write_lock(tmp_path / "lock.yaml", "0.25.0")
-    targets = repo / "images" / "targets.yaml"
-    data = yaml.safe_load(targets.read_text())
-    data["targets"]["a100"]["recipes"].append("gemma-5-tiny")
-    targets.write_text(yaml.safe_dump(data, sort_keys=False))
+    path = repo / "recipes" / "gemma-4-e4b-it.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["targets"]["a100"]["serve"] = {"max_num_seqs": 32}
+    data["targets"]["a10"] = data["targets"]["a100"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
     for args in (("--plan",), ()):
         line = refused(repo, "--target", "a100", "--vllm", "0.25.0", *args, VLLM_FORGE_LOCK=str(lock))
-        assert line.startswith(f"error: {targets}: targets.a100.recipes[3]: unknown recipe 'gemma-5-tiny'")
+        assert line.startswith("error: recipes/gemma-4-e4b-it.yaml: targets.a10: unknown target "
+                               "(targets: a100, gb10, h100, h200)"), line
 
 
 def test_a_locked_base_without_the_target_platform_stops_plan_and_build(tmp_path):

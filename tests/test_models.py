@@ -110,14 +110,16 @@ def test_an_unknown_family_names_the_ones_there_are(tmp_path):
 def test_a_recipe_without_sampling_takes_the_familys(tmp_path):
     root = tmp_path / "recipes"
     shutil.copytree(RECIPES_DIR, root, ignore=shutil.ignore_patterns("*.md"))
-    path = root / "gemma-4-e4b-it" / "h200.yaml"
+    path = root / "gemma-4-e4b-it.yaml"
     data = yaml.safe_load(path.read_text())
-    data.pop("sampling")
-    data["speculative"]["method"] = "eagle"
+    assert "sampling" not in data["defaults"] and "sampling" not in data["targets"]["h200"]
+    data["targets"]["h200"]["speculative"] = {"method": "eagle"}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    with pytest.raises(ForgeError, match=r"h200.yaml: speculative.method: must be one of mtp \(got 'eagle'\): the gemma4"):
+    with pytest.raises(ForgeError, match=r"gemma-4-e4b-it.yaml: targets.h200.speculative.method: must be one of mtp "
+                                         r"\(got 'eagle'\): the gemma4"):
         load_recipe("gemma-4-e4b-it", "h200", root)
-    data["speculative"]["method"] = "mtp"
+    # left out, the method is the family's only one
+    data["targets"]["h200"].pop("speculative")
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     recipe = load_recipe("gemma-4-e4b-it", "h200", root)
     assert recipe.sampling.values == GEMMA4.sampling

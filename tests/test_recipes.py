@@ -107,8 +107,8 @@ def test_moe_model_runs_v2_and_names_vllms_config_file():
             assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
         else:
             assert recipe.moe_config is None
-            # dense models: V1, except where a sweep chose V2 (recipes/<model>/<target>.sweep.md)
-            measured = (RECIPES_DIR / recipe.name / f"{recipe.target}.sweep.md").exists()
+            # dense models: V1, except where a sweep chose V2 (recipes/<model>.<target>-sweep.md)
+            measured = (RECIPES_DIR / f"{recipe.name}.{recipe.target}-sweep.md").exists()
             runner = "1" if measured and recipe.serve.model_runner == "v2" else "0"
             assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": runner}
     shape = load_recipe("gemma-4-26b-a4b-it", "h200").moe_shape  # models/gemma4.yaml: E=128, N=704
@@ -166,7 +166,8 @@ def test_extra_args_become_engine_kwargs():
 def test_unknown_recipe_and_target_name_what_exists():
     with pytest.raises(ForgeError, match=r"unknown recipe 'gemma-5' \(recipes: gemma-4-26b"):
         load_recipe("gemma-5", "h200")
-    with pytest.raises(ForgeError, match=r"has no file for target 'h300' \(targets: a100, gb10"):
+    with pytest.raises(ForgeError, match=r"^recipes/gemma-4-31b-it.yaml: targets: recipe "
+                                         r"'gemma-4-31b-it' has no target 'h300' \(targets: a100, gb10"):
         load_recipe("gemma-4-31b-it", "h300")
 
 
@@ -178,8 +179,9 @@ def _copy_recipes(tmp_path: Path) -> Path:
     return root
 
 
-def _edit(root: Path, edit, name="gemma-4-26b-a4b-it", target="h200") -> Path:
-    path = root / name / f"{target}.yaml"
+def _edit(root: Path, edit, name="gemma-4-26b-a4b-it") -> Path:
+    """Edit a model's file (recipes/<model>.yaml) as data."""
+    path = root / f"{name}.yaml"
     data = yaml.safe_load(path.read_text())
     edit(data)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -193,41 +195,52 @@ def _serve(root: Path, name="gemma-4-26b-a4b-it", target="h200", vllm="0.25.0"):
         cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
-def _rename(section, old, new):
-    def edit(data):
-        data[section][new] = data[section].pop(old)
-    return edit
+def _at(edit, target="h200"):
+    """An edit of one target's overrides (targets.<target>)."""
+    def on_file(data):
+        if data["targets"].get(target) is None:
+            data["targets"][target] = {}
+        edit(data["targets"][target])
+    return on_file
 
 
-def _set(section, key, value):
-    def edit(data):
-        (data[section] if section else data)[key] = value
-    return edit
+def _set(section, key, value, target="h200"):
+    def edit(overrides):
+        (overrides.setdefault(section, {}) if section else overrides)[key] = value
+    return _at(edit, target)
 
 
 MALFORMED = [
-    ("misspelled field", _rename("serve", "max_model_len", "max_model_length"),
-     "serve.max_model_length: unknown field"),
+    ("misspelled field", _set("serve", "max_model_length", 32768),
+     "targets.h200.serve.max_model_length: unknown field"),
     ("eager mode is not a recipe field", _set("serve", "enforce_eager", True),
-     "serve.enforce_eager: unknown field"),
+     "targets.h200.serve.enforce_eager: unknown field"),
     ("share over 1", _set("serve", "gpu_memory_utilization", 1.5),
-     "serve.gpu_memory_utilization: must be in (0, 1] (got 1.5)"),
-    ("runner", _set("serve", "model_runner", "v3"), "serve.model_runner: must be one of v1, v2"),
+     "targets.h200.serve.gpu_memory_utilization: must be in (0, 1] (got 1.5)"),
+    ("runner", _set("serve", "model_runner", "v3"), "targets.h200.serve.model_runner: must be one of v1, v2"),
     ("text for a number", _set("serve", "max_num_seqs", "many"),
-     "serve.max_num_seqs: must be an integer (got a string)"),
-    ("bad specifier", _set(None, "vllm", "0.25.0"), "vllm: not a PEP 440 version specifier"),
-    ("missing drafter", lambda d: d.pop("drafter"), "drafter: required field is missing"),
-    ("foreign drafter", _set(None, "drafter", "google/gemma-4-31B-it-assistant"),
-     "drafter: must be the model's own drafter"),
-    ("target of another file", _set(None, "target", "h100"),
-     "target: must match the file name 'h200'"),
-    ("threshold not derived", _set("thresholds", "min_mean_acceptance_length", 2.0),
-     "thresholds.min_mean_acceptance_length: must be at least min_speedup x step_cost_ratio"),
-    ("rate disagrees with length", _set("thresholds", "min_acceptance_rate", 0.9),
-     "thresholds.min_acceptance_rate: must be (min_mean_acceptance_length - 1)"),
-    ("wrong MoE file name", _set("moe_config", "name", "E=128,N=704.json"),
-     "moe_config.name: vLLM looks for 'E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json'"),
-    ("model no family lists", _set(None, "model", "org/gemma-lookalike"),
+     "targets.h200.serve.max_num_seqs: must be an integer (got a string)"),
+    ("a bad default names the defaults", lambda d: d["defaults"]["serve"].update(max_num_seqs=0),
+     "defaults.serve.max_num_seqs: must be positive (got 0)"),
+    ("bad specifier", _set(None, "vllm", "0.25.0"), "targets.h200.vllm: not a PEP 440 version specifier"),
+    ("a required field missing everywhere", lambda d: d["defaults"]["serve"].pop("model_runner"),
+     "targets.h200.serve.model_runner: required field is missing"),
+    # What the code derives is not restated:
+    ("drafter restated", _set(None, "drafter", "google/gemma-4-26B-A4B-it-assistant"),
+     "targets.h200.drafter: unknown field"),
+    ("target restated", _set(None, "target", "h200"), "targets.h200.target: unknown field"),
+    ("gate restated", _set("thresholds", "min_mean_acceptance_length", 2.72),
+     "targets.h200.thresholds.min_mean_acceptance_length: unknown field"),
+    ("MoE file name restated", _set("moe_config", "name", "E=128,N=704.json"),
+     "targets.h200.moe_config.name: unknown field"),
+    ("expected quantization restated", _set("expect", "quantization", "fp8"),
+     "targets.h200.expect.quantization: unknown field"),
+    ("unreachable speedup", _set("thresholds", "min_speedup", 3.0),
+     "targets.h200.thresholds.min_speedup: min_speedup x step_cost_ratio = 5.43 exceeds "
+     "1 + num_speculative_tokens = 5: unreachable"),
+    ("unknown target", lambda d: d["targets"].update(h300={}),
+     "targets.h300: unknown target (targets: a100, gb10, h100, h200)"),
+    ("model no family lists", lambda d: d.update(model="org/gemma-lookalike"),
      "model: " + str(REPO / "models") + ": no model family lists 'org/gemma-lookalike' in a model's ids"),
     ("reference without source", lambda d: d["reference"][0].pop("source"),
      "reference[0].source: required field is missing"),
@@ -244,23 +257,24 @@ def test_malformed_recipe_gives_one_line_naming_file_and_field(tmp_path, label, 
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"error: {root}/gemma-4-26b-a4b-it/h200.yaml: "), lines[0]
+    assert lines[0].startswith(f"error: {root}/gemma-4-26b-a4b-it.yaml: "), lines[0]
     assert message in lines[0]
     assert path.read_text() == before     # nothing lost or rewritten
 
 
 def test_fp8_kv_cache_refused_on_a100(tmp_path):
     root = _copy_recipes(tmp_path)
-    _edit(root, _set("serve", "kv_cache_dtype", "fp8"), target="a100")
+    _edit(root, _set("serve", "kv_cache_dtype", "fp8", target="a100"))
     result = _serve(root, target="a100")
     assert result.returncode == 2
     assert result.stderr.strip().endswith(
-        "a100.yaml: serve.kv_cache_dtype: no FP8 KV cache on a100 (no FP8 hardware)")
+        "gemma-4-26b-a4b-it.yaml: targets.a100.serve.kv_cache_dtype: no FP8 KV cache on a100 "
+        "(no FP8 hardware)")
 
 
 def test_broken_yaml_names_the_file_and_line(tmp_path):
     root = _copy_recipes(tmp_path)
-    path = root / "gemma-4-31b-it" / "h100.yaml"
+    path = root / "gemma-4-31b-it.yaml"
     path.write_text(path.read_text().replace("serve:\n", "serve: [\n", 1))
     result = _serve(root, name="gemma-4-31b-it", target="h100")
     assert result.returncode == 2
@@ -397,12 +411,11 @@ def test_every_gb10_recipe_sets_an_explicit_kv_cache_size():
                                            ("VLLM_NVFP4_GEMM_BACKEND", "--linear-backend")])
 def test_variables_vllm_024_removed_are_refused(tmp_path, variable, flag):
     root = _copy_recipes(tmp_path)
-    _edit(root, _set("serve", "env", {variable: "1"}), name="gemma-4-26b-a4b-it-nvfp4",
-          target="gb10")
+    _edit(root, _set("serve", "env", {variable: "1"}, target="gb10"), name="gemma-4-26b-a4b-it-nvfp4")
     result = _serve(root, name="gemma-4-26b-a4b-it-nvfp4", target="gb10")
     assert result.returncode == 2
     line = result.stderr.strip()
-    assert line.startswith(f"error: {root}/gemma-4-26b-a4b-it-nvfp4/gb10.yaml: serve.env: ")
+    assert line.startswith(f"error: {root}/gemma-4-26b-a4b-it-nvfp4.yaml: targets.gb10.serve.env: ")
     assert f"{variable} was removed in vLLM 0.24.0" in line and f"use {flag} instead" in line
 
 
@@ -417,20 +430,19 @@ def test_removal_release_is_what_the_sources_say(version):
 
 
 EXPECT_MALFORMED = [
-    ("quantization expectation disagrees", _set("expect", "quantization", "modelopt_fp4"),
-     "expect.quantization: must be 'fp8'"),
     ("attention expectation disagrees", _set("expect", "attention_backend", "FLASH_ATTN"),
-     "expect.attention_backend: must be serve.attention_backend 'TRITON_ATTN'"),
+     "targets.h200.expect.attention_backend: must be serve.attention_backend 'TRITON_ATTN'"),
     ("lower-case backend", _set("serve", "attention_backend", "triton_attn"),
-     "serve.attention_backend: must be an AttentionBackendEnum name"),
-    ("layout with mismatched ranks", lambda d: d["multi_node"][0].update(tensor_parallel_size=4),
-     "multi_node[0].tensor_parallel_size: tensor x pipeline parallel = 4 must equal"),
-    ("layout names the TP=1 file", lambda d: d["multi_node"][0]["moe_config"].update(
-        name="E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"),
-     "multi_node[0].moe_config.name: vLLM looks for 'E=128,N=352,device_name=NVIDIA_H200,"
-     "dtype=fp8_w8a8.json'"),
-    ("expected file without provider", lambda d: d["moe_config"].update(expected=True),
-     "moe_config.provider: say who supplies the expected file"),
+     "targets.h200.serve.attention_backend: must be an AttentionBackendEnum name"),
+    ("layout with mismatched ranks", _at(lambda t: t["multi_node"][0].update(tensor_parallel_size=4)),
+     "targets.h200.multi_node[0].tensor_parallel_size: tensor x pipeline parallel = 4 must equal"),
+    ("layout TP not dividing the experts", _at(lambda t: t["multi_node"][0].update(nodes=3)),
+     "targets.h200.multi_node[0].moe_config: tensor parallel 3 does not divide the MoE "
+     "intermediate size 704"),
+    ("expected file without provider", _set("moe_config", "expected", True),
+     "targets.h200.moe_config.provider: say who supplies the expected file"),
+    ("provider of a file not expected", lambda d: d["defaults"]["moe_config"].update(provider="forge"),
+     "targets.h200.moe_config.provider: only for an expected file"),
 ]
 
 
@@ -448,12 +460,12 @@ def test_malformed_expectations_and_layouts_are_one_line(tmp_path, label, edit, 
 def test_a_recipe_stating_a_known_failing_layout_is_refused_naming_the_issue(tmp_path):
     root = _copy_recipes(tmp_path)
     layout = {"nodes": 2, "tensor_parallel_size": 2, "source": "two Sparks"}
-    path = _edit(root, lambda d: d.update(multi_node=[layout]), name="gemma-4-26b-a4b-it-nvfp4",
-                 target="gb10")
+    path = _edit(root, _at(lambda t: t.update(multi_node=[layout]), target="gb10"),
+                 name="gemma-4-26b-a4b-it-nvfp4")
     result = _serve(root, name="gemma-4-26b-a4b-it-nvfp4", target="gb10")
     assert result.returncode == 2
     line = result.stderr.strip()
-    assert line.startswith(f"error: {path}: multi_node[0].tensor_parallel_size: ")
+    assert line.startswith(f"error: {path}: targets.gb10.multi_node[0].tensor_parallel_size: ")
     assert "vLLM #39595" in line and "every MoE backend" in line
 
 
@@ -472,3 +484,46 @@ def test_known_failures_file_is_validated(tmp_path):
     assert recipes.known_failure("google/gemma-4-26B-A4B-it", "nvfp4", 2, root).startswith(
         "google/gemma-4-26B-A4B-it nvfp4 at tensor parallel 2 fails upstream, vLLM #39595")
     assert recipes.known_failure("google/gemma-4-26B-A4B-it", "fp8", 2, root) is None
+
+
+# --- one file per model: defaults, overrides and what the code derives -------------------------
+
+def test_overrides_merge_into_the_defaults_key_by_key():
+    defaults = {"serve": {"max_num_seqs": 64, "model_runner": "v2"}, "moe_config": {"expected": False},
+                "serve_list": ["--a"]}
+    overrides = {"serve": {"max_num_seqs": 32}, "moe_config": None, "serve_list": ["--b"]}
+    assert recipes.merged(defaults, overrides) == {
+        "serve": {"max_num_seqs": 32, "model_runner": "v2"}, "moe_config": None, "serve_list": ["--b"]}
+    assert defaults["serve"]["max_num_seqs"] == 64          # the defaults are not changed
+    # on the real files: gb10 overrides the sizes and keeps the runner; a100 drops the MoE config
+    gb10, a100 = load_recipe("gemma-4-26b-a4b-it", "gb10"), load_recipe("gemma-4-26b-a4b-it", "a100")
+    assert (gb10.serve.max_num_seqs, gb10.serve.model_runner, a100.serve.max_num_seqs) == (32, "v2", 64)
+    assert a100.moe_config is None and gb10.moe_config is not None
+
+
+@pytest.mark.parametrize("speedup,cost,k,length,rate", [
+    (1.5, 1.81, 4, 2.72, 0.43), (1.5, 1.82, 3, 2.73, 0.58), (1.1, 2.96, 3, 3.26, 0.75),
+    (1.2, 1.82, 2, 2.19, 0.6), (1.0, 2.96, 3, 2.96, 0.65), (1.5, 1.67, 3, 2.51, 0.5)])
+def test_acceptance_gates_are_derived_from_the_speedup_and_the_step_cost(speedup, cost, k, length, rate):
+    assert recipes.acceptance_gates(speedup, cost, k) == {"min_mean_acceptance_length": length,
+                                                         "min_acceptance_rate": rate}
+
+
+def test_a_targets_recipes_are_the_files_that_name_it(tmp_path):
+    from forge.targets import recipes_for_target
+
+    root = _copy_recipes(tmp_path)
+    assert recipes_for_target("a100", root) == ["gemma-4-26b-a4b-it", "gemma-4-31b-it", "gemma-4-e4b-it"]
+    _edit(root, lambda d: d["targets"].pop("a100"), name="gemma-4-31b-it")
+    assert recipes_for_target("a100", root) == ["gemma-4-26b-a4b-it", "gemma-4-e4b-it"]
+    assert load_targets()["h200"].recipes == sorted({r.name for r in load_all() if r.target == "h200"})
+
+
+def test_the_range_is_capped_at_the_series_coverage(monkeypatch, tmp_path):
+    assert load_recipe("gemma-4-31b-it", "h200").vllm == ">=0.25.0,<0.34"
+    series = tmp_path / "series.yaml"
+    series.write_text((REPO / "patches" / "series.yaml").read_text().replace(
+        "checked_through: 0.33.0", "checked_through: 0.35.1"))
+    monkeypatch.setenv("VLLM_FORGE_SERIES", str(series))
+    recipe = load_recipe("gemma-4-31b-it", "h200")
+    assert recipe.vllm == ">=0.25.0,<0.36" and recipe.admits("0.35.1") and not recipe.admits("0.36.0")

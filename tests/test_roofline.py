@@ -191,7 +191,7 @@ def test_json_output_and_the_profile_ceiling(tmp_path):
 @pytest.mark.parametrize("args, error", [
     (["--profile", "0.8/0.6"], "--profile: 2 per-position rates, the recipe drafts k=4: give 4"),
     (["--profile", "0.8/lots"], "--profile '0.8/lots': rates must be numbers"),
-    (["--vllm", "0.24.0"], "h200.yaml: vllm: >=0.25.0,<0.34 does not admit vLLM 0.24.0"),
+    (["--vllm", "0.24.0"], "gemma-4-26b-a4b-it.yaml: targets.h200.vllm: >=0.25.0,<0.34 does not admit vLLM 0.24.0"),
     (["--device", "NVIDIA H100 PCIe"], "targets.h200.memory_bandwidth_gb_s: no figure for 'NVIDIA H100 PCIe'"),
 ])
 def test_bad_input_is_one_line(args, error):

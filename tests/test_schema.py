@@ -124,11 +124,11 @@ def test_duplicate_key_in_a_recipe_is_refused(tmp_path):
     from forge.serving.recipes import load_recipe
 
     root = _copy_repo_data(tmp_path) / "recipes"
-    path = root / "gemma-4-26b-a4b-it" / "h200.yaml"
+    path = root / "gemma-4-26b-a4b-it.yaml"
     path.write_text(_duplicate_first_key(path.read_text(), "max_model_len", "1024"))
     with pytest.raises(SchemaError, match=r"line \d+: duplicate key 'max_model_len'") as failure:
         load_recipe("gemma-4-26b-a4b-it", "h200", root)
-    assert "h200.yaml" in str(failure.value) and "\n" not in str(failure.value)
+    assert "gemma-4-26b-a4b-it.yaml" in str(failure.value) and "\n" not in str(failure.value)
 
 
 def test_manifest_bounds_must_be_ordered(tmp_path):

@@ -113,7 +113,7 @@ def test_build_py_prints_exactly_the_planned_command():
 
 
 def test_release_outside_the_recipes_range_is_refused():
-    with pytest.raises(ForgeError, match=r"h200.yaml: vllm: the recipe is for vLLM >=0.25.0,<0.34, "
+    with pytest.raises(ForgeError, match=r"gemma-4-26b-a4b-it.yaml: targets.h200.vllm: the recipe is for vLLM >=0.25.0,<0.34, "
                                          r"not 0.24.0"):
         plan_serve("gemma-4-26b-a4b-it", "h200", "0.24.0")
     with pytest.raises(ForgeError, match=r"--vllm: not a vLLM version: 'latest'"):
@@ -125,10 +125,10 @@ def test_release_outside_the_recipes_range_is_refused():
 def _recipes_for_old_releases(tmp_path: Path, edit) -> Path:
     root = tmp_path / "recipes"
     shutil.copytree(REPO / "recipes", root, ignore=shutil.ignore_patterns("*.md"))
-    path = root / "gemma-4-26b-a4b-it" / "gb10.yaml"
+    path = root / "gemma-4-26b-a4b-it.yaml"
     data = yaml.safe_load(path.read_text())
-    data["vllm"] = ">=0.10.0"
-    edit(data)
+    data["targets"]["gb10"]["vllm"] = ">=0.10.0"
+    edit(data["targets"]["gb10"])
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return root
 
@@ -145,7 +145,7 @@ def test_moe_backend_refused_where_the_release_has_no_flag(tmp_path):
          "--vllm", "0.14.0", "--recipes-dir", str(root)],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr == (f"error: {root}/gemma-4-26b-a4b-it/gb10.yaml: serve.moe_backend: needs "
+    assert result.stderr == (f"error: {root}/gemma-4-26b-a4b-it.yaml: targets.gb10.serve.moe_backend: needs "
                              f"--moe-backend, which vLLM 0.14.0's `vllm serve` does not have\n")
 
 
@@ -165,7 +165,7 @@ def test_runner_switch_adapts_for_v1_and_refuses_v2_without_it(tmp_path):
         "note: vLLM 0.10.0 has no VLLM_USE_V2_MODEL_RUNNER (V1 only); not set"]
     assert _runner_env(v1, release_args("0.25.0")) == ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, [])
     root = _recipes_for_old_releases(tmp_path, lambda d: None)
-    with pytest.raises(ForgeError, match=r"gb10.yaml: serve.model_runner: v2 needs "
+    with pytest.raises(ForgeError, match=r"gemma-4-26b-a4b-it.yaml: targets.gb10.serve.model_runner: v2 needs "
                                          r"VLLM_USE_V2_MODEL_RUNNER, which vLLM 0.10.0 does not read"):
         plan_serve("gemma-4-26b-a4b-it", "gb10", "0.10.0", recipes_dir=root)
 
@@ -246,9 +246,9 @@ def _recipes_for_every_release(tmp_path: Path) -> Path:
     patch; the multi-node flags are checked back to 0.21.0)."""
     root = tmp_path / "recipes"
     shutil.copytree(REPO / "recipes", root, ignore=shutil.ignore_patterns("*.md"))
-    for path in root.glob("*/*.yaml"):
+    for path in root.glob("gemma-*.yaml"):
         data = yaml.safe_load(path.read_text())
-        data["vllm"] = ">=0.21.0"
+        data["defaults"]["vllm"] = ">=0.21.0"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
     return root
 
@@ -316,15 +316,15 @@ def test_build_py_prints_every_nodes_command():
 REFUSED = [
     (["--recipe", "gemma-4-26b-a4b-it-nvfp4", "--target", "gb10", "--nodes", "2",
       "--master-addr", "127.0.0.1", "--node-ips", "127.0.0.1,10.0.0.2"],
-     "gemma-4-26b-a4b-it-nvfp4/gb10.yaml: multi_node: no 2-node layout: google/gemma-4-26B-A4B-it "
+     "gemma-4-26b-a4b-it-nvfp4.yaml: targets.gb10.multi_node: no 2-node layout: google/gemma-4-26B-A4B-it "
      "nvfp4 at tensor parallel 2 fails upstream, vLLM #39595 (open): Gemma-4-26B-A4B NVFP4 fails "
      "at tensor parallel 2 on every MoE backend"),
     (["--recipe", "gemma-4-e4b-it", "--target", "h100", "--nodes", "2", "--master-addr",
       "127.0.0.1", "--node-ips", "127.0.0.1,10.0.0.2"],
-     "gemma-4-e4b-it/h100.yaml: multi_node: no layout for 2 nodes (layouts for: none)"),
+     "gemma-4-e4b-it.yaml: targets.h100.multi_node: no layout for 2 nodes (layouts for: none)"),
     (["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--nodes", "3", "--master-addr",
       "127.0.0.1", "--node-ips", "127.0.0.1,10.0.0.2,10.0.0.3"],
-     "gemma-4-26b-a4b-it/h200.yaml: multi_node: no layout for 3 nodes (layouts for: 2)"),
+     "gemma-4-26b-a4b-it.yaml: targets.h200.multi_node: no layout for 3 nodes (layouts for: 2)"),
     (["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--nodes", "2"],
      "--master-addr: required with --nodes"),
     (["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--nodes", "2", "--master-addr",
@@ -491,7 +491,7 @@ def test_extra_args_values_are_checked_by_the_releases_own_argparse_action(tmp_p
     index = next(i for i, token in enumerate(extra) if problem.startswith(token + " "))
     result = _serve_cli("--vllm", "0.27.1", root=root)
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr == (f"error: {root}/gemma-4-26b-a4b-it/gb10.yaml: serve.extra_args[{index}]: "
+    assert result.stderr == (f"error: {root}/gemma-4-26b-a4b-it.yaml: targets.gb10.serve.extra_args[{index}]: "
                              f"vLLM 0.27.1's {problem}\n")
 
 
@@ -514,7 +514,7 @@ def test_extra_args_repeating_a_structured_field_are_refused_on_load(tmp_path, e
     root = _recipes_for_old_releases(tmp_path, lambda d: d["serve"].update(extra_args=extra))
     with pytest.raises(ForgeError) as refused:
         load_recipe("gemma-4-26b-a4b-it", "gb10", root)
-    assert str(refused.value) == (f"{root}/gemma-4-26b-a4b-it/gb10.yaml: serve.extra_args[0]: "
+    assert str(refused.value) == (f"{root}/gemma-4-26b-a4b-it.yaml: targets.gb10.serve.extra_args[0]: "
                                   f"{extra[0].split('=')[0]} is already set by {field}; set it there only")
 
 
@@ -522,7 +522,7 @@ def test_extra_args_repeating_a_structured_field_by_its_short_alias_are_refused_
     root = _recipes_for_old_releases(tmp_path, lambda d: d["serve"].update(extra_args=["-q", "fp8"]))
     result = _serve_cli("--vllm", "0.27.1", root=root)
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr == (f"error: {root}/gemma-4-26b-a4b-it/gb10.yaml: serve.extra_args[0]: -q is "
+    assert result.stderr == (f"error: {root}/gemma-4-26b-a4b-it.yaml: targets.gb10.serve.extra_args[0]: -q is "
                              "already set by serve.quantization; set it there only\n")
 
 

@@ -199,16 +199,17 @@ def test_recipes_whose_range_stops_short_are_listed_in_the_pull_request(tmp_path
     series_file = manifest_copy(tmp_path, "0.26.0", retired_in=None)
     recipes_root = tmp_path / "recipes"
     shutil.copytree(REPO_ROOT / "recipes", recipes_root)
-    short = recipes_root / "gemma-4-26b-a4b-it" / "h200.yaml"
-    text = short.read_text()
-    assert 'vllm: ">=0.25.0,<0.34"' in text
-    short.write_text(text.replace('vllm: ">=0.25.0,<0.34"', 'vllm: ">=0.25.0,<0.27"'))
+    short = recipes_root / "gemma-4-26b-a4b-it.yaml"
+    data = yaml.safe_load(short.read_text())
+    assert data["defaults"]["vllm"] == ">=0.25.0"   # no cap of its own: it follows the series
+    data["targets"]["h200"]["vllm"] = ">=0.25.0,<0.27"
+    short.write_text(yaml.safe_dump(data, sort_keys=False))
 
     proposal = upstream.propose(load_series(series_file), recipes_root=recipes_root)
 
     assert proposal.recipes_behind == ["gemma-4-26b-a4b-it/h200"]
     body = upstream.body(proposal)
-    assert "- `recipes/gemma-4-26b-a4b-it/h200.yaml`" in body
+    assert "- `recipes/gemma-4-26b-a4b-it.yaml` targets.h200" in body
     assert f"build.py serve --recipe R --target T --vllm {newest_release}" in body
 
 

@@ -234,7 +234,7 @@ def test_the_first_31b_sweep_chose_k2_among_what_it_measured(sweep):
     final k are checked in tests/test_gpu_evidence_s15.py."""
     pick = sweep[2]["picks"]["spark343"]
     assert (pick["engine"], pick["k"], pick["runner"]) == ("fp8-mtp2-v2", 2, "v2")
-    evidence = (Path("recipes") / "gemma-4-31b-it" / "h200.sweep.md").read_text()
+    evidence = (Path("recipes") / "gemma-4-31b-it.h200-sweep.md").read_text()
     assert f"{pick['tok_s']:.0f}" in evidence.replace("562 tok/s", "562")
     step_x_plain = sweep[2]["engines"]["fp8-mtp2-v2"]["derived"]["step_cost_x_plain"]
     assert f"| FP8, V2, k=2 | 692 / 230 | 340/340 | 4.33 / 4.35 | {step_x_plain:.2f} | 562 |" in evidence

@@ -62,7 +62,7 @@ def test_a_file_run_reads_the_recipes_beside_it_and_refuses_a_bad_one_writing_no
     exist is one line naming it, exit 2, and its --out directory is not created (before, the
     directory was made first)."""
     home = image_layout(tmp_path / "opt" / "vllm-forge")
-    shutil.copytree(home / "recipes" / "gemma-4-e4b-it", home / "recipes" / "only-in-this-tree")
+    shutil.copy(home / "recipes" / "gemma-4-e4b-it.yaml", home / "recipes" / "only-in-this-tree.yaml")
     out = tmp_path / "verify-out"
     result = run_file(home / "verify" / "mtp_smoke.py", "--recipe", "no-such-model", "--target",
                       "h200", "--out", str(out), cwd=str(tmp_path))

@@ -31,8 +31,8 @@ def test_failed_engine_start_is_a_failed_check_with_the_root_cause(tmp_path):
     kwargs = spec["engine_kwargs"]
     assert kwargs["load_format"] == "dummy" and kwargs["skip_tokenizer_init"] is True
     assert kwargs["speculative_config"]["model"].endswith("gemma-4-26b-a4b-assistant")
-    recipe_file = Path(__file__).resolve().parents[1] / "recipes/gemma-4-26b-a4b-it/h200.yaml"
-    k = yaml.safe_load(recipe_file.read_text())["speculative"]["num_speculative_tokens"]
+    recipe_file = Path(__file__).resolve().parents[1] / "recipes/gemma-4-26b-a4b-it.yaml"
+    k = yaml.safe_load(recipe_file.read_text())["targets"]["h200"]["speculative"]["num_speculative_tokens"]
     assert kwargs["speculative_config"]["num_speculative_tokens"] == k
     assert kwargs["quantization"] == "fp8" and kwargs["disable_log_stats"] is False
     assert "enforce_eager" not in kwargs

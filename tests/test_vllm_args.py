@@ -157,14 +157,14 @@ def test_attention_backend_outside_the_release_enum_is_refused(tmp_path):
 
     root = tmp_path / "recipes"
     shutil.copytree(Path(__file__).resolve().parents[1] / "recipes", root)
-    path = root / "gemma-4-31b-it" / "h200.yaml"
+    path = root / "gemma-4-31b-it.yaml"
     data = yaml.safe_load(path.read_text())
-    data["serve"]["attention_backend"] = data["expect"]["attention_backend"] = "FLASH_ATTN_V9"
+    data["targets"]["h200"]["serve"]["attention_backend"] = "FLASH_ATTN_V9"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(ForgeError) as refused:
         plan_serve("gemma-4-31b-it", "h200", "0.27.1", recipes_dir=str(root))
     message = str(refused.value)
-    assert message.startswith(f"{path}: serve.attention_backend: vLLM 0.27.1 accepts "
+    assert message.startswith(f"{path}: targets.h200.serve.attention_backend: vLLM 0.27.1 accepts "
                               "--attention-backend ")
     assert "TRITON_ATTN" in message and message.endswith("not 'FLASH_ATTN_V9'")
 

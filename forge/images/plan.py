@@ -216,21 +216,15 @@ def _range_probes(rule) -> list:
 
 
 def check_recipes(target: Target, vllm: str) -> list[str]:
-    """Every recipe the target lists must exist and, when it is meant for this release, pass the
+    """Every recipe of the target (the recipe files that name it), when meant for this release, must pass the
     release's own parser (flags, choices, speculative keys, EngineArgs fields) as `serve` checks
     it. Returns the recipes that are not meant for this release (carried, not served on it)."""
-    from forge.serving.recipes import load_recipe, recipe_path
+    from forge.serving.recipes import load_recipe
     from forge.serving.serve import check_for_release
     from forge.serving.vllm_args import release_args
 
     skipped, release = [], None
-    for index, name in enumerate(target.recipes):
-        if not recipe_path(name, target.name).exists():
-            try:
-                load_recipe(name, target.name)  # says which: no such recipe, or no file for the target
-            except ForgeError as exc:
-                raise ForgeError(f"{target.source}: targets.{target.name}.recipes[{index}]: "
-                                 f"{exc}") from exc
+    for name in target.recipes:  # the recipe files that name the target
         recipe = load_recipe(name, target.name)  # its own errors name the recipe file and field
         if not recipe.admits(vllm):
             skipped.append(f"{name} (for vLLM {recipe.vllm})")

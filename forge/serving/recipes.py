@@ -1,6 +1,10 @@
 """Recipes: what a user serves on a target, and what verify checks against.
 
-A recipe is recipes/<model>/<target>.yaml, validated on load (errors name the file and field).
+A model's recipes are one file, recipes/<model>.yaml: `defaults` and thin per-target overrides
+(`targets.<target>`), deep-merged and validated on load (errors name the file and the field,
+e.g. `recipes/gemma-4-26b-a4b-it.yaml: targets.h200.serve.max_num_seqs: ...`). What the code
+derives is never stated: the name and target, the drafter, the expected quantization, the MoE
+config file names, the acceptance gates and the cap of the vLLM range (the series' coverage).
 `Recipe.engine_kwargs()` (for vllm.LLM) and `Recipe.cli_args()` (for `vllm serve`) are both
 derived from one table, ENGINE_SETTINGS, so the verify scripts start vLLM exactly as serve does.
 """
@@ -8,18 +12,20 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from forge import REPO_ROOT
+from packaging.version import Version
+
 from forge.errors import ForgeError
 from forge.models import Family, Model, MoeShape, model_for_id
-from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
+from forge.schema import Field, ListOf, load_yaml, pep440_specifier, pep440_version, validate
+from forge.targets import RECIPES_DIR
 
-RECIPES_DIR = REPO_ROOT / "recipes"
 RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 # vLLM's CacheDType values; FP8 ones need FP8 hardware support for the KV cache.
 KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -89,8 +95,16 @@ REFERENCE_ITEM = {
     "source": Field(str),
 }
 
+CHECKPOINT = {
+    "base_model": Field(str, check=_hf_id),
+    "format": Field(str, choices=CHECKPOINT_FORMATS),
+    "weights": Field(str, choices=("nvfp4",)),
+    "source": Field(str),
+}
+
+# The file name is derived from the model's experts, the target's device and the weights
+# (moe_config_name): a recipe says only whether vLLM reads one and who supplies it.
 MOE_CONFIG = {
-    "name": Field(str),
     # whether vLLM is expected to read this file (else it logs "Config file not found")
     "expected": Field(bool),
     # who supplies it: forge (patches/moe-configs, shipped for the releases series.yaml names)
@@ -100,30 +114,21 @@ MOE_CONFIG = {
 
 LAYOUT = {
     "nodes": Field(int, check=_at_least_one),
-    "tensor_parallel_size": Field(int, check=_at_least_one),
+    # empty: every GPU of the layout in one tensor parallel group (nodes x gpus_per_node / PP)
+    "tensor_parallel_size": Field(int, required=False, check=_at_least_one),
     "pipeline_parallel_size": Field(int, required=False, default=1, check=_at_least_one),
     "gpus_per_node": Field(int, required=False, default=1, check=_at_least_one),
-    # MoE model only: the config file vLLM looks for at this layout's tensor parallel size
+    # MoE model only; empty: the recipe's own moe_config (expected, provider) at this size
     "moe_config": Field(MOE_CONFIG, required=False),
     "source": Field(str),
 }
 
-SCHEMA = {
-    "name": Field(str),
-    "target": Field(str),
-    "model": Field(str, check=_hf_id),
-    # A drafter checkpoint of its own; left out where the family's drafter is inside the model's
-    # checkpoint (models/<family>.yaml, drafter.loading).
-    "drafter": Field(str, required=False, check=_hf_id),
-    # A pre-quantized checkpoint of another model (NVFP4): vLLM detects `format` from its
-    # config.json; the drafter is base_model's own (BF16).
-    "checkpoint": Field({
-        "base_model": Field(str, check=_hf_id),
-        "format": Field(str, choices=CHECKPOINT_FORMATS),
-        "weights": Field(str, choices=("nvfp4",)),
-        "source": Field(str),
-    }, required=False),
-    "vllm": Field(str, check=pep440_specifier),
+# What one target's recipe states: a model file's `defaults`, deep-merged with its
+# `targets.<target>` (a mapping merges key by key, anything else replaces; null removes).
+RECIPE = {
+    # The releases the recipe is for, lower bound: capped at the series' checked_through on load;
+    # empty: the family's range, else the series' checked_from.
+    "vllm": Field(str, required=False, check=pep440_specifier),
     "serve": Field({
         "quantization": Field(str, required=False, choices=("fp8",)),
         "kv_cache_dtype": Field(str, required=False, default="auto", choices=KV_CACHE_DTYPES),
@@ -139,16 +144,18 @@ SCHEMA = {
         "env": Field(dict, required=False, default={}, check=_env_names),
         "extra_args": Field(ListOf(str), required=False, default=[], check=_cli_tokens),
     }),
-    # What verify reads back from the engine log: each value is what vLLM prints.
+    # What verify reads back from the engine log: each value is what vLLM prints. The
+    # quantization is what the weights make vLLM report (derived), the attention backend
+    # serve.attention_backend's unless stated.
     "expect": Field({
-        "quantization": Field(str, required=False),        # engine config line quantization=...
         "moe_backend": Field(str, required=False),         # e.g. "TRITON Fp8", "FLASHINFER_CUTLASS NvFp4"
-        "attention_backend": Field(str, check=_attention_backend_name),
+        "attention_backend": Field(str, required=False, check=_attention_backend_name),
         "flash_attn_version": Field(int, required=False),  # FLASH_ATTN only: 4 for FA4
         "source": Field(str),                              # measured or assumed, and where from
     }),
     "speculative": Field({
-        "method": Field(str),  # one the family's speculative_methods name (models/<family>.yaml)
+        # empty: the family's method where it names one (models/<family>.yaml)
+        "method": Field(str, required=False),
         "num_speculative_tokens": Field(int, check=_positive),
     }),
     # Empty: the family's sampling defaults (models/<family>.yaml).
@@ -160,16 +167,35 @@ SCHEMA = {
     }, required=False),
     "moe_config": Field(MOE_CONFIG, required=False),
     "multi_node": Field(ListOf(LAYOUT), required=False, default=[]),
+    # The acceptance gates are derived from these (acceptance_gates, recipes/README.md).
     "thresholds": Field({
-        "min_acceptance_rate": Field(float, check=_fraction),
-        "min_mean_acceptance_length": Field(float, check=_at_least_one),
         "min_speedup": Field(float, check=_positive),
         # The cost of one speculative step over one plain step: the break-even mean
-        # acceptance length. The acceptance thresholds are derived from it (recipes/README.md).
+        # acceptance length.
         "step_cost_ratio": Field(float, check=_at_least_one),
         "step_cost_source": Field(str),
     }),
+}
+
+
+def _partial(schema: dict) -> dict:
+    """The schema with every field optional and no defaults: what `defaults` or one target's
+    overrides may hold on their own (the merged recipe is checked against the full schema)."""
+    return {name: replace(f, required=False, default=None,
+                          kind=_partial(f.kind) if isinstance(f.kind, dict) else f.kind)
+            for name, f in schema.items()}
+
+
+# recipes/<model>.yaml
+MODEL_FILE = {
+    "model": Field(str, check=_hf_id),
+    # A pre-quantized checkpoint of another model (NVFP4): vLLM detects `format` from its
+    # config.json; the drafter is base_model's own (BF16).
+    "checkpoint": Field(CHECKPOINT, required=False),
+    # Figures users compare against, for the model on any target.
     "reference": Field(ListOf(REFERENCE_ITEM), required=False, default=[]),
+    "defaults": Field(_partial(RECIPE), required=False, default={}),
+    "targets": Field(dict),
 }
 
 
@@ -206,6 +232,7 @@ class Recipe:
     multi_node: tuple = ()
     reference: list = field(default_factory=list)
     path: Path | None = None
+    stated_vllm: str | None = None     # the range the file states, before the series' cap
 
     @property
     def base_model(self) -> str:
@@ -245,10 +272,25 @@ class Recipe:
 
         return SpecifierSet(self.vllm).contains(str(vllm_version), prereleases=True)
 
+    def reaches(self, vllm_version: str) -> bool:
+        """Whether the range the file states takes `vllm_version` once the series covers it
+        (the cap at the series' checked_through moves with the series on its own)."""
+        from packaging.specifiers import SpecifierSet
+
+        return SpecifierSet(self.stated_vllm or self.vllm).contains(str(vllm_version), prereleases=True)
+
+    @property
+    def where(self) -> str:
+        """Where messages about this recipe point: its model file and target entry."""
+        if self.path is None:
+            return f"{self.name}: targets.{self.target}"
+        return f"{display_path(self.path)}: targets.{self.target}"
+
     def speculative_config(self) -> dict:
-        """No `model` for a drafter inside the checkpoint: vLLM then takes the target's own."""
-        drafter = {"model": self.drafter} if self.drafter else {}
-        return {**drafter, "method": self.speculative.method,
+        """The drafter is the family's separate checkpoint where it has one (else the head
+        inside the target's checkpoint: no model key)."""
+        config = {"model": self.drafter} if self.drafter else {}
+        return {**config, "method": self.speculative.method,
                 "num_speculative_tokens": self.speculative.num_speculative_tokens}
 
     def env(self) -> dict[str, str]:
@@ -366,7 +408,7 @@ def check_extra_args_repeat_nothing(recipe: Recipe, where: str,
     for group in flag_groups(list(recipe.serve.extra_args)):
         name = canonical(group.flag) if canonical else group.name
         if name in set_by:
-            raise ForgeError(f"{where}: serve.extra_args[{group.index}]: {group.flag} is already "
+            raise ForgeError(f"{where}.serve.extra_args[{group.index}]: {group.flag} is already "
                              f"set by {set_by[name]}; set it there only")
 
 
@@ -403,40 +445,84 @@ def _parse_value(text: str):
 # Loading
 
 
-def recipe_path(model: str, target: str, root: Path | None = None) -> Path:
-    return (root or RECIPES_DIR) / model / f"{target}.yaml"
+def recipe_path(model: str, target: str | None = None, root: Path | None = None) -> Path:
+    """The model's file, recipes/<model>.yaml: every target's recipe of that model is in it."""
+    return (root or RECIPES_DIR) / f"{model}.yaml"
 
 
-def recipe_names(root: Path | None = None) -> list[str]:
+def _model_files(root: Path | None = None) -> list[Path]:
     root = root or RECIPES_DIR
     if not root.is_dir():
         raise ForgeError(f"{root}: no such recipes directory")
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+    return sorted((p for p in root.glob("*.yaml") if p.name != KNOWN_FAILURES_FILE), key=lambda p: p.stem)
+
+
+def recipe_names(root: Path | None = None) -> list[str]:
+    return [path.stem for path in _model_files(root)]
 
 
 def load_recipe(model: str, target: str, root: Path | None = None) -> Recipe:
     path = recipe_path(model, target, root)
     if not path.exists():
         known = recipe_names(root)
-        if model not in known:
-            raise ForgeError(f"unknown recipe {model!r} "
-                             f"(recipes: {', '.join(known) or f'none in {root or RECIPES_DIR}'})")
-        targets = sorted(p.stem for p in path.parent.glob("*.yaml"))
-        raise ForgeError(f"recipe {model!r} has no file for target {target!r} "
-                         f"(targets: {', '.join(targets)}; {path} does not exist)")
-    return parse_recipe(load_yaml(path), path)
+        raise ForgeError(f"unknown recipe {model!r} "
+                         f"(recipes: {', '.join(known) or f'none in {root or RECIPES_DIR}'})")
+    source = display_path(path)
+    values = _model_file(load_yaml(path), source)
+    if target not in values["targets"]:
+        raise ForgeError(f"{source}: targets: recipe {model!r} has no target {target!r} "
+                         f"(targets: {', '.join(sorted(values['targets']))})")
+    return _recipe(values, target, path)
 
 
 def load_all(root: Path | None = None) -> list[Recipe]:
-    root = root or RECIPES_DIR
-    return [parse_recipe(load_yaml(path), path) for path in sorted(root.glob("*/*.yaml"))]
+    found = []
+    for path in _model_files(root):
+        values = _model_file(load_yaml(path), display_path(path))
+        found += [_recipe(values, target, path) for target in sorted(values["targets"])]
+    return found
 
 
-def parse_recipe(data, path: Path) -> Recipe:
-    source = display_path(path)
-    values = validate(data, SCHEMA, source)
-    _check_consistency(values, path, source)
-    values["sampling"] = values["sampling"] or model_for_id(_base_model(values))[0].sampling
+def _model_file(data, source: str) -> dict:
+    values = validate(data, MODEL_FILE, source)
+    if not values["targets"]:
+        fail_at(source, "targets", "must name at least one target")
+    partial, targets = _partial(RECIPE), known_targets()
+    for target, body in values["targets"].items():
+        if target not in targets:
+            fail_at(source, f"targets.{target}", f"unknown target (targets: {', '.join(targets)})")
+        validate({} if body is None else body, partial, source, f"targets.{target}")
+    return values
+
+
+def fail_at(source: str, where: str, problem: str):
+    raise ForgeError(f"{source}: {where}: {problem}")
+
+
+def merged(defaults, overrides):
+    """`overrides` on top of `defaults`: mappings merge key by key, anything else replaces
+    (a list too), and null removes the default."""
+    if not (isinstance(defaults, dict) and isinstance(overrides, dict)):
+        return overrides
+    result = dict(defaults)
+    for key, value in overrides.items():
+        result[key] = merged(defaults[key], value) if key in defaults else value
+    return result
+
+
+def _recipe(file: dict, target: str, path: Path) -> Recipe:
+    source, where = display_path(path), f"targets.{target}"
+
+    def fail(field_name, problem):
+        fail_at(source, f"{where}.{field_name}", problem)
+
+    raw = merged(file["defaults"], file["targets"][target] or {})
+    values = {**validate(raw, RECIPE, source, where), "name": path.stem, "target": target,
+              "model": file["model"], "checkpoint": file["checkpoint"]}
+    family, model = _family_model(values, lambda field_name, problem:
+                                  fail_at(source, field_name, problem))
+    _derive(values, family, model, fail)
+    _check_consistency(values, family, path, fail)
     sections = {key: Section(values[key]) for key in ("serve", "speculative", "sampling",
                                                       "thresholds", "expect")}
     moe = Section(values["moe_config"]) if values["moe_config"] else None
@@ -444,12 +530,110 @@ def parse_recipe(data, path: Path) -> Recipe:
     layouts = tuple(Section({**layout, "moe_config": Section(layout["moe_config"])
                              if layout["moe_config"] else None})
                     for layout in values["multi_node"])
-    recipe = Recipe(name=values["name"], target=values["target"], model=values["model"],
+    recipe = Recipe(name=values["name"], target=target, model=values["model"],
                     drafter=values["drafter"], vllm=values["vllm"], moe_config=moe,
                     checkpoint=checkpoint, multi_node=layouts,
-                    reference=values["reference"], path=path, **sections)
-    check_extra_args_repeat_nothing(recipe, source)
+                    reference=file["reference"], path=path, stated_vllm=values["stated_vllm"],
+                    **sections)
+    check_extra_args_repeat_nothing(recipe, f"{source}: {where}")
     return recipe
+
+
+def _derive(values: dict, family: Family, model: Model, fail) -> None:
+    """Fill in what the code knows from the model family, the target and the series."""
+    values["stated_vllm"] = (values["vllm"] or family.values["vllm"]
+                             or f">={series_coverage()[0]}")
+    values["vllm"] = capped_range(values["stated_vllm"])
+    values["drafter"] = family.drafter_id(_base_model(values))
+    values["sampling"] = values["sampling"] or family.sampling
+    speculative = values["speculative"]
+    if speculative["method"] is None:
+        methods = family.speculative_methods()
+        if len(methods) != 1:
+            fail("speculative.method", f"required: the {family.name} family names "
+                                       f"{len(methods)} methods ({', '.join(methods)})")
+        speculative["method"] = methods[0]
+    expect, serve = values["expect"], values["serve"]
+    expect["quantization"] = (values["checkpoint"]["format"] if values["checkpoint"]
+                              else serve["quantization"])
+    if expect["attention_backend"] is None:
+        if serve["attention_backend"] is None:
+            fail("expect.attention_backend", "required where serve.attention_backend is "
+                                             "empty (the backend vLLM will log)")
+        expect["attention_backend"] = serve["attention_backend"]
+    values["thresholds"].update(acceptance_gates(values["thresholds"]["min_speedup"],
+                                                 values["thresholds"]["step_cost_ratio"],
+                                                 speculative["num_speculative_tokens"]))
+    shape = model.moe
+    values["moe_config"] = _named_moe_config(values["moe_config"], values, 1, shape,
+                                             "moe_config", fail)
+    for index, layout in enumerate(values["multi_node"]):
+        at = f"multi_node[{index}]"
+        ranks = layout["nodes"] * layout["gpus_per_node"]
+        if layout["tensor_parallel_size"] is None:
+            if ranks % layout["pipeline_parallel_size"]:
+                fail(f"{at}.pipeline_parallel_size", f"does not divide the layout's {ranks} GPUs")
+            layout["tensor_parallel_size"] = ranks // layout["pipeline_parallel_size"]
+        stated = layout["moe_config"] or (
+            {k: v for k, v in values["moe_config"].items() if k != "name"}
+            if values["moe_config"] else None)
+        layout["moe_config"] = _named_moe_config(stated, values, layout["tensor_parallel_size"],
+                                                 shape, f"{at}.moe_config", fail)
+
+
+def acceptance_gates(min_speedup: float, step_cost_ratio: float, k: int) -> dict[str, float]:
+    """The acceptance gates that imply the speedup gate (recipes/README.md): speedup ~= mean
+    acceptance length / step cost, so the length must reach min_speedup x step_cost_ratio
+    (rounded up to 0.01), and mean length = 1 + k x acceptance rate (rounded to 0.01)."""
+    length = math.ceil(min_speedup * step_cost_ratio * 100 - 1e-6) / 100
+    rate = math.floor((length - 1) / k * 100 + 0.5 + 1e-6) / 100
+    return {"min_mean_acceptance_length": length, "min_acceptance_rate": rate}
+
+
+def _named_moe_config(moe: dict | None, values: dict, tensor_parallel: int, shape: MoeShape | None,
+                      where: str, fail) -> dict | None:
+    """The recipe's MoE config expectation with the file name vLLM looks for."""
+    if moe is None:
+        return None
+    if shape is None:
+        fail(where, f"{_base_model(values)} has no MoE block (models/ says so): no MoE config to name")
+    assert shape is not None  # fail() raised
+    if shape.intermediate % tensor_parallel:
+        fail(where, f"tensor parallel {tensor_parallel} does not divide the MoE intermediate "
+                    f"size {shape.intermediate}")
+    if moe["expected"] and not moe["provider"]:
+        fail(f"{where}.provider", "say who supplies the expected file: forge or vllm")
+    if not moe["expected"] and moe["provider"]:
+        fail(f"{where}.provider", "only for an expected file")
+    name = moe_config_name(values["target"], values["serve"]["quantization"], tensor_parallel,
+                           shape)
+    if name is None:
+        fail(where, f"no moe_device_name for target {values['target']!r}")
+    return {"name": name, **moe}
+
+
+def series_coverage() -> tuple[str, str]:
+    """(checked_from, checked_through) of the patch series (patches/series.yaml, or the
+    manifest VLLM_FORGE_SERIES names): the releases a recipe is served on by default."""
+    from forge.patching.series import DEFAULT_SERIES
+
+    path = Path(os.environ.get("VLLM_FORGE_SERIES") or DEFAULT_SERIES)
+    data = load_yaml(path)
+    found = []
+    for key in ("checked_from", "checked_through"):
+        value = str(data.get(key, "")) if isinstance(data, dict) else ""
+        problem = pep440_version(value) if value else "required field is missing"
+        if problem:
+            fail_at(str(path), key, problem)
+        found.append(value)
+    return found[0], found[1]
+
+
+def capped_range(specifier: str) -> str:
+    """A recipe's range capped at the series' newest checked minor release: `>=0.25.0` with
+    checked_through 0.33.0 is `>=0.25.0,<0.34` (its patch releases included)."""
+    through = Version(series_coverage()[1])
+    return f"{specifier},<{through.major}.{through.minor + 1}"
 
 
 def display_path(path: Path) -> str:
@@ -459,57 +643,31 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def _check_consistency(values: dict, path: Path, source: str) -> None:
-    """Rules across fields: where the file lives, the target, FP8 KV, and honest thresholds."""
-    def fail(where, problem):
-        raise ForgeError(f"{source}: {where}: {problem}")
-
-    if values["name"] != path.parent.name:
-        fail("name", f"must match its directory {path.parent.name!r} (got {values['name']!r})")
-    if values["target"] != path.stem:
-        fail("target", f"must match the file name {path.stem!r} (got {values['target']!r})")
-    targets = known_targets()
-    if values["target"] not in targets:
-        fail("target", f"unknown target {values['target']!r} (targets: {', '.join(targets)})")
+def _check_consistency(values: dict, family: Family, path: Path, fail) -> None:
+    """Rules across fields: the target, FP8 KV, the family's methods, the layouts."""
     if values["target"] in NO_FP8_KV_TARGETS and values["serve"]["kv_cache_dtype"].startswith("fp8"):
         fail("serve.kv_cache_dtype", f"no FP8 KV cache on {values['target']} (no FP8 hardware)")
-    family, _ = _family_model(values, fail)
     methods = family.speculative_methods()
     if values["speculative"]["method"] not in methods:
         fail("speculative.method", f"must be one of {', '.join(methods)} (got "
                                    f"{values['speculative']['method']!r}): the {family.name} family's methods")
-    own_drafter = family.drafter_id(_base_model(values))
-    if own_drafter and values["drafter"] is None:
-        fail("drafter", f"required field is missing: the {family.name} family's drafter is a "
-                        f"checkpoint of its own ({own_drafter})")
-    if own_drafter and values["drafter"] != own_drafter:
-        fail("drafter", f"must be the model's own drafter {own_drafter} "
-                        f"(got {values['drafter']!r})")
-    if own_drafter is None and values["drafter"] is not None:
-        fail("drafter", f"must be left out: the {family.name} family's drafter is inside the "
-                        f"model's checkpoint ({family.source}: drafter.loading {family.drafter_loading})")
     if values["checkpoint"] and values["serve"]["quantization"]:
         fail("serve.quantization", f"must be empty for a pre-quantized checkpoint: vLLM detects "
                                    f"{values['checkpoint']['format']} from it")
-    _check_expectations(values, fail)
-    _check_thresholds(values, fail)
-    _check_moe_config(values["moe_config"], values, 1, "moe_config", fail)
-    _check_layouts(values, path, fail)
-
-
-def _check_expectations(values: dict, fail) -> None:
-    """What verify will read back must agree with what the recipe asks vLLM to do."""
     expect, serve = values["expect"], values["serve"]
-    asked = values["checkpoint"]["format"] if values["checkpoint"] else serve["quantization"]
-    if expect["quantization"] != asked:
-        fail("expect.quantization", f"must be {asked!r}, what vLLM will report for these "
-                                    f"weights (got {expect['quantization']!r})")
     if serve["attention_backend"] and expect["attention_backend"] != serve["attention_backend"]:
         fail("expect.attention_backend", f"must be serve.attention_backend "
                                          f"{serve['attention_backend']!r} (got "
                                          f"{expect['attention_backend']!r})")
     if expect["flash_attn_version"] and expect["attention_backend"] != "FLASH_ATTN":
         fail("expect.flash_attn_version", "only applies to the FLASH_ATTN backend")
+    k = values["speculative"]["num_speculative_tokens"]
+    if values["thresholds"]["min_mean_acceptance_length"] > k + 1:
+        fail("thresholds.min_speedup", f"min_speedup x step_cost_ratio = "
+                                       f"{values['thresholds']['min_mean_acceptance_length']} "
+                                       f"exceeds 1 + num_speculative_tokens = {k + 1}: "
+                                       f"unreachable")
+    _check_layouts(values, path, fail)
 
 
 def _check_layouts(values: dict, path: Path, fail) -> None:
@@ -528,56 +686,9 @@ def _check_layouts(values: dict, path: Path, fail) -> None:
             fail(f"{where}.tensor_parallel_size", f"tensor x pipeline parallel = {ranks} must "
                                                   f"equal nodes x gpus_per_node = {gpus}")
         failure = known_failure(_base_model(values), _weights(values),
-                                layout["tensor_parallel_size"], path.parent.parent)
+                                layout["tensor_parallel_size"], path.parent)
         if failure:
             fail(f"{where}.tensor_parallel_size", failure)
-        _check_moe_config(layout["moe_config"], values, layout["tensor_parallel_size"],
-                          f"{where}.moe_config", fail)
-        if values["moe_config"] is not None and layout["moe_config"] is None:
-            fail(f"{where}.moe_config", "required for the MoE model: name the file vLLM looks "
-                                        f"for at tensor parallel {layout['tensor_parallel_size']}")
-
-
-def _check_thresholds(values: dict, fail) -> None:
-    """The acceptance gate must imply the speedup gate: a recipe that passes acceptance at
-    temperature 0 is expected to be min_speedup faster (speedup ~= mean length / step cost)."""
-    t, k = values["thresholds"], values["speculative"]["num_speculative_tokens"]
-    needed_length = t["min_speedup"] * t["step_cost_ratio"]
-    if t["min_mean_acceptance_length"] + 1e-9 < needed_length:
-        fail("thresholds.min_mean_acceptance_length",
-             f"must be at least min_speedup x step_cost_ratio = {needed_length:.2f} "
-             f"(got {t['min_mean_acceptance_length']})")
-    if t["min_mean_acceptance_length"] > k + 1:
-        fail("thresholds.min_mean_acceptance_length",
-             f"cannot exceed 1 + num_speculative_tokens = {k + 1}")
-    # mean length = 1 + k * acceptance rate, so the two gates must say the same thing.
-    implied_rate = (t["min_mean_acceptance_length"] - 1) / k
-    if not math.isclose(t["min_acceptance_rate"], implied_rate, abs_tol=0.011):
-        fail("thresholds.min_acceptance_rate",
-             f"must be (min_mean_acceptance_length - 1) / num_speculative_tokens = "
-             f"{implied_rate:.2f} (got {t['min_acceptance_rate']})")
-
-
-def _check_moe_config(moe: dict | None, values: dict, tensor_parallel: int, where: str,
-                      fail) -> None:
-    if moe is None:
-        return
-    shape = _family_model(values, fail)[1].moe
-    if shape is None:
-        fail(where, f"{_base_model(values)} has no MoE block (models/ says so): no MoE config to name")
-    assert shape is not None  # fail() raised
-    if shape.intermediate % tensor_parallel:
-        fail(where, f"tensor parallel {tensor_parallel} does not divide the MoE intermediate "
-                    f"size {shape.intermediate}")
-    expected_name = moe_config_name(values["target"], values["serve"]["quantization"],
-                                    tensor_parallel, shape)
-    if expected_name and moe["name"] != expected_name:
-        fail(f"{where}.name", f"vLLM looks for {expected_name!r} on this target "
-                              f"(got {moe['name']!r})")
-    if moe["expected"] and not moe["provider"]:
-        fail(f"{where}.provider", "say who supplies the expected file: forge or vllm")
-    if not moe["expected"] and moe["provider"]:
-        fail(f"{where}.provider", "only for an expected file")
 
 
 def _family_model(values: dict, fail) -> tuple[Family, Model]:

@@ -119,7 +119,7 @@ def recipe_report(recipe, target, vllm_version: str, dtype: str | None = None, c
     from forge.serving.acceptance import profile_length
 
     if not recipe.admits(vllm_version):
-        raise ForgeError(f"{recipe.path}: vllm: {recipe.vllm} does not admit vLLM {vllm_version}")
+        raise ForgeError(f"{recipe.where}.vllm: {recipe.vllm} does not admit vLLM {vllm_version}")
     family, model = recipe.family_model
     dtypes = group_dtypes(dtype or recipe.weights, recipe.serve.kv_cache_dtype)
     groups = decode_bytes(model_shape(family, model, vllm_version), dtypes, context_len)

@@ -25,7 +25,6 @@ from forge.serving.recipes import (
     Recipe,
     check_extra_args_repeat_nothing,
     cli_value,
-    display_path,
     flag_groups,
     load_recipe,
     recipe_field,
@@ -115,7 +114,7 @@ def _checked_recipe(recipe_name: str, target: str, vllm: str, recipes_dir: str |
     get_target(target)   # an unknown target: the one message every command gives
     recipe = load_recipe(recipe_name, target, Path(recipes_dir) if recipes_dir else None)
     if not recipe.admits(version):
-        raise ForgeError(f"{_where(recipe)}: vllm: the recipe is for vLLM {recipe.vllm}, "
+        raise ForgeError(f"{_where(recipe)}.vllm: the recipe is for vLLM {recipe.vllm}, "
                          f"not {version}")
     from forge.serving.vllm_args import release_args
 
@@ -154,11 +153,11 @@ def layout_for(recipe: Recipe, nodes: int):
 
     # One GPU a node (a DGX Spark pair): N nodes split the model N ways by tensor parallel.
     failure = known_failure(recipe.base_model, recipe.weights, nodes,
-                            recipe.path.parent.parent if recipe.path else None)
+                            recipe.path.parent if recipe.path else None)
     if failure:
-        raise ForgeError(f"{_where(recipe)}: multi_node: no {nodes}-node layout: {failure}")
+        raise ForgeError(f"{_where(recipe)}.multi_node: no {nodes}-node layout: {failure}")
     stated = ", ".join(str(layout.nodes) for layout in recipe.multi_node) or "none"
-    raise ForgeError(f"{_where(recipe)}: multi_node: no layout for {nodes} nodes "
+    raise ForgeError(f"{_where(recipe)}.multi_node: no layout for {nodes} nodes "
                      f"(layouts for: {stated})")
 
 
@@ -201,11 +200,11 @@ def check_node_flags(commands: list[NodeCommand], release, recipe: Recipe) -> No
     for node in commands:
         for token in node.vllm_args[2:]:
             if token.startswith("--") and not release.has_flag(token):
-                raise ForgeError(f"{_where(recipe)}: multi_node: node {node.rank} needs {token}, "
+                raise ForgeError(f"{_where(recipe)}.multi_node: node {node.rank} needs {token}, "
                                  f"which vLLM {release.version}'s `vllm serve` does not have")
         for name in node.env:
             if name.startswith("VLLM_") and name not in release.env_vars:
-                raise ForgeError(f"{_where(recipe)}: serve.env: vLLM {release.version} does not "
+                raise ForgeError(f"{_where(recipe)}.serve.env: vLLM {release.version} does not "
                                  f"read {name}")
 
 
@@ -311,7 +310,7 @@ def _runner_env(recipe: Recipe, release) -> tuple[dict[str, str], list[str]]:
     if RUNNER_ENV in release.env_vars:
         return env, []
     if recipe.serve.model_runner == "v2":
-        raise ForgeError(f"{_where(recipe)}: serve.model_runner: v2 needs {RUNNER_ENV}, "
+        raise ForgeError(f"{_where(recipe)}.serve.model_runner: v2 needs {RUNNER_ENV}, "
                          f"which vLLM {release.version} does not read")
     # A release without the switch has only the V1 runner: the setting is moot there.
     del env[RUNNER_ENV]
@@ -326,7 +325,7 @@ def check_for_release(recipe: Recipe, release) -> None:
     _check_speculative(recipe, release)
     for name in recipe.engine_kwargs():
         if name != "model" and name not in release.engine_fields:
-            raise ForgeError(f"{_where(recipe)}: serve: {name} is not an EngineArgs field in "
+            raise ForgeError(f"{_where(recipe)}.serve: {name} is not an EngineArgs field in "
                              f"vLLM {release.version}")
 
 
@@ -337,17 +336,17 @@ def _check_flags(recipe: Recipe, release) -> None:
             continue
         field_name = recipe_field(setting.kwarg)
         if not release.has_flag(setting.flag):
-            raise ForgeError(f"{_where(recipe)}: {field_name}: needs {setting.flag}, "
+            raise ForgeError(f"{_where(recipe)}.{field_name}: needs {setting.flag}, "
                              f"which vLLM {release.version}'s `vllm serve` does not have")
         allowed = release.choices.get(setting.flag)
         if allowed and str(value) not in allowed:
-            raise ForgeError(f"{_where(recipe)}: {field_name}: vLLM {release.version} accepts "
+            raise ForgeError(f"{_where(recipe)}.{field_name}: vLLM {release.version} accepts "
                              f"{setting.flag} {' | '.join(sorted(allowed))}, not {value!r}")
         # The same argparse check the extra flags get: a value the field's schema admits
         # may still be one this release reads otherwise.
         problem = release.value_problem(setting.flag, [cli_value(value)])
         if problem:
-            raise ForgeError(f"{_where(recipe)}: {field_name}: vLLM {release.version}'s "
+            raise ForgeError(f"{_where(recipe)}.{field_name}: vLLM {release.version}'s "
                              f"{setting.flag} {problem}")
     _check_extra_args(recipe, release)
 
@@ -358,7 +357,7 @@ def _check_extra_args(recipe: Recipe, release) -> None:
     where = _where(recipe)
     check_extra_args_repeat_nothing(recipe, where, release.canonical)
     for group in flag_groups(list(recipe.serve.extra_args)):
-        here = f"{where}: serve.extra_args[{group.index}]"
+        here = f"{where}.serve.extra_args[{group.index}]"
         if not release.has_flag(group.flag):
             raise ForgeError(f"{here}: {group.flag} is not a `vllm serve` flag in vLLM "
                              f"{release.version}")
@@ -370,15 +369,15 @@ def _check_extra_args(recipe: Recipe, release) -> None:
 def _check_speculative(recipe: Recipe, release) -> None:
     for key in recipe.speculative_config():
         if key not in release.speculative_fields:
-            raise ForgeError(f"{_where(recipe)}: speculative: vLLM {release.version}'s "
+            raise ForgeError(f"{_where(recipe)}.speculative: vLLM {release.version}'s "
                              f"SpeculativeConfig has no field {key!r}")
     if recipe.speculative.method not in release.speculative_methods:
-        raise ForgeError(f"{_where(recipe)}: speculative.method: vLLM {release.version} has no "
+        raise ForgeError(f"{_where(recipe)}.speculative.method: vLLM {release.version} has no "
                          f"speculative method {recipe.speculative.method!r}")
 
 
 def _where(recipe: Recipe) -> str:
-    return display_path(recipe.path) if recipe.path else f"{recipe.name}/{recipe.target}"
+    return recipe.where
 
 
 def _host_path(path: str) -> str:

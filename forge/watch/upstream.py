@@ -132,7 +132,7 @@ def propose(series, offline: bool = False, recipes_root: Path | None = None, wat
                 _propose_retirement(proposal, series.get(status.id), version)
     if proposal.newest:
         proposal.recipes_behind = [f"{r.name}/{r.target}" for r in recipes.load_all(recipes_root)
-                                   if not r.admits(proposal.newest)]
+                                   if not r.reaches(proposal.newest)]
     if watch is not None:
         proposal.dependencies = propose_dependencies(series, watch, newer, offline, through or {})
     return proposal
@@ -335,7 +335,8 @@ def _edit_lines(proposal: Proposal) -> list[str]:
         lines += ["", f"Recipes whose `vllm` range does not reach {proposal.newest} yet (check each with "
                       f"`python3 build.py serve --recipe R --target T --vllm {proposal.newest}`, then "
                       "extend the range in a follow-up):", ""]
-        lines += [f"- `recipes/{name}.yaml`" for name in proposal.recipes_behind]
+        lines += [f"- `recipes/{name.split('/')[0]}.yaml` targets.{name.split('/')[1]}"
+                  for name in proposal.recipes_behind]
     moved = [d for d in proposal.dependencies if d.new_versions]
     if moved:
         lines += ["", "Edits to `patches/dependency-watch.yaml`:", ""]
