@@ -44,10 +44,10 @@ from forge.files import check_output_dir
 from forge.serving.acceptance import parse_profile
 from verify import bench_report, controls
 from verify.dummy_models import (
+    check_shape_flag,
     encode_without_tokenizer,
     full_layers,
     recipe_shape,
-    resolve_shape,
     write_dummy_models,
 )
 from verify.endpoint import Endpoint, server_release
@@ -113,11 +113,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", default="bench-out")
     p.add_argument("--timeout", type=int, default=1500, help="seconds for all engines together")
     args = p.parse_args(argv)
-    if args.dummy and args.shape:  # the shapes are data (models/): checked here, not by argparse
-        try:
-            args.shape = resolve_shape(args.shape)
-        except ValueError as exc:
-            p.error(str(exc))
+    check_shape_flag(p, args)
     return args
 
 

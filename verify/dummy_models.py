@@ -37,6 +37,16 @@ def resolve_shape(shape: str | None) -> str:
     return family_of(shape)[1]
 
 
+def check_shape_flag(parser, args) -> None:
+    """A given --shape must name a dummy model of models/: checked after parsing, not by argparse,
+    so that --help needs no models/ directory (bench.py and mtp_smoke.py)."""
+    if args.dummy and args.shape:
+        try:
+            args.shape = resolve_shape(args.shape)
+        except ValueError as exc:
+            parser.error(str(exc))
+
+
 def recipe_shape(recipe, shape: str | None = None) -> str:
     """The shape --dummy writes for a recipe: `shape` if the recipe's family has it, else the
     recipe's own model where it has a drafter shape, else the family's first."""

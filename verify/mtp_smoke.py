@@ -38,7 +38,7 @@ from forge.errors import ForgeError
 from forge.files import check_output_dir
 from verify import checks as gate
 from verify import controls
-from verify.dummy_models import encode_without_tokenizer, recipe_shape, resolve_shape, write_dummy_models
+from verify.dummy_models import check_shape_flag, encode_without_tokenizer, recipe_shape, write_dummy_models
 from verify.endpoint import Endpoint, EndpointError, excerpt, served_model, server_release
 from verify.machine import detect_target, kill_group
 from verify.metrics import MetricsError, SpecCounters, counters_from_prometheus, counters_from_snapshot
@@ -100,11 +100,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="sha256 digest (or NAME@sha256:...) of the image under test, recorded in "
                         f"the report for build.py publish (default ${DIGEST_ENV})")
     args = p.parse_args(argv)
-    if args.dummy and args.shape:  # the shapes are data (models/): checked here, not by argparse
-        try:
-            args.shape = resolve_shape(args.shape)
-        except ValueError as exc:
-            p.error(str(exc))
+    check_shape_flag(p, args)
     return args
 
 
