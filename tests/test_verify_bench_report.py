@@ -304,7 +304,7 @@ def test_bad_config_names_are_one_line_errors(text, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("name=x,dtype=fp16", "dtype must be fp8, bf16 or auto"),
+    ("name=x,dtype=fp16", "dtype must be one of fp8, fp8_per_channel, fp8_per_block, bf16, auto"),
     ("k=3", "name= is required"),
     ("name=x,runner=v3", "runner must be v1, v2 or default"),
     ("name=x,colour=red", "is not one of name, dtype"),
@@ -340,6 +340,22 @@ def test_engine_definitions_become_engine_settings(tmp_path):
     # --dummy: the controls plugin is installed and on the engine's path
     plugin = Path(fa4["env"]["PYTHONPATH"].split(":")[0])
     assert (plugin / "vllm_forge_controls-1.0.dist-info" / "entry_points.txt").exists()
+
+
+@pytest.mark.parametrize("dtype, quantization", [
+    ("fp8", "fp8"), ("fp8_per_channel", "fp8_per_channel"), ("fp8_per_block", "fp8_per_block"),
+    ("bf16", None), ("auto", None)])
+def test_an_engine_dtype_is_the_quantization_vllm_is_given(dtype, quantization, tmp_path):
+    """The online FP8 variants are vLLM's own `--quantization` shorthands, passed as named; a BF16
+    engine loads the checkpoint unquantized whatever the recipe says."""
+    from forge.serving.recipes import load_recipe
+
+    args = bench.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--dummy", "--layers", "4",
+                             "--out", str(tmp_path)])
+    recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
+    spec = bench.engine_spec(recipe, args, bench.parse_engine(f"name=e,dtype={dtype},k=4"), tmp_path)
+    assert spec["engine_kwargs"].get("quantization") == quantization
+    assert spec["meta"]["dtype"] == dtype
 
 
 def test_smoke_report_table_and_verdict_from_the_captured_run(tmp_path):

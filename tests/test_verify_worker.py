@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from verify import mtp_smoke
-from verify.engine_worker import _exclusive, _wait_for_all
+from verify.engine_worker import MEASURE_LOCK_ENV, _wait_for_all, exclusive, measure_lock
 from verify.report import NOT_INSTALLED, installed_versions
 
 
@@ -82,7 +82,7 @@ def test_measurements_take_turns_under_the_lock(tmp_path):
     spans = []
 
     def measure(name):
-        with _exclusive(lock):
+        with exclusive(lock):
             start = time.monotonic()
             time.sleep(0.2)
             spans.append((start, time.monotonic()))
@@ -94,6 +94,16 @@ def test_measurements_take_turns_under_the_lock(tmp_path):
         t.join()
     spans.sort()
     assert all(earlier[1] <= later[0] for earlier, later in zip(spans, spans[1:]))
+
+
+def test_the_shared_measure_lock_named_in_the_environment_wins_over_the_runs_own(monkeypatch, tmp_path):
+    """Two bench runs and a profile on one GPU: each names its own lock, the environment one shared."""
+    monkeypatch.delenv(MEASURE_LOCK_ENV, raising=False)
+    assert measure_lock(str(tmp_path / "own.lock")) == str(tmp_path / "own.lock")
+    assert measure_lock(None) is None
+    monkeypatch.setenv(MEASURE_LOCK_ENV, str(tmp_path / "shared.lock"))
+    assert measure_lock(str(tmp_path / "own.lock")) == str(tmp_path / "shared.lock")
+    assert measure_lock(None) == str(tmp_path / "shared.lock")
 
 
 def test_barrier_waits_for_every_engine_ready_or_failed(tmp_path):

@@ -62,6 +62,13 @@ CONFIG = re.compile(r"^(bf16|fp8)(?:-mtp([1-9]))?$")
 DEFAULT_CONFIGS = "stock,bf16,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3"
 WINDOWS = ("burst", "sustained", "conc8", "conc16", "followup")
 ENGINE_KEYS = ("name", "dtype", "k", "runner", "attention", "moe", "compile")
+# vLLM's online FP8 quantizations of a BF16 checkpoint (`--quantization`): fp8 scales activations
+# per tensor, dynamically (two passes over each activation); fp8_per_channel scales weights per
+# output channel and activations per token, llm-compressor's FP8_DYNAMIC layout; fp8_per_block,
+# 128x128 weight blocks. The shorthands are in vllm/config/quantization.py `_ONLINE_SHORTHANDS`
+# from 0.25.0 (checked in the 0.25.0, 0.27.1 and 0.33.0 sources).
+ONLINE_FP8 = ("fp8", "fp8_per_channel", "fp8_per_block")
+DTYPES = (*ONLINE_FP8, "bf16", "auto")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -77,7 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "drafter shape (default: the recipe's model, else the family's first)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: real depth)")
     p.add_argument("--engine", action="append", default=[],
-                   help="one more engine: name=N,dtype=fp8|bf16|auto,k=K,runner=v1|v2|default,"
+                   help="one more engine: name=N,dtype=fp8|fp8_per_channel|fp8_per_block|bf16|auto,k=K,runner=v1|v2|default,"
                         "attention=BACKEND|default,moe=DIR|none,compile=inductor|eager")
     p.add_argument("--compile-backend", choices=["inductor", "eager"], default="inductor",
                    help="vLLM's compile backend for the grid's engines (eager: no Inductor, "
@@ -146,8 +153,8 @@ def parse_engine(text: str) -> dict:
     engine["stock"] = engine["name"] == "stock"  # the release's default: named so on purpose
     if engine["stock"] and engine["moe"] is None:
         engine["moe"] = "none"
-    if engine["dtype"] not in ("fp8", "bf16", "auto"):
-        raise ForgeError(f"--engine {text!r}: dtype must be fp8, bf16 or auto")
+    if engine["dtype"] not in DTYPES:
+        raise ForgeError(f"--engine {text!r}: dtype must be one of {', '.join(DTYPES)}")
     if engine["runner"] not in ("v1", "v2", "default"):
         raise ForgeError(f"--engine {text!r}: runner must be v1, v2 or default")
     try:
@@ -226,8 +233,8 @@ def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
     dtype, k, runner = engine["dtype"], engine["k"], engine["runner"]
     kwargs = recipe.engine_kwargs(speculative=bool(k))
     kwargs.pop("quantization", None)
-    if dtype == "fp8":
-        kwargs["quantization"] = "fp8"
+    if dtype in ONLINE_FP8:
+        kwargs["quantization"] = dtype
     if k:
         kwargs["speculative_config"] = {**kwargs["speculative_config"], "num_speculative_tokens": k}
     env = dict(recipe.env())

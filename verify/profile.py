@@ -409,7 +409,7 @@ def gpu_run(args) -> int:
 
 def measure(args, spec: dict, recorder: Recorder, short: int, long: int, work: Path,
             out: Path) -> None:
-    from verify.engine_worker import set_control, start_engine
+    from verify.engine_worker import exclusive, measure_lock, set_control, start_engine
 
     recorder.say(f"starting the engine: {json.dumps(spec['engine_kwargs'])}")
     llm, info = start_engine(spec["engine_kwargs"])
@@ -426,14 +426,15 @@ def measure(args, spec: dict, recorder: Recorder, short: int, long: int, work: P
     recorder.write()
     for tokens in (long, short):
         generator.run(tokens)  # first-sight compiles of every shape, before any clock
-    recorder.data["phase"] = "wall"
-    recorder.write()
-    measure_wall(generator, short, long, recorder, args.max_seconds)
-    if recorder.left(args.max_seconds) < WRAP_UP_S + 3 * wall_of_long(recorder):
-        recorder.data["cut"] = "no time left for the profile (--max-seconds)"
-        recorder.say(recorder.data["cut"])
-        return
-    run_profiles(generator, short, long, args, work, out, recorder)
+    with exclusive(measure_lock(None)):  # no other timed window on this GPU meanwhile
+        recorder.data["phase"] = "wall"
+        recorder.write()
+        measure_wall(generator, short, long, recorder, args.max_seconds)
+        if recorder.left(args.max_seconds) < WRAP_UP_S + 3 * wall_of_long(recorder):
+            recorder.data["cut"] = "no time left for the profile (--max-seconds)"
+            recorder.say(recorder.data["cut"])
+            return
+        run_profiles(generator, short, long, args, work, out, recorder)
 
 
 def wall_of_long(recorder: Recorder) -> float:
