@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from verify import mtp_smoke
-from verify.engine_worker import MEASURE_LOCK_ENV, _wait_for_all, exclusive, measure_lock
+from verify.engine_worker import MEASURE_LOCK_ENV, _wait_for_all, gpu_turn, measure_lock
 from verify.report import NOT_INSTALLED, installed_versions
 
 
@@ -82,7 +82,7 @@ def test_measurements_take_turns_under_the_lock(tmp_path):
     spans = []
 
     def measure(name):
-        with exclusive(lock):
+        with gpu_turn(lock):
             start = time.monotonic()
             time.sleep(0.2)
             spans.append((start, time.monotonic()))
@@ -94,6 +94,28 @@ def test_measurements_take_turns_under_the_lock(tmp_path):
         t.join()
     spans.sort()
     assert all(earlier[1] <= later[0] for earlier, later in zip(spans, spans[1:]))
+
+
+def test_an_engine_start_never_overlaps_a_timed_window_but_starts_overlap_each_other(tmp_path):
+    lock = str(tmp_path / "measure.lock")
+    spans: dict[str, tuple[float, float]] = {}
+
+    def hold(name, alone, delay):
+        time.sleep(delay)
+        with gpu_turn(lock, alone=alone):
+            start = time.monotonic()
+            time.sleep(0.3)
+            spans[name] = (start, time.monotonic())
+
+    threads = [threading.Thread(target=hold, args=args) for args in
+               (("window", True, 0.0), ("start-a", False, 0.05), ("start-b", False, 0.05))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    window, a, b = spans["window"], spans["start-a"], spans["start-b"]
+    assert a[0] >= window[1] and b[0] >= window[1]  # the starts waited for the clock
+    assert a[0] < b[1] and b[0] < a[1]  # and ran beside each other
 
 
 def test_the_shared_measure_lock_named_in_the_environment_wins_over_the_runs_own(monkeypatch, tmp_path):

@@ -51,6 +51,7 @@ from verify.dummy_models import (
     write_dummy_models,
 )
 from verify.endpoint import Endpoint, server_release
+from verify.engine_worker import measure_lock
 from verify.machine import detect_target, kill_group
 from verify.prompts import gate_prompts, load_prompts
 from verify.report import UNKNOWN, checked_versions, unknown_versions
@@ -298,7 +299,7 @@ def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
         for spec in group:
             spec["barrier"] = {"dir": str(barrier_dir / str(len(results))), "name": spec["name"],
                                "count": len(group) + bool(server), "timeout_s": timeout}
-            spec["lock_file"] = str(out / "measure.lock")
+            spec["lock_file"] = measure_lock(str(out / "measure.lock"))
             path = engines_dir / f"{spec['name']}.spec.json"
             path.write_text(json.dumps(spec, indent=1))
             log = open(engines_dir / f"{spec['name']}.log", "w")

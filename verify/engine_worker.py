@@ -38,12 +38,13 @@ def main(spec_path: str) -> int:
                     "engine": {"started": False}, "windows": {}}
     result_file = Path(spec["result_file"])
     try:
-        llm, info = start_engine(spec["engine_kwargs"])
+        with gpu_turn(spec.get("lock_file"), alone=False):  # never while a clock runs
+            llm, info = start_engine(spec["engine_kwargs"])
         result["engine"] = {"started": True, **info}
         _write(result_file, result)
         _arrive(spec.get("barrier"), "ready")
         _wait_for_all(spec.get("barrier"))
-        with exclusive(measure_lock(spec.get("lock_file"))):
+        with gpu_turn(spec.get("lock_file")):
             for window in spec.get("windows", []):
                 try:
                     result["windows"][window["name"]] = run_window(llm, window, spec)
@@ -236,22 +237,24 @@ def _wait_for_all(barrier: dict | None) -> None:
         time.sleep(0.5)
 
 
-# One lock for every timed window on a shared GPU: bench runs and profiles started beside each
-# other name the same file here, so their clocks never run at the same time.
+# One lock for every timed window on a shared GPU. A timed window holds it alone; an engine
+# starting (weights, profiling run, CUDA graph capture: bursts of GPU work) holds it shared, so no
+# clock runs while another engine starts. Bench runs and profiles started beside each other name
+# the same file through the environment; a bench run alone uses its own.
 MEASURE_LOCK_ENV = "VLLM_FORGE_MEASURE_LOCK"
 
 
-def measure_lock(default: str | None) -> str | None:
-    return os.environ.get(MEASURE_LOCK_ENV) or default
+def measure_lock(own: str | None) -> str | None:
+    return os.environ.get(MEASURE_LOCK_ENV) or own
 
 
 @contextmanager
-def exclusive(lock_file: str | None):
+def gpu_turn(lock_file: str | None, alone: bool = True):
     if not lock_file:
         yield
         return
     with open(lock_file, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         try:
             yield
         finally:

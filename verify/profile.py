@@ -409,24 +409,26 @@ def gpu_run(args) -> int:
 
 def measure(args, spec: dict, recorder: Recorder, short: int, long: int, work: Path,
             out: Path) -> None:
-    from verify.engine_worker import exclusive, measure_lock, set_control, start_engine
+    from verify.engine_worker import gpu_turn, measure_lock, set_control, start_engine
 
     recorder.say(f"starting the engine: {json.dumps(spec['engine_kwargs'])}")
-    llm, info = start_engine(spec["engine_kwargs"])
-    recorder.data["machine"] = {key: info.get(key) for key in ("device", "vllm", "torch")}
-    recorder.data["engine"] = info
-    recorder.say(f"engine up in {info['init_s']} s: vLLM {info['vllm']}, torch {info['torch']}, "
-                 f"{info['device']}, CUDA graphs {info.get('cudagraph_mode')}")
-    if args.dummy:
-        recorder.data["control_reply"] = set_control(llm, args.control)
-    prompt = first_prompt(args.dummy, args.prompt_tokens, args.shape)
-    recorder.data["prompt_tokens"] = len(prompt) if args.dummy else None
-    generator = Generator(llm, {"prompt_token_ids": prompt} if args.dummy else prompt, args.k)
-    recorder.data["phase"] = "warm-up"
-    recorder.write()
-    for tokens in (long, short):
-        generator.run(tokens)  # first-sight compiles of every shape, before any clock
-    with exclusive(measure_lock(None)):  # no other timed window on this GPU meanwhile
+    lock = measure_lock(None)
+    with gpu_turn(lock, alone=False):  # start and warm-up: never while another run's clock runs
+        llm, info = start_engine(spec["engine_kwargs"])
+        recorder.data["machine"] = {key: info.get(key) for key in ("device", "vllm", "torch")}
+        recorder.data["engine"] = info
+        recorder.say(f"engine up in {info['init_s']} s: vLLM {info['vllm']}, torch {info['torch']}, "
+                     f"{info['device']}, CUDA graphs {info.get('cudagraph_mode')}")
+        if args.dummy:
+            recorder.data["control_reply"] = set_control(llm, args.control)
+        prompt = first_prompt(args.dummy, args.prompt_tokens, args.shape)
+        recorder.data["prompt_tokens"] = len(prompt) if args.dummy else None
+        generator = Generator(llm, {"prompt_token_ids": prompt} if args.dummy else prompt, args.k)
+        recorder.data["phase"] = "warm-up"
+        recorder.write()
+        for tokens in (long, short):
+            generator.run(tokens)  # first-sight compiles of every shape, before any clock
+    with gpu_turn(lock):  # no other run's clock nor engine start on this GPU meanwhile
         recorder.data["phase"] = "wall"
         recorder.write()
         measure_wall(generator, short, long, recorder, args.max_seconds)
