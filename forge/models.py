@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,22 @@ from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
 
 MODELS_DIR = REPO_ROOT / "models"
 DRAFTER_LOADINGS = ("separate-checkpoint", "in-checkpoint")
+# llm-compressor's FP8_DYNAMIC preset (QuantizationModifier(scheme="FP8_DYNAMIC", targets="Linear"),
+# as used by vllm-project/llm-compressor examples/quantization_w8a8_fp8/gemma4_example.py), defined in
+# compressed-tensors src/compressed_tensors/quantization/quant_scheme.py (neuralmagic/compressed-tensors,
+# also vendored as vllm-project/compressed-tensors): weights 8-bit float, per output channel, static,
+# symmetric; input activations 8-bit float, per token, dynamic, symmetric. Saved as "float-quantized".
+# Not family data: the scheme is the same for every family; what it leaves out is (fp8_dynamic.ignore).
+FP8_DYNAMIC_SCHEME = {
+    "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "dynamic": False, "symmetric": True,
+                "group_size": None, "block_structure": None, "actorder": None, "observer": "minmax"},
+    "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True,
+                          "symmetric": True, "group_size": None, "block_structure": None,
+                          "actorder": None, "observer": None},
+    "output_activations": None,
+    "targets": ["Linear"],
+    "format": "float-quantized",
+}
 # What a drafter can take from its target, each a verify check ("draft shares target <what>").
 SHAREABLE = ("embedding", "lm_head")
 
@@ -35,6 +52,19 @@ def _no_negative_counts(value: dict) -> str | None:
     """config.json sizes and counts: 0 means "none" (hidden_size_per_layer_input), never below."""
     bad = [k for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool) and v < 0]
     return f"{bad[0]}: must not be negative" if bad else None
+
+
+def _quant_ignore(value: list) -> str | None:
+    """fp8_dynamic.ignore: module names or `re:` patterns (compressed-tensors' ignore syntax)."""
+    for item in value:
+        if not item.strip():
+            return "entries must not be empty"
+        if item.startswith("re:"):
+            try:
+                re.compile(item[3:])
+            except re.error as exc:
+                return f"{item!r}: not a regular expression ({exc})"
+    return None
 
 
 def _shares(value: dict) -> str | None:
@@ -86,6 +116,10 @@ FAMILY_SCHEMA = {
     "layer_pattern": Field({"full_every": Field(int), "sliding": Field(str), "full": Field(str)}),
     "weight_layout": Field(ListOf(LAYOUT_RULE), required=False, default=[]),
     "text_defaults": Field(dict, required=False, default={}),
+    # What a pre-quantized FP8-Dynamic checkpoint of the family leaves in BF16 (bench.py's
+    # dtype=fp8-dynamic writes it as the dummy target's quantization_config.ignore), and where from.
+    "fp8_dynamic": Field({"ignore": Field(ListOf(str, min_items=1), check=_quant_ignore),
+                          "source": Field(str)}, required=False),
     "dummy": Field({
         "directory_prefix": Field(str),
         "target_architecture": Field(str),
@@ -252,6 +286,31 @@ class Family:
         untied = {k: text[k] for k in ("tie_word_embeddings",) if k in text}
         return {**head, "text_config": {"model_type": nested, **text, **around}, **untied, **around}
 
+    def fp8_dynamic_config(self) -> dict:
+        """The quantization_config of the family's FP8-Dynamic checkpoint (compressed-tensors,
+        FP8_DYNAMIC_SCHEME on every Linear but the family's fp8_dynamic.ignore).
+
+        vLLM reads it as CompressedTensorsConfig (vllm/model_executor/layers/quantization/
+        compressed_tensors/compressed_tensors.py): its _is_fp8_w8a8 takes float, symmetric, static
+        channel weights with dynamic activations, so the Linears get CompressedTensorsW8A8Fp8
+        (schemes/compressed_tensors_w8a8_fp8.py), and a FusedMoE layer gets, from
+        CompressedTensorsMoEMethod.get_moe_method (compressed_tensors_moe/compressed_tensors_moe.py,
+        matched through _add_fused_moe_to_target_scheme_map and the experts' `.0.gate_proj`/
+        `.0.up_proj`/`.0.down_proj` names), CompressedTensorsW8A8Fp8MoEMethod
+        (compressed_tensors_moe/compressed_tensors_moe_w8a8_fp8.py): its per_channel case (weight
+        strategy CHANNEL and input strategy TOKEN) maps to kFp8StaticChannelSym weights with
+        kFp8DynamicTokenSym activations for select_fp8_moe_backend, allocates per-channel
+        w13/w2_weight_scale, and builds the kernel with per_act_token_quant and per_out_ch_quant;
+        it refuses static input scales with channel weights, which FP8_DYNAMIC does not use."""
+        quant = self.values["fp8_dynamic"]
+        if quant is None:
+            raise ForgeError(f"{self.source}: fp8_dynamic: not stated: no FP8-Dynamic checkpoint of the "
+                             f"{self.name} family is described (what it leaves unquantized)")
+        return {"quant_method": "compressed-tensors", "format": "float-quantized",
+                "quantization_status": "compressed", "global_compression_ratio": None,
+                "kv_cache_scheme": None, "config_groups": {"group_0": json.loads(json.dumps(FP8_DYNAMIC_SCHEME))},
+                "ignore": list(quant["ignore"])}
+
     def assistant_config(self, model: Model, centroids: bool = False) -> dict:
         """The config.json --dummy writes for the drafter (the target's assistant)."""
         if self.drafter_loading == "in-checkpoint":
@@ -272,16 +331,22 @@ class Family:
         return config
 
     def write_dummy_models(self, root: Path | str, layers: int | None = None, shape: str | None = None,
-                           centroids: bool = False) -> tuple[Path, Path | None]:
+                           centroids: bool = False, fp8_dynamic: bool = False) -> tuple[Path, Path | None]:
         """Write target and assistant config.json under root; return (target_dir, assistant_dir).
-        A drafter inside the checkpoint has no directory of its own: assistant_dir is None."""
+        A drafter inside the checkpoint has no directory of its own: assistant_dir is None.
+        fp8_dynamic: the target's config carries fp8_dynamic_config() as its quantization_config
+        (a pre-quantized checkpoint; the separate assistant stays BF16, as only the target is shipped
+        quantized). Use a root of its own: the plain and quantized targets share a directory name."""
         model = self.model(shape or self.dummy_shapes()[0])
         if centroids and self.values["dummy"]["centroids"] is None:
             raise ValueError(f"{self.source}: dummy.centroids: {self.name} has no centroid-masked drafter")
         layers = model.layers if layers is None else layers
         suffix = "-centroids" if centroids else ""
         root, prefix = Path(root), self.values["dummy"]["directory_prefix"]
-        written = [(root / f"{prefix}-{model.name}-L{layers}", self.target_config(model, layers))]
+        target = self.target_config(model, layers)
+        if fp8_dynamic:
+            target["quantization_config"] = self.fp8_dynamic_config()
+        written = [(root / f"{prefix}-{model.name}-L{layers}", target)]
         if self.drafter_loading == "separate-checkpoint":
             written.append((root / f"{prefix}-{model.name}-assistant{suffix}",
                             self.assistant_config(model, centroids)))
