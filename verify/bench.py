@@ -69,7 +69,12 @@ ENGINE_KEYS = ("name", "dtype", "k", "runner", "attention", "moe", "compile")
 # 128x128 weight blocks. The shorthands are in vllm/config/quantization.py `_ONLINE_SHORTHANDS`
 # from 0.25.0 (checked in the 0.25.0, 0.27.1 and 0.33.0 sources).
 ONLINE_FP8 = ("fp8", "fp8_per_channel", "fp8_per_block")
-DTYPES = (*ONLINE_FP8, "bf16", "auto")
+# fp8-dynamic: not online: a pre-quantized compressed-tensors checkpoint (llm-compressor's
+# FP8_DYNAMIC: static per-channel FP8 weights, dynamic per-token FP8 activations), read from its
+# config.json, so no `quantization` argument; with --dummy the target's config.json carries it
+# (forge/models.py Family.fp8_dynamic_config).
+PREQUANTIZED_FP8 = ("fp8-dynamic",)
+DTYPES = (*ONLINE_FP8, *PREQUANTIZED_FP8, "bf16", "auto")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -85,7 +90,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "drafter shape (default: the recipe's model, else the family's first)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: real depth)")
     p.add_argument("--engine", action="append", default=[],
-                   help="one more engine: name=N,dtype=fp8|fp8_per_channel|fp8_per_block|bf16|auto,k=K,runner=v1|v2|default,"
+                   help="one more engine: name=N,dtype=fp8|fp8_per_channel|fp8_per_block|fp8-dynamic|bf16|auto,"
+                        "k=K,runner=v1|v2|default,"
                         "attention=BACKEND|default,moe=DIR|none,compile=inductor|eager")
     p.add_argument("--compile-backend", choices=["inductor", "eager"], default="inductor",
                    help="vLLM's compile backend for the grid's engines (eager: no Inductor, "
@@ -239,8 +245,15 @@ def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
     if k:
         kwargs["speculative_config"] = {**kwargs["speculative_config"], "num_speculative_tokens": k}
     env = dict(recipe.env())
+    if dtype == "fp8-dynamic" and not (args.dummy or args.model):
+        raise ForgeError(f"--engine {engine['name']}: dtype=fp8-dynamic needs --dummy or --model "
+                         f"(a compressed-tensors FP8-Dynamic checkpoint): the recipe's model is not one")
     if args.dummy:
-        target_dir, draft_dir = write_dummy_models(out / "models", args.layers, args.shape)
+        # A root of its own: the quantized target's config.json must not replace the plain one
+        # that fp8 and bf16 engines of the same run load (the directory names are the same).
+        fp8_dynamic = dtype == "fp8-dynamic"
+        target_dir, draft_dir = write_dummy_models(out / ("models-fp8-dynamic" if fp8_dynamic else "models"),
+                                                   args.layers, args.shape, fp8_dynamic=fp8_dynamic)
         kwargs.update(model=str(target_dir), load_format="dummy", skip_tokenizer_init=True)
         if k and draft_dir is not None:  # None: the drafter is inside the target's checkpoint
             kwargs["speculative_config"]["model"] = str(draft_dir)

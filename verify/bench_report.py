@@ -28,6 +28,9 @@ from verify.metrics import counters_from_snapshot
 from verify.report import versions_line
 
 SPECIAL_WINDOWS = ("followup",)
+# The FP8 engines the picks choose among: the online ones (bench.py ONLINE_FP8) and the
+# pre-quantized fp8-dynamic (bench.py PREQUANTIZED_FP8); not imported: bench.py imports this module.
+FP8_DTYPES = ("fp8", "fp8_per_channel", "fp8_per_block", "fp8-dynamic")
 
 
 def window_figures(window: dict | None) -> dict | None:
@@ -138,7 +141,7 @@ def picks(engines: dict[str, dict], profiles: dict, compile_backend: str | None 
         best = None
         for name, engine in engines.items():
             projected = ((engine.get("derived") or {}).get("projected") or {}).get(profile)
-            if not projected or engine.get("stock") or engine.get("dtype") != "fp8":
+            if not projected or engine.get("stock") or engine.get("dtype") not in FP8_DTYPES:
                 continue
             if compile_backend and engine.get("compile") != compile_backend:
                 continue
