@@ -304,7 +304,8 @@ def test_bad_config_names_are_one_line_errors(text, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("name=x,dtype=fp16", "dtype must be one of fp8, fp8_per_channel, fp8_per_block, bf16, auto"),
+    ("name=x,dtype=fp16", "dtype must be one of fp8, fp8_per_channel, fp8_per_block, fp8-dynamic, bf16, auto"),
+    ("name=x,dtype=fp8_dynamic", "dtype must be one of fp8, fp8_per_channel, fp8_per_block, fp8-dynamic, bf16, auto"),
     ("k=3", "name= is required"),
     ("name=x,runner=v3", "runner must be v1, v2 or default"),
     ("name=x,colour=red", "is not one of name, dtype"),
@@ -344,7 +345,7 @@ def test_engine_definitions_become_engine_settings(tmp_path):
 
 @pytest.mark.parametrize("dtype, quantization", [
     ("fp8", "fp8"), ("fp8_per_channel", "fp8_per_channel"), ("fp8_per_block", "fp8_per_block"),
-    ("bf16", None), ("auto", None)])
+    ("fp8-dynamic", None), ("bf16", None), ("auto", None)])
 def test_an_engine_dtype_is_the_quantization_vllm_is_given(dtype, quantization, tmp_path):
     """The online FP8 variants are vLLM's own `--quantization` shorthands, passed as named; a BF16
     engine loads the checkpoint unquantized whatever the recipe says."""
@@ -356,6 +357,75 @@ def test_an_engine_dtype_is_the_quantization_vllm_is_given(dtype, quantization, 
     spec = bench.engine_spec(recipe, args, bench.parse_engine(f"name=e,dtype={dtype},k=4"), tmp_path)
     assert spec["engine_kwargs"].get("quantization") == quantization
     assert spec["meta"]["dtype"] == dtype
+
+
+def test_fp8_dynamic_engine_loads_a_prequantized_dummy_target(tmp_path):
+    """dtype=fp8-dynamic: no online `quantization`; the dummy target's config.json carries the
+    compressed-tensors FP8_DYNAMIC quantization_config with the family's ignore list, in a models
+    folder of its own so that an fp8 engine of the same run keeps the plain config."""
+    from forge.models import load_family
+    from forge.serving.recipes import load_recipe
+
+    engine = bench.parse_engine("name=fp8dyn-v2,dtype=fp8-dynamic,k=0,runner=v2")
+    assert (engine["dtype"], engine["k"], engine["runner"]) == ("fp8-dynamic", 0, "v2")
+    args = bench.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--dummy", "--layers", "2", "--out", str(tmp_path)])
+    recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
+    dyn = bench.engine_spec(recipe, args, engine, tmp_path)
+    fp8 = bench.engine_spec(recipe, args, bench.parse_engine("name=f,dtype=fp8,runner=v2"), tmp_path)
+    assert "quantization" not in dyn["engine_kwargs"] and fp8["engine_kwargs"]["quantization"] == "fp8"
+    assert dyn["meta"]["dtype"] == "fp8-dynamic" and dyn["engine_kwargs"]["load_format"] == "dummy"
+    dyn_dir, fp8_dir = Path(dyn["engine_kwargs"]["model"]), Path(fp8["engine_kwargs"]["model"])
+    assert dyn_dir.parent == tmp_path / "models-fp8-dynamic" and fp8_dir.parent == tmp_path / "models"
+    assert "quantization_config" not in json.loads((fp8_dir / "config.json").read_text())
+    quant = json.loads((dyn_dir / "config.json").read_text())["quantization_config"]
+    family = load_family(recipe.family_model[0].name)
+    assert quant["ignore"] == family.values["fp8_dynamic"]["ignore"] and "re:.*router" in quant["ignore"]
+    assert (quant["quant_method"], quant["format"]) == ("compressed-tensors", "float-quantized")
+    (group,) = quant["config_groups"].values()
+    assert group["targets"] == ["Linear"] and group["format"] == "float-quantized"
+    weights, acts = group["weights"], group["input_activations"]
+    assert {k: weights[k] for k in ("num_bits", "type", "strategy", "dynamic", "symmetric")} == \
+        {"num_bits": 8, "type": "float", "strategy": "channel", "dynamic": False, "symmetric": True}
+    assert {k: acts[k] for k in ("num_bits", "type", "strategy", "dynamic", "symmetric")} == \
+        {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True, "symmetric": True}
+
+
+def test_fp8_dynamic_without_dummy_or_a_model_is_refused(tmp_path):
+    from forge.errors import ForgeError
+    from forge.serving.recipes import load_recipe
+
+    args = bench.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--out", str(tmp_path)])
+    with pytest.raises(ForgeError, match="fp8-dynamic needs --dummy or --model"):
+        bench.engine_spec(load_recipe("gemma-4-26b-a4b-it", "h200"), args,
+                          bench.parse_engine("name=d,dtype=fp8-dynamic"), tmp_path)
+
+
+def test_fp8_dynamic_engines_count_among_the_fp8_picks():
+    engines = {"fp8dyn-mtp3-v2": {"dtype": "fp8-dynamic", "k": 3, "runner": "v2",
+                                  "derived": {"projected": {"p": {"tok_s": 300.0}}}},
+               "fp8-mtp3-v2": {"dtype": "fp8", "k": 3, "runner": "v2",
+                               "derived": {"projected": {"p": {"tok_s": 250.0}}}},
+               "bf16-mtp3-v2": {"dtype": "bf16", "k": 3, "runner": "v2",
+                                "derived": {"projected": {"p": {"tok_s": 400.0}}}}}
+    assert bench_report.picks(engines, {"p": None})["p"]["engine"] == "fp8dyn-mtp3-v2"
+
+
+def test_a_family_without_fp8_dynamic_data_is_refused_in_one_line(tmp_path):
+    import yaml
+
+    from forge.errors import ForgeError
+    from forge.models import MODELS_DIR, load_family
+
+    data = yaml.safe_load((MODELS_DIR / "gemma4.yaml").read_text())
+    del data["fp8_dynamic"]
+    (tmp_path / "gemma4.yaml").write_text(yaml.safe_dump(data))
+    family = load_family("gemma4", tmp_path)
+    with pytest.raises(ForgeError, match=r"gemma4.yaml: fp8_dynamic: not stated"):
+        family.write_dummy_models(tmp_path / "m", layers=2, fp8_dynamic=True)
+    data["fp8_dynamic"] = {"ignore": ["re:(unclosed"], "source": "x"}
+    (tmp_path / "gemma4.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ForgeError, match=r"fp8_dynamic.ignore: 're:\(unclosed': not a regular expression"):
+        load_family("gemma4", tmp_path)
 
 
 def test_smoke_report_table_and_verdict_from_the_captured_run(tmp_path):
@@ -444,3 +514,14 @@ def test_26b_v1_speculation_never_pays_and_v2_steps_are_cheaper(sweeps_26b):
     for k in range(1, 6):
         assert (v2[f"fp8-mtp{k}-v2"]["derived"]["step_cost_x_plain"]
                 < v1["engines"][f"fp8-mtp{k}-v1"]["derived"]["step_cost_x_plain"]), k
+
+
+def test_fp8_dynamic_config_sits_at_the_top_of_a_nested_config(tmp_path):
+    """Qwen3.5 MoE nests its text config: quantization_config stays at the top, as a checkpoint has it."""
+    from forge.models import load_family
+
+    family = load_family("qwen3_5_moe")
+    target, drafter = family.write_dummy_models(tmp_path, layers=4, fp8_dynamic=True)
+    config = json.loads((target / "config.json").read_text())
+    assert drafter is None and "quantization_config" not in config["text_config"]
+    assert config["quantization_config"]["ignore"] == family.values["fp8_dynamic"]["ignore"]
