@@ -301,7 +301,11 @@ class Family:
         strategy CHANNEL and input strategy TOKEN) maps to kFp8StaticChannelSym weights with
         kFp8DynamicTokenSym activations for select_fp8_moe_backend, allocates per-channel
         w13/w2_weight_scale, and builds the kernel with per_act_token_quant and per_out_ch_quant;
-        it refuses static input scales with channel weights, which FP8_DYNAMIC does not use."""
+        it refuses static input scales with channel weights, which FP8_DYNAMIC does not use.
+        Gemma 4 (vllm/model_executor/models/gemma4.py, one stored version read, commit 001cabc1):
+        Gemma4MoE hands quant_config to its FusedMoE (activation "gelu"); Gemma4Router's proj is a
+        GateLinear built without quant_config, so the router stays BF16 whatever `ignore` says.
+        Which FP8 MoE kernel select_fp8_moe_backend picks for gelu is not read here."""
         quant = self.values["fp8_dynamic"]
         if quant is None:
             raise ForgeError(f"{self.source}: fp8_dynamic: not stated: no FP8-Dynamic checkpoint of the "
