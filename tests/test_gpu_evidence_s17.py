@@ -8,15 +8,12 @@ the data and must appear in the document as they are."""
 from __future__ import annotations
 
 import json
-import shlex
-import shutil
 from pathlib import Path
 
 import pytest
 
 from forge.models import load_family
-from forge.serving.recipes import load_recipe
-from verify import bench
+from tests.gpu_evidence import Session, doc_section, thresholds
 from verify import checks as gate
 from verify.mtp_smoke import _token_ids, window_counters
 from verify.report import FAIL, INFO, PASS
@@ -24,7 +21,7 @@ from verify.vllm_logs import parse_engine_log
 
 ROOT = Path(__file__).resolve().parent.parent
 S17 = ROOT / "tests" / "fixtures" / "gpu" / "s17-h200-2026-12-01"
-DOC = ROOT / "docs" / "gpu-evidence.md"
+SESSION = Session("s17-h200-2026-12-01")
 GEMMA4 = load_family("gemma4")
 # folder: (recipe, runner, compile backend, k)
 SMOKES = {"smoke33-26b-v2": ("gemma-4-26b-a4b-it", "v2", "eager", 4),
@@ -32,21 +29,11 @@ SMOKES = {"smoke33-26b-v2": ("gemma-4-26b-a4b-it", "v2", "eager", 4),
           "smoke33-31b-v2": ("gemma-4-31b-it", "v2", "eager", 3)}
 
 
-def result(folder: str, name: str = "engine") -> dict:
-    return json.loads((S17 / folder / f"{name}.result.json").read_text())
-
-
-def report(folder: str) -> dict:
-    return json.loads((S17 / folder / "mtp_smoke.json").read_text())
+result, report = SESSION.result, SESSION.report
 
 
 def engine_facts(folder: str, name: str = "engine"):
-    return parse_engine_log((S17 / folder / f"{name}.log").read_text(errors="replace"))
-
-
-def thresholds(recipe: str) -> tuple[float, float]:
-    t = load_recipe(recipe, "h200").thresholds
-    return t.min_acceptance_rate, t.min_mean_acceptance_length
+    return parse_engine_log(SESSION.log(f"{folder}/{name}.log"))
 
 
 def rejudged(folder: str) -> dict[str, str]:
@@ -75,13 +62,7 @@ def smoke_rows() -> list[str]:
 
 
 def collect_bench33(out: Path) -> tuple[int, dict, str]:
-    cap = json.loads((S17 / "bench33" / "captured" / "bench.json").read_text())
-    argv = shlex.split(cap["command"])[1:]
-    at = argv.index("--out")
-    del argv[at:at + 2]
-    shutil.copytree(S17 / "bench33" / "engines", out / "engines")
-    code = bench.main(argv + ["--collect", "--out", str(out)])
-    return code, json.loads((out / "bench.json").read_text()), (out / "bench.md").read_text()
+    return SESSION.collect_bench("bench33/captured/bench.json", "bench33/engines", out)
 
 
 @pytest.fixture(scope="module")
@@ -102,13 +83,6 @@ def bench_rows(report_json: dict) -> list[str]:
                     f"| {e['derived']['step_ms']:.2f} | {e['derived']['step_cost_x_plain']:.2f} "
                     f"| {e['derived']['projected']['spark343']['tok_s']:.0f} |")
     return rows
-
-
-def section8() -> str:
-    text = DOC.read_text()
-    start = text.index("## 8. ")
-    end = text.find("\n## ", start + 1)
-    return text[start:end if end != -1 else None]
 
 
 # --- vLLM 0.33.0: one smoke passes the agreeing model and fails the random one ----------
@@ -242,13 +216,13 @@ def test_the_first_machine_applied_the_47920_backport_with_the_store_outside_the
 # --- the section's tables ---------------------------------------------------------------
 
 def test_section_8_tables_are_the_rebuilt_figures(bench33):
-    section = section8()
+    section = doc_section(8)
     for row in smoke_rows() + bench_rows(bench33[1]):
         assert row in section, row
 
 
 def test_section_8_quotes_log_lines_that_are_in_the_logs():
-    section = section8()
+    section = doc_section(8)
     quoted = {"smoke33-26b-v1/engine.log":
               "Gemma4 MTP: sharing target model's backbone-dim embed_tokens with the draft model.",
               "smoke271-26b-v2/engine.log": "No module named 'openai_harmony'",

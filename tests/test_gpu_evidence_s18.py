@@ -8,15 +8,12 @@ the data and must appear in the document as they are."""
 from __future__ import annotations
 
 import json
-import shlex
-import shutil
 from pathlib import Path
 
 import pytest
 
 from forge.models import load_family
-from forge.serving.recipes import load_recipe
-from verify import bench
+from tests.gpu_evidence import Session, doc_section, thresholds
 from verify import checks as gate
 from verify.mtp_smoke import _token_ids, window_counters
 from verify.report import FAIL, PASS
@@ -24,7 +21,7 @@ from verify.vllm_logs import parse_engine_log
 
 ROOT = Path(__file__).resolve().parent.parent
 S18 = ROOT / "tests" / "fixtures" / "gpu" / "s18-h200-2026-12-01"
-DOC = ROOT / "docs" / "gpu-evidence.md"
+SESSION = Session("s18-h200-2026-12-01")
 GEMMA4 = load_family("gemma4")
 # folder: (recipe, runner, compile backend, k, transformers)
 SMOKES = {"smoke-26b-v1": ("gemma-4-26b-a4b-it", "v1", "inductor", 4, "5.12.1"),
@@ -32,23 +29,11 @@ SMOKES = {"smoke-26b-v1": ("gemma-4-26b-a4b-it", "v1", "inductor", 4, "5.12.1"),
           "smoke-31b-v2": ("gemma-4-31b-it", "v2", "eager", 3, "5.12.1"),
           "drift-applied": ("gemma-4-26b-a4b-it", "v2", "eager", 4, "5.14.1")}
 BENCH_ROWS = ("fp8-v2", "fp8-mtp4-v2", "fp8pc-v2", "fp8pc-mtp4-v2", "fp8dyn-v2")
-
-
-def result(folder: str, name: str = "engine") -> dict:
-    return json.loads((S18 / folder / f"{name}.result.json").read_text())
-
-
-def report(folder: str) -> dict:
-    return json.loads((S18 / folder / "mtp_smoke.json").read_text())
+result, report = SESSION.result, SESSION.report
 
 
 def engine_log(folder: str, name: str = "engine") -> str:
-    return (S18 / folder / f"{name}.log").read_text(errors="replace")
-
-
-def thresholds(recipe: str) -> tuple[float, float]:
-    t = load_recipe(recipe, "h200").thresholds
-    return t.min_acceptance_rate, t.min_mean_acceptance_length
+    return SESSION.log(f"{folder}/{name}.log")
 
 
 def smoke_rows() -> list[str]:
@@ -65,13 +50,7 @@ def smoke_rows() -> list[str]:
 
 
 def collect_bench(out: Path) -> tuple[int, dict, str]:
-    captured = json.loads((S18 / "bench26" / "bench.json").read_text())
-    argv = shlex.split(captured["command"])[1:]
-    at = argv.index("--out")
-    del argv[at:at + 2]
-    shutil.copytree(S18 / "bench26" / "engines", out / "engines")
-    code = bench.main(argv + ["--collect", "--out", str(out)])
-    return code, json.loads((out / "bench.json").read_text()), (out / "bench.md").read_text()
+    return SESSION.collect_bench("bench26/bench.json", "bench26/engines", out)
 
 
 @pytest.fixture(scope="module")
@@ -94,13 +73,6 @@ def bench_rows(report_json: dict) -> list[str]:
                     f"| {d['step_ms']:.2f} | {d['step_cost_x_plain']:.2f} "
                     f"| {d['projected']['spark343']['tok_s']:.0f} |")
     return rows
-
-
-def section9() -> str:
-    text = DOC.read_text()
-    start = text.index("## 9. ")
-    end = text.find("\n## ", start + 1)
-    return text[start:end if end != -1 else None]
 
 
 # --- the smokes: the agreeing model passes, the random one fails, on the release's engine ------
@@ -241,7 +213,7 @@ def test_the_first_attempt_died_of_pycountry_missing_from_the_staging(log):
 # --- the section's tables -----------------------------------------------------------------
 
 def test_section_9_tables_are_the_rebuilt_figures(bench26):
-    section = section9()
+    section = doc_section(9)
     for row in smoke_rows() + bench_rows(bench26[1]):
         assert row in section, row
 

@@ -1,0 +1,53 @@
+"""Reading a committed GPU session (tests/fixtures/gpu/<session>/) the way the evidence tests do:
+an engine's result and a smoke's report, a recipe's H200 thresholds, a bench rebuilt from its
+engine results with `bench.py --collect`, and one numbered section of docs/gpu-evidence.md."""
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from pathlib import Path
+
+from forge.serving.recipes import load_recipe
+from verify import bench
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU = ROOT / "tests" / "fixtures" / "gpu"
+DOC = ROOT / "docs" / "gpu-evidence.md"
+
+
+class Session:
+    def __init__(self, name: str):
+        self.root = GPU / name
+
+    def result(self, folder: str, name: str = "engine") -> dict:
+        return json.loads((self.root / folder / f"{name}.result.json").read_text())
+
+    def report(self, folder: str) -> dict:
+        return json.loads((self.root / folder / "mtp_smoke.json").read_text())
+
+    def log(self, path: str) -> str:
+        return (self.root / path).read_text(errors="replace")
+
+    def collect_bench(self, captured: str, engines: str, out: Path) -> tuple[int, dict, str]:
+        """Rerun `bench.py --collect` with the captured report's own command on its engine
+        results: (exit code, bench.json, bench.md) as CI rebuilds them."""
+        command = json.loads((self.root / captured).read_text())["command"]
+        argv = shlex.split(command)[1:]
+        at = argv.index("--out")
+        del argv[at:at + 2]
+        shutil.copytree(self.root / engines, out / "engines")
+        code = bench.main(argv + ["--collect", "--out", str(out)])
+        return code, json.loads((out / "bench.json").read_text()), (out / "bench.md").read_text()
+
+
+def thresholds(recipe: str) -> tuple[float, float]:
+    t = load_recipe(recipe, "h200").thresholds
+    return t.min_acceptance_rate, t.min_mean_acceptance_length
+
+
+def doc_section(number: int) -> str:
+    text = DOC.read_text()
+    start = text.index(f"## {number}. ")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end != -1 else None]
