@@ -29,6 +29,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -301,9 +302,11 @@ def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
                 server: tuple[str, str] | None = None, max_parallel: int = 0) -> dict[str, dict]:
     engines_dir, barrier_dir = out / "engines", out / "barrier"
     engines_dir.mkdir(parents=True, exist_ok=True)
+    # A previous run's barrier (one folder per engine group, its .ready/.failed markers) would
+    # release or fail this run's engines: it goes, folders and all, before any engine starts.
+    if barrier_dir.is_dir():
+        shutil.rmtree(barrier_dir)
     barrier_dir.mkdir(parents=True, exist_ok=True)
-    for stale in barrier_dir.iterdir():
-        stale.unlink()
     size = (max_parallel or len(specs)) if parallel else 1
     groups = [specs[i:i + size] for i in range(0, len(specs), size)]
     results: dict[str, dict] = {}
