@@ -2,6 +2,8 @@
 `build.py serve` prints for the release, docker peeled off, checked against that release's real
 parser, with only the stand-ins its docstring lists."""
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +12,7 @@ import pytest
 
 from forge.serving.recipes import load_recipe
 from forge.serving.vllm_args import release_args
+from forge.upstream import releases
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,3 +52,59 @@ def test_server_runs_the_recipes_own_command_with_the_listed_stand_ins(tmp_path,
     assert plan["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
     assert (tmp_path / "models" / f"gemma-4-{shape}-L10" / "config.json").is_file()
     assert "docker run" in plan["recipe_command"] and "gpu-memory-utilization" in plan["stand_in"]
+
+
+@pytest.fixture(scope="module")
+def installed_vllm(tmp_path_factory):
+    """A real install's layout: a site-packages folder holding vLLM 0.27.1's own vllm/ package
+    (copied from the release's tree in the cache) and the dist-info that names its version."""
+    def install(version: str) -> Path:
+        site = tmp_path_factory.mktemp("site-packages")
+        shutil.copytree(releases.release_tree("0.27.1") / "vllm", site / "vllm",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        dist_info = site / f"vllm-{version}.dist-info"
+        dist_info.mkdir()
+        (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+        return site
+    return install
+
+
+def _serve_local(tmp_path, *extra, site: Path | None = None, cache: Path | None = None):
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    if site:
+        env["PYTHONPATH"] = str(site)
+    if cache:
+        # An empty cache and an index nothing answers at: no sdist can come from anywhere.
+        env.update(VLLM_FORGE_CACHE=str(cache), VLLM_FORGE_INDEX="http://127.0.0.1:9/simple/vllm/")
+    return subprocess.run([sys.executable, "-m", "benchmarks.gpu.serve_local", "--vllm", "0.27.1",
+                           "--models", str(tmp_path / "models"), "--work", str(tmp_path / "work"),
+                           *extra], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_installed_reads_the_flags_from_the_installed_vllm_without_the_network(tmp_path, installed_vllm):
+    """The H200 run of 2026-12-01 (tests/fixtures/gpu/s18-h200-2026-12-01/logs/serve-plan.json):
+    the host has no network, so the release's sdist could not be fetched to check the flags."""
+    from_sdist = _serve_local(tmp_path)
+    assert from_sdist.returncode == 0, from_sdist.stderr
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    site = installed_vllm("0.27.1")
+    installed = _serve_local(tmp_path, "--installed", site=site, cache=cache)
+    assert installed.returncode == 0, installed.stderr
+    assert installed.stdout == from_sdist.stdout and installed.stdout.startswith("env ")
+    assert list(cache.iterdir()) == []
+    own = tmp_path / "work" / "vllm-forge-cache"
+    assert [p.relative_to(own) for p in own.rglob("*")] == [Path("trees"), Path("trees/0.27.1")]
+    assert (own / "trees" / "0.27.1").resolve() == site.resolve()
+
+
+def test_installed_refuses_another_version_or_no_vllm_in_one_line(tmp_path, installed_vllm):
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    other = _serve_local(tmp_path, "--installed", site=installed_vllm("0.27.0"), cache=cache)
+    none = _serve_local(tmp_path, "--installed", cache=cache)
+    for result, words in ((other, "is 0.27.0, not --vllm 0.27.1"), (none, "no vLLM is installed")):
+        assert result.returncode == 2 and result.stdout == ""
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: --installed: ") and words in lines[0], lines
+    assert list(cache.iterdir()) == [] and not (tmp_path / "models").exists()

@@ -525,3 +525,19 @@ def test_fp8_dynamic_config_sits_at_the_top_of_a_nested_config(tmp_path):
     config = json.loads((target / "config.json").read_text())
     assert drafter is None and "quantization_config" not in config["text_config"]
     assert config["quantization_config"]["ignore"] == family.values["fp8_dynamic"]["ignore"]
+
+
+def test_a_second_run_into_the_same_out_clears_the_old_barrier(tmp_path):
+    """The H200 run of 2026-12-01: a rerun into the same --out died with `IsADirectoryError:
+    ... barrier/0`, the stale-barrier cleanup unlinking entries while the barrier holds one
+    folder per engine group. Here the engine processes really start and fail (no vLLM on the
+    CPU): each run must still write its report, the second one over the first one's barrier."""
+    args = ["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--configs", "bf16",
+            "--runners", "v1", "--timeout", "120", "--out", str(tmp_path)]
+    for run in (1, 2):
+        (tmp_path / "bench.json").unlink(missing_ok=True)
+        code = bench.main(args)
+        assert code == 1, f"run {run}"
+        report = json.loads((tmp_path / "bench.json").read_text())
+        assert report["engines"]["bf16-v1"]["error"], f"run {run}"
+        assert (tmp_path / "barrier" / "0" / "bf16-v1.failed").exists(), f"run {run}"

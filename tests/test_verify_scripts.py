@@ -95,3 +95,29 @@ def test_mtp_smoke_refuses_a_bad_recipe_before_it_makes_out(tmp_path):
                             text=True, timeout=120)
     assert result.returncode == 2 and result.stderr.startswith("error: unknown recipe 'no-such-model'")
     assert not out.exists()
+
+
+# What multiprocessing's spawn start method does in the child it starts (vLLM switches to it when
+# CUDA is already initialised): the parent's sys.path, then the parent's main file re-run as
+# __mp_main__. Run as a file, the parent had swapped verify/ for the repository on sys.path: here
+# PYTHONPATH puts the repository first, -P keeps the current folder off.
+SPAWNED_CHILD = """
+import multiprocessing.spawn, sys
+root, verify, script = sys.argv[1:]
+assert root == sys.path[0] and verify not in sys.path, sys.path
+multiprocessing.spawn._fixup_main_from_path(script)
+print("main re-run")
+"""
+
+
+@pytest.mark.parametrize("script", ["bench.py", "engine_worker.py", "mtp_smoke.py", "profile.py"])
+def test_a_spawned_child_re_runs_a_verify_script_with_the_parents_sys_path(script):
+    """The H200 run of 2026-12-01 (tests/fixtures/gpu/s18-h200-2026-12-01/smoke-qwen-v1/
+    engine.log): vLLM re-spawned verify/engine_worker.py, run as a file, and the child died with
+    `ModuleNotFoundError: No module named '_repository_on_path'`."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-P", "-c", SPAWNED_CHILD, str(REPO), str(REPO / "verify"),
+                             str(REPO / "verify" / script)], cwd="/", env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "main re-run"

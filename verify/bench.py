@@ -29,6 +29,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,7 +37,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-if not __package__:  # run as a file, not as verify.X: see verify/_repository_on_path.py
+# run as a file, not as verify.X, by Python itself (a spawned child re-runs it as __mp_main__):
+# see verify/_repository_on_path.py
+if not __package__ and __name__ == "__main__":
     import _repository_on_path  # noqa: F401
 
 from forge.errors import ForgeError
@@ -301,9 +304,11 @@ def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
                 server: tuple[str, str] | None = None, max_parallel: int = 0) -> dict[str, dict]:
     engines_dir, barrier_dir = out / "engines", out / "barrier"
     engines_dir.mkdir(parents=True, exist_ok=True)
+    # A previous run's barrier (one folder per engine group, its .ready/.failed markers) would
+    # release or fail this run's engines: it goes, folders and all, before any engine starts.
+    if barrier_dir.is_dir():
+        shutil.rmtree(barrier_dir)
     barrier_dir.mkdir(parents=True, exist_ok=True)
-    for stale in barrier_dir.iterdir():
-        stale.unlink()
     size = (max_parallel or len(specs)) if parallel else 1
     groups = [specs[i:i + size] for i in range(0, len(specs), size)]
     results: dict[str, dict] = {}

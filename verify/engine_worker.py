@@ -25,7 +25,9 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-if not __package__:  # run as a file (the engine's own process): see verify/_repository_on_path.py
+# run as a file (the engine's own process), by Python itself (a spawned child re-runs it as __mp_main__):
+# see verify/_repository_on_path.py
+if not __package__ and __name__ == "__main__":
     import _repository_on_path  # noqa: F401
 
 from verify.report import installed_versions  # noqa: E402 (needs the path above)

@@ -31,7 +31,9 @@ import sys
 import time
 from pathlib import Path
 
-if not __package__:  # run as a file, not as verify.X: see verify/_repository_on_path.py
+# run as a file, not as verify.X, by Python itself (a spawned child re-runs it as __mp_main__):
+# see verify/_repository_on_path.py
+if not __package__ and __name__ == "__main__":
     import _repository_on_path  # noqa: F401
 
 from forge.errors import ForgeError

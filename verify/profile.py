@@ -31,7 +31,9 @@ from __future__ import annotations
 import os
 import sys
 
-if not __package__:  # run as a file, not as verify.profile: see verify/_repository_on_path.py
+# run as a file, not as verify.profile, by Python itself (a spawned child re-runs it as __mp_main__):
+# see verify/_repository_on_path.py
+if not __package__ and __name__ == "__main__":
     # (which also takes verify/ off sys.path, where this file would shadow the standard library's
     # `profile` that cProfile, imported by torch, needs)
     import _repository_on_path  # noqa: F401

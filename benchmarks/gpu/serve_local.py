@@ -4,11 +4,13 @@ on a GPU host with a staged vLLM and dummy weights (tests/gpu/session/s17.sh run
 
     serve_local.py --vllm V --models DIR --work DIR [--recipe R] [--target T] [--layers N]
                    [--shape 26b-a4b|31b] [--port 8012]
-                   [--gpu-memory-utilization F] [--json]
+                   [--gpu-memory-utilization F] [--installed] [--json]
 
 The recipe's own command comes from forge.serving.serve.plan_serve (what `build.py serve` prints,
-every flag checked against the release's parser); the docker wrapper is peeled off and only what a
-host without the image must change is changed, each change listed under "stand_in" in the JSON:
+every flag checked against the release's parser: read from its sdist, or with --installed from the
+vLLM installed for this interpreter, for a GPU host without network); the docker wrapper is peeled
+off and only what a host without the image must change is changed, each change listed under
+"stand_in" in the JSON:
 
 - the model and drafter are configs of the recipe's shapes with dummy weights
   (verify/dummy_models.py), loaded with --load-format dummy --skip-tokenizer-init;
@@ -21,15 +23,22 @@ host without the image must change is changed, each change listed under "stand_i
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
 
+from packaging.version import Version
+
 from benchmarks.gpu.two_node_commands import VLLM, _swap_models
 from forge import REPO_ROOT as ROOT
+from forge.errors import ForgeError
 from forge.serving.recipes import load_recipe
 from forge.serving.serve import plan_serve
+from forge.versions import Release
 from verify.dummy_models import write_dummy_models
 
 STAND_IN_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init"]
@@ -45,6 +54,41 @@ def peel_docker(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     at = argv.index("--entrypoint")
     assert argv[at + 1] == "vllm", argv[at:at + 3]
     return env, argv[at + 3:]
+
+
+def use_installed_release(vllm: str, work: Path) -> Path:
+    """Make this process read release `vllm`'s argument rules from the vLLM installed for this
+    interpreter, not from its sdist (a GPU host has no network to fetch it). release_tree
+    (forge/upstream/releases.py) returns the cache's trees/<version> as it is once it holds
+    vllm/__init__.py, so a cache folder under --work gets trees/<version> linked to the folder the
+    installed vllm/ sits in, and $VLLM_FORGE_CACHE names that cache for this process. vllm is found
+    and its version read without importing it (importing starts torch, CUDA)."""
+    release = Release(vllm)
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise ForgeError("--installed: no vLLM is installed for this interpreter "
+                         f"({sys.executable})")
+    package = Path(next(iter(spec.submodule_search_locations))).resolve()
+    # The version the dist-info beside that very package names (not another vllm on sys.path).
+    dist = next(iter(importlib.metadata.distributions(name="vllm", path=[str(package.parent)])),
+                None)
+    if dist is None:
+        raise ForgeError(f"--installed: the installed vLLM {package} has no vllm-*.dist-info "
+                         "beside it naming its version")
+    # A build's local label (0.27.1+cu130) is that release's source.
+    if Version(dist.version).public != str(release.version.public):
+        raise ForgeError(f"--installed: the installed vLLM ({package}) is {dist.version}, "
+                         f"not --vllm {release}")
+    cache = work.resolve() / "vllm-forge-cache"
+    tree = cache / "trees" / release
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    if tree.is_symlink():
+        tree.unlink()       # a link from an earlier run, maybe to another install
+    elif tree.exists():
+        raise ForgeError(f"--installed: {tree} is in the way (not a link this command made)")
+    tree.symlink_to(package.parent, target_is_directory=True)
+    os.environ["VLLM_FORGE_CACHE"] = str(cache)
+    return cache
 
 
 def local_command(recipe_name: str, target: str, vllm: str, models: Path, work: Path,
@@ -75,10 +119,18 @@ def main(argv=None) -> int:
     p.add_argument("--shape", default="26b-a4b")
     p.add_argument("--port", type=int, default=8012)
     p.add_argument("--gpu-memory-utilization", type=float, help="instead of the recipe's")
+    p.add_argument("--installed", action="store_true",
+                   help="check the flags against the vLLM installed here, not the release's sdist")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     a = p.parse_args(argv)
-    run = local_command(a.recipe, a.target, a.vllm, Path(a.models), Path(a.work), a.layers,
-                        a.shape, a.port, a.gpu_memory_utilization)
+    try:
+        if a.installed:
+            use_installed_release(a.vllm, Path(a.work))
+        run = local_command(a.recipe, a.target, a.vllm, Path(a.models), Path(a.work), a.layers,
+                            a.shape, a.port, a.gpu_memory_utilization)
+    except ForgeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if a.json:
         stand_in = __doc__.split("each change listed under")[1]
         print(json.dumps({**run, "stand_in": stand_in}, indent=1))
