@@ -81,11 +81,11 @@ drift() {   # transformers 5.15.0 in a copy of the install, then build.py apply
 }
 
 serve() {
-  local P=$1 S=http://127.0.0.1:8012 up=0
+  local P=$1 S=http://127.0.0.1:8012 up=0   # --installed: the GPU host has no index (12:28: the plan died there)
   stamp "serve: start"
-  PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local --vllm 0.27.1 --models $W/serve-models \
+  PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local --installed --vllm 0.27.1 --models $W/serve-models \
     --work $W/serve --gpu-memory-utilization 0.15 --json > "$L/serve-plan.json" 2>&1
-  PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local --vllm 0.27.1 --models $W/serve-models \
+  PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local --installed --vllm 0.27.1 --models $W/serve-models \
     --work $W/serve --gpu-memory-utilization 0.15 > "$W/serve-command.sh" 2>> "$L/serve-plan.json"
   mkdir -p $W/serve
   PYTHONPATH=$P setsid bash "$W/serve-command.sh" > "$W/serve/server.log" 2>&1 &
