@@ -496,3 +496,13 @@ def test_engine_is_the_recipes_as_bench_builds_it(tmp_path):
          "--layers", "6", "--out", str(tmp_path / "plain")]), tmp_path / "plain")[1]
     assert "speculative_config" not in plain["engine_kwargs"]
     assert plain["engine_kwargs"]["quantization"] == "fp8" and profile.dummy_layers(plain) == 6
+
+
+def test_a_baseline_must_be_a_plain_step(tmp_path, capsys):
+    paths = _write_profiles(tmp_path)  # k=0, k=4
+    assert profile.main(["--report", str(paths[1]), "--baseline", str(paths[1])]) == 2
+    assert f"{paths[1]}: --baseline must be a plain step's profile (k=0), not k=4" in capsys.readouterr().err
+    assert profile.main(["--report", str(paths[1]), "--baseline", str(paths[0]),
+                         "--md", str(tmp_path / "p.md")]) == 0
+    text = (tmp_path / "p.md").read_text()
+    assert "## plain step" not in text and "## spec step (k=4) against the plain step" in text
