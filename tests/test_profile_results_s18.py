@@ -85,3 +85,45 @@ def test_groups_without_bytes_say_no_floor(at_root):
             assert f"{group['floor_us']:.1f} ({', '.join(group['byte_groups'])})" in row
     assert analysis["groups"]["activation_quant"]["floor_us"] is None
     assert analysis["groups"]["attention"]["byte_groups"] == ["kv_cache"]  # its floor: the KV read
+
+
+def test_docs_measured_on_the_h200_are_the_committed_figures(at_root):
+    """docs/roofline.md's "Measured on the H200" section, derived from the committed analyses."""
+    doc = Path("docs/roofline.md").read_text()
+    section = doc[doc.index("## Measured on the H200"):]
+    plain, spec = (json.loads(Path(_args(which)[-1]).read_text())[0] for which in ("plain", "k4"))
+    floor = plain["floor"]
+    figures = [
+        f"{plain['wall_us_per_token'] / 1e3:.3f} ms/token in wall time "
+        f"({1e6 / plain['wall_us_per_token']:.0f} tok/s)",
+        f"busy {plain['busy_pct']:.0f}%",
+        f"{floor['step_floor_us']:.0f} µs/step ({floor['bytes_per_step'] / 1e9:.2f} GB at "
+        f"{floor['bandwidth_tb_s']:.2f} TB/s)",
+        f"{floor['pct_of_floor_wall']:.0f}% of it in wall time ({floor['pct_of_floor_kernels']:.0f}% in kernel",
+        f"{spec['wall_us_per_step'] / 1e3:.3f} ms/step in wall time, "
+        f"{spec['wall_us_per_step'] / plain['wall_us_per_step']:.2f}x the plain step",
+        f"{spec['kernel_us_per_step'] / plain['kernel_us_per_step']:.2f}x in kernel time",
+        f"{spec['wall_us_per_token'] / 1e3:.3f} ms/token ({1e6 / spec['wall_us_per_token']:.0f} tok/s)",
+    ]
+    for name, group in plain["groups"].items():
+        other = spec["groups"][name]
+        floor_us = "no floor" if group["floor_us"] is None else f"{group['floor_us']:.1f}"
+        pct = "–" if group["pct_of_floor"] is None else f"{group['pct_of_floor']:.0f}%"
+        figures.append(f"| {name} | {group['us_per_step']:.1f} | {other['us_per_step']:.1f} | "
+                       f"{other['us_per_step'] - group['us_per_step']:+.1f} | {floor_us} | {pct} |")
+    biggest = sorted(plain["groups"], key=lambda n: plain["groups"][n]["us_per_step"]
+                     - spec["groups"][n]["us_per_step"])[:3]
+    for rank, name in enumerate(biggest, 1):
+        change = spec["groups"][name]["us_per_step"] - plain["groups"][name]["us_per_step"]
+        figures.append(f"{rank}. {name}, {change:+.1f} µs")
+    for prefix in ("kernel_unified_attention", "nvjet_sm90_tst_256x8"):
+        before, after = (next(t for t in a["top_kernels"] if t["name"].startswith(prefix))
+                         for a in (plain, spec))
+        if prefix.startswith("kernel"):
+            figures.append(f"runs {after['launches_per_step']:.0f} times a step instead of "
+                           f"{before['launches_per_step']:.0f}, at "
+                           f"{after['us_per_step'] / after['launches_per_step']:.1f}")
+        else:
+            figures.append(f"({before['us_per_step']:.1f} ->")
+    missing = [f for f in figures if f not in " ".join(section.split())]
+    assert missing == []
