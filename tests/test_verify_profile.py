@@ -135,6 +135,70 @@ def test_a_family_without_a_map_is_named(tmp_path):
         load_kernel_map("qwen3", path)
 
 
+# The map on the H200's recorded profiles (vLLM 0.27.1, 26B-A4B shapes, online FP8, Inductor):
+# every kernel name both steps ran, as the GPU host's profiler recorded them.
+
+S18 = ROOT / "tests" / "fixtures" / "gpu" / "s18-h200-2026-12-01"
+S18_PROFILES = {"plain": S18 / "profile-plain" / "profile.json", "k4": S18 / "profile-k4" / "profile.json"}
+
+
+def _s18_names(which: str) -> set[str]:
+    profiles = json.loads(S18_PROFILES[which].read_text())["profiles"]
+    return {r["name"] for reply in ("short", "long") for r in profiles[reply]["kernels"]}
+
+
+def _is_fused_quantize(name: str) -> bool:
+    # Inductor's kernels fusing the norm/activation with the FP8 scale's absmax and the quantize
+    return (name.startswith("triton_") and "fused" in name
+            and all(op in name for op in ("abs", "max", "reciprocal")))
+
+
+@pytest.mark.parametrize("which", list(S18_PROFILES))
+def test_inductor_fused_quantize_kernels_are_activation_quant_not_fp8_gemm(gemma4, which):
+    fused = sorted(n for n in _s18_names(which) if _is_fused_quantize(n))
+    assert fused, "the recorded profile holds no fused quantize kernel: the test tests nothing"
+    # `cutlass_scaled_mm` is in their names (their output feeds it); the GEMM is not theirs.
+    assert any("cutlass_scaled_mm" in n for n in fused)
+    assert {n: gemma4.group_of(n) for n in fused} == {n: "activation_quant" for n in fused}
+
+
+@pytest.mark.parametrize("which", list(S18_PROFILES))
+def test_fp8_gemm_holds_the_cutlass_device_kernels_only(gemma4, which):
+    names = _s18_names(which)
+    fp8 = sorted(n for n in names if gemma4.group_of(n) == "fp8_gemm")
+    assert fp8 and all(n.startswith("void cutlass::device_kernel<") for n in fp8), fp8
+    # ... and every cutlass device kernel is there (FP8 GEMMs: the attention backend is Triton).
+    assert {n for n in names if n.startswith("void cutlass::device_kernel<")} == set(fp8)
+
+
+@pytest.mark.parametrize("which", list(S18_PROFILES))
+def test_split_k_reductions_go_with_their_bf16_gemms(gemma4, which):
+    split = [n for n in _s18_names(which) if "splitKreduce" in n]
+    assert split and {gemma4.group_of(n) for n in split} == {"bf16_gemm"}
+
+
+@pytest.mark.parametrize("which", list(S18_PROFILES))
+def test_recorded_profiles_leave_only_a_tiny_gather_in_other(gemma4, which):
+    data = json.loads(S18_PROFILES[which].read_text())
+    analysis = profile_report.analyse(data, gemma4)
+    other = analysis["groups"]["other"]
+    # The one kernel the map leaves to `other`: an ATen gather (the spec step's bookkeeping).
+    assert all("gather_kernel" in k["name"] for k in analysis["other_kernels"])
+    assert other["us_per_step"] < 0.01 * analysis["kernel_us_per_step"]
+
+
+@pytest.mark.parametrize("which", list(S18_PROFILES))
+def test_recorded_group_sums_add_up_to_the_profiles_gpu_total(gemma4, which):
+    data = json.loads(S18_PROFILES[which].read_text())
+    short, long = data["profiles"]["short"], data["profiles"]["long"]
+    analysis = profile_report.analyse(data, gemma4)
+    total = sum(g["us_total"] for g in analysis["groups"].values())
+    # kernel_us is the GPU host's own sum of each reply's kernel table
+    assert total == pytest.approx(long["kernel_us"] - short["kernel_us"])
+    steps = long["steps"] - short["steps"]
+    assert analysis["kernel_us_per_step"] == pytest.approx(total / steps)
+
+
 # ------------------------------------------------------------------------------------------
 # Traces -> the decode step
 
@@ -432,3 +496,13 @@ def test_engine_is_the_recipes_as_bench_builds_it(tmp_path):
          "--layers", "6", "--out", str(tmp_path / "plain")]), tmp_path / "plain")[1]
     assert "speculative_config" not in plain["engine_kwargs"]
     assert plain["engine_kwargs"]["quantization"] == "fp8" and profile.dummy_layers(plain) == 6
+
+
+def test_a_baseline_must_be_a_plain_step(tmp_path, capsys):
+    paths = _write_profiles(tmp_path)  # k=0, k=4
+    assert profile.main(["--report", str(paths[1]), "--baseline", str(paths[1])]) == 2
+    assert f"{paths[1]}: --baseline must be a plain step's profile (k=0), not k=4" in capsys.readouterr().err
+    assert profile.main(["--report", str(paths[1]), "--baseline", str(paths[0]),
+                         "--md", str(tmp_path / "p.md")]) == 0
+    text = (tmp_path / "p.md").read_text()
+    assert "## plain step" not in text and "## spec step (k=4) against the plain step" in text

@@ -6,7 +6,7 @@ the plain or the speculative step of a recipe, beside each group's byte floor.
              [--tokens 128] [--attention-backend TRITON_ATTN] [--roofline FILE] [--max-seconds S]
              --out DIR                                                    (GPU host: DIR/profile.json)
   profile.py --report DIR/profile.json [DIR2/profile.json ...] [--roofline FILE] [--plot PNG]
-             [--md FILE] [--json FILE]                                    (any machine: tables, plot)
+             [--md FILE] [--json FILE] [--baseline PLAIN/profile.json]    (any machine: tables, plot)
 
 On the GPU host one engine (the recipe's settings as verify/bench.py builds them; --k 0 drops the
 drafter, --k K sets its tokens) runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so a
@@ -70,6 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--plot", help="with --report: write a PNG (needs matplotlib)")
     p.add_argument("--md", help="with --report: write the tables to this Markdown file")
     p.add_argument("--json", help="with --report: write the figures (one analysis per profile)")
+    p.add_argument("--baseline", metavar="PROFILE_JSON",
+                   help="with --report: a plain step's profile.json to compare the reported spec "
+                        "steps with (in the comparison only, not reported itself)")
     p.add_argument("--roofline", help="the output of `build.py roofline ... --json`: each group's "
                                       "byte floor (default: the one recorded in the profile)")
     p.add_argument("--family", help="the kernel map of verify/kernel_groups.yaml to use (default: the "
@@ -122,10 +125,25 @@ def parse_args(argv=None) -> argparse.Namespace:
 # CPU side: the report from recorded JSON
 
 def report(args) -> int:
+    text, entries = report_text(args)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(report_json(entries))
+        print(f"wrote {args.json}")
+    if args.md:
+        Path(args.md).write_text(text)
+        print(f"wrote {args.md}")
+    if args.plot:
+        print(f"wrote {profile_report.render_plot(entries, Path(args.plot))}")
+    return 0
+
+
+def report_text(args) -> tuple[str, list[tuple[dict, dict]]]:
+    """--report's Markdown (headed by the command that rebuilds it) and its (profile, analysis)
+    entries, writing nothing: what a test compares with a committed report."""
     kernel_maps: dict = {}
-    entries = []
-    markdown = []
-    for path in args.report:
+
+    def analysed(path: str) -> tuple[dict, dict]:
         try:
             profile = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
@@ -134,20 +152,30 @@ def report(args) -> int:
         kernel_map = kernel_maps.setdefault(family, load_kernel_map(family))
         roofline = (profile_report.read_roofline(args.roofline) if args.roofline
                     else profile.get("roofline"))
-        analysis = profile_report.analyse(profile, kernel_map, roofline)
-        entries.append((profile, analysis))
-        markdown.append(profile_report.render_markdown(profile, analysis))
-    text = "\n".join(markdown + [profile_report.render_comparison([a for _, a in entries])])
-    print(text)
-    if args.json:
-        Path(args.json).write_text(json.dumps([a for _, a in entries], indent=1) + "\n")
-        print(f"wrote {args.json}")
-    if args.md:
-        Path(args.md).write_text(text)
-        print(f"wrote {args.md}")
-    if args.plot:
-        print(f"wrote {profile_report.render_plot(entries, Path(args.plot))}")
-    return 0
+        return profile, profile_report.analyse(profile, kernel_map, roofline)
+
+    entries = [analysed(path) for path in args.report]
+    baseline = [analysed(args.baseline)[1]] if args.baseline else []
+    if baseline and baseline[0].get("k"):
+        raise ForgeError(f"{args.baseline}: --baseline must be a plain step's profile (k=0), "
+                         f"not k={baseline[0]['k']}")
+    markdown = [f"Rebuilt from the recorded profile by `{report_command(args)}`.\n"]
+    markdown += [profile_report.render_markdown(profile, analysis) for profile, analysis in entries]
+    comparison = profile_report.render_comparison(baseline + [a for _, a in entries])
+    return "\n".join(markdown + [comparison]), entries
+
+
+def report_json(entries: list[tuple[dict, dict]]) -> str:
+    return json.dumps([a for _, a in entries], indent=1) + "\n"
+
+
+def report_command(args) -> str:
+    """The --report command line that wrote (or would write) these files."""
+    words = ["python3 -m verify.profile --report", *args.report]
+    for flag in ("baseline", "roofline", "family", "md", "json", "plot"):
+        if getattr(args, flag):
+            words += [f"--{flag}", getattr(args, flag)]
+    return " ".join(words)
 
 
 # ------------------------------------------------------------------------------------------

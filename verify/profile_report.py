@@ -263,22 +263,24 @@ def render_markdown(profile: dict, analysis: dict) -> str:
              f"{analysis['method']} ({profile['profiles']['long']['tokens']} and "
              f"{profile['profiles']['short']['tokens']} tokens): {analysis['tokens']} tokens in "
              f"{analysis['steps']} steps ({analysis['tokens_per_step']:.2f} tokens/step).",
-             "",
-             _totals_line(analysis),
              ""]
+    if profile.get("date") or profile.get("command"):
+        lines += [f"Recorded {profile.get('date') or '(no date)'} on {machine.get('device')} by "
+                  f"`{profile.get('command') or '(no command)'}`.", ""]
+    lines += [_totals_line(analysis), ""]
     floor = analysis.get("floor")
     lines += ["| kernel group | µs/step | µs/token | launches/step | floor µs | % of floor |",
               "|---|---|---|---|---|---|"]
     for name, g in analysis["groups"].items():
         lines.append(f"| {name}: {g['label']} | {g['us_per_step']:.1f} | {g['us_per_token']:.1f} | "
-                     f"{g['launches_per_step']:.0f} | {_num(g.get('floor_us'))} | "
+                     f"{g['launches_per_step']:.0f} | {_floor_cell(g, floor)} | "
                      f"{_pct(g.get('pct_of_floor'))} |")
     lines += ["", f"Kernel time in `other` (no group matched): {analysis['other_us_per_step']:.1f} "
                   f"µs/step" + (":" if analysis.get("other_kernels") else ".")]
     lines += [f"- {k['us_per_step']:.1f} µs, {k['launches_per_step']:.0f}x: `{_short_name(k['name'])}`"
               for k in analysis.get("other_kernels") or []]
     if floor:
-        lines += [_floor_line(floor)]
+        lines += ["", _floor_line(floor)]
     lines += ["", "Top kernels (µs/step):", ""]
     lines += [f"- {t['us_per_step']:.1f} µs, {t['launches_per_step']:.0f}x, {t['group']}: "
               f"`{_short_name(t['name'])}`" for t in analysis["top_kernels"]]
@@ -332,8 +334,15 @@ def _floor_line(floor: dict) -> str:
             "target's weights once per step; a spec step's drafter is not in it.")
 
 
-def _num(value) -> str:
-    return "–" if value is None else f"{value:.1f}"
+def _floor_cell(group: dict, floor: dict | None) -> str:
+    """The group's floor and the byte groups it counts; "no floor" where the roofline counts
+    no bytes of the group's (its work is overhead a byte budget does not count), "–" without
+    a roofline."""
+    if not floor:
+        return "–"
+    if group.get("floor_us") is None:
+        return "no floor"
+    return f"{group['floor_us']:.1f} ({', '.join(group['byte_groups'])})"
 
 
 def _pct(value) -> str:
