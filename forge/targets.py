@@ -27,8 +27,11 @@ PLATFORMS = ("linux/amd64", "linux/arm64")
 BASE_MIRROR_ENV = "VLLM_FORGE_BASE_MIRROR"
 
 
-def _cuda_version(value: str) -> str | None:
-    return None if re.fullmatch(r"\d+\.\d+", value) else f"must look like 13.0 (got {value!r})"
+def _dotted(example: str):
+    """A check for MAJOR.MINOR numbers, its message showing the field's own kind of value."""
+    def check(value: str) -> str | None:
+        return None if re.fullmatch(r"\d+\.\d+", value) else f"must look like {example} (got {value!r})"
+    return check
 
 
 def _image_template(value: str) -> str | None:
@@ -67,8 +70,8 @@ BASE_SCHEMA = {
 TARGET_SCHEMA = {
     "description": Field(str),
     "platform": Field(str, choices=PLATFORMS),
-    "cuda": Field(str, check=_cuda_version),
-    "cuda_arch": Field(str, check=_cuda_version),
+    "cuda": Field(str, check=_dotted("13.0")),            # the CUDA release
+    "cuda_arch": Field(str, check=_dotted("12.1")),       # the compute capability, sm_121 -> 12.1
     "device_names": Field(ListOf(str, min_items=1)),
     "moe_device_name": Field(str, check=lambda v: None if re.fullmatch(r"[A-Za-z0-9_.\-]+", v)
                              else f"must be a file-name form without spaces or '/' (got {v!r})"),

@@ -141,7 +141,7 @@ def _add_serve(commands) -> None:
     p.add_argument("--hf-cache", default="~/.cache/huggingface", help="Hugging Face cache to mount")
     p.add_argument("--run", action="store_true", help="run the command instead of printing it")
     p.add_argument("--recipes-dir", metavar="DIR",
-                   help="read recipes from DIR/<recipe>/<target>.yaml (default: recipes/)")
+                   help="read recipes from DIR/<recipe>.yaml (default: recipes/)")
     _add_serve_nodes(p)
     p.set_defaults(handler=serving.cmd_serve)
 
