@@ -100,8 +100,12 @@ def test_build_patches_marks_the_candidate():
     result = run_build("patches", "--vllm", "0.27.1", "--offline")
     assert result.returncode == 0, result.stderr
     row = next(line for line in result.stdout.splitlines() if line.startswith(PATCH))
-    assert row.split()[:4] == [PATCH, "(candidate)", "source", A]
-    assert f"unless asked (`{FLAG} ID`)" in result.stdout
+    assert row.split()[:3] == [f"{PATCH}*", "source", A]
+    assert f"*: a candidate: status shown, but `build.py apply` and image builds leave it out " \
+           f"unless asked (`{FLAG} ID`)" in result.stdout
+    matrix = run_build("patches", "--all", "--offline")
+    assert matrix.returncode == 0, matrix.stderr
+    assert matrix.stdout.splitlines()[0].split()[-1] == f"{PATCH}*"
     as_json = json.loads(run_build("patches", "--vllm", "0.27.1", "--offline", "--json").stdout)
     entry = next(p for p in as_json["patches"] if p["id"] == PATCH)
     assert entry["candidate"] is True and entry["status"] == A

@@ -27,14 +27,14 @@ def _unchecked(version: Release | str, series) -> bool:
 
 def _label(patch_id: str, series) -> str:
     """A candidate (series.yaml `candidate: true`) is marked wherever its status is shown."""
-    return f"{patch_id} (candidate)" if series.get(patch_id).candidate else patch_id
+    return f"{patch_id}*" if series.get(patch_id).candidate else patch_id
 
 
 def _as_dict(status, series) -> dict:
     return {**status.to_dict(), **({"candidate": True} if series.get(status.id).candidate else {})}
 
 
-CANDIDATE_NOTE = ("(candidate): status shown, but `build.py apply` and image builds leave it out "
+CANDIDATE_NOTE = ("*: a candidate: status shown, but `build.py apply` and image builds leave it out "
                   "unless asked (`--with-candidate ID`)")
 
 
