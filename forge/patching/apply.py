@@ -62,8 +62,7 @@ from forge.patching import diffs, ownership, pip_record
 from forge.patching import record as records
 from forge.patching.installed import InstalledVllm, find_vllm
 from forge.patching.record import RECORD_DIR, RECORD_FILE, originals_prefix, runs
-from forge.patching.series import Series, load_series
-from forge.patching.series import CANDIDATE_FLAG
+from forge.patching.series import CANDIDATE_FLAG, Series, load_series
 from forge.patching.status import PatchStatus, applied_statuses, tree_status
 from forge.patching.transaction import (
     FAIL_AFTER_ENV,
