@@ -20,6 +20,8 @@ from forge.patching.readme_table import BEGIN, END
 from forge.patching.series import load_series
 from forge.patching.status import applied_statuses, release_status, status_of
 from forge.upstream import releases
+from tests.build_cli import copy_checkout
+from tests.build_cli import run_build as run_in
 from tests.fixtures_patches import real_patch_entry, snapshot, write_series
 from tests.test_images_plan import copy_repo, plan, write_lock
 from tests.test_patch_series import run_build
@@ -208,3 +210,18 @@ def test_git_apply_agrees_where_the_candidate_applies():
         result = subprocess.run(["git", "apply", "--check", str(patch.files[0].absolute)],
                                 cwd=releases.release_tree(version), capture_output=True)
         assert result.returncode == 0, (version, result.stderr)
+
+
+def test_a_refreshed_candidate_stays_a_candidate(tmp_path):
+    """refresh-patch rewrites the entry from its fields: `candidate` is one of them."""
+    checkout = copy_checkout(tmp_path / "checkout")
+    started = run_in("refresh-patch", PATCH, "--vllm", "0.27.1", cwd=checkout)
+    assert started.returncode == 0, started.stderr
+    launcher = checkout / "build" / "patch-work" / PATCH / LAUNCHER
+    text = launcher.read_text()
+    launcher.write_text(text.replace("# Most query rows per sequence the 3D path takes",
+                                     "# The most query rows per sequence the 3D path takes", 1))
+    finished = run_in("refresh-patch", PATCH, "--vllm", "0.27.1", "--finish", cwd=checkout)
+    assert finished.returncode == 0, finished.stderr
+    refreshed = load_series(checkout / "patches" / "series.yaml", check_index=False).get(PATCH)
+    assert refreshed.candidate and refreshed.files[0].sha256 != load_series().get(PATCH).files[0].sha256
