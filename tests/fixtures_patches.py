@@ -103,14 +103,16 @@ REAL_SERIES = Path(__file__).resolve().parent.parent / "patches" / "series.yaml"
 def source_patches_applying(version: str) -> list[str]:
     """Ids of the committed series' source patches whose status on release `version`'s real
     tree is `applies`, in series order: what `build.py apply` writes on a site holding that
-    release (computed from the manifest, not a count kept in each test)."""
+    release (computed from the manifest, not a count kept in each test). Candidates (series.yaml
+    `candidate: true`) are left out, as `build.py apply` leaves them out without --with-candidate."""
     from forge.patching.series import load_series
     from forge.patching.status import status_of
     from forge.patching.vocabulary import Kind, Status
 
     tree, parsed = releases.release_tree(version), Version(version)
     return [p.id for p in load_series(check_index=False).patches
-            if p.kind == Kind.SOURCE and status_of(p, tree, parsed).status == Status.APPLIES]
+            if p.kind == Kind.SOURCE and not p.candidate
+            and status_of(p, tree, parsed).status == Status.APPLIES]
 
 
 def write_series(directory: Path, patches: list[dict], files: dict[str, bytes],

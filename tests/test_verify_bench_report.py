@@ -343,6 +343,50 @@ def test_engine_definitions_become_engine_settings(tmp_path):
     assert (plugin / "vllm_forge_controls-1.0.dist-info" / "entry_points.txt").exists()
 
 
+def _site_copy(vllm_site) -> Path:
+    """A copy of a real install (vLLM 0.27.1's package from its sdist), as a bench engine's site."""
+    return vllm_site("0.27.1")
+
+
+def test_an_engine_site_goes_first_on_its_path_with_the_plugin_behind(tmp_path, vllm_site):
+    """site=DIR: the engine's worker imports vLLM from DIR (a copy patched with a candidate), the
+    controls plugin and the repository stay on its path; an engine without site= keeps the path."""
+    from forge.serving.recipes import load_recipe
+
+    site = _site_copy(vllm_site)
+    args = bench.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--dummy", "--layers", "2",
+                             "--out", str(tmp_path / "out")])
+    recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
+    out = tmp_path / "out"
+    plain = bench.engine_spec(recipe, args, bench.parse_engine("name=fp8-mtp4-v2,k=4,runner=v2"), out)
+    patched = bench.engine_spec(recipe, args, bench.parse_engine(
+        f"name=fp8-mtp4-v2-splitkv,k=4,runner=v2,site={site}"), out)
+    path, plain_path = patched["env"]["PYTHONPATH"].split(":"), plain["env"]["PYTHONPATH"].split(":")
+    assert path[0] == str(site.resolve()) and path[1:] == plain_path
+    assert (Path(path[1]) / "vllm_forge_controls-1.0.dist-info" / "entry_points.txt").exists()
+    assert str(bench.ROOT) in path and str(site.resolve()) not in plain_path
+    assert patched["meta"]["site"] == str(site.resolve()) and "site" not in plain["meta"]
+    # Without --dummy (no plugin): the site goes in front of the caller's own path.
+    real = bench.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--out", str(out)])
+    spec = bench.engine_spec(recipe, real, bench.parse_engine(f"name=s,k=4,site={site}"), out)
+    assert spec["env"]["PYTHONPATH"].split(":")[0] == str(site.resolve())
+
+
+@pytest.mark.parametrize("what, message", [
+    ("missing", "no such directory"),
+    ("empty", "holds no vllm/ package"),
+])
+def test_an_engine_site_without_vllm_is_a_one_line_error(what, message, tmp_path, capsys):
+    site = tmp_path / what
+    if what == "empty":
+        site.mkdir()
+    code = bench.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--configs", "",
+                       "--engine", f"name=x,k=4,site={site}", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: --engine ") and "\n" not in err
+    assert f"site={site}: {message}" in err
+
+
 @pytest.mark.parametrize("dtype, quantization", [
     ("fp8", "fp8"), ("fp8_per_channel", "fp8_per_channel"), ("fp8_per_block", "fp8_per_block"),
     ("fp8-dynamic", None), ("bf16", None), ("auto", None)])

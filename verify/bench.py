@@ -65,7 +65,7 @@ WORKER = Path(__file__).with_name("engine_worker.py")
 CONFIG = re.compile(r"^(bf16|fp8)(?:-mtp([1-9]))?$")
 DEFAULT_CONFIGS = "stock,bf16,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3"
 WINDOWS = ("burst", "sustained", "conc8", "conc16", "followup")
-ENGINE_KEYS = ("name", "dtype", "k", "runner", "attention", "moe", "compile")
+ENGINE_KEYS = ("name", "dtype", "k", "runner", "attention", "moe", "compile", "site")
 # vLLM's online FP8 quantizations of a BF16 checkpoint (`--quantization`): fp8 scales activations
 # per tensor, dynamically (two passes over each activation); fp8_per_channel scales weights per
 # output channel and activations per token, llm-compressor's FP8_DYNAMIC layout; fp8_per_block,
@@ -95,7 +95,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--engine", action="append", default=[],
                    help="one more engine: name=N,dtype=fp8|fp8_per_channel|fp8_per_block|fp8-dynamic|bf16|auto,"
                         "k=K,runner=v1|v2|default,"
-                        "attention=BACKEND|default,moe=DIR|none,compile=inductor|eager")
+                        "attention=BACKEND|default,moe=DIR|none,compile=inductor|eager,"
+                        "site=DIR (import vLLM from DIR, e.g. a copy patched with --with-candidate)")
     p.add_argument("--compile-backend", choices=["inductor", "eager"], default="inductor",
                    help="vLLM's compile backend for the grid's engines (eager: no Inductor, "
                         "piecewise and full CUDA graphs still captured; starts much faster)")
@@ -149,7 +150,10 @@ def parse_configs(text: str) -> list[tuple[str, int]]:
 
 
 def parse_engine(text: str) -> dict:
-    """--engine name=fa4-k3,dtype=fp8,k=3,runner=v2,attention=default -> an engine definition."""
+    """--engine name=fa4-k3,dtype=fp8,k=3,runner=v2,attention=default -> an engine definition.
+    site=DIR: the engine imports vLLM from DIR (a copy of the install holding vllm/, e.g. with a
+    candidate patch applied: `build.py apply --site-packages DIR --with-candidate ID`), so one run
+    compares patched against unpatched engines."""
     fields = {}
     for item in text.split(","):
         key, sep, value = item.partition("=")
@@ -159,7 +163,7 @@ def parse_engine(text: str) -> dict:
     if "name" not in fields:
         raise ForgeError(f"--engine {text!r}: name= is required")
     engine: dict = {"dtype": "fp8", "k": 0, "runner": "default", "attention": None, "moe": None,
-              "compile": None, **fields}
+              "compile": None, "site": None, **fields}
     engine["stock"] = engine["name"] == "stock"  # the release's default: named so on purpose
     if engine["stock"] and engine["moe"] is None:
         engine["moe"] = "none"
@@ -171,6 +175,14 @@ def parse_engine(text: str) -> dict:
         engine["k"] = int(engine["k"])
     except ValueError as exc:
         raise ForgeError(f"--engine {text!r}: k must be an integer") from exc
+    if engine["site"] is not None:
+        site = Path(engine["site"]).expanduser()
+        if not site.is_dir():
+            raise ForgeError(f"--engine {text!r}: site={engine['site']}: no such directory")
+        if not (site / "vllm" / "__init__.py").is_file():
+            raise ForgeError(f"--engine {text!r}: site={engine['site']}: holds no vllm/ package "
+                             "(a copy of the site-packages directory that holds vllm)")
+        engine["site"] = str(site.resolve())
     return engine
 
 
@@ -263,6 +275,11 @@ def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
         controls.install_plugin(out / "plugin")
         env.update(controls.engine_env((out / "plugin").resolve(), ROOT,
                                        family=recipe.family_model[0].name))
+    if engine.get("site"):
+        # First on the path: this engine's worker imports vLLM from there; the plugin (--dummy)
+        # and the rest of the path stay behind it.
+        rest = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        env["PYTHONPATH"] = ":".join([engine["site"], *(p for p in rest.split(":") if p)])
     if args.model:
         kwargs["model"] = args.model
     if args.drafter and k:
@@ -293,7 +310,8 @@ def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
         env["VLLM_TUNED_CONFIG_FOLDER"] = str((out / "moe-none").resolve())
     elif moe:
         env["VLLM_TUNED_CONFIG_FOLDER"] = str(Path(moe).resolve())
-    meta = {key: engine.get(key) for key in ENGINE_KEYS}
+    # site only where given: the reports of runs before it (and of engines without one) stay as they were
+    meta = {key: engine.get(key) for key in ENGINE_KEYS if key != "site" or engine.get("site")}
     meta.update(attention=attention or "default", compile=backend, moe=moe or "none",
                 stock=bool(engine.get("stock")))
     return {"name": name, "env": env, "engine_kwargs": kwargs, "meta": meta,

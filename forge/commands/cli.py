@@ -106,6 +106,9 @@ def _add_apply(commands) -> None:
                    help="install exactly this version where a constraint on PACKAGE is in range "
                         "and the installed version differs (repeatable; an image build pins what "
                         "its plan chose)")
+    p.add_argument("--with-candidate", action="append", metavar="ID",
+                   help="apply this candidate patch too (series.yaml `candidate: true`; left out "
+                        "by default and by image builds; repeatable)")
     p.set_defaults(handler=patches.cmd_apply)
 
 

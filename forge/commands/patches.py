@@ -61,7 +61,8 @@ def cmd_apply(args) -> int:
     report = apply_series(site_packages=args.site_packages, expected_version=args.vllm,
                           revert=args.revert, moe_config_dir=args.moe_config_dir,
                           moe_device=args.moe_device, offline=args.offline,
-                          find_links=args.find_links, pins=args.pin)
+                          find_links=args.find_links, pins=args.pin,
+                          with_candidates=args.with_candidate)
     for line in report.lines():
         print(line)
     return 0

@@ -106,6 +106,8 @@ def _patch_statuses(vllm: str, moe_device: str, series):
         statuses = patches.release_status(vllm, offline=True, series=series, moe_device=moe_device)
     except ForgeError:
         statuses = patches.release_status(vllm, series=series, moe_device=moe_device)
+    # Images ship no candidate: they run `build.py apply` without --with-candidate.
+    statuses = patches.applied_statuses(statuses, series)
     patches.raise_on_conflict(statuses, f"vLLM {vllm}")
     return statuses
 

@@ -62,8 +62,8 @@ from forge.patching import diffs, ownership, pip_record
 from forge.patching import record as records
 from forge.patching.installed import InstalledVllm, find_vllm
 from forge.patching.record import RECORD_DIR, RECORD_FILE, originals_prefix, runs
-from forge.patching.series import Series, load_series
-from forge.patching.status import PatchStatus, tree_status
+from forge.patching.series import CANDIDATE_FLAG, Series, load_series
+from forge.patching.status import PatchStatus, applied_statuses, tree_status
 from forge.patching.transaction import (
     FAIL_AFTER_ENV,
     KILL_AFTER_ENV,
@@ -133,16 +133,21 @@ class ApplyReport:
 
 
 def apply_series(site_packages=None, expected_version=None, revert=False, moe_config_dir=None,
-                 series_path=None, moe_device=None, offline=False, find_links=None, pins=None
-                 ) -> ApplyReport:
-    """`pins`: ["transformers==5.14.1", ...], the exact version for a violated constraint."""
+                 series_path=None, moe_device=None, offline=False, find_links=None, pins=None,
+                 with_candidates=None) -> ApplyReport:
+    """`pins`: ["transformers==5.14.1", ...], the exact version for a violated constraint.
+    `with_candidates`: ids of candidate patches (series.yaml `candidate: true`) to apply too;
+    without it every candidate is left out."""
     from forge.patching.dependency_apply import parse_pins
 
     parsed_pins = parse_pins(pins)
+    if revert and with_candidates:
+        raise ForgeError(f"{CANDIDATE_FLAG}: not with --revert (a revert restores every patched "
+                         "file, candidates included)")
     installed = find_vllm(site_packages)
     with _exclusive(installed):
         return _apply_locked(installed, expected_version, revert, moe_config_dir, series_path,
-                             moe_device, offline, find_links, parsed_pins)
+                             moe_device, offline, find_links, parsed_pins, with_candidates or [])
 
 
 @contextlib.contextmanager
@@ -162,7 +167,7 @@ def _exclusive(installed: InstalledVllm):
 
 
 def _apply_locked(installed, expected_version, revert, moe_config_dir, series_path, moe_device,
-                  offline, find_links, pins) -> ApplyReport:
+                  offline, find_links, pins, with_candidates) -> ApplyReport:
     if expected_version is not None and not _same_release(expected_version, installed.version):
         raise ForgeError(f"--vllm {expected_version}: the vLLM installed at "
                          f"{installed.package_dir} is {installed.version}")
@@ -174,13 +179,13 @@ def _apply_locked(installed, expected_version, revert, moe_config_dir, series_pa
         finished = _revert(installed, record)   # a revert killed while restoring files
         try:
             report = _apply_clean(installed, moe_config_dir, series_path, moe_device, offline,
-                                  find_links, pins, record=None)
+                                  find_links, pins, with_candidates, record=None)
         except ForgeError as exc:
             raise type(exc)(f"{_finished_note(finished)}; then: {exc}") from exc
         report.notes.append(_finished_note(finished))
         return report
     return _apply_clean(installed, moe_config_dir, series_path, moe_device, offline, find_links,
-                        pins, record)
+                        pins, with_candidates, record)
 
 
 def _finished_note(finished: ApplyReport) -> str:
@@ -189,12 +194,13 @@ def _finished_note(finished: ApplyReport) -> str:
 
 
 def _apply_clean(installed, moe_config_dir, series_path, moe_device, offline, find_links, pins,
-                 record) -> ApplyReport:
+                 with_candidates, record) -> ApplyReport:
     """Apply on an install with no interrupted revert: a first apply, or a check (and re-pin)
     of one that carries this install's record."""
     # The manifest was checked against the package index when the image was planned; the index
     # may be out of reach here (an image, an air-gapped host).
     series = load_series(series_path, check_index=False)
+    chosen = series.chosen_candidates(with_candidates)
     foreign = ownership.foreign_reason(installed, record) if record is not None else None
     if foreign is not None:
         raise ForgeError(f"{records.record_path(installed)}: the apply record of another install "
@@ -207,18 +213,26 @@ def _apply_clean(installed, moe_config_dir, series_path, moe_device, offline, fi
         if record.get("series") != series.digest:
             raise ForgeError(f"{records.record_path(installed)}: vLLM was patched by a different patch "
                              "series; run `build.py apply --revert` first")
+        missing = sorted(chosen - set(_applied_ids(record)))
+        if missing:
+            raise ForgeError(f"{CANDIDATE_FLAG} {missing[0]}: {records.record_path(installed)} was "
+                             "applied without it; run `build.py apply --revert` first, then apply "
+                             "with it; nothing changed")
         return _reapply(installed, series, record, moe_device, offline, find_links, pins)
     _check_covered(series, installed)
     statuses = tree_status(series, installed.site_dir, installed.version, moe_device,
                            install_path=installed.search_path)
-    for s in statuses:
+    wanted = applied_statuses(statuses, series, chosen)
+    for s in wanted:
         if s.status == Status.CONFLICT:
             raise ConflictError(f"{installed.package_dir}: patch {s.id}: {s.detail}; "
                                 "nothing changed")
-    writes, applied, notes = _plan(series, statuses, installed, moe_config_dir)
+    writes, applied, notes = _plan(series, wanted, installed, moe_config_dir)
+    notes += [f"{s.id}: candidate, not applied ({s.status}); `{CANDIDATE_FLAG} {s.id}` applies it"
+              for s in statuses if s not in wanted]
     from forge.patching import dependency_apply
 
-    pinned = dependency_apply.plan(series, statuses, installed, offline, find_links, pins)
+    pinned = dependency_apply.plan(series, wanted, installed, offline, find_links, pins)
     if not writes and not pinned:
         return ApplyReport(installed, ApplyOutcome.NOTHING_TO_APPLY, statuses=statuses, notes=notes)
     patched_files = [w.label for w in writes]

@@ -170,7 +170,7 @@ def _from(spec: str, version: Version) -> str:
 def _fields_of(patch: Patch, **changes) -> dict:
     fields = {"id": patch.id, "title": patch.title, "why": patch.why, "releases": patch.releases,
               "upstream": patch.upstream, "fixes_marker": patch.fixes_marker,
-              "retired_in": patch.retired_in}
+              "retired_in": patch.retired_in, "candidate": patch.candidate}
     return {**fields, **changes}
 
 

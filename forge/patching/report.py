@@ -25,30 +25,45 @@ def _unchecked(version: Release | str, series) -> bool:
     return Release(version).version > Version(series.checked_through)
 
 
+def _label(patch_id: str, series) -> str:
+    """A candidate (series.yaml `candidate: true`) is marked wherever its status is shown."""
+    return f"{patch_id}*" if series.get(patch_id).candidate else patch_id
+
+
+def _as_dict(status, series) -> dict:
+    return {**status.to_dict(), **({"candidate": True} if series.get(status.id).candidate else {})}
+
+
+CANDIDATE_NOTE = ("*: a candidate: status shown, but `build.py apply` and image builds leave it out "
+                  "unless asked (`--with-candidate ID`)")
+
+
 def print_release(version: str, statuses, series, as_json: bool = False) -> None:
     if as_json:
         print(json.dumps({"vllm": version, "series": series.digest[:12],
                           "checked_through": series.checked_through,
                           "unchecked": _unchecked(version, series),
-                          "patches": [s.to_dict() for s in statuses]}, indent=1))
+                          "patches": [_as_dict(s, series) for s in statuses]}, indent=1))
         return
     print(f"vLLM {version}" + ("  (newer than checked_through "
                                f"{series.checked_through}: unchecked)"
                                if _unchecked(version, series) else ""))
     rows = [["id", "kind", "status", "detail"]]
-    rows += [[s.id, s.kind, s.status, s.detail] for s in statuses]
+    rows += [[_label(s.id, series), s.kind, s.status, s.detail] for s in statuses]
     print(_table(rows))
+    if any(series.get(s.id).candidate for s in statuses):
+        print(CANDIDATE_NOTE)
 
 
 def print_matrix(results: dict, series, as_json: bool = False) -> None:
     if as_json:
         print(json.dumps({"series": series.digest[:12], "checked_through": series.checked_through,
                           "releases": {v: {"unchecked": _unchecked(v, series),
-                                           "patches": [s.to_dict() for s in statuses]}
+                                           "patches": [_as_dict(s, series) for s in statuses]}
                                        for v, statuses in results.items()}}, indent=1))
         return
     ids = [p.id for p in series.patches]
-    rows = [["release", *ids]]
+    rows = [["release", *(_label(i, series) for i in ids)]]
     for version, statuses in results.items():
         by_id = {s.id: SHORT[s.status] for s in statuses}
         label = version + (" (unchecked)" if _unchecked(version, series) else "")
@@ -57,3 +72,5 @@ def print_matrix(results: dict, series, as_json: bool = False) -> None:
     print("applies: patch needed and fits (dependency: vLLM's own requirement admits a version "
           "outside the constraint); upstream: already in vLLM; -: not needed; "
           "CONFLICT: fits neither way")
+    if any(p.candidate for p in series.patches):
+        print(CANDIDATE_NOTE)

@@ -30,6 +30,7 @@ from forge.schema import Field, ListOf, load_yaml, pep440_specifier, pep440_vers
 
 PATCHES_DIR = REPO_ROOT / "patches"
 DEFAULT_SERIES = PATCHES_DIR / "series.yaml"
+CANDIDATE_FLAG = "--with-candidate"
 KINDS = tuple(kind.value for kind in Kind)
 
 
@@ -88,6 +89,10 @@ PATCH_SCHEMA = {
     "upstream": Field(UPSTREAM_SCHEMA, required=False),
     "fixes_marker": Field(str, required=False),
     "retired_in": Field(str, required=False, check=pep440_version),
+    # a speed patch not yet shown to win end to end: status computed and shown, never applied
+    # unless asked (`build.py apply --with-candidate ID`)
+    "candidate": Field(bool, required=False, default=False, check=lambda v: None if v else
+                       "write it only as `candidate: true` (leave it out otherwise)"),
 }
 SERIES_SCHEMA = {
     "checked_from": Field(str, check=pep440_version),
@@ -118,6 +123,7 @@ class Patch:
     upstream: dict | None = None
     fixes_marker: str | None = None
     retired_in: str | None = None
+    candidate: bool = False                 # applied only with --with-candidate ID
     touches: list[str] | None = None        # source: the vLLM files its diffs change
     package: str | None = None              # dependency: the PyPI project, canonical name
     specifier: SpecifierSet | None = None   # dependency: what the installed version must satisfy
@@ -145,6 +151,24 @@ class Series:
             if patch.id == patch_id:
                 return patch
         raise ForgeError(f"{self.path}: no patch with id {patch_id!r}")
+
+    def chosen_candidates(self, ids: list[str] | None) -> frozenset[str]:
+        """The candidates an apply was asked for (`--with-candidate ID`, repeatable); an id the
+        series does not have, or one of a patch that is no candidate, is refused."""
+        chosen = []
+        for patch_id in ids or []:
+            patch = next((p for p in self.patches if p.id == patch_id), None)
+            if patch is None:
+                raise ForgeError(f"{CANDIDATE_FLAG} {patch_id}: {self.path} has no patch with that id")
+            if not patch.candidate:
+                raise ForgeError(f"{CANDIDATE_FLAG} {patch_id}: not a candidate in {self.path} "
+                                 "(it is applied wherever it applies)")
+            chosen.append(patch_id)
+        return frozenset(chosen)
+
+    def skipped(self, patch_id: str, chosen: frozenset[str] = frozenset()) -> bool:
+        """True for a candidate not asked for: apply and image builds leave it out."""
+        return self.get(patch_id).candidate and patch_id not in chosen
 
 
 def load_series(path: str | Path | None = None, offline: bool = False,
@@ -313,6 +337,8 @@ def series_to_data(series: Series) -> dict:
                                     "releases": p.releases}
         if p.retired_in:
             entry["retired_in"] = p.retired_in
+        if p.candidate:
+            entry["candidate"] = True
         if p.kind == Kind.DEPENDENCY:
             entry["package"] = p.package
             entry["specifier"] = str(p.specifier)

@@ -249,6 +249,13 @@ def patch_set_hash(statuses: list[PatchStatus], series: Series | None = None) ->
     return digest.hexdigest()[:12]
 
 
+def applied_statuses(statuses: list[PatchStatus], series: Series,
+                     chosen: frozenset[str] = frozenset()) -> list[PatchStatus]:
+    """The statuses an apply or an image build works on: every patch but a candidate (series.yaml
+    `candidate: true`) not asked for with --with-candidate. The one place that leaves them out."""
+    return [s for s in statuses if not series.skipped(s.id, chosen)]
+
+
 def raise_on_conflict(statuses: list[PatchStatus], where: str) -> None:
     for s in statuses:
         if s.status == Status.CONFLICT:
