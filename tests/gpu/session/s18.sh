@@ -7,6 +7,7 @@
 #   bash tests/gpu/session/s18.sh stage              copy the carried part (and .whl); progress
 #   PARTS=N bash tests/gpu/session/s18.sh start      install 0.27.1 (all N parts there), start the job
 #   bash tests/gpu/session/s18.sh collect [WAIT_S]   wait up to WAIT_S for the job, pack into $OUT
+#   JOB=job19 PARTS=N bash tests/gpu/session/s18.sh start   the next session's job (see job19 below)
 # Lessons of the morning session (docs/gpu-evidence.md §8): a call may carry 64 MiB with the work
 # tree; the machine goes back after 30 s without a call, so nothing local between calls; the job
 # runs from its own copy of the repository (each call replaces the work tree); never install
@@ -198,6 +199,49 @@ job() {
   stamp "done"
 }
 
+# --- the next 0.27.1 session's job (prepared after §9, not run yet): what §9 left ------------
+# JOB=job19 PARTS=N bash tests/gpu/session/s18.sh start. The serve case (now --installed), the
+# Qwen smoke and bench (the spawn fix), and the first candidate patch measured end to end:
+# triton-spec-decode-split-kv (#52879's backport; the k=4 step's attention ran 25 µs a launch on
+# the 2D path, §9.4) in a copy of the install, its lossless smoke, the bench against the recipe at
+# 30 layers, and its k=4 profile.
+PATCHED=/tmp/site-splitkv
+
+patched_copy() {   # the install's vllm/ in a copy, with the candidate applied
+  rm -rf $PATCHED && mkdir -p $PATCHED && cp -a $SITE/vllm $SITE/vllm-0.27.1*.dist-info $PATCHED/
+  PYTHONPATH=$1 python3 build.py apply --site-packages $PATCHED --vllm 0.27.1 \
+    --with-candidate triton-spec-decode-split-kv > "$L/apply-splitkv.txt" 2>&1
+  stamp "splitkv: apply exit $? $(head -n 1 "$L/apply-splitkv.txt" | cut -c1-160)"
+}
+
+bench_splitkv() {   # the recipe against the recipe with the candidate, 30 layers, one run
+  PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
+    --layers 30 "${BENCH[@]}" --gpu-memory-utilization 0.25 --kv-cache-gib 2 \
+    --engine "name=fp8-v2,k=0,runner=v2" --engine "name=fp8-mtp4-v2,k=4,runner=v2" \
+    --engine "name=fp8-mtp4-v2-splitkv,k=4,runner=v2,site=$PATCHED" --out $W/bench-splitkv
+}
+
+job19() {
+  local P; P=$(site_path)
+  { date -u; nvidia-smi -L; versions "$P"; } > "$L/machine.txt" 2>&1
+  PYTHONPATH=$P python3 build.py apply --site-packages $SITE --vllm 0.27.1 > "$L/apply.txt" 2>&1
+  stamp "apply exit $? $(tail -n 1 "$L/apply.txt" | cut -c1-160)"
+  patched_copy "$P"
+  local PP="$PATCHED:$P"
+  untimed serve 21 serve "$P" &
+  untimed smoke-qwen-v1 20 smoke smoke-qwen-v1 "$P" 480 --recipe qwen3.6-35b-a3b --target h200 \
+    --dummy --layers 8 --lossless --max-model-len 4096 --gpu-memory-utilization 0.15 \
+    --kv-cache-gib 2 --attention-backend TRITON_ATTN --moe-config-dir patches/moe-configs &
+  untimed smoke-splitkv-v2 14 smoke smoke-splitkv-v2 "$PP" 480 "${SMOKE26[@]}" --runner v2 \
+    --lossless --compile-backend eager &
+  sleep 3
+  timed bench-qwen 30 bench_qwen "$P" &
+  sleep 1; timed profile-k4-splitkv 34 profile profile-k4-splitkv "$PP" 4 &
+  sleep 1; timed bench-splitkv 100 bench_splitkv "$P" &
+  wait
+  stamp "done"
+}
+
 case $PLAN in
   stage)
     bash .gpu-stage271/gpu_setup.sh | tail -n 1
@@ -216,7 +260,7 @@ case $PLAN in
     python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE /tmp/whl/a/pycountry-*.whl 2>&1 | tail -n 2
     rm -rf "$W/repo" && mkdir -p "$W/repo"
     tar cf - --exclude='./.gpu-stage*' --exclude=./.whl . | tar xf - -C "$W/repo"
-    (cd "$W/repo" && setsid nohup bash tests/gpu/session/s18.sh job > "$L/job.txt" 2>&1 < /dev/null &)
+    (cd "$W/repo" && setsid nohup bash tests/gpu/session/s18.sh "${JOB:-job}" > "$L/job.txt" 2>&1 < /dev/null &)
     sleep 2; progress ;;
   restart)   # pycountry was missing from the install (transformers' MistralCommonBackend import)
     python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE /tmp/whl/a/pycountry-*.whl 2>&1 | tail -n 2
@@ -226,6 +270,7 @@ case $PLAN in
     (cd "$W/repo" && SKIP_DRIFT=1 setsid nohup bash tests/gpu/session/s18.sh job > "$L/job2.txt" 2>&1 < /dev/null &)
     sleep 2; progress ;;
   job) job ;;
+  job19) job19 ;;
   collect)
     WAIT=${2:-0}; T0=$(date +%s)
     while [ $(( $(date +%s) - T0 )) -lt "$WAIT" ]; do
