@@ -20,6 +20,7 @@ from forge.serving.roofline import (
     speculative_ceiling,
 )
 from forge.targets import load_targets
+from verify.bench_report import FP8_DTYPES
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -218,7 +219,7 @@ def test_no_measured_step_beats_its_floor():
         run = json.loads(path.read_text())
         for engine in run["engines"].values():
             dtype = engine["dtype"]  # stock: the checkpoint's; every FP8 variant stores a byte a weight
-            weights = "bf16" if dtype == "auto" else "fp8" if dtype.startswith("fp8") else dtype
+            weights = "bf16" if dtype == "auto" else "fp8" if dtype in FP8_DTYPES else dtype
             floor = _floor_ms(run["shape"], run["layers"], weights, run["target"], run["machine"]["vllm"])
             for window, figures in (engine.get("figures") or {}).items():
                 assert figures["step_ms"] >= floor, (path.name, engine["name"], window, floor)

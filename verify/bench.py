@@ -46,6 +46,7 @@ from forge.errors import ForgeError
 from forge.files import check_output_dir
 from forge.serving.acceptance import parse_profile
 from verify import bench_report, controls
+from verify.bench_report import FP8_DTYPES, ONLINE_FP8
 from verify.dummy_models import (
     check_shape_flag,
     encode_without_tokenizer,
@@ -66,18 +67,7 @@ CONFIG = re.compile(r"^(bf16|fp8)(?:-mtp([1-9]))?$")
 DEFAULT_CONFIGS = "stock,bf16,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3"
 WINDOWS = ("burst", "sustained", "conc8", "conc16", "followup")
 ENGINE_KEYS = ("name", "dtype", "k", "runner", "attention", "moe", "compile", "site")
-# vLLM's online FP8 quantizations of a BF16 checkpoint (`--quantization`): fp8 scales activations
-# per tensor, dynamically (two passes over each activation); fp8_per_channel scales weights per
-# output channel and activations per token, llm-compressor's FP8_DYNAMIC layout; fp8_per_block,
-# 128x128 weight blocks. The shorthands are in vllm/config/quantization.py `_ONLINE_SHORTHANDS`
-# from 0.25.0 (checked in the 0.25.0, 0.27.1 and 0.33.0 sources).
-ONLINE_FP8 = ("fp8", "fp8_per_channel", "fp8_per_block")
-# fp8-dynamic: not online: a pre-quantized compressed-tensors checkpoint (llm-compressor's
-# FP8_DYNAMIC: static per-channel FP8 weights, dynamic per-token FP8 activations), read from its
-# config.json, so no `quantization` argument; with --dummy the target's config.json carries it
-# (forge/models.py Family.fp8_dynamic_config).
-PREQUANTIZED_FP8 = ("fp8-dynamic",)
-DTYPES = (*ONLINE_FP8, *PREQUANTIZED_FP8, "bf16", "auto")
+DTYPES = (*FP8_DTYPES, "bf16", "auto")
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -28,9 +28,19 @@ from verify.metrics import counters_from_snapshot
 from verify.report import versions_line
 
 SPECIAL_WINDOWS = ("followup",)
-# The FP8 engines the picks choose among: the online ones (bench.py ONLINE_FP8) and the
-# pre-quantized fp8-dynamic (bench.py PREQUANTIZED_FP8); not imported: bench.py imports this module.
-FP8_DTYPES = ("fp8", "fp8_per_channel", "fp8_per_block", "fp8-dynamic")
+# vLLM's online FP8 quantizations of a BF16 checkpoint (`--quantization`): fp8 scales activations
+# per tensor, dynamically (two passes over each activation); fp8_per_channel scales weights per
+# output channel and activations per token, llm-compressor's FP8_DYNAMIC layout; fp8_per_block,
+# 128x128 weight blocks. The shorthands are in vllm/config/quantization.py `_ONLINE_SHORTHANDS`
+# from 0.25.0 (checked in the 0.25.0, 0.27.1 and 0.33.0 sources).
+ONLINE_FP8 = ("fp8", "fp8_per_channel", "fp8_per_block")
+# fp8-dynamic: not online: a pre-quantized compressed-tensors checkpoint (llm-compressor's
+# FP8_DYNAMIC: static per-channel FP8 weights, dynamic per-token FP8 activations), read from its
+# config.json, so no `quantization` argument; with --dummy the target's config.json carries it
+# (forge/models.py Family.fp8_dynamic_config).
+PREQUANTIZED_FP8 = ("fp8-dynamic",)
+# The FP8 engines the picks choose among (bench.py's DTYPES add bf16 and auto).
+FP8_DTYPES = (*ONLINE_FP8, *PREQUANTIZED_FP8)
 
 
 def window_figures(window: dict | None) -> dict | None:
