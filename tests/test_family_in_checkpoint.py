@@ -13,10 +13,11 @@ import yaml
 from packaging.version import Version
 
 from forge.errors import ForgeError
-from forge.models import MODELS_DIR, load_family
+from forge.models import load_family
 from forge.serving.recipes import RECIPES_DIR, load_recipe
 from forge.upstream.pyenvs import package_env
 from forge.upstream.releases import release_tree
+from tests.family_copies import edited_family
 from verify import controls, mtp_smoke
 from verify.dummy_models import recipe_shape, write_dummy_models
 from verify.vllm_logs import parse_engine_log
@@ -49,15 +50,6 @@ def test_the_family_states_its_drafter_experts_and_norms():
         FAMILY.assistant_config(model)
 
 
-def _edited(tmp_path: Path, edit) -> Path:
-    root = tmp_path / "models"
-    root.mkdir()
-    data = yaml.safe_load((MODELS_DIR / "qwen3_5_moe.yaml").read_text())
-    edit(data)
-    (root / "qwen3_5_moe.yaml").write_text(yaml.safe_dump(data))
-    return root
-
-
 @pytest.mark.parametrize("edit, error", [
     (lambda d: d["drafter"].pop("layers_key"), "drafter.layers_key: required for drafter.loading in-checkpoint"),
     (lambda d: d["drafter"].update(suffix="-mtp"), "drafter.suffix: not for drafter.loading in-checkpoint"),
@@ -73,7 +65,7 @@ def _edited(tmp_path: Path, edit) -> Path:
      "config_types.assistant: not for drafter.loading in-checkpoint"),
 ])
 def test_a_bad_field_is_one_line_naming_file_and_field(tmp_path, edit, error):
-    root = _edited(tmp_path, edit)
+    root = edited_family(tmp_path, "qwen3_5_moe", edit)
     with pytest.raises(ForgeError) as caught:
         load_family("qwen3_5_moe", root)
     message = str(caught.value)
@@ -82,11 +74,7 @@ def test_a_bad_field_is_one_line_naming_file_and_field(tmp_path, edit, error):
 
 
 def test_a_separate_checkpoint_family_must_name_its_assistant(tmp_path):
-    root = tmp_path / "models"
-    root.mkdir()
-    data = yaml.safe_load((MODELS_DIR / "gemma4.yaml").read_text())
-    data["drafter"].pop("suffix")
-    (root / "gemma4.yaml").write_text(yaml.safe_dump(data))
+    root = edited_family(tmp_path, "gemma4", lambda data: data["drafter"].pop("suffix"))
     with pytest.raises(ForgeError, match=r"gemma4.yaml: drafter.suffix: required for drafter.loading separate-checkpoint"):
         load_family("gemma4", root)
 

@@ -1,7 +1,6 @@
 """forge/models.py: models/<family>.yaml validated on load (errors name the file and the field), and
 what the code reads from it instead of Gemma 4 constants."""
 import shutil
-from pathlib import Path
 
 import pytest
 import yaml
@@ -9,6 +8,7 @@ import yaml
 from forge.errors import ForgeError
 from forge.models import MODELS_DIR, first_dummy, load_family, model_for_id, moe_models
 from forge.serving.recipes import RECIPES_DIR, load_all, load_recipe
+from tests.family_copies import edited_family
 from verify import checks
 from verify.vllm_logs import EngineLogFacts
 
@@ -74,15 +74,6 @@ def test_the_architecture_check_reads_the_family():
     assert check.failed and "Gemma4ForCausalLM" in check.detail
 
 
-def _edited(tmp_path: Path, edit) -> Path:
-    root = tmp_path / "models"
-    root.mkdir()
-    data = yaml.safe_load((MODELS_DIR / "gemma4.yaml").read_text())
-    edit(data)
-    (root / "gemma4.yaml").write_text(yaml.safe_dump(data))
-    return root
-
-
 @pytest.mark.parametrize("edit, error", [
     (lambda d: d.pop("architectures"), "architectures: required field is missing"),
     (lambda d: d["drafter"].update(loading="sideways"), "drafter.loading: must be one of"),
@@ -94,7 +85,7 @@ def _edited(tmp_path: Path, edit) -> Path:
     (lambda d: d.update(family="gemma5"), "family: must match the file name 'gemma4'"),
 ])
 def test_a_bad_family_file_is_refused_naming_file_and_field(tmp_path, edit, error):
-    root = _edited(tmp_path, edit)
+    root = edited_family(tmp_path, "gemma4", edit)
     with pytest.raises(ForgeError) as caught:
         load_family("gemma4", root)
     assert str(caught.value).startswith(f"{root / 'gemma4.yaml'}: ")
