@@ -10,10 +10,15 @@ from pathlib import Path
 
 from forge.serving.recipes import load_recipe
 from verify import bench
+from verify import checks as gate
+from verify.mtp_smoke import window_counters
+from verify.report import PASS
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU = ROOT / "tests" / "fixtures" / "gpu"
 DOC = ROOT / "docs" / "gpu-evidence.md"
+# a controlled smoke's two windows: the agreeing model (positive control), the random one (negative)
+CONTROL_WINDOWS = (("greedy_agree", "agreeing"), ("greedy_random", "random"))
 
 
 class Session:
@@ -51,3 +56,28 @@ def doc_section(number: int) -> str:
     start = text.index(f"## {number}. ")
     end = text.find("\n## ", start + 1)
     return text[start:end if end != -1 else None]
+
+
+def control_rows(data: dict, recipe: str, cells: str) -> list[str]:
+    """A smoke's table rows, agreeing then random model: the given leading `| a | b ...` cells, the
+    role, accepted/draft tokens, mean acceptance length and the gate's verdict on vLLM's counters."""
+    rows = []
+    for window, role in CONTROL_WINDOWS:
+        c = window_counters(data, window)
+        verdict = gate.check_acceptance(c, *thresholds(recipe)).status
+        rows.append(f"{cells} | {role} | {c.accepted:g}/{c.draft_tokens:g} "
+                    f"| {c.mean_acceptance_length:.2f} | {verdict} |")
+    return rows
+
+
+def assert_controls_hold(data: dict, recipe: str, k: int):
+    """Every draft of the agreeing model accepted, none of the random one's, and the gate passing
+    the one and failing the other as the controls require; returns their counters."""
+    agree, random = (window_counters(data, w) for w, _ in CONTROL_WINDOWS)
+    assert agree.accepted == agree.draft_tokens == k * agree.drafts > 0
+    assert agree.mean_acceptance_length == k + 1
+    assert random.accepted == 0 and random.draft_tokens == k * random.drafts > 0
+    positive = gate.positive_control(gate.check_acceptance(agree, *thresholds(recipe)))
+    negative = gate.negative_control(gate.check_acceptance(random, *thresholds(recipe)))
+    assert positive.status == PASS and negative.status == PASS
+    return agree, random

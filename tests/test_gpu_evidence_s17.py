@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from forge.models import load_family
-from tests.gpu_evidence import Session, doc_section, thresholds
+from tests.gpu_evidence import Session, assert_controls_hold, control_rows, doc_section
 from verify import checks as gate
-from verify.mtp_smoke import _token_ids, window_counters
+from verify.mtp_smoke import _token_ids
 from verify.report import FAIL, INFO, PASS
 from verify.vllm_logs import parse_engine_log
 
@@ -51,13 +51,7 @@ def rejudged(folder: str) -> dict[str, str]:
 def smoke_rows() -> list[str]:
     rows = []
     for folder, (recipe, runner, compile_backend, k) in SMOKES.items():
-        data = result(folder)
-        for window, role in (("greedy_agree", "agreeing"), ("greedy_random", "random")):
-            c = window_counters(data, window)
-            verdict = gate.check_acceptance(c, *thresholds(recipe)).status
-            rows.append(f"| {folder} | {recipe} | {runner}, {compile_backend} | {k} | {role} "
-                        f"| {c.accepted:g}/{c.draft_tokens:g} | {c.mean_acceptance_length:.2f} "
-                        f"| {verdict} |")
+        rows += control_rows(result(folder), recipe, f"| {folder} | {recipe} | {runner}, {compile_backend} | {k}")
     return rows
 
 
@@ -91,13 +85,7 @@ def bench_rows(report_json: dict) -> list[str]:
 def test_each_033_smoke_passes_the_agreeing_model_and_fails_the_random_one(folder):
     recipe, runner, compile_backend, k = SMOKES[folder]
     data, rep = result(folder), report(folder)
-    agree, random = (window_counters(data, w) for w in ("greedy_agree", "greedy_random"))
-    assert agree.accepted == agree.draft_tokens == k * agree.drafts > 0
-    assert agree.mean_acceptance_length == k + 1
-    assert random.accepted == 0 and random.draft_tokens == k * random.drafts > 0
-    positive = gate.positive_control(gate.check_acceptance(agree, *thresholds(recipe)))
-    negative = gate.negative_control(gate.check_acceptance(random, *thresholds(recipe)))
-    assert positive.status == PASS and negative.status == PASS
+    agree, random = assert_controls_hold(data, recipe, k)
     assert rep["windows"]["greedy_agree"] == agree.summary()
     assert rep["windows"]["greedy_random"] == random.summary()
     assert (rep["runner"], rep["compile_backend"], rep["recipe"]) == (runner, compile_backend, recipe)
