@@ -1,0 +1,233 @@
+#!/bin/bash
+# The third H200 session of 2026-12-01 (one GPU): what §9 of docs/gpu-evidence.md left, on three
+# releases staged side by side (issues 17, 18, 19).
+#   vLLM 0.27.1 (24 parts, .gpu-stage271/): the recipe's serve command with `mtp_smoke --endpoint`
+#     and a 500-request burst; the Qwen3.6-35B-A3B smoke (V1, lossless) and bench; the recipe
+#     against 0.27.1's stock default (BF16, FlashAttention 4, its default runner) at 30 layers, with
+#     the split-KV candidate (#52879's backport) in the same run; the vllm-project/recipes command
+#     (the peer) beside stock and the recipe at 10 layers; the candidate's lossless smoke and k=4 profile.
+#   vLLM 0.25.0 (5 parts, .gpu-stage25/): `build.py apply` (PR #47920's backport among the patches),
+#     the V2 smoke with both controls and --lossless, its report committed this time.
+#   vLLM 0.33.0 (28 parts, .gpu-stage33/): stock (FlashAttention 4 chosen per layer) against the
+#     recipe on TRITON_ATTN and on FA4; the Qwen smoke on V2, 0.33.0's default runner.
+# FlashAttention 4 needs `cutlass.cute`: nvidia-cutlass-dsl's libs-base wheel holds only
+# `cutlass/_mlir*`; the Python package is in nvidia-cutlass-dsl-libs-core (a dependency of
+# libs-base, METADATA `Requires-Dist: nvidia-cutlass-dsl-libs-core==4.6.0`), which §8 and §9 never
+# staged. .whl/c carries it (4.6.0 for 0.27.1, 4.8.0 for 0.33.0), unpacked into the same
+# nvidia_cutlass_dsl/dsl_packages/ as libs-base, plus what it needs if the host lacks it
+# (cuda-bindings 13.4.4, protobuf >= 6.30.2, nvidia-cuda-nvdisasm).
+# .whl/a = transformers 5.15.0 + tokenizers 0.22.2 + pycountry, .whl/b = transformers 5.14.1.
+#
+#   bash tests/gpu/session/s19.sh stage R          R = 271, 25 or 33: copy the carried part
+#   bash tests/gpu/session/s19.sh stagewhl         copy the carried .whl/
+#   PARTS271=24 PARTS25=5 bash tests/gpu/session/s19.sh start 271 25    install, start their jobs
+#   PARTS33=28 bash tests/gpu/session/s19.sh start 33
+#   bash tests/gpu/session/s19.sh collect [WAIT_S] wait up to WAIT_S for the jobs, pack into $OUT
+set -u
+PLAN=${1:?plan}
+W=/tmp/s19 SESSION=s19
+. "$(dirname "$0")/lib.sh"
+
+SMOKE=(--target h200 --dummy --layers 10 --attention-backend TRITON_ATTN --max-model-len 4096
+       --gpu-memory-utilization 0.1 --kv-cache-gib 2 --moe-config-dir patches/moe-configs)
+SMOKE26=(--recipe gemma-4-26b-a4b-it "${SMOKE[@]}")
+QWEN=(--recipe qwen3.6-35b-a3b --target h200 --dummy --layers 8 --lossless --max-model-len 4096
+      --gpu-memory-utilization 0.15 --kv-cache-gib 2 --attention-backend TRITON_ATTN
+      --moe-config-dir patches/moe-configs)
+BENCH=(--target h200 --dummy --parallel --gpu-memory-utilization 0.08 --kv-cache-gib 1
+       --max-model-len 4096 --attention-backend TRITON_ATTN --moe-config-dir patches/moe-configs
+       --windows "sustained,conc8,conc16" --sustained-tokens 256 --repeat 2 --configs ""
+       --profile spark343=0.84/0.60/0.39/0.27 --profile seed87=rate@0.87)
+STOCK="name=stock,dtype=auto,runner=default,attention=default,compile=inductor"
+PEER="name=peer-bf16-mtp4,dtype=bf16,k=4,runner=default,attention=default,compile=inductor,moe=none"
+PATCHED=/tmp/site-splitkv
+
+path_of() { cat "$W/path$1"; }
+
+# --- install -------------------------------------------------------------------------------
+
+cutlass_core() {   # R, cutlass-dsl version: libs-core into libs-base's folder, then what it needs
+  local R=$1 v=$2 X=/tmp/extra$1 M=/tmp/more$1 P
+  python3 -m zipfile -e /tmp/whl/c/nvidia_cutlass_dsl_libs_core-"$v"-py3-none-any.whl "$X"
+  mkdir -p "$M"
+  P="$M:$(path_of "$R")"
+  PYTHONPATH=$P python3 -c "import cuda.bindings" 2>/dev/null || python3 -m pip install -q --no-index \
+    --no-deps --no-compile --target "$M" /tmp/whl/c/cuda_bindings-*.whl /tmp/whl/c/cuda_pathfinder-*.whl
+  PYTHONPATH=$P python3 -c "import google.protobuf as p, sys; sys.exit(tuple(map(int, p.__version__.split('.')[:2])) < (6, 30))" \
+    2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile --target "$M" /tmp/whl/c/protobuf-*.whl
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$M/nvdisasm" /tmp/whl/c/nvidia_cuda_nvdisasm-*.whl
+  echo "$P:$M/nvdisasm" > "$W/path$R"
+  PYTHONPATH=$(path_of "$R") python3 -c "import cutlass, cutlass.cute, google.protobuf as p; print('cutlass.cute from', cutlass.__file__, 'protobuf', p.__version__)" 2>&1 | tail -n 2
+}
+
+install_release() {   # R
+  local R=$1 n need
+  n=$(parts_staged "$R"); eval "need=\${PARTS$R:-}"
+  if [ -z "$need" ] || [ "$n" -ne "$need" ] || [ ! -d /tmp/whl/c ]; then
+    stamp "install $R refused: $n of ${need:-?} parts staged, /tmp/whl: $(ls /tmp/whl 2>&1 | tr '\n' ' ')"
+    return 3
+  fi
+  bash ".gpu-stage$R/gpu_setup.sh" install > "$L/install$R.txt" 2>&1
+  local rc=$?
+  sed -n 's/^export PYTHONPATH=//p' "$L/install$R.txt" | tail -n 1 > "$W/path$R"
+  case $R in
+    271) # transformers' MistralCommonBackend import needs pycountry (§9: every engine stopped there)
+         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site271 /tmp/whl/a/pycountry-*.whl
+         cutlass_core 271 4.6.0 >> "$L/install$R.txt" 2>&1 ;;
+    33)  # gpu_setup.sh of 0.33.0 leaves nvidia-cutlass-dsl's import-line .pth out of the path (§8)
+         echo "$(cat "$W/path33"):/tmp/extra33/nvidia_cutlass_dsl/dsl_packages" > "$W/path33"
+         cutlass_core 33 4.8.0 >> "$L/install$R.txt" 2>&1 ;;
+  esac
+  stamp "install $R exit $rc: $(tail -n 1 "$L/install$R.txt" | cut -c1-160)"
+  return $rc
+}
+
+# --- the work ------------------------------------------------------------------------------
+
+record_machine() {   # R: what the engines of this release run on
+  { date -u; nvidia-smi -L; versions "$(path_of "$1")"; } > "$L/machine$1.txt" 2>&1
+}
+
+apply_series() {   # R, vLLM version, site-packages
+  PYTHONPATH=$(path_of "$1") python3 build.py apply --site-packages "$3" --vllm "$2" > "$L/apply$1.txt" 2>&1
+  stamp "apply $2 exit $? $(tail -n 1 "$L/apply$1.txt" | cut -c1-140)"
+}
+
+serve() {   # the recipe's own serve command on 0.27.1, then the endpoint smoke and a burst
+  local P=$1 S=http://127.0.0.1:8012 up=0 pid
+  stamp "serve: start"
+  # --installed: the GPU host has no index (§9: the plan died there)
+  PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local --installed --vllm 0.27.1 --models $W/serve-models \
+    --work $W/serve --gpu-memory-utilization 0.15 --json > "$L/serve-plan.json" 2>&1
+  PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local --installed --vllm 0.27.1 --models $W/serve-models \
+    --work $W/serve --gpu-memory-utilization 0.15 > "$W/serve-command.sh" 2>> "$L/serve-plan.json"
+  mkdir -p $W/serve
+  PYTHONPATH=$P setsid bash "$W/serve-command.sh" > "$W/serve/server.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 80); do
+    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' "$S/health" 2>/dev/null && { up=1; break; }
+    kill -0 $pid 2>/dev/null || break
+    sleep 6
+  done
+  stamp "serve: up=$up"
+  if [ $up = 1 ]; then
+    PYTHONPATH=$P timeout 150 python3 -m verify.mtp_smoke --recipe gemma-4-26b-a4b-it --target h200 \
+      --endpoint $S --dummy --server-log $W/serve/server.log --max-tokens 64 --out $W/serve-smoke \
+      > "$L/serve-smoke.txt" 2>&1
+    echo "exit $?" >> "$L/serve-smoke.txt"
+    PYTHONPATH=$P timeout 200 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --target h200 \
+      --endpoint $S --burst 500 --token-prompts --out $W/serve-burst > "$L/serve-burst.txt" 2>&1
+    echo "exit $?" >> "$L/serve-burst.txt"
+    stamp "serve: smoke $(tail -n 1 "$L/serve-smoke.txt"), burst $(tail -n 1 "$L/serve-burst.txt")"
+  fi
+  kill -TERM -- -$pid 2>/dev/null; sleep 8; kill -KILL -- -$pid 2>/dev/null
+}
+
+patched_copy() {   # 0.27.1's vllm/ in a copy, with the split-KV candidate applied
+  rm -rf $PATCHED && mkdir -p $PATCHED && cp -a /tmp/site271/vllm /tmp/site271/vllm-0.27.1*.dist-info $PATCHED/
+  PYTHONPATH=$1 python3 build.py apply --site-packages $PATCHED --vllm 0.27.1 \
+    --with-candidate triton-spec-decode-split-kv > "$L/apply-splitkv.txt" 2>&1
+  stamp "splitkv: apply exit $? $(head -n 1 "$L/apply-splitkv.txt" | cut -c1-160)"
+}
+
+bench30() {   # 0.27.1 at 30 layers: stock and the recipe in one wave, the plain engine and the candidate in the next
+  PYTHONPATH=$1 timeout 1450 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
+    --layers 30 "${BENCH[@]}" --gpu-memory-utilization 0.25 --kv-cache-gib 2 --max-parallel 2 --timeout 700 \
+    --engine "$STOCK" --engine "name=fp8-mtp4-v2,k=4,runner=v2" \
+    --engine "name=fp8-v2,k=0,runner=v2" --engine "name=fp8-mtp4-v2-splitkv,k=4,runner=v2,site=$PATCHED" \
+    --out $W/bench30
+}
+
+bench10() {   # 0.27.1 at 10 layers: stock, the peer (vllm-project/recipes, BF16 k=4) and the recipe at once
+  PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
+    --layers 10 "${BENCH[@]}" --timeout 1100 \
+    --engine "$STOCK" --engine "$PEER" --engine "name=fp8-mtp4-v2,k=4,runner=v2" --out $W/bench10
+}
+
+bench_qwen() {   # the Qwen recipe (fp8, V1, k=2) against its plain engine, 0.27.1
+  PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe qwen3.6-35b-a3b --layers 8 "${BENCH[@]}" \
+    --timeout 1100 --engine "name=fp8-v1,k=0,runner=v1" --engine "name=fp8-mtp2-v1,k=2,runner=v1" \
+    --engine "name=fp8-mtp1-v1,k=1,runner=v1" --out $W/bench-qwen
+}
+
+bench33() {   # 0.33.0 at 10 layers: stock (FA4 per layer), the recipe on TRITON_ATTN and on FA4
+  PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
+    --layers 10 "${BENCH[@]}" --timeout 1100 \
+    --engine "$STOCK" --engine "name=fp8-v2,k=0,runner=v2" --engine "name=fp8-mtp4-v2,k=4,runner=v2" \
+    --engine "name=fp8-mtp4-v2-fa4,k=4,runner=v2,attention=default" --out $W/bench33
+}
+
+profile() {   # name, PYTHONPATH, k
+  PYTHONPATH=$2 timeout 1150 python3 -m verify.profile --recipe gemma-4-26b-a4b-it --target h200 \
+    --dummy --layers 30 --k "$3" --tokens 128 --attention-backend TRITON_ATTN \
+    --moe-config-dir patches/moe-configs --gpu-memory-utilization 0.25 --kv-cache-gib 2 \
+    --max-model-len 8192 --max-seconds 1100 --out "$W/$1"
+}
+
+# GB: 26B-A4B at 10 layers ~21 (BF16) / ~12 (FP8) an engine, at 30 layers ~57 / ~33; Qwen at 8
+# layers FP8 ~10 (§9's logs: "Model loading took" 9.5-10.3 GiB at 10 layers FP8, 24.7-25.5 at 30)
+job271() {
+  local P; P=$(path_of 271)
+  record_machine 271
+  apply_series 271 0.27.1 /tmp/site271
+  patched_copy "$P"
+  untimed serve 21 serve "$P" &
+  untimed smoke271-qwen-v1 20 smoke smoke271-qwen-v1 "$P" 480 "${QWEN[@]}" &
+  untimed smoke271-splitkv-v2 14 smoke smoke271-splitkv-v2 "$PATCHED:$P" 480 "${SMOKE26[@]}" \
+    --runner v2 --lossless --compile-backend eager &
+  sleep 3   # the untimed jobs reserve first
+  timed bench30 92 bench30 "$P" &
+  sleep 1; timed bench-qwen 30 bench_qwen "$P" &
+  sleep 1; timed bench10 58 bench10 "$P" &
+  sleep 1; timed profile-k4-splitkv 34 profile profile-k4-splitkv "$PATCHED:$P" 4 &
+  wait
+  stamp "job271 done"
+}
+
+job25() {
+  local P; P=$(path_of 25)
+  record_machine 25
+  apply_series 25 0.25.0 /tmp/site25
+  # PR #47920: target_seq_len loaded before `if ADVANCE_DRAFT_POSITIONS:`, seq_lens stored outside it
+  grep -n "target_seq_len\|ADVANCE_DRAFT_POSITIONS\|seq_lens_ptr" \
+    /tmp/site25/vllm/v1/worker/gpu/spec_decode/autoregressive/speculator.py > "$L/47920-lines25.txt" 2>&1
+  untimed smoke25-26b-v2 14 smoke smoke25-26b-v2 "$P" 480 "${SMOKE26[@]}" --runner v2 --lossless \
+    --compile-backend eager
+  stamp "job25 done"
+}
+
+job33() {
+  local P; P=$(path_of 33)
+  record_machine 33
+  apply_series 33 0.33.0 /tmp/site33
+  untimed smoke33-qwen-v2 20 smoke smoke33-qwen-v2 "$P" 480 "${QWEN[@]}" --runner v2 &
+  sleep 3
+  timed bench33 60 bench33 "$P" &
+  wait
+  stamp "job33 done"
+}
+
+case $PLAN in
+  stage)
+    R=${2:?release}
+    bash ".gpu-stage$R/gpu_setup.sh" | tail -n 1
+    echo "parts $R: $(parts_staged "$R")"; pack; progress 3 ;;
+  stagewhl)
+    mkdir -p /tmp/whl && cp -r .whl/* /tmp/whl/ && ls /tmp/whl /tmp/whl/c ;;
+  start)
+    shift
+    for R in "$@"; do
+      install_release "$R" || continue
+      repo_copy "$W/repo$R"
+      (cd "$W/repo$R" && setsid nohup bash tests/gpu/session/s19.sh "job$R" > "$L/job$R.txt" 2>&1 < /dev/null &)
+    done
+    sleep 2; progress 8 ;;
+  job271) job271 ;;
+  job25) job25 ;;
+  job33) job33 ;;
+  collect)
+    wait_for_jobs "${2:-0}" "s19.sh job"
+    pack; progress 40; nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
+    du -h "$OUT/$SESSION.tgz" ;;
+  *) echo "unknown plan $PLAN"; exit 2 ;;
+esac
