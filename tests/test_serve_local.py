@@ -54,6 +54,20 @@ def test_server_runs_the_recipes_own_command_with_the_listed_stand_ins(tmp_path,
     assert "docker run" in plan["recipe_command"] and "gpu-memory-utilization" in plan["stand_in"]
 
 
+
+@pytest.mark.parametrize("target", ["h200", "gb10"])
+def test_kv_cache_gib_fixes_the_cache_once_replacing_the_recipes_own(tmp_path, target):
+    """On a GPU other engines share, vLLM's profiling sized the cache below zero (§10): a fixed
+    cache goes in as one --kv-cache-memory-bytes, the recipe's own (gb10 sets 24 GiB) replaced."""
+    plan = _plan(tmp_path, "--vllm", "0.27.1", "--target", target, "--kv-cache-gib", "2")
+    args = plan["argv"]
+    assert args.count("--kv-cache-memory-bytes") == 1
+    assert args[args.index("--kv-cache-memory-bytes") + 1] == str(2 * 2**30)
+    recipe_args = load_recipe("gemma-4-26b-a4b-it", target).cli_args()
+    assert ("--kv-cache-memory-bytes" in recipe_args) == (target == "gb10")
+    assert release_args("0.27.1").has_flag("--kv-cache-memory-bytes")
+    assert "--kv-cache-gib" in plan["stand_in"]
+
 @pytest.fixture(scope="module")
 def installed_vllm(tmp_path_factory):
     """A real install's layout: a site-packages folder holding vLLM 0.27.1's own vllm/ package

@@ -4,7 +4,7 @@ on a GPU host with a staged vLLM and dummy weights (tests/gpu/session/s17.sh run
 
     serve_local.py --vllm V --models DIR --work DIR [--recipe R] [--target T] [--layers N]
                    [--shape 26b-a4b|31b] [--port 8012]
-                   [--gpu-memory-utilization F] [--installed] [--json]
+                   [--gpu-memory-utilization F] [--kv-cache-gib G] [--installed] [--json]
 
 The recipe's own command comes from forge.serving.serve.plan_serve (what `build.py serve` prints,
 every flag checked against the release's parser: read from its sdist, or with --installed from the
@@ -18,6 +18,9 @@ off and only what a host without the image must change is changed, each change l
 - the server gets its own compile cache under --work;
 - with --gpu-memory-utilization F, the recipe's share of the GPU becomes F (other engines of the
   same session share the one GPU);
+- with --kv-cache-gib G, the KV cache is a fixed G GiB (--kv-cache-memory-bytes): on a GPU that other
+  engines share, vLLM's profiling counts their growth as its own and sizes the cache below zero (H200,
+  2026-12-01, docs/gpu-evidence.md §10: "Available KV cache memory: -43.62 GiB", no server);
 - `vllm` is `python3 -m vllm.entrypoints.cli.main` (the staged install has no entry points).
 """
 from __future__ import annotations
@@ -92,7 +95,8 @@ def use_installed_release(vllm: str, work: Path) -> Path:
 
 
 def local_command(recipe_name: str, target: str, vllm: str, models: Path, work: Path,
-                  layers: int, shape: str, port: int, memory: float | None = None) -> dict:
+                  layers: int, shape: str, port: int, memory: float | None = None,
+                  kv_cache_gib: float | None = None) -> dict:
     plan = plan_serve(recipe_name, target, vllm, port=port)
     env, args = peel_docker(plan.argv)
     recipe = load_recipe(recipe_name, target)
@@ -100,12 +104,22 @@ def local_command(recipe_name: str, target: str, vllm: str, models: Path, work: 
     args = _swap_models(args, recipe, str(target_dir), str(draft_dir))
     if memory is not None:
         args[args.index("--gpu-memory-utilization") + 1] = str(memory)
+    if kv_cache_gib is not None:
+        args = _with_flag(args, "--kv-cache-memory-bytes", str(int(kv_cache_gib * 2**30)))
     # The container listens on its own port; here the host's port is the server's.
     args = [*args, "--port", str(port), *STAND_IN_FLAGS]
     env.update({"VLLM_TUNED_CONFIG_FOLDER": str(ROOT / "patches" / "moe-configs"),
                 "VLLM_CACHE_ROOT": str(work / "cache"), "PYTHONUNBUFFERED": "1"})
     return {"recipe_command": plan.shell(), "notes": plan.notes, "env": env,
             "argv": VLLM + args, "log": str(work / "server.log")}
+
+
+def _with_flag(args: list[str], flag: str, value: str) -> list[str]:
+    """args with `flag value`: the recipe's own value replaced where it sets the flag."""
+    if flag in args:
+        at = args.index(flag)
+        return [*args[:at + 1], value, *args[at + 2:]]
+    return [*args, flag, value]
 
 
 def main(argv=None) -> int:
@@ -119,6 +133,8 @@ def main(argv=None) -> int:
     p.add_argument("--shape", default="26b-a4b")
     p.add_argument("--port", type=int, default=8012)
     p.add_argument("--gpu-memory-utilization", type=float, help="instead of the recipe's")
+    p.add_argument("--kv-cache-gib", type=float,
+                   help="a fixed KV cache of this many GiB (on a GPU other engines share)")
     p.add_argument("--installed", action="store_true",
                    help="check the flags against the vLLM installed here, not the release's sdist")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -127,7 +143,7 @@ def main(argv=None) -> int:
         if a.installed:
             use_installed_release(a.vllm, Path(a.work))
         run = local_command(a.recipe, a.target, a.vllm, Path(a.models), Path(a.work), a.layers,
-                            a.shape, a.port, a.gpu_memory_utilization)
+                            a.shape, a.port, a.gpu_memory_utilization, a.kv_cache_gib)
     except ForgeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
