@@ -15,7 +15,8 @@
 # libs-base, METADATA `Requires-Dist: nvidia-cutlass-dsl-libs-core==4.6.0`), which §8 and §9 never
 # staged. .whl/c carries it (4.6.0 for 0.27.1, 4.8.0 for 0.33.0), unpacked into the same
 # nvidia_cutlass_dsl/dsl_packages/ as libs-base, plus what it needs if the host lacks it
-# (cuda-bindings 13.4.4, protobuf >= 6.30.2, nvidia-cuda-nvdisasm).
+# (cuda-bindings 13.4.4, nvidia-cuda-nvdisasm). Not protobuf: the 6.33.5 staged at first broke
+# vLLM's import (§10), the host's 7.36.2 serves.
 # .whl/a = transformers 5.15.0 + tokenizers 0.22.2 + pycountry, .whl/b = transformers 5.14.1.
 #
 #   bash tests/gpu/session/s19.sh stage R          R = 271, 25 or 33: copy the carried part
@@ -53,8 +54,9 @@ cutlass_core() {   # R, cutlass-dsl version: libs-core into libs-base's folder, 
   P="$M:$(path_of "$R")"
   PYTHONPATH=$P python3 -c "import cuda.bindings" 2>/dev/null || python3 -m pip install -q --no-index \
     --no-deps --no-compile --target "$M" /tmp/whl/c/cuda_bindings-*.whl /tmp/whl/c/cuda_pathfinder-*.whl
-  PYTHONPATH=$P python3 -c "import google.protobuf as p, sys; sys.exit(tuple(map(int, p.__version__.split('.')[:2])) < (6, 30))" \
-    2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile --target "$M" /tmp/whl/c/protobuf-*.whl
+  # protobuf stays the host's (7.36.2): libs-base 4.6.0 asks for <7, but the protobuf 6.33.5 staged
+  # in §10's first attempt broke vLLM's own import (the host's generated *_pb2 modules need 7:
+  # "module 'google.protobuf.message' has no attribute 'FrozenInstanceError'")
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$M/nvdisasm" /tmp/whl/c/nvidia_cuda_nvdisasm-*.whl
   echo "$P:$M/nvdisasm" > "$W/path$R"
   PYTHONPATH=$(path_of "$R") python3 -c "import cutlass, cutlass.cute, google.protobuf as p; print('cutlass.cute from', cutlass.__file__, 'protobuf', p.__version__)" 2>&1 | tail -n 2
@@ -98,9 +100,9 @@ serve() {   # the recipe's own serve command on 0.27.1, then the endpoint smoke 
   stamp "serve: start"
   # --installed: the GPU host has no index (§9: the plan died there)
   PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local --installed --vllm 0.27.1 --models $W/serve-models \
-    --work $W/serve --gpu-memory-utilization 0.15 --json > "$L/serve-plan.json" 2>&1
+    --work $W/serve --gpu-memory-utilization 0.15 --kv-cache-gib 2 --json > "$L/serve-plan.json" 2>&1
   PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local --installed --vllm 0.27.1 --models $W/serve-models \
-    --work $W/serve --gpu-memory-utilization 0.15 > "$W/serve-command.sh" 2>> "$L/serve-plan.json"
+    --work $W/serve --gpu-memory-utilization 0.15 --kv-cache-gib 2 > "$W/serve-command.sh" 2>> "$L/serve-plan.json"
   mkdir -p $W/serve
   PYTHONPATH=$P setsid bash "$W/serve-command.sh" > "$W/serve/server.log" 2>&1 &
   pid=$!
@@ -184,6 +186,14 @@ job271() {
   stamp "job271 done"
 }
 
+job271b() {   # the second machine (15:26, the first went back idle): stock, the peer and the recipe only
+  local P; P=$(path_of 271)
+  record_machine 271
+  apply_series 271 0.27.1 /tmp/site271
+  timed bench10 58 bench10 "$P"
+  stamp "job271b done"
+}
+
 job25() {
   local P; P=$(path_of 25)
   record_machine 25
@@ -219,10 +229,11 @@ case $PLAN in
     for R in "$@"; do
       install_release "$R" || continue
       repo_copy "$W/repo$R"
-      (cd "$W/repo$R" && setsid nohup bash tests/gpu/session/s19.sh "job$R" > "$L/job$R.txt" 2>&1 < /dev/null &)
+      (cd "$W/repo$R" && setsid nohup bash tests/gpu/session/s19.sh "${JOB:-job$R}" > "$L/job$R.txt" 2>&1 < /dev/null &)
     done
     sleep 2; progress 8 ;;
   job271) job271 ;;
+  job271b) job271b ;;
   job25) job25 ;;
   job33) job33 ;;
   collect)
