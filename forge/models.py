@@ -46,6 +46,11 @@ FP8_DYNAMIC_SCHEME = {
 }
 # What a drafter can take from its target, each a verify check ("draft shares target <what>").
 SHAREABLE = ("embedding", "lm_head")
+# Where the drafter's attention layers get their backend: `target` (it runs whatever the engine's
+# --attention-backend pins), `speculative-config` (vLLM builds the drafter's config with the
+# speculative config's own `attention_backend`, automatic selection when it is unset: the recipe's
+# pin then has to be stated there too).
+DRAFTER_ATTENTION = ("target", "speculative-config")
 
 
 def _no_negative_counts(value: dict) -> str | None:
@@ -98,7 +103,8 @@ FAMILY_SCHEMA = {
                       "suffix": Field(str, required=False),
                       # in-checkpoint: the text config key counting the MTP layers
                       "layers_key": Field(str, required=False),
-                      "shares": Field(dict, check=_shares)}),
+                      "shares": Field(dict, check=_shares),
+                      "attention_backend": Field(str, choices=DRAFTER_ATTENTION)}),
     "speculative_methods": Field(ListOf(RANGED_METHOD, min_items=1)),
     # target: config.json's model_type; text: the nested text_config's (absent: a flat config);
     # assistant: a separate drafter checkpoint's
@@ -190,6 +196,11 @@ class Family:
     @property
     def drafter_loading(self) -> str:
         return self.values["drafter"]["loading"]
+
+    @property
+    def drafter_attention_backend(self) -> str:
+        """`target` or `speculative-config`: what decides the drafter's attention backend."""
+        return self.values["drafter"]["attention_backend"]
 
     @property
     def shares(self) -> dict[str, list[str]]:

@@ -14,11 +14,11 @@ from packaging.version import Version
 
 from forge.errors import ForgeError
 from forge.models import load_family
-from forge.serving.recipes import RECIPES_DIR, load_recipe
+from forge.serving.recipes import RECIPES_DIR, load_recipe, pin_attention_backend
 from forge.upstream.pyenvs import package_env
 from forge.upstream.releases import release_tree
 from tests.family_copies import edited_family
-from verify import controls, mtp_smoke
+from verify import bench, controls, mtp_smoke
 from verify.dummy_models import recipe_shape, write_dummy_models
 from verify.vllm_logs import parse_engine_log
 
@@ -56,6 +56,8 @@ def test_the_family_states_its_drafter_experts_and_norms():
     (lambda d: d["dummy"].update(assistant_text={}), "dummy.assistant_text: not for drafter.loading in-checkpoint"),
     (lambda d: d["drafter"]["shares"].update(logits=["x"]), "drafter.shares: logits: must be one of embedding, lm_head"),
     (lambda d: d["drafter"].update(shares={}), "drafter.shares: must name at least one of embedding, lm_head"),
+    (lambda d: d["drafter"].update(attention_backend="inherit"), "drafter.attention_backend: "),
+    (lambda d: d["drafter"].pop("attention_backend"), "drafter.attention_backend: "),
     (lambda d: d["models"]["35b-a3b"]["text"].update(mtp_num_hidden_layers=0),
      "models.35b-a3b.text.mtp_num_hidden_layers: must be a positive integer"),
     (lambda d: d["models"]["35b-a3b"]["text"].pop("num_experts_per_tok"),
@@ -92,7 +94,8 @@ def _recipes(tmp_path: Path, name: str, target: str, edit) -> Path:
 def test_the_drafter_follows_the_familys_loading(tmp_path):
     recipe = load_recipe(RECIPE, "h200")
     assert recipe.drafter is None
-    assert recipe.speculative_config() == {"method": "mtp", "num_speculative_tokens": 2}
+    # the family's drafter takes its backend from the speculative config: the recipe's pin goes there too
+    assert recipe.speculative_config() == {"method": "mtp", "num_speculative_tokens": 2, "attention_backend": "TRITON_ATTN"}
     assert load_recipe("gemma-4-31b-it", "h200").drafter == "google/gemma-4-31B-it-assistant"
     # the family says where the drafter is: no recipe states it
     root = _recipes(tmp_path, RECIPE, "h200", lambda d: d.update(drafter="Qwen/Qwen3.6-35B-A3B"))
@@ -109,9 +112,34 @@ def test_serve_prints_the_public_recipes_speculative_config(target):
     assert result.returncode == 0, result.stderr
     command = result.stdout.strip().splitlines()[-1]
     assert f"vllm-forge:vllm0.27.1-{target} serve Qwen/Qwen3.6-35B-A3B --quantization fp8" in command
-    assert "--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":2}'" in command
+    assert ("--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":2,"
+            "\"attention_backend\":\"TRITON_ATTN\"}'") in command
     assert command.endswith("--language-model-only") and "-e VLLM_USE_V2_MODEL_RUNNER=0" in command
 
+
+
+@pytest.mark.parametrize("override, engine_backend", [("FLASH_ATTN", "FLASH_ATTN"), ("default", None)])
+def test_an_attention_override_moves_the_drafters_pin_with_the_targets(tmp_path, override, engine_backend):
+    """§10.3: with only --attention-backend, vLLM 0.27.1's V1 runner gave the Qwen MTP drafter its own
+    backend. An engine that overrides the recipe's backend (bench's attention=, mtp_smoke's
+    --attention-backend) takes the drafter along, and attention=default leaves both to vLLM."""
+    recipe = load_recipe(RECIPE, "h200")
+    args = bench.parse_args(["--recipe", RECIPE, "--target", "h200", "--dummy", "--layers", "8",
+                             "--out", str(tmp_path)])
+    args.shape = recipe_shape(recipe, args.shape)
+    engine = bench.parse_engine(f"name=e,k=2,runner=v1,attention={override}")
+    kwargs = bench.engine_spec(recipe, args, engine, tmp_path)["engine_kwargs"]
+    assert kwargs.get("attention_backend") == engine_backend
+    assert kwargs["speculative_config"].get("attention_backend") == engine_backend
+    smoke_args = mtp_smoke.parse_args(["--recipe", RECIPE, "--target", "h200", "--dummy", "--layers", "8",
+                                       "--attention-backend", "FLASH_ATTN"])
+    smoke_args.shape = recipe_shape(recipe, smoke_args.shape)
+    kwargs, _ = mtp_smoke.engine_setup(recipe, smoke_args, tmp_path / "smoke")
+    assert kwargs["attention_backend"] == kwargs["speculative_config"]["attention_backend"] == "FLASH_ATTN"
+    # Gemma 4's proposer gives its drafter the target's backend: no pin of its own to move
+    gemma = load_recipe("gemma-4-26b-a4b-it", "h200")
+    assert "attention_backend" not in gemma.speculative_config()
+    assert "attention_backend" not in pin_attention_backend(gemma.engine_kwargs(), "FLASH_ATTN")["speculative_config"]
 
 # --- --dummy: what vLLM's own code makes of the config.json it writes --------------------------
 
@@ -208,7 +236,7 @@ def test_the_dummy_engine_takes_the_checkpoints_own_mtp_and_the_familys_controls
     assert args.shape == "35b-a3b"
     kwargs, env = mtp_smoke.engine_setup(recipe, args, tmp_path)
     assert kwargs["model"] == str(tmp_path / "models" / "qwen3.6-35b-a3b-L8")
-    assert kwargs["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 2}
+    assert kwargs["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 2, "attention_backend": "TRITON_ATTN"}
     assert kwargs["load_format"] == "dummy" and kwargs["language_model_only"] is True
     assert env[controls.ENV_FAMILY] == "qwen3_5_moe" and env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
     config = json.loads((Path(kwargs["model"]) / "config.json").read_text())

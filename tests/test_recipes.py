@@ -146,6 +146,9 @@ def test_engine_kwargs_and_cli_args_come_from_one_table():
             else:
                 assert setting.flag not in cli
         own = {"model": recipe.drafter} if recipe.drafter else {}
+        # the drafter's own pin only where the family's drafter does not run the target's backend
+        if recipe.family_model[0].drafter_attention_backend == "speculative-config":
+            own["attention_backend"] = recipe.serve.attention_backend
         assert kwargs["speculative_config"] == {
             **own, "method": "mtp", "num_speculative_tokens": recipe.speculative.num_speculative_tokens}
         # CUDA graphs always: nothing turns on eager mode.

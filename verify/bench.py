@@ -45,6 +45,7 @@ if not __package__ and __name__ == "__main__":
 from forge.errors import ForgeError
 from forge.files import check_output_dir
 from forge.serving.acceptance import parse_profile
+from forge.serving.recipes import pin_attention_backend
 from verify import bench_report, controls
 from verify.bench_report import FP8_DTYPES, ONLINE_FP8
 from verify.dummy_models import (
@@ -275,13 +276,12 @@ def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
     if args.drafter and k:
         kwargs["speculative_config"]["model"] = args.drafter
     attention = engine.get("attention") or args.attention_backend
-    overrides = {"attention_backend": None if attention == "default" else attention,
-                 "gpu_memory_utilization": args.gpu_memory_utilization,
+    if attention:
+        kwargs = pin_attention_backend(kwargs, None if attention == "default" else attention)
+    overrides = {"gpu_memory_utilization": args.gpu_memory_utilization,
                  "max_model_len": args.max_model_len, "max_num_seqs": 16,
                  "kv_cache_memory_bytes": int(args.kv_cache_gib * 2**30) if args.kv_cache_gib else None}
     kwargs.update({key: v for key, v in overrides.items() if v is not None})
-    if attention == "default":
-        kwargs.pop("attention_backend", None)
     backend = engine.get("compile") or args.compile_backend
     if backend == "eager":
         kwargs["compilation_config"] = {"backend": "eager"}

@@ -38,6 +38,7 @@ if not __package__ and __name__ == "__main__":
 
 from forge.errors import ForgeError
 from forge.files import check_output_dir
+from forge.serving.recipes import pin_attention_backend
 from verify import checks as gate
 from verify import controls
 from verify.dummy_models import check_shape_flag, encode_without_tokenizer, recipe_shape, write_dummy_models
@@ -158,8 +159,9 @@ def engine_setup(recipe, args, out: Path, speculative: bool = True) -> tuple[dic
         kwargs["model"] = args.model
     if args.drafter and speculative:
         kwargs["speculative_config"] = {**kwargs["speculative_config"], "model": args.drafter}
-    overrides = {"attention_backend": args.attention_backend,
-                 "gpu_memory_utilization": args.gpu_memory_utilization,
+    if args.attention_backend:
+        kwargs = pin_attention_backend(kwargs, args.attention_backend)
+    overrides = {"gpu_memory_utilization": args.gpu_memory_utilization,
                  "max_model_len": args.max_model_len,
                  "kv_cache_memory_bytes": int(args.kv_cache_gib * 2**30) if args.kv_cache_gib else None}
     kwargs.update({k: v for k, v in overrides.items() if v is not None})

@@ -288,10 +288,17 @@ class Recipe:
 
     def speculative_config(self) -> dict:
         """The drafter is the family's separate checkpoint where it has one (else the head
-        inside the target's checkpoint: no model key)."""
+        inside the target's checkpoint: no model key). Where the family's drafter takes its
+        attention backend from the speculative config (models/<family>.yaml,
+        drafter.attention_backend), the recipe's pin is stated there too, or the drafter would
+        run whatever vLLM selects."""
         config = {"model": self.drafter} if self.drafter else {}
-        return {**config, "method": self.speculative.method,
-                "num_speculative_tokens": self.speculative.num_speculative_tokens}
+        config.update(method=self.speculative.method,
+                      num_speculative_tokens=self.speculative.num_speculative_tokens)
+        pin = self.serve.attention_backend
+        if pin and self.family_model[0].drafter_attention_backend == "speculative-config":
+            config["attention_backend"] = pin
+        return config
 
     def env(self) -> dict[str, str]:
         """Environment the engine needs. The runner is always explicit: the default changes
@@ -689,6 +696,26 @@ def _check_layouts(values: dict, path: Path, fail) -> None:
                                 layout["tensor_parallel_size"], path.parent)
         if failure:
             fail(f"{where}.tensor_parallel_size", failure)
+
+
+def pin_attention_backend(kwargs: dict[str, Any], backend: str | None) -> dict[str, Any]:
+    """Engine kwargs with the attention backend set to `backend` (None: vLLM's own choice); a
+    drafter pin in the speculative config (where the recipe states one, Recipe.speculative_config)
+    follows it, so an override never leaves the target and its drafter on different backends."""
+    kwargs = dict(kwargs)
+    _set_or_drop(kwargs, "attention_backend", backend)
+    spec = kwargs.get("speculative_config")
+    if spec and "attention_backend" in spec:
+        kwargs["speculative_config"] = _set_or_drop(dict(spec), "attention_backend", backend)
+    return kwargs
+
+
+def _set_or_drop(mapping: dict, key: str, value) -> dict:
+    if value is None:
+        mapping.pop(key, None)
+    else:
+        mapping[key] = value
+    return mapping
 
 
 def _family_model(values: dict, fail) -> tuple[Family, Model]:
