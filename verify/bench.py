@@ -45,6 +45,7 @@ if not __package__ and __name__ == "__main__":
 from forge.errors import ForgeError
 from forge.files import check_output_dir
 from forge.serving.acceptance import parse_profile
+from forge.serving.recipes import KV_CACHE_DTYPES, NO_FP8_KV_TARGETS
 from verify import bench_report, controls
 from verify.bench_report import FP8_DTYPES, ONLINE_FP8
 from verify.dummy_models import (
@@ -66,7 +67,10 @@ WORKER = Path(__file__).with_name("engine_worker.py")
 CONFIG = re.compile(r"^(bf16|fp8)(?:-mtp([1-9]))?$")
 DEFAULT_CONFIGS = "stock,bf16,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3"
 WINDOWS = ("burst", "sustained", "conc8", "conc16", "followup")
-ENGINE_KEYS = ("name", "dtype", "k", "runner", "attention", "moe", "compile", "site")
+ENGINE_KEYS = ("name", "dtype", "k", "runner", "attention", "moe", "compile", "site", "kv")
+# Recorded in an engine's meta only where its --engine names them: the reports of earlier runs
+# (and of engines without them) stay as they were.
+OPTIONAL_KEYS = ("site", "kv")
 DTYPES = (*FP8_DTYPES, "bf16", "auto")
 
 
@@ -86,7 +90,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="one more engine: name=N,dtype=fp8|fp8_per_channel|fp8_per_block|fp8-dynamic|bf16|auto,"
                         "k=K,runner=v1|v2|default,"
                         "attention=BACKEND|default,moe=DIR|none,compile=inductor|eager,"
-                        "site=DIR (import vLLM from DIR, e.g. a copy patched with --with-candidate)")
+                        "site=DIR (import vLLM from DIR, e.g. a copy patched with --with-candidate),"
+                        f"kv={'|'.join(KV_CACHE_DTYPES)} (vLLM's kv_cache_dtype; default: the "
+                        "recipe's)")
     p.add_argument("--compile-backend", choices=["inductor", "eager"], default="inductor",
                    help="vLLM's compile backend for the grid's engines (eager: no Inductor, "
                         "piecewise and full CUDA graphs still captured; starts much faster)")
@@ -153,7 +159,7 @@ def parse_engine(text: str) -> dict:
     if "name" not in fields:
         raise ForgeError(f"--engine {text!r}: name= is required")
     engine: dict = {"dtype": "fp8", "k": 0, "runner": "default", "attention": None, "moe": None,
-              "compile": None, "site": None, **fields}
+              "compile": None, "site": None, "kv": None, **fields}
     engine["stock"] = engine["name"] == "stock"  # the release's default: named so on purpose
     if engine["stock"] and engine["moe"] is None:
         engine["moe"] = "none"
@@ -161,6 +167,8 @@ def parse_engine(text: str) -> dict:
         raise ForgeError(f"--engine {text!r}: dtype must be one of {', '.join(DTYPES)}")
     if engine["runner"] not in ("v1", "v2", "default"):
         raise ForgeError(f"--engine {text!r}: runner must be v1, v2 or default")
+    if engine["kv"] is not None and engine["kv"] not in KV_CACHE_DTYPES:
+        raise ForgeError(f"--engine {text!r}: kv must be one of {', '.join(KV_CACHE_DTYPES)}")
     try:
         engine["k"] = int(engine["k"])
     except ValueError as exc:
@@ -270,6 +278,7 @@ def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
         # and the rest of the path stay behind it.
         rest = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
         env["PYTHONPATH"] = ":".join([engine["site"], *(p for p in rest.split(":") if p)])
+    _set_kv_cache_dtype(kwargs, engine, recipe.target)
     if args.model:
         kwargs["model"] = args.model
     if args.drafter and k:
@@ -300,12 +309,25 @@ def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
         env["VLLM_TUNED_CONFIG_FOLDER"] = str((out / "moe-none").resolve())
     elif moe:
         env["VLLM_TUNED_CONFIG_FOLDER"] = str(Path(moe).resolve())
-    # site only where given: the reports of runs before it (and of engines without one) stay as they were
-    meta = {key: engine.get(key) for key in ENGINE_KEYS if key != "site" or engine.get("site")}
+    meta = {key: engine.get(key) for key in ENGINE_KEYS if key not in OPTIONAL_KEYS or engine.get(key)}
     meta.update(attention=attention or "default", compile=backend, moe=moe or "none",
                 stock=bool(engine.get("stock")))
     return {"name": name, "env": env, "engine_kwargs": kwargs, "meta": meta,
             "result_file": str(out / "engines" / f"{name}.result.json")}
+
+
+def _set_kv_cache_dtype(kwargs: dict, engine: dict, target: str) -> None:
+    """kv=auto: vLLM's own default (the model's dtype), whatever the recipe serves with; kv=fp8..:
+    that KV cache; no kv: the recipe's setting, as the engine kwargs already hold it."""
+    kv = engine.get("kv")
+    if kv is None:
+        return
+    if kv.startswith("fp8") and target in NO_FP8_KV_TARGETS:
+        raise ForgeError(f"--engine {engine['name']}: kv={kv}: no FP8 KV cache on {target} "
+                         "(no FP8 hardware)")
+    kwargs.pop("kv_cache_dtype", None)
+    if kv != "auto":
+        kwargs["kv_cache_dtype"] = kv
 
 
 def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,

@@ -82,7 +82,7 @@ def engine_figures(result: dict) -> dict:
 
 def family(engine: dict) -> tuple:
     """Engines that differ only in k: a speculative engine's plain counterpart shares this."""
-    return tuple(engine.get(key) for key in ("dtype", "runner", "attention", "moe", "compile"))
+    return tuple(engine.get(key) for key in ("dtype", "runner", "attention", "moe", "compile", "kv"))
 
 
 def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
@@ -211,7 +211,8 @@ def render_markdown(report: dict) -> str:
     for name, e in report["engines"].items():
         f = e.get("figures")
         if not f:
-            lines.append(f"| {name} | failed: {e.get('error') or 'no result'} |" + " |" * (12 + len(profiles)))
+            lines.append(f"| {engine_label(name, e)} | failed: {e.get('error') or 'no result'} |"
+                         + " |" * (12 + len(profiles)))
             continue
         d = e.get("derived") or {}
         full, zero = _pair(f, "sustained")
@@ -219,7 +220,7 @@ def render_markdown(report: dict) -> str:
         positions = "/".join(f"{r:.2f}" for r in spec.get("per_position_rates") or [])
         w = (d.get("windows") or {}).get(_name(f, "sustained", "agree"), {})
         c_full, c_zero = _pair(f, "conc8")
-        row = [name, e.get("runner"), str(e.get("k")), e.get("attention") or "–",
+        row = [engine_label(name, e), e.get("runner"), str(e.get("k")), e.get("attention") or "–",
                e.get("compile") or "–", _short_moe(e.get("moe")), _fmt(e.get("init_s")),
                _both(full, zero, "decode_tok_s", controlled),
                f"{_fmt(spec.get('mean_acceptance_length'))} ({positions or '–'})",
@@ -238,6 +239,12 @@ def render_markdown(report: dict) -> str:
                      f"{pick['tok_s']} tok/s, {_versus_stock(pick.get('speedup_vs_stock'))}")
     lines += ["", f"Plot: {report.get('plot') or 'not rendered (' + report.get('plot_note', '') + ')'}"]
     return "\n".join(lines) + "\n"
+
+
+def engine_label(name: str, engine: dict) -> str:
+    """The engine's name, and its KV cache dtype where its --engine set one (kv=): the figures
+    of an FP8 KV cache must not read as the default cache's."""
+    return f"{name} (KV {engine['kv']})" if engine.get("kv") else name
 
 
 def _both(full: dict | None, zero: dict | None, key: str, controlled: bool) -> str:
