@@ -2,10 +2,16 @@
 (long<N>k[-conc<C>]) and how the report shows them, all on the CPU: engine specs are built, not
 run, and the report is rendered from hand-built worker results of the shape the H200 runs wrote
 (tests/fixtures/gpu/s18-h200-2026-12-01/bench26/engines/*.result.json)."""
+import sys
+from types import ModuleType, SimpleNamespace
+
 import pytest
 
+from forge.errors import ForgeError
 from forge.serving.recipes import load_recipe
-from verify import bench, bench_report
+from verify import bench, bench_report, engine_worker
+from verify.dummy_models import encode_without_tokenizer
+from verify.prompts import load_prompts
 
 RECIPE = "gemma-4-26b-a4b-it"
 
@@ -42,8 +48,6 @@ def test_a_bad_kv_is_a_one_line_error_naming_the_key(text, tmp_path, capsys):
 
 
 def test_an_fp8_kv_cache_is_refused_where_the_recipes_refuse_it(tmp_path):
-    from forge.errors import ForgeError
-
     with pytest.raises(ForgeError, match=r"^--engine e: kv=fp8: no FP8 KV cache on a100"):
         _spec(tmp_path, "name=e,kv=fp8", "a100")
     assert _spec(tmp_path, "name=b,kv=bfloat16", "a100")["engine_kwargs"]["kv_cache_dtype"] == "bfloat16"
@@ -66,3 +70,161 @@ def test_an_fp8_kv_engine_is_compared_with_the_plain_engine_of_the_same_cache():
     assert engines["fp8-mtp4-v2-kv8"]["derived"]["plain_engine"] == "fp8-v2-kv8"
     assert engines["fp8-mtp4-v2-kv8"]["derived"]["windows"]["sustained"]["speedup_vs_plain"] == 2.0
     assert engines["fp8-mtp4-v2"]["derived"]["plain_engine"] == "fp8-v2"
+
+
+# --- long-context windows ---------------------------------------------------------------------
+
+def _windows(*flags: str, dummy: bool = True) -> list[dict]:
+    args = bench.parse_args(["--recipe", RECIPE, *(["--dummy", "--shape", "26b-a4b"] if dummy else []),
+                             *flags])
+    return bench.windows(args, load_prompts())
+
+
+def _long(windows: list[dict]) -> list[dict]:
+    return [w for w in windows if "prompt_tokens" in w]
+
+
+def test_a_long_window_is_a_prompt_of_exactly_n_k_tokens_at_its_concurrency():
+    windows = _windows("--windows", "sustained,long8k,long32k-conc8", "--max-model-len", "33024")
+    assert [w["name"] for w in windows] == [
+        "warmup", "sustained@agree", "sustained@random", "long8k@agree", "long8k@random",
+        "long32k-conc8@agree", "long32k-conc8@random"]
+    bos = encode_without_tokenizer("x", "26b-a4b")[0]
+    for window in _long(windows):
+        tokens, concurrency = (8192, 1) if window["name"].startswith("long8k@") else (32768, 8)
+        assert window["prompt_tokens"] == tokens
+        assert window["sequential"] is (concurrency == 1) and window["warmup"] is True
+        assert window["sampling"] == {"temperature": 0.0, "ignore_eos": True, "max_tokens": 256}
+        for prompt in window["prompts"] + window["warmup_prompts"]:
+            assert len(prompt) == tokens and prompt[0] == bos and bos not in prompt[1:]
+        assert len(window["prompts"]) == len(window["warmup_prompts"]) == concurrency
+
+
+def test_long_prompts_are_the_prose_prompts_repeated_and_the_same_every_run():
+    first = _windows("--windows", "long8k-conc8,long16k", "--max-model-len", "16640")
+    assert first == _windows("--windows", "long8k-conc8,long16k", "--max-model-len", "16640")
+    prose = "\n\n".join(load_prompts()["prose"]) + "\n\n"
+    body = encode_without_tokenizer(prose, "26b-a4b")[1:]
+    prompt = _long(first)[0]["prompts"][0]
+    assert prompt[1:] == (body * 14)[:8191]  # the first prompt starts at the text's start
+
+
+def test_no_two_long_prompts_of_a_run_share_a_first_block():
+    """vLLM's prefix cache matches whole blocks from the start (16 tokens here): a shared first
+    block would let a warm-up, an earlier window or the agreeing model's run serve a measured
+    prefill from memory, and the prefill time would measure nothing."""
+    windows = _windows("--windows", "long8k,long8k-conc16,long16k-conc8,long32k",
+                       "--max-model-len", "33024")
+    prompts = [p for w in _long(windows) for p in w["prompts"] + w["warmup_prompts"]]
+    assert len(prompts) == 2 * 2 * (1 + 16 + 8 + 1)
+    assert len({tuple(p[:16]) for p in prompts}) == len(prompts)
+
+
+def test_without_dummy_a_long_prompt_is_text_enough_for_its_tokens_cut_by_the_worker():
+    (window,) = _long(_windows("--windows", "long8k", "--max-model-len", "8448", dummy=False))
+    assert window["name"] == "long8k" and "control" not in window and window["prompt_tokens"] == 8192
+    for text in window["prompts"] + window["warmup_prompts"]:
+        assert isinstance(text, str) and len(text) >= 8 * 8192
+    assert window["prompts"][0][:64] != window["warmup_prompts"][0][:64]
+
+
+def test_max_model_len_holds_the_longest_window_exactly():
+    _windows("--windows", "long8k,long32k", "--long-tokens", "128", "--max-model-len", "32896")
+    with pytest.raises(ForgeError, match=r"^--max-model-len 32895 is shorter than window long32k: "
+                                         r"32768 prompt \+ 128 decode tokens = 32896$"):
+        _windows("--windows", "long8k,long32k", "--long-tokens", "128", "--max-model-len", "32895")
+    _windows("--windows", "burst,sustained,conc16")  # no long window: nothing to check
+
+
+def _refusal(tmp_path, capsys, *flags: str) -> str:
+    out = tmp_path / "out"
+    code = bench.main(["--recipe", RECIPE, "--target", "h200", "--dummy", "--layers", "2",
+                       "--configs", "fp8", "--runners", "v2", *flags, "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: ") and "\n" not in err
+    assert not out.exists() or not any(out.iterdir())  # refused before an engine was set up
+    return err
+
+
+def test_a_long_window_beyond_max_model_len_is_refused_in_one_line_before_any_engine(tmp_path, capsys):
+    err = _refusal(tmp_path, capsys, "--windows", "sustained,long8k")
+    assert err == ("error: --max-model-len 8192 is shorter than window long8k: 8192 prompt + 256 "
+                   "decode tokens = 8448")
+
+
+@pytest.mark.parametrize("windows, message", [
+    ("long", "is not one of burst, sustained, conc8, conc16, followup or long<N>k[-conc<C>]"),
+    ("long0k", "'long0k' is not one of"),
+    ("long8k-conc0", "'long8k-conc0' is not one of"),
+    ("long8K", "'long8K' is not one of"),
+    ("long8k-conc17", "long8k-conc17: more than 16 requests at once"),
+])
+def test_a_bad_long_window_name_is_a_one_line_error(windows, message, tmp_path, capsys):
+    err = _refusal(tmp_path, capsys, "--windows", windows, "--max-model-len", "9000")
+    assert err.startswith("error: --windows: ") and message in err
+
+
+def test_a_long_window_decoding_nothing_is_refused(tmp_path, capsys):
+    err = _refusal(tmp_path, capsys, "--windows", "long8k", "--long-tokens", "0")
+    assert err == "error: --long-tokens 0: a long window decodes 1 token or more"
+
+
+# --- the worker: long prompts cut to length, warm-up on other prompts -------------------------
+
+class FakeTokenizer:
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [2] * add_special_tokens + [ord(c) for c in text]
+
+
+class FakeLLM:
+    """What run_window calls on vllm.LLM; generate records each batch's prompts."""
+
+    def __init__(self):
+        self.batches: list[tuple[list, int]] = []
+
+    def get_tokenizer(self):
+        return FakeTokenizer()
+
+    def get_metrics(self):
+        return []
+
+    def generate(self, batch, sampling, use_tqdm=False):
+        self.batches.append((batch, sampling.max_tokens))
+        return [SimpleNamespace(prompt_token_ids=p["prompt_token_ids"], metrics=None,
+                                outputs=[SimpleNamespace(token_ids=[7] * sampling.max_tokens)])
+                for p in batch]
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """A `vllm` module holding only SamplingParams: the worker imports nothing else here."""
+    module = ModuleType("vllm")
+    module.SamplingParams = lambda **kw: SimpleNamespace(**kw)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", module)
+
+
+def test_the_worker_cuts_a_text_prompt_to_its_tokens_and_refuses_a_short_one():
+    window = {"name": "long8k", "prompt_tokens": 5, "prompts": ["abcdefgh", [2, 9, 9, 9, 9]]}
+    assert engine_worker.window_prompts(FakeLLM(), window) == [
+        {"prompt_token_ids": [2, 97, 98, 99, 100]}, {"prompt_token_ids": [2, 9, 9, 9, 9]}]
+    with pytest.raises(ValueError, match="window long8k: a prompt of 4 tokens, shorter than its "
+                                         "prompt_tokens 5"):
+        engine_worker.window_prompts(FakeLLM(), {**window, "prompts": ["abc"]})
+    # a window without prompt_tokens passes its prompts as they are, as before
+    assert engine_worker.window_prompts(FakeLLM(), {"name": "burst", "prompts": ["hi", [1]]}) == [
+        "hi", {"prompt_token_ids": [1]}]
+
+
+def test_the_worker_warms_a_long_window_up_on_its_other_prompts(fake_vllm):
+    window = {"name": "long8k-conc2", "warmup": True, "prompt_tokens": 3,
+              "prompts": [[2, 5, 5], [2, 6, 6]], "warmup_prompts": [[2, 7, 7], [2, 8, 8]],
+              "sampling": {"temperature": 0.0, "ignore_eos": True, "max_tokens": 4}}
+    llm = FakeLLM()
+    result = engine_worker.run_window(llm, window, {})
+    ids = [([p["prompt_token_ids"] for p in batch], max_tokens) for batch, max_tokens in llm.batches]
+    assert ids == [([[2, 7, 7], [2, 8, 8]], 2), ([[2, 5, 5], [2, 6, 6]], 4)]
+    assert result["concurrency"] == 2 and [r["prompt_tokens"] for r in result["requests"]] == [3, 3]
+    # a window without warmup_prompts warms up on its own, as before
+    llm = FakeLLM()
+    engine_worker.run_window(llm, {**window, "warmup_prompts": None, "prompt_tokens": None}, {})
+    assert llm.batches[0][0] == llm.batches[1][0]

@@ -47,7 +47,7 @@ from forge.files import check_output_dir
 from forge.serving.acceptance import parse_profile
 from forge.serving.recipes import KV_CACHE_DTYPES, NO_FP8_KV_TARGETS
 from verify import bench_report, controls
-from verify.bench_report import FP8_DTYPES, ONLINE_FP8
+from verify.bench_report import FP8_DTYPES, ONLINE_FP8, long_window
 from verify.dummy_models import (
     check_shape_flag,
     encode_without_tokenizer,
@@ -67,6 +67,11 @@ WORKER = Path(__file__).with_name("engine_worker.py")
 CONFIG = re.compile(r"^(bf16|fp8)(?:-mtp([1-9]))?$")
 DEFAULT_CONFIGS = "stock,bf16,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3"
 WINDOWS = ("burst", "sustained", "conc8", "conc16", "followup")
+LONG_WINDOWS = "long<N>k[-conc<C>]"
+MAX_NUM_SEQS = 16  # every engine's: a window of more requests at once would queue some
+# A long window's text prompt (no --dummy) holds this many characters per token it must reach:
+# prose runs at about 4 per token in the families' tokenizers, and the worker cuts it to length.
+LONG_TEXT_CHARS_PER_TOKEN = 8
 ENGINE_KEYS = ("name", "dtype", "k", "runner", "attention", "moe", "compile", "site", "kv")
 # Recorded in an engine's meta only where its --engine names them: the reports of earlier runs
 # (and of engines without them) stay as they were.
@@ -96,7 +101,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--compile-backend", choices=["inductor", "eager"], default="inductor",
                    help="vLLM's compile backend for the grid's engines (eager: no Inductor, "
                         "piecewise and full CUDA graphs still captured; starts much faster)")
-    p.add_argument("--windows", default=",".join(WINDOWS), help=f"of {', '.join(WINDOWS)}")
+    p.add_argument("--windows", default=",".join(WINDOWS),
+                   help=f"of {', '.join(WINDOWS)} (default: all of them), or {LONG_WINDOWS}: a "
+                        "prompt of N x 1024 tokens (the prose prompts repeated), --long-tokens "
+                        "decoded, batch 1 or C requests at once (e.g. long8k, long32k, "
+                        "long32k-conc8); --max-model-len must hold its prompt and reply")
     p.add_argument("--max-parallel", type=int, default=0, help="with --parallel: engines per wave")
     p.add_argument("--profile", action="append", default=[],
                    help="acceptance profile NAME=p1/p2/.. (per-position rates) or NAME=rate@RATE "
@@ -106,11 +115,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--parallel", action="store_true", help="start all engines at once")
     p.add_argument("--gpu-memory-utilization", type=float, help="per engine")
     p.add_argument("--kv-cache-gib", type=float, help="fixed KV cache per engine")
-    p.add_argument("--max-model-len", type=int, default=8192)
+    p.add_argument("--max-model-len", type=int, default=8192,
+                   help="per engine (default 8192); a long window needs its prompt + --long-tokens")
     p.add_argument("--attention-backend", help="e.g. TRITON_ATTN")
     p.add_argument("--moe-config-dir", help="exported as VLLM_TUNED_CONFIG_FOLDER")
     p.add_argument("--burst-tokens", type=int, default=48)
     p.add_argument("--sustained-tokens", type=int, default=512)
+    p.add_argument("--long-tokens", type=int, default=256, help="decode tokens of a long window")
     p.add_argument("--repeat", type=int, default=2, help="sustained repetitions")
     p.add_argument("--endpoint", help="benchmark a running server instead")
     p.add_argument("--burst", type=int, default=500, help="with --endpoint: concurrent requests")
@@ -211,16 +222,94 @@ def parse_runners(text: str) -> list[str]:
 # In-process engines
 
 def windows(args, prompts: dict) -> list[dict]:
-    """The selected windows; with --dummy each measured one twice, agreeing then random model."""
+    """The selected windows; with --dummy each measured one twice, agreeing then random model.
+    The long ones come last, in the order --windows names them."""
     chosen = [w.strip() for w in args.windows.split(",")]
-    unknown = [w for w in chosen if w not in WINDOWS]
-    if unknown:
-        raise ForgeError(f"--windows: {unknown[0]!r} is not one of {', '.join(WINDOWS)}")
+    for name in chosen:
+        _check_window_name(name)
     base = [w for w in _all_windows(args, prompts) if w["name"] == "warmup" or w["name"] in chosen]
-    if not args.dummy:
-        return base
-    return [w if w["name"] == "warmup" else {**w, "name": f"{w['name']}@{control}", "control": control}
-            for w in base for control in (("agree", "random") if w["name"] != "warmup" else (None,))]
+    controls_ = ("agree", "random") if args.dummy else (None,)
+    fixed = [_controlled(w, control) for w in base
+             for control in (controls_ if w["name"] != "warmup" else (None,))]
+    source = LongPrompts(args, prompts)
+    longs = [_long_window(args, name, control, source)
+             for name in chosen if long_window(name) for control in controls_]
+    check_model_len(args, longs)
+    return fixed + longs
+
+
+def _check_window_name(name: str) -> None:
+    if name in WINDOWS:
+        return
+    shape = long_window(name)
+    if not shape:
+        raise ForgeError(f"--windows: {name!r} is not one of {', '.join(WINDOWS)} or {LONG_WINDOWS}")
+    if shape[1] > MAX_NUM_SEQS:
+        raise ForgeError(f"--windows: {name}: more than {MAX_NUM_SEQS} requests at once "
+                         f"(every engine's max_num_seqs)")
+
+
+def _controlled(window: dict, control: str | None) -> dict:
+    if control is None:
+        return window
+    return {**window, "name": f"{window['name']}@{control}", "control": control}
+
+
+def _long_window(args, name: str, control: str | None, source: LongPrompts) -> dict:
+    """A prompt of exactly N tokens per request, decoded --long-tokens past EOS, after a warm-up on
+    other prompts of that length (so the measured prefill is not served by the prefix cache)."""
+    tokens, concurrency = long_window(name) or (0, 0)
+    window = {"name": name, "warmup": True, "prompt_tokens": tokens, "sequential": concurrency == 1,
+              "prompts": source.take(tokens, concurrency),
+              "warmup_prompts": source.take(tokens, concurrency),
+              "sampling": {"temperature": 0.0, "ignore_eos": True, "max_tokens": args.long_tokens}}
+    return _controlled(window, control)
+
+
+class LongPrompts:
+    """Long prompts from the prose prompts, each starting at its own offset into them: no two
+    prompts of a run share a first token block, so none is served by vLLM's prefix cache (a
+    later window's, the random model's after the agreeing one's, the measured after its
+    warm-up). With --dummy, exactly N token ids (BOS, then the text's); else text long enough
+    for N tokens, which the worker cuts to N with the engine's tokenizer."""
+
+    def __init__(self, args, prompts: dict):
+        self.text = "\n\n".join(prompts["prose"]) + "\n\n"   # ends as it starts: a seamless repeat
+        self.dummy, self.shape = args.dummy, args.shape
+        self.taken = 0
+
+    def take(self, tokens: int, count: int) -> list:
+        if self.taken + count > len(self.text):
+            raise ForgeError(f"--windows: more long prompts than the {len(self.text)} distinct "
+                             "starts the prose prompts give: name fewer long windows")
+        prompts = [self._prompt(self.taken + i, tokens) for i in range(count)]
+        self.taken += count
+        return prompts
+
+    def _prompt(self, start: int, tokens: int):
+        if not self.dummy:
+            text = self.text[start:] + self.text[:start]
+            return text * (tokens * LONG_TEXT_CHARS_PER_TOKEN // len(text) + 1)
+        bos, *body = encode_without_tokenizer(self.text, self.shape)
+        body = body[start:] + body[:start]
+        return [bos] + (body * ((tokens - 1) // len(body) + 1))[:tokens - 1]
+
+
+def check_model_len(args, measured: list[dict]) -> None:
+    """Refused before any engine starts: vLLM would stop a reply at --max-model-len unasked."""
+    if not measured:
+        return
+    if args.long_tokens < 1:
+        raise ForgeError(f"--long-tokens {args.long_tokens}: a long window decodes 1 token or more")
+    longest = max(measured, key=_window_len)
+    if _window_len(longest) > args.max_model_len:
+        raise ForgeError(f"--max-model-len {args.max_model_len} is shorter than window "
+                         f"{longest['name'].split('@')[0]}: {longest['prompt_tokens']} prompt + "
+                         f"{longest['sampling']['max_tokens']} decode tokens = {_window_len(longest)}")
+
+
+def _window_len(window: dict) -> int:
+    return window["prompt_tokens"] + window["sampling"]["max_tokens"]
 
 
 def _all_windows(args, prompts: dict) -> list[dict]:
@@ -432,11 +521,11 @@ def inprocess_report(recipe, args, out: Path) -> dict:
     names = [d["name"] for d in definitions]
     if len(set(names)) != len(names):
         raise ForgeError(f"engine names must be unique (got {', '.join(names)})")
-    prompts = load_prompts()
+    measured = windows(args, load_prompts())   # before an engine spec writes anything
     specs = []
     for definition in definitions:
         spec = engine_spec(recipe, args, definition, out)
-        spec["windows"] = windows(args, prompts)
+        spec["windows"] = measured
         specs.append(spec)
     if args.collect:
         raw = collect_engines(specs, out)

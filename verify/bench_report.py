@@ -20,6 +20,7 @@ acceptance, and the projection uses their mean and reports their spread.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -28,6 +29,9 @@ from verify.metrics import counters_from_snapshot
 from verify.report import versions_line
 
 SPECIAL_WINDOWS = ("followup",)
+# Long-context windows, bench.py --windows long<N>k[-conc<C>]: a prompt of N x 1024 tokens, batch 1
+# or C requests at once; their prefill is reported apart from their decode.
+LONG_WINDOW = re.compile(r"^long([1-9][0-9]*)k(?:-conc([1-9][0-9]*))?$")
 # vLLM's online FP8 quantizations of a BF16 checkpoint (`--quantization`): fp8 scales activations
 # per tensor, dynamically (two passes over each activation); fp8_per_channel scales weights per
 # output channel and activations per token, llm-compressor's FP8_DYNAMIC layout; fp8_per_block,
@@ -41,6 +45,13 @@ ONLINE_FP8 = ("fp8", "fp8_per_channel", "fp8_per_block")
 PREQUANTIZED_FP8 = ("fp8-dynamic",)
 # The FP8 engines the picks choose among (bench.py's DTYPES add bf16 and auto).
 FP8_DTYPES = (*ONLINE_FP8, *PREQUANTIZED_FP8)
+
+
+def long_window(name: str) -> tuple[int, int] | None:
+    """long32k-conc8 (or long32k-conc8@agree) -> (32768 prompt tokens, concurrency 8); None for
+    any other window."""
+    match = LONG_WINDOW.match(name.split("@")[0])
+    return (int(match[1]) * 1024, int(match[2] or 1)) if match else None
 
 
 def window_figures(window: dict | None) -> dict | None:
