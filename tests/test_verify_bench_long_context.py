@@ -2,6 +2,8 @@
 (long<N>k[-conc<C>]) and how the report shows them, all on the CPU: engine specs are built, not
 run, and the report is rendered from hand-built worker results of the shape the H200 runs wrote
 (tests/fixtures/gpu/s18-h200-2026-12-01/bench26/engines/*.result.json)."""
+import json
+import shutil
 import sys
 from types import ModuleType, SimpleNamespace
 
@@ -228,3 +230,81 @@ def test_the_worker_warms_a_long_window_up_on_its_other_prompts(fake_vllm):
     llm = FakeLLM()
     engine_worker.run_window(llm, {**window, "warmup_prompts": None, "prompt_tokens": None}, {})
     assert llm.batches[0][0] == llm.batches[1][0]
+
+
+# --- the report: long windows from recorded results -------------------------------------------
+
+LONG_ARGS = ["--recipe", RECIPE, "--target", "h200", "--dummy", "--layers", "2", "--configs", "",
+             "--engine", "name=fp8-v2,runner=v2", "--engine", "name=fp8-v2-kv8,runner=v2,kv=fp8",
+             "--windows", "sustained,long8k,long8k-conc8", "--max-model-len", "8448"]
+
+
+def _window(control: str, prompt_tokens: int, ttfts: list[float], tpot_s: float) -> dict:
+    """A window as engine_worker.run_window records it (compare the bench26 results)."""
+    return {"control": control, "control_reply": [{"agree": control == "agree"}],
+            "wall_s": [max(ttfts) + 255 * tpot_s], "repeat": 1, "concurrency": len(ttfts),
+            "requests": [{"prompt_tokens": prompt_tokens, "tokens": 256, "ttft_s": t, "tpot_s": tpot_s}
+                         for t in ttfts],
+            "metrics_before": {}, "metrics_after": {}}
+
+
+def _result(name: str, tpot_s: float) -> dict:
+    windows = {}
+    for control in ("agree", "random"):
+        windows[f"sustained@{control}"] = _window(control, 326, [0.014], tpot_s / 2)
+        windows[f"long8k@{control}"] = _window(control, 8192, [0.5], tpot_s)
+        windows[f"long8k-conc8@{control}"] = _window(control, 8192, [0.5 * (i + 1) for i in range(8)],
+                                                     2 * tpot_s)
+    return {"name": name, "versions": {"vllm": "0.27.1", "torch": "2.13.0", "transformers": "5.12.1"},
+            "engine": {"started": True, "init_s": 120.0, "vllm": "0.27.1", "torch": "2.13.0",
+                       "device": "NVIDIA H200", "cudagraph_mode": "FULL_AND_PIECEWISE"},
+            "windows": windows}
+
+
+@pytest.fixture
+def long_report(tmp_path):
+    engines = tmp_path / "engines"
+    engines.mkdir()
+    for name, tpot_s in (("fp8-v2", 0.004), ("fp8-v2-kv8", 0.0032)):
+        (engines / f"{name}.result.json").write_text(json.dumps(_result(name, tpot_s)))
+    assert bench.main([*LONG_ARGS, "--collect", "--out", str(tmp_path)]) == 0
+    return tmp_path, json.loads((tmp_path / "bench.json").read_text())
+
+
+def test_a_long_windows_prefill_is_figured_apart_from_its_decode(long_report):
+    figures = long_report[1]["engines"]["fp8-v2"]["figures"]
+    batch1, conc8 = figures["long8k@agree"], figures["long8k-conc8@agree"]
+    assert (batch1["prompt_tokens"], batch1["concurrency"], batch1["decode_tok_s"]) == (8192, 1, 250.0)
+    assert (batch1["ttft_ms"], batch1["prefill_ms"], batch1["prefill_tok_s"]) == (500.0, 500.0, 16384)
+    # eight prompts at once: the batch's prefill ends with its last first token (4 s)
+    assert (conc8["concurrency"], conc8["decode_tok_s"], conc8["ttft_ms"]) == (8, 125.0, 2250.0)
+    assert (conc8["prefill_ms"], conc8["prefill_tok_s"]) == (4000.0, 16384)
+    assert "prefill_ms" not in figures["sustained@agree"]  # the other windows' figures as before
+
+
+def test_the_report_shows_the_long_windows_and_the_kv_cache(long_report):
+    out, report = long_report
+    assert report["engines"]["fp8-v2-kv8"]["kv"] == "fp8" and "kv" not in report["engines"]["fp8-v2"]
+    markdown = (out / "bench.md").read_text()
+    assert "| fp8-v2-kv8 (KV fp8) | v2 | 0 |" in markdown and "| fp8-v2 | v2 | 0 |" in markdown
+    long_table = markdown.split("Long context (", 1)[1].split("\n\n", 2)[1].splitlines()
+    assert long_table[0] == ("| engine | window | prompt tokens | requests at once | decode tok/s full / "
+                             "zero acc. | speedup vs plain / vs stock (full acc.) | prefill ms full / "
+                             "zero acc. | prefill tok/s full / zero acc. |")
+    assert long_table[2:] == [
+        "| fp8-v2 | long8k | 8192 | 1 | 250 / 250 | 1 / – | 500 / 500 | 16384 / 16384 |",
+        "| fp8-v2 | long8k-conc8 | 8192 | 8 | 125 / 125 | 1 / – | 4000 / 4000 | 16384 / 16384 |",
+        "| fp8-v2-kv8 (KV fp8) | long8k | 8192 | 1 | 312 / 312 | 1 / – | 500 / 500 | 16384 / 16384 |",
+        "| fp8-v2-kv8 (KV fp8) | long8k-conc8 | 8192 | 8 | 156 / 156 | 1 / – | 4000 / 4000 | 16384 / 16384 |"]
+
+
+def test_render_from_json_reproduces_the_long_context_markdown(long_report, tmp_path_factory):
+    copy = tmp_path_factory.mktemp("render")
+    shutil.copy(long_report[0] / "bench.json", copy / "bench.json")
+    assert bench.main(["--render", str(copy / "bench.json")]) == 0
+    assert (copy / "bench.md").read_text() == (long_report[0] / "bench.md").read_text()
+
+
+def test_a_run_without_long_windows_has_no_long_context_table():
+    engines = {"fp8-v2": {"figures": {"sustained": {"decode_tok_s": 400.0}}}}
+    assert bench_report.long_context_table(engines, controlled=False) == []

@@ -81,10 +81,28 @@ def window_figures(window: dict | None) -> dict | None:
     return figures
 
 
+def prefill_figures(window: dict) -> dict:
+    """A long window's prefill, apart from its decode: per batch, the time to its last request's
+    first token (TTFT counts from arrival, so a request waiting on the others' prefill counts
+    that wait), and the prompt tokens per second of those times."""
+    requests, size = window["requests"], window.get("concurrency", 1)
+    batches = [requests[i:i + size] for i in range(0, len(requests), size)]
+    timed = [b for b in batches if all(r.get("ttft_s") for r in b)]
+    seconds = [max(r["ttft_s"] for r in b) for b in timed]
+    tokens = sum(r["prompt_tokens"] for b in timed for r in b)
+    return {"prompt_tokens": requests[0]["prompt_tokens"] if requests else None,
+            "prefill_ms": round(1000 * statistics.mean(seconds), 1) if seconds else None,
+            "prefill_tok_s": round(tokens / sum(seconds)) if seconds else None}
+
+
 def engine_figures(result: dict) -> dict:
     windows = result.get("windows", {})
     figures = {name: window_figures(w) for name, w in windows.items()
                if name != "warmup" and name.split("@")[0] not in SPECIAL_WINDOWS}
+    for name, w in windows.items():
+        decode = figures.get(name)
+        if decode and long_window(name):
+            decode.update(prefill_figures(w))
     for name, w in windows.items():
         if name.split("@")[0] in SPECIAL_WINDOWS:
             figures[name] = w
@@ -244,12 +262,40 @@ def render_markdown(report: dict) -> str:
             proj = (d.get("projected") or {}).get(profile)
             row.append(f"{_fmt(proj['tok_s'])} ({_fmt(proj['speedup_vs_stock'])})" if proj else "–")
         lines.append("| " + " | ".join(str(c) for c in row) + " |")
+    lines += long_context_table(report["engines"], controlled)
     for profile, pick in (report.get("picks") or {}).items():
         lines.append(f"\n- best at profile `{profile}` ({report['profiles'][profile]}): "
                      f"{pick['engine']} (k={pick['k']}, runner {pick['runner']}), projected "
                      f"{pick['tok_s']} tok/s, {_versus_stock(pick.get('speedup_vs_stock'))}")
     lines += ["", f"Plot: {report.get('plot') or 'not rendered (' + report.get('plot_note', '') + ')'}"]
     return "\n".join(lines) + "\n"
+
+
+def long_context_table(engines: dict[str, dict], controlled: bool) -> list[str]:
+    """One row per engine and long window measured; nothing for a run without one."""
+    rows = [_long_row(name, e, base, controlled) for name, e in engines.items()
+            for base in dict.fromkeys(w.split("@")[0] for w in e.get("figures") or {} if long_window(w))]
+    if not rows:
+        return []
+    pair = "full / zero acc." if controlled else "as measured"
+    return ["", "Long context (`long<N>k[-conc<C>]`: N x 1024 prompt tokens from the prose prompts, "
+                "C requests at once): decode = 1/TPOT over the reply, at that context; prefill ms = "
+                "time to the first token of a batch's last request (its prefill, with the others' "
+                "ahead of it), prefill tok/s = prompt tokens over those times", "",
+            f"| engine | window | prompt tokens | requests at once | decode tok/s {pair} | speedup vs "
+            f"plain / vs stock ({'full acc.' if controlled else 'as measured'}) | prefill ms {pair} "
+            f"| prefill tok/s {pair} |", "|" + "---|" * 8, *rows]
+
+
+def _long_row(name: str, engine: dict, base: str, controlled: bool) -> str:
+    figures = engine["figures"]
+    full, zero = _pair(figures, base)
+    speedups = ((engine.get("derived") or {}).get("windows") or {}).get(_name(figures, base, "agree"), {})
+    row = [engine_label(name, engine), base, _fmt((full or {}).get("prompt_tokens")),
+           _fmt((full or {}).get("concurrency")), _both(full, zero, "decode_tok_s", controlled),
+           f"{_fmt(speedups.get('speedup_vs_plain'))} / {_fmt(speedups.get('speedup_vs_stock'))}",
+           _both(full, zero, "prefill_ms", controlled), _both(full, zero, "prefill_tok_s", controlled)]
+    return "| " + " | ".join(row) + " |"
 
 
 def engine_label(name: str, engine: dict) -> str:
