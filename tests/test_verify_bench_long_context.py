@@ -70,6 +70,10 @@ def test_an_fp8_kv_engine_is_compared_with_the_plain_engine_of_the_same_cache():
                "fp8-mtp4-v2-kv8": engine(4, "fp8", 1000.0), "fp8-mtp4-v2": engine(4, None, 800.0)}
     bench_report.derive(engines)
     assert engines["fp8-mtp4-v2-kv8"]["derived"]["plain_engine"] == "fp8-v2-kv8"
+    # and with the same engine of the default cache
+    assert engines["fp8-mtp4-v2-kv8"]["derived"]["default_kv_engine"] == "fp8-mtp4-v2"
+    assert engines["fp8-mtp4-v2-kv8"]["derived"]["windows"]["sustained"]["speedup_vs_default_kv"] == 1.25
+    assert engines["fp8-v2-kv8"]["derived"]["default_kv_engine"] == "fp8-v2"
     assert engines["fp8-mtp4-v2-kv8"]["derived"]["windows"]["sustained"]["speedup_vs_plain"] == 2.0
     assert engines["fp8-mtp4-v2"]["derived"]["plain_engine"] == "fp8-v2"
 
@@ -289,13 +293,17 @@ def test_the_report_shows_the_long_windows_and_the_kv_cache(long_report):
     assert "| fp8-v2-kv8 (KV fp8) | v2 | 0 |" in markdown and "| fp8-v2 | v2 | 0 |" in markdown
     long_table = markdown.split("Long context (", 1)[1].split("\n\n", 2)[1].splitlines()
     assert long_table[0] == ("| engine | window | prompt tokens | requests at once | decode tok/s full / "
-                             "zero acc. | speedup vs plain / vs stock (full acc.) | prefill ms full / "
-                             "zero acc. | prefill tok/s full / zero acc. |")
+                             "zero acc. | speedup vs plain / vs stock / vs default KV cache (full acc.) "
+                             "| prefill ms full / zero acc. | prefill tok/s full / zero acc. |")
     assert long_table[2:] == [
-        "| fp8-v2 | long8k | 8192 | 1 | 250 / 250 | 1 / – | 500 / 500 | 16384 / 16384 |",
-        "| fp8-v2 | long8k-conc8 | 8192 | 8 | 125 / 125 | 1 / – | 4000 / 4000 | 16384 / 16384 |",
-        "| fp8-v2-kv8 (KV fp8) | long8k | 8192 | 1 | 312 / 312 | 1 / – | 500 / 500 | 16384 / 16384 |",
-        "| fp8-v2-kv8 (KV fp8) | long8k-conc8 | 8192 | 8 | 156 / 156 | 1 / – | 4000 / 4000 | 16384 / 16384 |"]
+        "| fp8-v2 | long8k | 8192 | 1 | 250 / 250 | 1 / – / – | 500 / 500 | 16384 / 16384 |",
+        "| fp8-v2 | long8k-conc8 | 8192 | 8 | 125 / 125 | 1 / – / – | 4000 / 4000 | 16384 / 16384 |",
+        "| fp8-v2-kv8 (KV fp8) | long8k | 8192 | 1 | 312 / 312 | 1 / – / 1.25 | 500 / 500 | 16384 / 16384 |",
+        "| fp8-v2-kv8 (KV fp8) | long8k-conc8 | 8192 | 8 | 156 / 156 | 1 / – / 1.25 | 4000 / 4000 "
+        "| 16384 / 16384 |"]
+    derived = report["engines"]["fp8-v2-kv8"]["derived"]
+    assert derived["default_kv_engine"] == "fp8-v2" and "default_kv_engine" not in report["engines"]["fp8-v2"]["derived"]
+    assert derived["windows"]["long8k@random"]["speedup_vs_default_kv"] == 1.25
 
 
 def test_render_from_json_reproduces_the_long_context_markdown(long_report, tmp_path_factory):
@@ -308,3 +316,11 @@ def test_render_from_json_reproduces_the_long_context_markdown(long_report, tmp_
 def test_a_run_without_long_windows_has_no_long_context_table():
     engines = {"fp8-v2": {"figures": {"sustained": {"decode_tok_s": 400.0}}}}
     assert bench_report.long_context_table(engines, controlled=False) == []
+
+
+def test_an_engine_told_kv_auto_is_the_default_cache_before_one_left_to_the_recipe():
+    base = {"dtype": "fp8", "k": 4, "runner": "v2", "attention": None, "moe": None, "compile": None,
+            "figures": {"sustained": {"decode_tok_s": 1.0}}}
+    engines = {"recipe": base, "told": {**base, "kv": "auto"}, "fp8kv": {**base, "kv": "fp8"},
+               "failed": {**base, "kv": "auto", "figures": None}}
+    assert bench_report.default_kv_engines(engines) == {("fp8", "v2", None, None, None, 4, False): "told"}

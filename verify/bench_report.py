@@ -121,17 +121,22 @@ def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
     plains = {family(e): n for n, e in engines.items() if not e["k"] and e.get("figures")
               and not e.get("stock")}
     stock = next((n for n, e in engines.items() if e.get("stock") and e.get("figures")), None)
+    default_kv = default_kv_engines(engines)
     for engine in engines.values():
         figures = engine.get("figures")
         if not figures:
             continue
         plain = plains.get(family(engine))
         derived: dict = {"plain_engine": plain, "stock_engine": stock, "windows": {}}
+        references = [(plain, "speedup_vs_plain"), (stock, "speedup_vs_stock")]
+        if engine.get("kv") not in (None, "auto"):
+            derived["default_kv_engine"] = default_kv.get(_kv_peer(engine))
+            references.append((derived["default_kv_engine"], "speedup_vs_default_kv"))
         for window, f in figures.items():
             if not isinstance(f, dict) or "decode_tok_s" not in f:
                 continue
             w = {}
-            for ref_name, key in ((plain, "speedup_vs_plain"), (stock, "speedup_vs_stock")):
+            for ref_name, key in references:
                 ref = (engines.get(ref_name, {}).get("figures") or {}).get(window) if ref_name else None
                 if ref and ref.get("decode_tok_s") and f.get("decode_tok_s"):
                     w[key] = round(f["decode_tok_s"] / ref["decode_tok_s"], 3)
@@ -158,6 +163,19 @@ def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
                     "mean_acceptance_length": round(length, 3), "tok_s": round(tok_s, 1),
                     "speedup_vs_stock": round(tok_s / stock_tok_s, 3) if stock_tok_s else None}
         engine["derived"] = derived
+
+
+def default_kv_engines(engines: dict[str, dict]) -> dict[tuple, str]:
+    """The measured engines of the default KV cache (kv=auto, else no kv: the recipe's, auto in
+    every recipe), by everything else that makes an engine: an FP8 KV engine's reference."""
+    chosen = {}
+    for kv in (None, "auto"):   # an explicit kv=auto wins over the recipe's
+        chosen.update({_kv_peer(e): n for n, e in engines.items() if e.get("kv") == kv and e.get("figures")})
+    return chosen
+
+
+def _kv_peer(engine: dict) -> tuple:
+    return (*family(engine)[:-1], engine.get("k"), bool(engine.get("stock")))
 
 
 def _mean_step(engine: dict) -> float | None:
@@ -279,12 +297,13 @@ def long_context_table(engines: dict[str, dict], controlled: bool) -> list[str]:
         return []
     pair = "full / zero acc." if controlled else "as measured"
     return ["", "Long context (`long<N>k[-conc<C>]`: N x 1024 prompt tokens from the prose prompts, "
-                "C requests at once): decode = 1/TPOT over the reply, at that context; prefill ms = "
+                "C requests at once): decode = 1/TPOT over the reply, at that context; vs default KV "
+                "cache: an engine with kv= over the same engine without it; prefill ms = "
                 "time to the first token of a batch's last request (its prefill, with the others' "
                 "ahead of it), prefill tok/s = prompt tokens over those times", "",
             f"| engine | window | prompt tokens | requests at once | decode tok/s {pair} | speedup vs "
-            f"plain / vs stock ({'full acc.' if controlled else 'as measured'}) | prefill ms {pair} "
-            f"| prefill tok/s {pair} |", "|" + "---|" * 8, *rows]
+            f"plain / vs stock / vs default KV cache ({'full acc.' if controlled else 'as measured'}) "
+            f"| prefill ms {pair} | prefill tok/s {pair} |", "|" + "---|" * 8, *rows]
 
 
 def _long_row(name: str, engine: dict, base: str, controlled: bool) -> str:
@@ -293,7 +312,7 @@ def _long_row(name: str, engine: dict, base: str, controlled: bool) -> str:
     speedups = ((engine.get("derived") or {}).get("windows") or {}).get(_name(figures, base, "agree"), {})
     row = [engine_label(name, engine), base, _fmt((full or {}).get("prompt_tokens")),
            _fmt((full or {}).get("concurrency")), _both(full, zero, "decode_tok_s", controlled),
-           f"{_fmt(speedups.get('speedup_vs_plain'))} / {_fmt(speedups.get('speedup_vs_stock'))}",
+           " / ".join(_fmt(speedups.get(f"speedup_vs_{ref}")) for ref in ("plain", "stock", "default_kv")),
            _both(full, zero, "prefill_ms", controlled), _both(full, zero, "prefill_tok_s", controlled)]
     return "| " + " | ".join(row) + " |"
 
