@@ -11,9 +11,11 @@ bench.md and bench.png (matplotlib, where installed).
 Per engine (vllm.LLM in its own process, see engine_worker.py), batch 1 unless stated:
 burst (short replies), sustained (long generation), wall clock and decode-only (TPOT) each,
 TTFT, concurrency 8 and 16, and a follow-up turn that hits the prefix cache against a cold
-prompt of the same length (--windows picks some). With --dummy every window runs twice on one
-engine: on the agreeing model (full acceptance) and on the random one (zero acceptance), switched
-by verify/controls.py. Acceptance comes from vLLM's own counters; each speculative engine gets
+prompt of the same length (--windows picks some); on request, long-context windows
+long<N>k[-conc<C>] (N x 1024 prompt tokens, C requests at once), their prefill apart from their
+decode. kv= on an --engine sets its KV cache dtype (e.g. an FP8 KV cache at long context).
+With --dummy every window runs twice on one engine: on the agreeing model (full acceptance) and
+on the random one (zero acceptance), switched by verify/controls.py. Acceptance comes from vLLM's own counters; each speculative engine gets
 tokens per step, step cost (TPOT x tokens per step), its speedup over the plain engine of the
 same settings and over `stock` (the release's own default: its default runner and dtype, no
 drafter) of the same run, and projected tok/s at an acceptance profile (--profile) from the
@@ -274,7 +276,8 @@ class LongPrompts:
     for N tokens, which the worker cuts to N with the engine's tokenizer."""
 
     def __init__(self, args, prompts: dict):
-        self.text = "\n\n".join(prompts["prose"]) + "\n\n"   # ends as it starts: a seamless repeat
+        # the trailing separator: a repeat joins the last prompt to the first as the others are joined
+        self.text = "\n\n".join(prompts["prose"]) + "\n\n"
         self.dummy, self.shape = args.dummy, args.shape
         self.taken = 0
 
@@ -375,7 +378,7 @@ def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
     attention = engine.get("attention") or args.attention_backend
     overrides = {"attention_backend": None if attention == "default" else attention,
                  "gpu_memory_utilization": args.gpu_memory_utilization,
-                 "max_model_len": args.max_model_len, "max_num_seqs": 16,
+                 "max_model_len": args.max_model_len, "max_num_seqs": MAX_NUM_SEQS,
                  "kv_cache_memory_bytes": int(args.kv_cache_gib * 2**30) if args.kv_cache_gib else None}
     kwargs.update({key: v for key, v in overrides.items() if v is not None})
     if attention == "default":
