@@ -11,9 +11,11 @@ bench.md and bench.png (matplotlib, where installed).
 Per engine (vllm.LLM in its own process, see engine_worker.py), batch 1 unless stated:
 burst (short replies), sustained (long generation), wall clock and decode-only (TPOT) each,
 TTFT, concurrency 8 and 16, and a follow-up turn that hits the prefix cache against a cold
-prompt of the same length (--windows picks some). With --dummy every window runs twice on one
-engine: on the agreeing model (full acceptance) and on the random one (zero acceptance), switched
-by verify/controls.py. Acceptance comes from vLLM's own counters; each speculative engine gets
+prompt of the same length (--windows picks some); on request, long-context windows
+long<N>k[-conc<C>] (N x 1024 prompt tokens, C requests at once), their prefill apart from their
+decode. kv= on an --engine sets its KV cache dtype (e.g. an FP8 KV cache at long context).
+With --dummy every window runs twice on one engine: on the agreeing model (full acceptance) and
+on the random one (zero acceptance), switched by verify/controls.py. Acceptance comes from vLLM's own counters; each speculative engine gets
 tokens per step, step cost (TPOT x tokens per step), its speedup over the plain engine of the
 same settings and over `stock` (the release's own default: its default runner and dtype, no
 drafter) of the same run, and projected tok/s at an acceptance profile (--profile) from the
@@ -45,9 +47,9 @@ if not __package__ and __name__ == "__main__":
 from forge.errors import ForgeError
 from forge.files import check_output_dir
 from forge.serving.acceptance import parse_profile
-from forge.serving.recipes import pin_attention_backend
+from forge.serving.recipes import KV_CACHE_DTYPES, NO_FP8_KV_TARGETS, pin_attention_backend
 from verify import bench_report, controls
-from verify.bench_report import FP8_DTYPES, ONLINE_FP8
+from verify.bench_report import FP8_DTYPES, ONLINE_FP8, long_window
 from verify.dummy_models import (
     check_shape_flag,
     encode_without_tokenizer,
@@ -67,7 +69,15 @@ WORKER = Path(__file__).with_name("engine_worker.py")
 CONFIG = re.compile(r"^(bf16|fp8)(?:-mtp([1-9]))?$")
 DEFAULT_CONFIGS = "stock,bf16,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3"
 WINDOWS = ("burst", "sustained", "conc8", "conc16", "followup")
-ENGINE_KEYS = ("name", "dtype", "k", "runner", "attention", "moe", "compile", "site")
+LONG_WINDOWS = "long<N>k[-conc<C>]"
+MAX_NUM_SEQS = 16  # every engine's: a window of more requests at once would queue some
+# A long window's text prompt (no --dummy) holds this many characters per token it must reach:
+# prose runs at about 4 per token in the families' tokenizers, and the worker cuts it to length.
+LONG_TEXT_CHARS_PER_TOKEN = 8
+ENGINE_KEYS = ("name", "dtype", "k", "runner", "attention", "moe", "compile", "site", "kv")
+# Recorded in an engine's meta only where its --engine names them: the reports of earlier runs
+# (and of engines without them) stay as they were.
+OPTIONAL_KEYS = ("site", "kv")
 DTYPES = (*FP8_DTYPES, "bf16", "auto")
 
 
@@ -87,11 +97,17 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="one more engine: name=N,dtype=fp8|fp8_per_channel|fp8_per_block|fp8-dynamic|bf16|auto,"
                         "k=K,runner=v1|v2|default,"
                         "attention=BACKEND|default,moe=DIR|none,compile=inductor|eager,"
-                        "site=DIR (import vLLM from DIR, e.g. a copy patched with --with-candidate)")
+                        "site=DIR (import vLLM from DIR, e.g. a copy patched with --with-candidate),"
+                        f"kv={'|'.join(KV_CACHE_DTYPES)} (vLLM's kv_cache_dtype; default: the "
+                        "recipe's)")
     p.add_argument("--compile-backend", choices=["inductor", "eager"], default="inductor",
                    help="vLLM's compile backend for the grid's engines (eager: no Inductor, "
                         "piecewise and full CUDA graphs still captured; starts much faster)")
-    p.add_argument("--windows", default=",".join(WINDOWS), help=f"of {', '.join(WINDOWS)}")
+    p.add_argument("--windows", default=",".join(WINDOWS),
+                   help=f"of {', '.join(WINDOWS)} (default: all of them), or {LONG_WINDOWS}: a "
+                        "prompt of N x 1024 tokens (the prose prompts repeated), --long-tokens "
+                        "decoded, batch 1 or C requests at once (e.g. long8k, long32k, "
+                        "long32k-conc8); --max-model-len must hold its prompt and reply")
     p.add_argument("--max-parallel", type=int, default=0, help="with --parallel: engines per wave")
     p.add_argument("--profile", action="append", default=[],
                    help="acceptance profile NAME=p1/p2/.. (per-position rates) or NAME=rate@RATE "
@@ -101,11 +117,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--parallel", action="store_true", help="start all engines at once")
     p.add_argument("--gpu-memory-utilization", type=float, help="per engine")
     p.add_argument("--kv-cache-gib", type=float, help="fixed KV cache per engine")
-    p.add_argument("--max-model-len", type=int, default=8192)
+    p.add_argument("--max-model-len", type=int, default=8192,
+                   help="per engine (default 8192); a long window needs its prompt + --long-tokens")
     p.add_argument("--attention-backend", help="e.g. TRITON_ATTN")
     p.add_argument("--moe-config-dir", help="exported as VLLM_TUNED_CONFIG_FOLDER")
     p.add_argument("--burst-tokens", type=int, default=48)
     p.add_argument("--sustained-tokens", type=int, default=512)
+    p.add_argument("--long-tokens", type=int, default=256, help="decode tokens of a long window")
     p.add_argument("--repeat", type=int, default=2, help="sustained repetitions")
     p.add_argument("--endpoint", help="benchmark a running server instead")
     p.add_argument("--burst", type=int, default=500, help="with --endpoint: concurrent requests")
@@ -154,7 +172,7 @@ def parse_engine(text: str) -> dict:
     if "name" not in fields:
         raise ForgeError(f"--engine {text!r}: name= is required")
     engine: dict = {"dtype": "fp8", "k": 0, "runner": "default", "attention": None, "moe": None,
-              "compile": None, "site": None, **fields}
+              "compile": None, "site": None, "kv": None, **fields}
     engine["stock"] = engine["name"] == "stock"  # the release's default: named so on purpose
     if engine["stock"] and engine["moe"] is None:
         engine["moe"] = "none"
@@ -162,6 +180,8 @@ def parse_engine(text: str) -> dict:
         raise ForgeError(f"--engine {text!r}: dtype must be one of {', '.join(DTYPES)}")
     if engine["runner"] not in ("v1", "v2", "default"):
         raise ForgeError(f"--engine {text!r}: runner must be v1, v2 or default")
+    if engine["kv"] is not None and engine["kv"] not in KV_CACHE_DTYPES:
+        raise ForgeError(f"--engine {text!r}: kv must be one of {', '.join(KV_CACHE_DTYPES)}")
     try:
         engine["k"] = int(engine["k"])
     except ValueError as exc:
@@ -204,16 +224,95 @@ def parse_runners(text: str) -> list[str]:
 # In-process engines
 
 def windows(args, prompts: dict) -> list[dict]:
-    """The selected windows; with --dummy each measured one twice, agreeing then random model."""
+    """The selected windows; with --dummy each measured one twice, agreeing then random model.
+    The long ones come last, in the order --windows names them."""
     chosen = [w.strip() for w in args.windows.split(",")]
-    unknown = [w for w in chosen if w not in WINDOWS]
-    if unknown:
-        raise ForgeError(f"--windows: {unknown[0]!r} is not one of {', '.join(WINDOWS)}")
+    for name in chosen:
+        _check_window_name(name)
     base = [w for w in _all_windows(args, prompts) if w["name"] == "warmup" or w["name"] in chosen]
-    if not args.dummy:
-        return base
-    return [w if w["name"] == "warmup" else {**w, "name": f"{w['name']}@{control}", "control": control}
-            for w in base for control in (("agree", "random") if w["name"] != "warmup" else (None,))]
+    controls_ = ("agree", "random") if args.dummy else (None,)
+    fixed = [_controlled(w, control) for w in base
+             for control in (controls_ if w["name"] != "warmup" else (None,))]
+    source = LongPrompts(args, prompts)
+    longs = [_long_window(args, name, control, source)
+             for name in chosen if long_window(name) for control in controls_]
+    check_model_len(args, longs)
+    return fixed + longs
+
+
+def _check_window_name(name: str) -> None:
+    if name in WINDOWS:
+        return
+    shape = long_window(name)
+    if not shape:
+        raise ForgeError(f"--windows: {name!r} is not one of {', '.join(WINDOWS)} or {LONG_WINDOWS}")
+    if shape[1] > MAX_NUM_SEQS:
+        raise ForgeError(f"--windows: {name}: more than {MAX_NUM_SEQS} requests at once "
+                         f"(every engine's max_num_seqs)")
+
+
+def _controlled(window: dict, control: str | None) -> dict:
+    if control is None:
+        return window
+    return {**window, "name": f"{window['name']}@{control}", "control": control}
+
+
+def _long_window(args, name: str, control: str | None, source: LongPrompts) -> dict:
+    """A prompt of exactly N tokens per request, decoded --long-tokens past EOS, after a warm-up on
+    other prompts of that length (so the measured prefill is not served by the prefix cache)."""
+    tokens, concurrency = long_window(name) or (0, 0)
+    window = {"name": name, "warmup": True, "prompt_tokens": tokens, "sequential": concurrency == 1,
+              "prompts": source.take(tokens, concurrency),
+              "warmup_prompts": source.take(tokens, concurrency),
+              "sampling": {"temperature": 0.0, "ignore_eos": True, "max_tokens": args.long_tokens}}
+    return _controlled(window, control)
+
+
+class LongPrompts:
+    """Long prompts from the prose prompts, each starting at its own offset into them: no two
+    prompts of a run share a first token block, so none is served by vLLM's prefix cache (a
+    later window's, the random model's after the agreeing one's, the measured after its
+    warm-up). With --dummy, exactly N token ids (BOS, then the text's); else text long enough
+    for N tokens, which the worker cuts to N with the engine's tokenizer."""
+
+    def __init__(self, args, prompts: dict):
+        # the trailing separator: a repeat joins the last prompt to the first as the others are joined
+        self.text = "\n\n".join(prompts["prose"]) + "\n\n"
+        self.dummy, self.shape = args.dummy, args.shape
+        self.taken = 0
+
+    def take(self, tokens: int, count: int) -> list:
+        if self.taken + count > len(self.text):
+            raise ForgeError(f"--windows: more long prompts than the {len(self.text)} distinct "
+                             "starts the prose prompts give: name fewer long windows")
+        prompts = [self._prompt(self.taken + i, tokens) for i in range(count)]
+        self.taken += count
+        return prompts
+
+    def _prompt(self, start: int, tokens: int):
+        if not self.dummy:
+            text = self.text[start:] + self.text[:start]
+            return text * (tokens * LONG_TEXT_CHARS_PER_TOKEN // len(text) + 1)
+        bos, *body = encode_without_tokenizer(self.text, self.shape)
+        body = body[start:] + body[:start]
+        return [bos] + (body * ((tokens - 1) // len(body) + 1))[:tokens - 1]
+
+
+def check_model_len(args, measured: list[dict]) -> None:
+    """Refused before any engine starts: vLLM would stop a reply at --max-model-len unasked."""
+    if not measured:
+        return
+    if args.long_tokens < 1:
+        raise ForgeError(f"--long-tokens {args.long_tokens}: a long window decodes 1 token or more")
+    longest = max(measured, key=_window_len)
+    if _window_len(longest) > args.max_model_len:
+        raise ForgeError(f"--max-model-len {args.max_model_len} is shorter than window "
+                         f"{longest['name'].split('@')[0]}: {longest['prompt_tokens']} prompt + "
+                         f"{longest['sampling']['max_tokens']} decode tokens = {_window_len(longest)}")
+
+
+def _window_len(window: dict) -> int:
+    return window["prompt_tokens"] + window["sampling"]["max_tokens"]
 
 
 def _all_windows(args, prompts: dict) -> list[dict]:
@@ -271,6 +370,7 @@ def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
         # and the rest of the path stay behind it.
         rest = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
         env["PYTHONPATH"] = ":".join([engine["site"], *(p for p in rest.split(":") if p)])
+    _set_kv_cache_dtype(kwargs, engine, recipe.target)
     if args.model:
         kwargs["model"] = args.model
     if args.drafter and k:
@@ -279,7 +379,7 @@ def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
     if attention:
         kwargs = pin_attention_backend(kwargs, None if attention == "default" else attention)
     overrides = {"gpu_memory_utilization": args.gpu_memory_utilization,
-                 "max_model_len": args.max_model_len, "max_num_seqs": 16,
+                 "max_model_len": args.max_model_len, "max_num_seqs": MAX_NUM_SEQS,
                  "kv_cache_memory_bytes": int(args.kv_cache_gib * 2**30) if args.kv_cache_gib else None}
     kwargs.update({key: v for key, v in overrides.items() if v is not None})
     backend = engine.get("compile") or args.compile_backend
@@ -300,12 +400,25 @@ def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
         env["VLLM_TUNED_CONFIG_FOLDER"] = str((out / "moe-none").resolve())
     elif moe:
         env["VLLM_TUNED_CONFIG_FOLDER"] = str(Path(moe).resolve())
-    # site only where given: the reports of runs before it (and of engines without one) stay as they were
-    meta = {key: engine.get(key) for key in ENGINE_KEYS if key != "site" or engine.get("site")}
+    meta = {key: engine.get(key) for key in ENGINE_KEYS if key not in OPTIONAL_KEYS or engine.get(key)}
     meta.update(attention=attention or "default", compile=backend, moe=moe or "none",
                 stock=bool(engine.get("stock")))
     return {"name": name, "env": env, "engine_kwargs": kwargs, "meta": meta,
             "result_file": str(out / "engines" / f"{name}.result.json")}
+
+
+def _set_kv_cache_dtype(kwargs: dict, engine: dict, target: str) -> None:
+    """kv=auto: vLLM's own default (the model's dtype), whatever the recipe serves with; kv=fp8..:
+    that KV cache; no kv: the recipe's setting, as the engine kwargs already hold it."""
+    kv = engine.get("kv")
+    if kv is None:
+        return
+    if kv.startswith("fp8") and target in NO_FP8_KV_TARGETS:
+        raise ForgeError(f"--engine {engine['name']}: kv={kv}: no FP8 KV cache on {target} "
+                         "(no FP8 hardware)")
+    kwargs.pop("kv_cache_dtype", None)
+    if kv != "auto":
+        kwargs["kv_cache_dtype"] = kv
 
 
 def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
@@ -410,11 +523,11 @@ def inprocess_report(recipe, args, out: Path) -> dict:
     names = [d["name"] for d in definitions]
     if len(set(names)) != len(names):
         raise ForgeError(f"engine names must be unique (got {', '.join(names)})")
-    prompts = load_prompts()
+    measured = windows(args, load_prompts())   # before an engine spec writes anything
     specs = []
     for definition in definitions:
         spec = engine_spec(recipe, args, definition, out)
-        spec["windows"] = windows(args, prompts)
+        spec["windows"] = measured
         specs.append(spec)
     if args.collect:
         raw = collect_engines(specs, out)

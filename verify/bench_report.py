@@ -20,6 +20,7 @@ acceptance, and the projection uses their mean and reports their spread.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -28,6 +29,9 @@ from verify.metrics import counters_from_snapshot
 from verify.report import versions_line
 
 SPECIAL_WINDOWS = ("followup",)
+# Long-context windows, bench.py --windows long<N>k[-conc<C>]: a prompt of N x 1024 tokens, batch 1
+# or C requests at once; their prefill is reported apart from their decode.
+LONG_WINDOW = re.compile(r"^long([1-9][0-9]*)k(?:-conc([1-9][0-9]*))?$")
 # vLLM's online FP8 quantizations of a BF16 checkpoint (`--quantization`): fp8 scales activations
 # per tensor, dynamically (two passes over each activation); fp8_per_channel scales weights per
 # output channel and activations per token, llm-compressor's FP8_DYNAMIC layout; fp8_per_block,
@@ -41,6 +45,13 @@ ONLINE_FP8 = ("fp8", "fp8_per_channel", "fp8_per_block")
 PREQUANTIZED_FP8 = ("fp8-dynamic",)
 # The FP8 engines the picks choose among (bench.py's DTYPES add bf16 and auto).
 FP8_DTYPES = (*ONLINE_FP8, *PREQUANTIZED_FP8)
+
+
+def long_window(name: str) -> tuple[int, int] | None:
+    """long32k-conc8 (or long32k-conc8@agree) -> (32768 prompt tokens, concurrency 8); None for
+    any other window."""
+    match = LONG_WINDOW.match(name.split("@")[0])
+    return (int(match[1]) * 1024, int(match[2] or 1)) if match else None
 
 
 def window_figures(window: dict | None) -> dict | None:
@@ -70,10 +81,28 @@ def window_figures(window: dict | None) -> dict | None:
     return figures
 
 
+def prefill_figures(window: dict) -> dict:
+    """A long window's prefill, apart from its decode: per batch, the time to its last request's
+    first token (TTFT counts from arrival, so a request waiting on the others' prefill counts
+    that wait), and the prompt tokens per second of those times."""
+    requests, size = window["requests"], window.get("concurrency", 1)
+    batches = [requests[i:i + size] for i in range(0, len(requests), size)]
+    timed = [b for b in batches if all(r.get("ttft_s") for r in b)]
+    seconds = [max(r["ttft_s"] for r in b) for b in timed]
+    tokens = sum(r["prompt_tokens"] for b in timed for r in b)
+    return {"prompt_tokens": requests[0]["prompt_tokens"] if requests else None,
+            "prefill_ms": round(1000 * statistics.mean(seconds), 1) if seconds else None,
+            "prefill_tok_s": round(tokens / sum(seconds)) if seconds else None}
+
+
 def engine_figures(result: dict) -> dict:
     windows = result.get("windows", {})
     figures = {name: window_figures(w) for name, w in windows.items()
                if name != "warmup" and name.split("@")[0] not in SPECIAL_WINDOWS}
+    for name, w in windows.items():
+        decode = figures.get(name)
+        if decode and long_window(name):
+            decode.update(prefill_figures(w))
     for name, w in windows.items():
         if name.split("@")[0] in SPECIAL_WINDOWS:
             figures[name] = w
@@ -82,7 +111,7 @@ def engine_figures(result: dict) -> dict:
 
 def family(engine: dict) -> tuple:
     """Engines that differ only in k: a speculative engine's plain counterpart shares this."""
-    return tuple(engine.get(key) for key in ("dtype", "runner", "attention", "moe", "compile"))
+    return tuple(engine.get(key) for key in ("dtype", "runner", "attention", "moe", "compile", "kv"))
 
 
 def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
@@ -92,17 +121,22 @@ def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
     plains = {family(e): n for n, e in engines.items() if not e["k"] and e.get("figures")
               and not e.get("stock")}
     stock = next((n for n, e in engines.items() if e.get("stock") and e.get("figures")), None)
+    default_kv = default_kv_engines(engines)
     for engine in engines.values():
         figures = engine.get("figures")
         if not figures:
             continue
         plain = plains.get(family(engine))
         derived: dict = {"plain_engine": plain, "stock_engine": stock, "windows": {}}
+        references = [(plain, "speedup_vs_plain"), (stock, "speedup_vs_stock")]
+        if engine.get("kv") not in (None, "auto"):
+            derived["default_kv_engine"] = default_kv.get(_kv_peer(engine))
+            references.append((derived["default_kv_engine"], "speedup_vs_default_kv"))
         for window, f in figures.items():
             if not isinstance(f, dict) or "decode_tok_s" not in f:
                 continue
             w = {}
-            for ref_name, key in ((plain, "speedup_vs_plain"), (stock, "speedup_vs_stock")):
+            for ref_name, key in references:
                 ref = (engines.get(ref_name, {}).get("figures") or {}).get(window) if ref_name else None
                 if ref and ref.get("decode_tok_s") and f.get("decode_tok_s"):
                     w[key] = round(f["decode_tok_s"] / ref["decode_tok_s"], 3)
@@ -129,6 +163,19 @@ def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
                     "mean_acceptance_length": round(length, 3), "tok_s": round(tok_s, 1),
                     "speedup_vs_stock": round(tok_s / stock_tok_s, 3) if stock_tok_s else None}
         engine["derived"] = derived
+
+
+def default_kv_engines(engines: dict[str, dict]) -> dict[tuple, str]:
+    """The measured engines of the default KV cache (kv=auto, else no kv: the recipe's, auto in
+    every recipe), by everything else that makes an engine: an FP8 KV engine's reference."""
+    chosen = {}
+    for kv in (None, "auto"):   # an explicit kv=auto wins over the recipe's
+        chosen.update({_kv_peer(e): n for n, e in engines.items() if e.get("kv") == kv and e.get("figures")})
+    return chosen
+
+
+def _kv_peer(engine: dict) -> tuple:
+    return (*family(engine)[:-1], engine.get("k"), bool(engine.get("stock")))
 
 
 def _mean_step(engine: dict) -> float | None:
@@ -211,7 +258,8 @@ def render_markdown(report: dict) -> str:
     for name, e in report["engines"].items():
         f = e.get("figures")
         if not f:
-            lines.append(f"| {name} | failed: {e.get('error') or 'no result'} |" + " |" * (12 + len(profiles)))
+            lines.append(f"| {engine_label(name, e)} | failed: {e.get('error') or 'no result'} |"
+                         + " |" * (12 + len(profiles)))
             continue
         d = e.get("derived") or {}
         full, zero = _pair(f, "sustained")
@@ -219,7 +267,7 @@ def render_markdown(report: dict) -> str:
         positions = "/".join(f"{r:.2f}" for r in spec.get("per_position_rates") or [])
         w = (d.get("windows") or {}).get(_name(f, "sustained", "agree"), {})
         c_full, c_zero = _pair(f, "conc8")
-        row = [name, e.get("runner"), str(e.get("k")), e.get("attention") or "–",
+        row = [engine_label(name, e), e.get("runner"), str(e.get("k")), e.get("attention") or "–",
                e.get("compile") or "–", _short_moe(e.get("moe")), _fmt(e.get("init_s")),
                _both(full, zero, "decode_tok_s", controlled),
                f"{_fmt(spec.get('mean_acceptance_length'))} ({positions or '–'})",
@@ -232,12 +280,47 @@ def render_markdown(report: dict) -> str:
             proj = (d.get("projected") or {}).get(profile)
             row.append(f"{_fmt(proj['tok_s'])} ({_fmt(proj['speedup_vs_stock'])})" if proj else "–")
         lines.append("| " + " | ".join(str(c) for c in row) + " |")
+    lines += long_context_table(report["engines"], controlled)
     for profile, pick in (report.get("picks") or {}).items():
         lines.append(f"\n- best at profile `{profile}` ({report['profiles'][profile]}): "
                      f"{pick['engine']} (k={pick['k']}, runner {pick['runner']}), projected "
                      f"{pick['tok_s']} tok/s, {_versus_stock(pick.get('speedup_vs_stock'))}")
     lines += ["", f"Plot: {report.get('plot') or 'not rendered (' + report.get('plot_note', '') + ')'}"]
     return "\n".join(lines) + "\n"
+
+
+def long_context_table(engines: dict[str, dict], controlled: bool) -> list[str]:
+    """One row per engine and long window measured; nothing for a run without one."""
+    rows = [_long_row(name, e, base, controlled) for name, e in engines.items()
+            for base in dict.fromkeys(w.split("@")[0] for w in e.get("figures") or {} if long_window(w))]
+    if not rows:
+        return []
+    pair = "full / zero acc." if controlled else "as measured"
+    return ["", "Long context (`long<N>k[-conc<C>]`: N x 1024 prompt tokens from the prose prompts, "
+                "C requests at once): decode = 1/TPOT over the reply, at that context; vs default KV "
+                "cache: an engine with kv= over the same engine without it; prefill ms = "
+                "time to the first token of a batch's last request (its prefill, with the others' "
+                "ahead of it), prefill tok/s = prompt tokens over those times", "",
+            f"| engine | window | prompt tokens | requests at once | decode tok/s {pair} | speedup vs "
+            f"plain / vs stock / vs default KV cache ({'full acc.' if controlled else 'as measured'}) "
+            f"| prefill ms {pair} | prefill tok/s {pair} |", "|" + "---|" * 8, *rows]
+
+
+def _long_row(name: str, engine: dict, base: str, controlled: bool) -> str:
+    figures = engine["figures"]
+    full, zero = _pair(figures, base)
+    speedups = ((engine.get("derived") or {}).get("windows") or {}).get(_name(figures, base, "agree"), {})
+    row = [engine_label(name, engine), base, _fmt((full or {}).get("prompt_tokens")),
+           _fmt((full or {}).get("concurrency")), _both(full, zero, "decode_tok_s", controlled),
+           " / ".join(_fmt(speedups.get(f"speedup_vs_{ref}")) for ref in ("plain", "stock", "default_kv")),
+           _both(full, zero, "prefill_ms", controlled), _both(full, zero, "prefill_tok_s", controlled)]
+    return "| " + " | ".join(row) + " |"
+
+
+def engine_label(name: str, engine: dict) -> str:
+    """The engine's name, and its KV cache dtype where its --engine set one (kv=): the figures
+    of an FP8 KV cache must not read as the default cache's."""
+    return f"{name} (KV {engine['kv']})" if engine.get("kv") else name
 
 
 def _both(full: dict | None, zero: dict | None, key: str, controlled: bool) -> str:

@@ -8,10 +8,11 @@ The result names the vLLM, torch and transformers versions installed where the e
 them too.
 
 Spec (JSON): env, engine_kwargs, windows [{name, prompts, sampling, repeat, warmup,
-keep_token_ids, kind, control}], result_file, prometheus_dir, barrier {dir, name, count, timeout_s},
-lock_file. A window's `control` ("agree" or "random") first switches a dummy model between
-agreeing and random target/drafter (verify/controls.py, a vLLM plugin). Prompts are strings or
-lists of token ids. Timed windows run under an exclusive flock on lock_file, after every engine of the barrier has started (or failed), so measurements
+warmup_prompts, prompt_tokens, keep_token_ids, kind, control}], result_file, prometheus_dir,
+barrier {dir, name, count, timeout_s}, lock_file. A window's `control` ("agree" or "random")
+first switches a dummy model between agreeing and random target/drafter (verify/controls.py, a
+vLLM plugin). Prompts are strings or lists of token ids. Timed windows run under an exclusive
+flock on lock_file, after every engine of the barrier has started (or failed), so measurements
 of engines sharing one GPU never overlap each other or another engine's start-up.
 """
 from __future__ import annotations
@@ -89,15 +90,14 @@ def run_window(llm, window: dict, spec: dict) -> dict:
         return {**run_followup(llm, window), **control}
     from vllm import SamplingParams
 
-    prompts = [_prompt(p) for p in window["prompts"]]
+    prompts = window_prompts(llm, window)
     sampling = SamplingParams(**window["sampling"])
-    # sequential: one request at a time (batch 1); else all prompts at once (concurrency).
-    batches = [[p] for p in prompts] if window.get("sequential") else [prompts]
+    batches = _batches(window, prompts)
     if window.get("warmup"):
         # Each new prefill length compiles kernels on first sight (about 1 s each on the H200
         # run of 2026-11-29): run every batch once, briefly, before the clock starts.
         brief = SamplingParams(**{**window["sampling"], "max_tokens": 2})
-        for batch in batches:
+        for batch in _batches(window, window_prompts(llm, window, "warmup_prompts")):
             llm.generate(batch, brief, use_tqdm=False)
     before = metrics_snapshot(llm)
     prom_before = prometheus_text()
@@ -117,6 +117,30 @@ def run_window(llm, window: dict, spec: dict) -> dict:
             "concurrency": 1 if window.get("sequential") else len(prompts),
             "requests": [request_figures(o, window.get("keep_token_ids", False)) for o in outputs],
             "metrics_before": before, "metrics_after": after}
+
+
+def _batches(window: dict, prompts: list) -> list[list]:
+    """sequential: one request at a time (batch 1); else all prompts at once (concurrency)."""
+    return [[p] for p in prompts] if window.get("sequential") else [prompts]
+
+
+def window_prompts(llm, window: dict, key: str = "prompts") -> list:
+    """A window's prompts as vLLM takes them. `warmup_prompts` (a long window's) are other prompts
+    of the same lengths: warming up on the measured ones would leave their prefill in the prefix
+    cache, and the clock would time none. `prompt_tokens` (a long window's) cuts each prompt to
+    exactly that many tokens: a text prompt's length is known only to the engine's tokenizer."""
+    prompts = window.get(key) or window["prompts"]
+    length = window.get("prompt_tokens")
+    if length:
+        prompts = [_exact_length(_token_ids(llm, p), length, window["name"]) for p in prompts]
+    return [_prompt(p) for p in prompts]
+
+
+def _exact_length(ids: list[int], length: int, window: str) -> list[int]:
+    if len(ids) < length:
+        raise ValueError(f"window {window}: a prompt of {len(ids)} tokens, shorter than its "
+                         f"prompt_tokens {length}")
+    return list(ids[:length])
 
 
 def set_control(llm, control: str | None) -> dict:
