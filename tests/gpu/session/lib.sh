@@ -23,7 +23,7 @@ pack() {   # what has landed so far, each call: a machine taken back loses nothi
   tar czf "$OUT/$SESSION.tgz" -C "$(dirname "$W")" --exclude='*models*' --exclude='*/cache' \
     --exclude='*.spec.json' --exclude='*.dist-info' --exclude='*/compile' --exclude='*/plugin' \
     --exclude='repo[0-9]*' --exclude='*.pt.trace.json*' "$(basename "$W")" 2>/dev/null
-  cp "$W/timeline.txt" "$OUT/" 2>/dev/null
+  [ ! -f "$W/timeline.txt" ] || cp "$W/timeline.txt" "$OUT/"
 }
 
 versions() {   # $1 = PYTHONPATH
@@ -89,5 +89,114 @@ wait_for_jobs() {   # $1 = seconds at most, $2 = pgrep pattern of the jobs
   while [ $(( $(date +%s) - t0 )) -lt "$1" ]; do
     pgrep -f "$2" > /dev/null || break
     sleep 5
+  done
+}
+
+# --- releases: staged by stage.py into .gpu-stage<R>/, installed into /tmp/site<R> + /tmp/extra<R> --
+# R names a release: 25 = 0.25.0, 271 = 0.27.1, 33 = 0.33.0. PARTS<R> = how many parts stage.py wrote
+# (never install before every part is there: §8). /tmp/whl/c holds nvidia-cutlass-dsl-libs-core
+# (the `cutlass` package FlashAttention 4 imports, §10) and what it needs where the host lacks it.
+
+path_of() { cat "$W/path$1"; }
+
+# --- install -------------------------------------------------------------------------------
+
+cutlass_core() {   # R, cutlass-dsl version: libs-core into libs-base's folder, then what it needs
+  local R=$1 v=$2 X=/tmp/extra$1 M=/tmp/more$1 P
+  python3 -m zipfile -e /tmp/whl/c/nvidia_cutlass_dsl_libs_core-"$v"-py3-none-any.whl "$X"
+  mkdir -p "$M"
+  P="$M:$(path_of "$R")"
+  PYTHONPATH=$P python3 -c "import cuda.bindings" 2>/dev/null || python3 -m pip install -q --no-index \
+    --no-deps --no-compile --target "$M" /tmp/whl/c/cuda_bindings-*.whl /tmp/whl/c/cuda_pathfinder-*.whl
+  # protobuf stays the host's (7.36.2): libs-base 4.6.0 asks for <7, but the protobuf 6.33.5 staged
+  # in §10's first attempt broke vLLM's own import (the host's generated *_pb2 modules need 7:
+  # "module 'google.protobuf.message' has no attribute 'FrozenInstanceError'")
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$M/nvdisasm" /tmp/whl/c/nvidia_cuda_nvdisasm-*.whl
+  echo "$P:$M/nvdisasm" > "$W/path$R"
+  PYTHONPATH=$(path_of "$R") python3 -c "import cutlass, cutlass.cute, google.protobuf as p; print('cutlass.cute from', cutlass.__file__, 'protobuf', p.__version__)" 2>&1 | tail -n 2
+}
+
+install_release() {   # R
+  local R=$1 n need
+  n=$(parts_staged "$R"); eval "need=\${PARTS$R:-}"
+  if [ -z "$need" ] || [ "$n" -ne "$need" ] || [ ! -d /tmp/whl/c ]; then
+    stamp "install $R refused: $n of ${need:-?} parts staged, /tmp/whl: $(ls /tmp/whl 2>&1 | tr '\n' ' ')"
+    return 3
+  fi
+  bash ".gpu-stage$R/gpu_setup.sh" install > "$L/install$R.txt" 2>&1
+  local rc=$?
+  sed -n 's/^export PYTHONPATH=//p' "$L/install$R.txt" | tail -n 1 > "$W/path$R"
+  case $R in
+    271) # transformers' MistralCommonBackend import needs pycountry (§9: every engine stopped there)
+         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site271 /tmp/whl/a/pycountry-*.whl
+         cutlass_core 271 4.6.0 >> "$L/install$R.txt" 2>&1 ;;
+    33)  # gpu_setup.sh of 0.33.0 leaves nvidia-cutlass-dsl's import-line .pth out of the path (§8)
+         echo "$(cat "$W/path33"):/tmp/extra33/nvidia_cutlass_dsl/dsl_packages" > "$W/path33"
+         cutlass_core 33 4.8.0 >> "$L/install$R.txt" 2>&1 ;;
+  esac
+  stamp "install $R exit $rc: $(tail -n 1 "$L/install$R.txt" | cut -c1-160)"
+  return $rc
+}
+
+# --- the work ------------------------------------------------------------------------------
+
+record_machine() {   # R: what the engines of this release run on
+  { date -u; nvidia-smi -L; versions "$(path_of "$1")"; } > "$L/machine$1.txt" 2>&1
+}
+
+apply_series() {   # R, vLLM version, site-packages
+  PYTHONPATH=$(path_of "$1") python3 build.py apply --site-packages "$3" --vllm "$2" > "$L/apply$1.txt" 2>&1
+  stamp "apply $2 exit $? $(tail -n 1 "$L/apply$1.txt" | cut -c1-140)"
+}
+
+serve() {   # PYTHONPATH, vLLM version: the recipe's own serve command, then the endpoint smoke and a burst
+  local P=$1 V=$2 S=http://127.0.0.1:8012 up=0 pid
+  stamp "serve: start"
+  # --installed: the GPU host has no index (§9: the plan died there)
+  PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local --installed --vllm $V --models $W/serve-models \
+    --work $W/serve --gpu-memory-utilization 0.15 --kv-cache-gib 2 --json > "$L/serve-plan.json" 2>&1
+  PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local --installed --vllm $V --models $W/serve-models \
+    --work $W/serve --gpu-memory-utilization 0.15 --kv-cache-gib 2 > "$W/serve-command.sh" 2>> "$L/serve-plan.json"
+  mkdir -p $W/serve
+  PYTHONPATH=$P setsid bash "$W/serve-command.sh" > "$W/serve/server.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 80); do
+    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' "$S/health" 2>/dev/null && { up=1; break; }
+    kill -0 $pid 2>/dev/null || break
+    sleep 6
+  done
+  stamp "serve: up=$up"
+  if [ $up = 1 ]; then
+    PYTHONPATH=$P timeout 150 python3 -m verify.mtp_smoke --recipe gemma-4-26b-a4b-it --target h200 \
+      --endpoint $S --dummy --server-log $W/serve/server.log --max-tokens 64 --out $W/serve-smoke \
+      > "$L/serve-smoke.txt" 2>&1
+    echo "exit $?" >> "$L/serve-smoke.txt"
+    PYTHONPATH=$P timeout 200 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --target h200 \
+      --endpoint $S --burst 500 --token-prompts --out $W/serve-burst > "$L/serve-burst.txt" 2>&1
+    echo "exit $?" >> "$L/serve-burst.txt"
+    stamp "serve: smoke $(tail -n 1 "$L/serve-smoke.txt"), burst $(tail -n 1 "$L/serve-burst.txt")"
+  fi
+  kill -TERM -- -$pid 2>/dev/null; sleep 8; kill -KILL -- -$pid 2>/dev/null
+}
+
+patched_copy() {   # PYTHONPATH, vLLM version, site, copy, log name, candidate ids...: the
+  # install's vllm/ in a copy with the candidates applied (bench's site=, mtp_smoke on its path)
+  local P=$1 V=$2 site=$3 copy=$4 name=$5; shift 5
+  local with=() id
+  for id in "$@"; do with+=(--with-candidate "$id"); done
+  rm -rf "$copy" && mkdir -p "$copy" && cp -a "$site/vllm" "$site"/vllm-"$V"*.dist-info "$copy/"
+  PYTHONPATH=$P python3 build.py apply --site-packages "$copy" --vllm "$V" "${with[@]}" \
+    > "$L/apply-$name.txt" 2>&1
+  stamp "$name: apply exit $? $(head -n 1 "$L/apply-$name.txt" | cut -c1-160)"
+}
+
+summary() {   # each step's verdict, so nothing has to be read between calls (§10: the machine went
+  # back while its logs were read here)
+  local f
+  for f in "$L"/*.txt; do
+    [ -f "$f" ] || continue
+    printf '%-28s %s
+' "$(basename "$f" .txt)" \
+      "$(grep -E '^RESULT|^exit |Error|error:' "$f" | grep -v Warning | tail -n 2 | tr '\n' ' ' | cut -c1-150)"
   done
 }

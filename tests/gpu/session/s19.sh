@@ -43,93 +43,8 @@ STOCK="name=stock,dtype=auto,runner=default,attention=default,compile=inductor"
 PEER="name=peer-bf16-mtp4,dtype=bf16,k=4,runner=default,attention=default,compile=inductor,moe=none"
 PATCHED=/tmp/site-splitkv
 
-path_of() { cat "$W/path$1"; }
-
-# --- install -------------------------------------------------------------------------------
-
-cutlass_core() {   # R, cutlass-dsl version: libs-core into libs-base's folder, then what it needs
-  local R=$1 v=$2 X=/tmp/extra$1 M=/tmp/more$1 P
-  python3 -m zipfile -e /tmp/whl/c/nvidia_cutlass_dsl_libs_core-"$v"-py3-none-any.whl "$X"
-  mkdir -p "$M"
-  P="$M:$(path_of "$R")"
-  PYTHONPATH=$P python3 -c "import cuda.bindings" 2>/dev/null || python3 -m pip install -q --no-index \
-    --no-deps --no-compile --target "$M" /tmp/whl/c/cuda_bindings-*.whl /tmp/whl/c/cuda_pathfinder-*.whl
-  # protobuf stays the host's (7.36.2): libs-base 4.6.0 asks for <7, but the protobuf 6.33.5 staged
-  # in §10's first attempt broke vLLM's own import (the host's generated *_pb2 modules need 7:
-  # "module 'google.protobuf.message' has no attribute 'FrozenInstanceError'")
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$M/nvdisasm" /tmp/whl/c/nvidia_cuda_nvdisasm-*.whl
-  echo "$P:$M/nvdisasm" > "$W/path$R"
-  PYTHONPATH=$(path_of "$R") python3 -c "import cutlass, cutlass.cute, google.protobuf as p; print('cutlass.cute from', cutlass.__file__, 'protobuf', p.__version__)" 2>&1 | tail -n 2
-}
-
-install_release() {   # R
-  local R=$1 n need
-  n=$(parts_staged "$R"); eval "need=\${PARTS$R:-}"
-  if [ -z "$need" ] || [ "$n" -ne "$need" ] || [ ! -d /tmp/whl/c ]; then
-    stamp "install $R refused: $n of ${need:-?} parts staged, /tmp/whl: $(ls /tmp/whl 2>&1 | tr '\n' ' ')"
-    return 3
-  fi
-  bash ".gpu-stage$R/gpu_setup.sh" install > "$L/install$R.txt" 2>&1
-  local rc=$?
-  sed -n 's/^export PYTHONPATH=//p' "$L/install$R.txt" | tail -n 1 > "$W/path$R"
-  case $R in
-    271) # transformers' MistralCommonBackend import needs pycountry (§9: every engine stopped there)
-         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site271 /tmp/whl/a/pycountry-*.whl
-         cutlass_core 271 4.6.0 >> "$L/install$R.txt" 2>&1 ;;
-    33)  # gpu_setup.sh of 0.33.0 leaves nvidia-cutlass-dsl's import-line .pth out of the path (§8)
-         echo "$(cat "$W/path33"):/tmp/extra33/nvidia_cutlass_dsl/dsl_packages" > "$W/path33"
-         cutlass_core 33 4.8.0 >> "$L/install$R.txt" 2>&1 ;;
-  esac
-  stamp "install $R exit $rc: $(tail -n 1 "$L/install$R.txt" | cut -c1-160)"
-  return $rc
-}
-
-# --- the work ------------------------------------------------------------------------------
-
-record_machine() {   # R: what the engines of this release run on
-  { date -u; nvidia-smi -L; versions "$(path_of "$1")"; } > "$L/machine$1.txt" 2>&1
-}
-
-apply_series() {   # R, vLLM version, site-packages
-  PYTHONPATH=$(path_of "$1") python3 build.py apply --site-packages "$3" --vllm "$2" > "$L/apply$1.txt" 2>&1
-  stamp "apply $2 exit $? $(tail -n 1 "$L/apply$1.txt" | cut -c1-140)"
-}
-
-serve() {   # the recipe's own serve command on 0.27.1, then the endpoint smoke and a burst
-  local P=$1 S=http://127.0.0.1:8012 up=0 pid
-  stamp "serve: start"
-  # --installed: the GPU host has no index (§9: the plan died there)
-  PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local --installed --vllm 0.27.1 --models $W/serve-models \
-    --work $W/serve --gpu-memory-utilization 0.15 --kv-cache-gib 2 --json > "$L/serve-plan.json" 2>&1
-  PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local --installed --vllm 0.27.1 --models $W/serve-models \
-    --work $W/serve --gpu-memory-utilization 0.15 --kv-cache-gib 2 > "$W/serve-command.sh" 2>> "$L/serve-plan.json"
-  mkdir -p $W/serve
-  PYTHONPATH=$P setsid bash "$W/serve-command.sh" > "$W/serve/server.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 80); do
-    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' "$S/health" 2>/dev/null && { up=1; break; }
-    kill -0 $pid 2>/dev/null || break
-    sleep 6
-  done
-  stamp "serve: up=$up"
-  if [ $up = 1 ]; then
-    PYTHONPATH=$P timeout 150 python3 -m verify.mtp_smoke --recipe gemma-4-26b-a4b-it --target h200 \
-      --endpoint $S --dummy --server-log $W/serve/server.log --max-tokens 64 --out $W/serve-smoke \
-      > "$L/serve-smoke.txt" 2>&1
-    echo "exit $?" >> "$L/serve-smoke.txt"
-    PYTHONPATH=$P timeout 200 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --target h200 \
-      --endpoint $S --burst 500 --token-prompts --out $W/serve-burst > "$L/serve-burst.txt" 2>&1
-    echo "exit $?" >> "$L/serve-burst.txt"
-    stamp "serve: smoke $(tail -n 1 "$L/serve-smoke.txt"), burst $(tail -n 1 "$L/serve-burst.txt")"
-  fi
-  kill -TERM -- -$pid 2>/dev/null; sleep 8; kill -KILL -- -$pid 2>/dev/null
-}
-
-patched_copy() {   # 0.27.1's vllm/ in a copy, with the split-KV candidate applied
-  rm -rf $PATCHED && mkdir -p $PATCHED && cp -a /tmp/site271/vllm /tmp/site271/vllm-0.27.1*.dist-info $PATCHED/
-  PYTHONPATH=$1 python3 build.py apply --site-packages $PATCHED --vllm 0.27.1 \
-    --with-candidate triton-spec-decode-split-kv > "$L/apply-splitkv.txt" 2>&1
-  stamp "splitkv: apply exit $? $(head -n 1 "$L/apply-splitkv.txt" | cut -c1-160)"
+patched_copy_splitkv() {   # 0.27.1's vllm/ in a copy, with the split-KV candidate applied
+  patched_copy "$1" 0.27.1 /tmp/site271 $PATCHED splitkv triton-spec-decode-split-kv
 }
 
 bench30() {   # 0.27.1 at 30 layers: stock and the recipe in one wave, the plain engine and the candidate in the next
@@ -172,8 +87,8 @@ job271() {
   local P; P=$(path_of 271)
   record_machine 271
   apply_series 271 0.27.1 /tmp/site271
-  patched_copy "$P"
-  untimed serve 21 serve "$P" &
+  patched_copy_splitkv "$P"
+  untimed serve 21 serve "$P" 0.27.1 &
   untimed smoke271-qwen-v1 20 smoke smoke271-qwen-v1 "$P" 480 "${QWEN[@]}" &
   untimed smoke271-splitkv-v2 14 smoke smoke271-splitkv-v2 "$PATCHED:$P" 480 "${SMOKE26[@]}" \
     --runner v2 --lossless --compile-backend eager &
@@ -238,7 +153,7 @@ case $PLAN in
   job33) job33 ;;
   collect)
     wait_for_jobs "${2:-0}" "s19.sh job"
-    pack; progress 40; nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
+    pack; progress 12; summary; nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
     du -h "$OUT/$SESSION.tgz" ;;
   *) echo "unknown plan $PLAN"; exit 2 ;;
 esac

@@ -1,0 +1,99 @@
+"""tests/gpu/session/lib.sh, the scheduler every GPU session script from s19 on shares, run with real
+bash and flock: jobs whose GPU memory does not fit together never run together, an untimed job
+keeps every timed window waiting (the GPU lock held shared), and `summary` gives each step's
+verdict in one line (§10 of docs/gpu-evidence.md: the first machine went back while logs were
+read between calls)."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SESSION = Path(__file__).resolve().parent / "gpu" / "session"
+LIB = SESSION / "lib.sh"
+
+
+def run_bash(script: str, work: Path, capacity: int = 10) -> subprocess.CompletedProcess:
+    prelude = f'W={work} SESSION=test CAPACITY_GB={capacity}; . {LIB}\n'
+    return subprocess.run(["bash", "-c", prelude + script], capture_output=True, text=True, timeout=120)
+
+
+def intervals(work: Path) -> dict[str, tuple[float, float]]:
+    """job -> (start, end) as the jobs wrote them (date +%s.%N)."""
+    spans = {}
+    for line in (work / "spans").read_text().splitlines():
+        name, start, end = line.split()
+        spans[name] = (float(start), float(end))
+    return spans
+
+
+def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+RECORD = '''record() {  # name, seconds: the span this job held its reservation
+  local t0; t0=$(date +%s.%N); sleep "$2"; echo "$1 $t0 $(date +%s.%N)" >> "$W/spans"
+}
+'''
+
+
+@pytest.mark.parametrize("script", sorted(SESSION.glob("*.sh")), ids=lambda p: p.name)
+def test_every_session_script_parses(script):
+    result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_jobs_that_do_not_fit_together_never_overlap_and_those_that_fit_do(tmp_path):
+    result = run_bash(RECORD + '''
+timed big1 6 record big1 2 &
+sleep 0.3; timed big2 6 record big2 2 &
+sleep 0.3; timed small 3 record small 1 &
+wait
+''', tmp_path)
+    assert result.returncode == 0, result.stderr
+    spans = intervals(tmp_path)
+    assert not overlap(spans["big1"], spans["big2"])  # 6 + 6 > 10 GB
+    assert overlap(spans["big1"], spans["small"]) or overlap(spans["big2"], spans["small"])  # 6 + 3 fit
+    assert (tmp_path / "reserved").read_text() == ""  # every reservation released
+    timeline = (tmp_path / "timeline.txt").read_text()
+    assert "big1: start (6 GB reserved)" in timeline and "small: exit 0" in timeline
+
+
+def test_an_untimed_job_keeps_every_timed_window_waiting(tmp_path):
+    """A timed window takes the GPU lock alone (verify's gpu_turn); an untimed job holds it shared."""
+    result = run_bash(RECORD + '''
+untimed smoke 2 record smoke 2 &
+sleep 0.5
+( flock -x 8; t0=$(date +%s.%N); echo "window $t0 $(date +%s.%N)" >> "$W/spans" ) 8>> "$VLLM_FORGE_MEASURE_LOCK"
+wait
+''', tmp_path)
+    assert result.returncode == 0, result.stderr
+    spans = intervals(tmp_path)
+    assert spans["window"][0] >= spans["smoke"][1]
+
+
+def test_summary_gives_each_steps_verdict_in_one_line(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir(parents=True)
+    (logs / "smoke-a.txt").write_text("lots of engine output\nRESULT: PASS (11 passed, 0 failed)\nexit 0\n")
+    (logs / "bench.txt").write_text("[bench] started stock\nImportError: cannot import name 'LLM'\n")
+    result = run_bash("summary", tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(None, 1) for line in result.stdout.splitlines())
+    assert lines["smoke-a"].strip() == "RESULT: PASS (11 passed, 0 failed) exit 0"
+    assert "ImportError: cannot import name 'LLM'" in lines["bench"]
+
+
+def test_pack_leaves_out_the_job_copies_but_not_a_report(tmp_path):
+    work = tmp_path / "s"
+    (work / "repo271").mkdir(parents=True)
+    (work / "repo271" / "big").write_text("x")
+    (work / "report.md").write_text("kept")
+    out = tmp_path / "out"
+    out.mkdir()
+    result = subprocess.run(["bash", "-c", f'W={work} SESSION=test OUT={out}; . {LIB}; pack'],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    listing = subprocess.run(["tar", "tzf", str(out / "test.tgz")], capture_output=True, text=True).stdout
+    assert "s/report.md" in listing and "repo271" not in listing
