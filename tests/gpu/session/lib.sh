@@ -200,3 +200,30 @@ summary() {   # each step's verdict, so nothing has to be read between calls (§
       "$(grep -E '^RESULT|^exit |Error|error:' "$f" | grep -v Warning | tail -n 2 | tr '\n' ' ' | cut -c1-150)"
   done
 }
+
+session_plan() {   # script, plan, args: what every session script answers besides its own jobs
+  local script=$1 plan=$2; shift 2
+  case $plan in
+    stage)   # R: copy the part this call carries
+      bash ".gpu-stage$1/gpu_setup.sh" | tail -n 1
+      echo "parts $1: $(parts_staged "$1")"; pack; progress 3 ;;
+    stagewhl)
+      mkdir -p /tmp/whl && cp -r .whl/* /tmp/whl/ && ls /tmp/whl /tmp/whl/c ;;
+    start)   # R...: install each (every part there), start its job (JOB= another job name)
+      local R
+      for R in "$@"; do
+        install_release "$R" || continue
+        repo_copy "$W/repo$R"
+        # never pipe this call's output: the daemon's start is what the call waits for (§10: a
+        # start call piped into tail held the machine until its time ran out)
+        (cd "$W/repo$R" && setsid nohup bash "tests/gpu/session/$(basename "$script")" "${JOB:-job$R}" \
+          > "$L/job$R.txt" 2>&1 < /dev/null &)
+      done
+      sleep 2; progress 8 ;;
+    collect)   # [WAIT_S]: wait up to WAIT_S for the jobs, pack, each step's verdict
+      wait_for_jobs "${1:-0}" "$(basename "$script") job"
+      pack; progress 12; summary; nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
+      du -h "$OUT/$SESSION.tgz" ;;
+    *) echo "unknown plan $plan"; exit 2 ;;
+  esac
+}

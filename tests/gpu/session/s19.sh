@@ -28,57 +28,10 @@ set -u
 PLAN=${1:?plan}
 W=/tmp/s19 SESSION=s19
 . "$(dirname "$0")/lib.sh"
-
-SMOKE=(--target h200 --dummy --layers 10 --attention-backend TRITON_ATTN --max-model-len 4096
-       --gpu-memory-utilization 0.1 --kv-cache-gib 2 --moe-config-dir patches/moe-configs)
-SMOKE26=(--recipe gemma-4-26b-a4b-it "${SMOKE[@]}")
-QWEN=(--recipe qwen3.6-35b-a3b --target h200 --dummy --layers 8 --lossless --max-model-len 4096
-      --gpu-memory-utilization 0.15 --kv-cache-gib 2 --attention-backend TRITON_ATTN
-      --moe-config-dir patches/moe-configs)
-BENCH=(--target h200 --dummy --parallel --gpu-memory-utilization 0.08 --kv-cache-gib 1
-       --max-model-len 4096 --attention-backend TRITON_ATTN --moe-config-dir patches/moe-configs
-       --windows "sustained,conc8,conc16" --sustained-tokens 256 --repeat 2 --configs ""
-       --profile spark343=0.84/0.60/0.39/0.27 --profile seed87=rate@0.87)
-STOCK="name=stock,dtype=auto,runner=default,attention=default,compile=inductor"
-PEER="name=peer-bf16-mtp4,dtype=bf16,k=4,runner=default,attention=default,compile=inductor,moe=none"
-PATCHED=/tmp/site-splitkv
+. "$(dirname "$0")/benches.sh"
 
 patched_copy_splitkv() {   # 0.27.1's vllm/ in a copy, with the split-KV candidate applied
-  patched_copy "$1" 0.27.1 /tmp/site271 $PATCHED splitkv triton-spec-decode-split-kv
-}
-
-bench30() {   # 0.27.1 at 30 layers: stock and the recipe in one wave, the plain engine and the candidate in the next
-  PYTHONPATH=$1 timeout 1450 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
-    --layers 30 "${BENCH[@]}" --gpu-memory-utilization 0.25 --kv-cache-gib 2 --max-parallel 2 --timeout 700 \
-    --engine "$STOCK" --engine "name=fp8-mtp4-v2,k=4,runner=v2" \
-    --engine "name=fp8-v2,k=0,runner=v2" --engine "name=fp8-mtp4-v2-splitkv,k=4,runner=v2,site=$PATCHED" \
-    --out $W/bench30
-}
-
-bench10() {   # 0.27.1 at 10 layers: stock, the peer (vllm-project/recipes, BF16 k=4) and the recipe at once
-  PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
-    --layers 10 "${BENCH[@]}" --timeout 1100 \
-    --engine "$STOCK" --engine "$PEER" --engine "name=fp8-mtp4-v2,k=4,runner=v2" --out $W/bench10
-}
-
-bench_qwen() {   # the Qwen recipe (fp8, V1, k=2) against its plain engine, 0.27.1
-  PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe qwen3.6-35b-a3b --layers 8 "${BENCH[@]}" \
-    --timeout 1100 --engine "name=fp8-v1,k=0,runner=v1" --engine "name=fp8-mtp2-v1,k=2,runner=v1" \
-    --engine "name=fp8-mtp1-v1,k=1,runner=v1" --out $W/bench-qwen
-}
-
-bench33() {   # 0.33.0 at 10 layers: stock (FA4 per layer), the recipe on TRITON_ATTN and on FA4
-  PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
-    --layers 10 "${BENCH[@]}" --timeout 1100 \
-    --engine "$STOCK" --engine "name=fp8-v2,k=0,runner=v2" --engine "name=fp8-mtp4-v2,k=4,runner=v2" \
-    --engine "name=fp8-mtp4-v2-fa4,k=4,runner=v2,attention=default" --out $W/bench33
-}
-
-profile() {   # name, PYTHONPATH, k
-  PYTHONPATH=$2 timeout 1150 python3 -m verify.profile --recipe gemma-4-26b-a4b-it --target h200 \
-    --dummy --layers 30 --k "$3" --tokens 128 --attention-backend TRITON_ATTN \
-    --moe-config-dir patches/moe-configs --gpu-memory-utilization 0.25 --kv-cache-gib 2 \
-    --max-model-len 8192 --max-seconds 1100 --out "$W/$1"
+  patched_copy "$1" 0.27.1 /tmp/site271 "$SPLITKV" splitkv triton-spec-decode-split-kv
 }
 
 # GB: 26B-A4B at 10 layers ~21 (BF16) / ~12 (FP8) an engine, at 30 layers ~57 / ~33; Qwen at 8
@@ -90,13 +43,13 @@ job271() {
   patched_copy_splitkv "$P"
   untimed serve 21 serve "$P" 0.27.1 &
   untimed smoke271-qwen-v1 20 smoke smoke271-qwen-v1 "$P" 480 "${QWEN[@]}" &
-  untimed smoke271-splitkv-v2 14 smoke smoke271-splitkv-v2 "$PATCHED:$P" 480 "${SMOKE26[@]}" \
+  untimed smoke271-splitkv-v2 14 smoke smoke271-splitkv-v2 "$SPLITKV:$P" 480 "${SMOKE26[@]}" \
     --runner v2 --lossless --compile-backend eager &
   sleep 3   # the untimed jobs reserve first
   timed bench30 92 bench30 "$P" &
   sleep 1; timed bench-qwen 30 bench_qwen "$P" &
   sleep 1; timed bench10 58 bench10 "$P" &
-  sleep 1; timed profile-k4-splitkv 34 profile profile-k4-splitkv "$PATCHED:$P" 4 &
+  sleep 1; timed profile-k4-splitkv 34 profile profile-k4-splitkv "$SPLITKV:$P" 4 &
   wait
   stamp "job271 done"
 }
@@ -133,27 +86,9 @@ job33() {
 }
 
 case $PLAN in
-  stage)
-    R=${2:?release}
-    bash ".gpu-stage$R/gpu_setup.sh" | tail -n 1
-    echo "parts $R: $(parts_staged "$R")"; pack; progress 3 ;;
-  stagewhl)
-    mkdir -p /tmp/whl && cp -r .whl/* /tmp/whl/ && ls /tmp/whl /tmp/whl/c ;;
-  start)
-    shift
-    for R in "$@"; do
-      install_release "$R" || continue
-      repo_copy "$W/repo$R"
-      (cd "$W/repo$R" && setsid nohup bash tests/gpu/session/s19.sh "${JOB:-job$R}" > "$L/job$R.txt" 2>&1 < /dev/null &)
-    done
-    sleep 2; progress 8 ;;
   job271) job271 ;;
   job271b) job271b ;;
   job25) job25 ;;
   job33) job33 ;;
-  collect)
-    wait_for_jobs "${2:-0}" "s19.sh job"
-    pack; progress 12; summary; nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
-    du -h "$OUT/$SESSION.tgz" ;;
-  *) echo "unknown plan $PLAN"; exit 2 ;;
+  *) session_plan "$0" "$@" ;;
 esac
