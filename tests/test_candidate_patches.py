@@ -1,5 +1,6 @@
-"""Candidate patches (series.yaml `candidate: true`) and the one there is: the backport of vLLM PR
-#52879, which lets the speculative verify pass use the Triton 3D split-KV attention path.
+"""Candidate patches (series.yaml `candidate: true`) and the first of them: the backport of vLLM PR
+#52879, which lets the speculative verify pass use the Triton 3D split-KV attention path (the
+other, triton-attn-group-kv-heads, is tested in tests/test_candidate_group_kv_heads.py).
 
 A candidate's status is computed and shown like every patch's, on the real release trees; `build.py
 apply` on a real unpacked install leaves it out unless `--with-candidate ID` names it, and the
@@ -51,7 +52,7 @@ def test_the_candidate_is_in_the_manifest_as_one():
     series = load_series()
     patch = series.get(PATCH)
     assert patch.candidate and patch.kind == "source"
-    assert [p.id for p in series.patches if p.candidate] == [PATCH]
+    assert PATCH in [p.id for p in series.patches if p.candidate]
     assert {k: v for k, v in patch.upstream.items() if v} == {"issue": 48076, "pr": 52879}
     assert patch.touches == [BACKEND, LAUNCHER]
     assert set(_checked_releases(series)) == set(EXPECTED)
@@ -107,7 +108,7 @@ def test_build_patches_marks_the_candidate():
            f"unless asked (`{FLAG} ID`)" in result.stdout
     matrix = run_build("patches", "--all", "--offline")
     assert matrix.returncode == 0, matrix.stderr
-    assert matrix.stdout.splitlines()[0].split()[-1] == f"{PATCH}*"
+    assert f"{PATCH}*" in matrix.stdout.splitlines()[0].split()
     as_json = json.loads(run_build("patches", "--vllm", "0.27.1", "--offline", "--json").stdout)
     entry = next(p for p in as_json["patches"] if p["id"] == PATCH)
     assert entry["candidate"] is True and entry["status"] == A

@@ -82,6 +82,20 @@ def test_cited_release_lines_say_what_the_doc_says():
         ("0.25.0", "vllm/v1/structured_output/__init__.py", 449, "def trim_reasoning_for_advance("),
         ("0.25.0", "vllm/v1/core/sched/scheduler.py", 1647, "trim_reasoning_for_advance("),
         ("0.25.0", "vllm/platforms/cuda.py", 556, "return cls.has_device_capability(89)"),
+        ("0.25.0", "vllm/v1/attention/backends/triton_attn.py", 120,
+         "self.num_heads_kv = model_config.get_num_kv_heads(vllm_config.parallel_config)"),
+        ("0.21.0", "vllm/v1/attention/backends/triton_attn.py", 143,
+         "self.num_heads_kv = model_config.get_num_kv_heads(vllm_config.parallel_config)"),
+        ("0.33.0", "vllm/v1/attention/backends/triton_attn.py", 117,
+         "self.num_heads_kv = model_config.get_num_kv_heads(vllm_config.parallel_config)"),
+        ("0.25.0", "vllm/v1/attention/backends/triton_attn.py", 139,
+         "self.seq_threshold_3D = MIN_LAUNCH_GRID_SIZE_2D // self.num_heads_kv"),
+        ("0.25.0", "vllm/v1/attention/ops/triton_unified_attention.py", 928,
+         "num_kv_heads = k.shape[2]"),
+        ("0.25.0", "vllm/model_executor/models/gemma4.py", 584,
+         'config, "num_global_key_value_heads", config.num_key_value_heads'),
+        ("0.25.0", "vllm/transformers_utils/model_arch_config_convertor.py", 593,
+         "return max(head_dim, global_head_dim) or super().get_head_size()"),
     ]
     doc = " ".join(DOC.read_text().split())   # the doc wraps lines anywhere
     for version, rel, number, text in anchors:

@@ -1,0 +1,210 @@
+"""The candidate `triton-attn-group-kv-heads`: vLLM PR #56996's change (PR #54191 makes its
+num_kv_heads half), which has TritonAttentionMetadataBuilder size its split-KV threshold and its
+softmax_segm_* scratch from the KV-cache spec it serves instead of the model-wide KV-head count
+and head size.
+
+Read on the real release trees (PyPI sdists, cached): every checked release carries the two
+model-wide lines and none carries the fix, the status is `applies` exactly where the entry's
+`releases` say, the diff changes those two lines and nothing else, and `build.py apply` writes it
+only when asked, alone or together with the split-KV candidate (the two touch different lines).
+"""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+
+from packaging.version import Version
+
+from forge.patching import diffs
+from forge.patching.readme_table import BEGIN, END
+from forge.patching.series import load_series
+from forge.patching.status import applied_statuses, release_status, status_of
+from forge.upstream import releases
+from tests.fixtures_patches import snapshot
+from tests.test_candidate_patches import REPO
+from tests.test_patch_series import run_build
+
+PATCH = "triton-attn-group-kv-heads"
+SPLIT_KV = "triton-spec-decode-split-kv"
+FLAG = "--with-candidate"
+BACKEND = "vllm/v1/attention/backends/triton_attn.py"
+LAUNCHER = "vllm/v1/attention/ops/triton_unified_attention.py"
+A, N = "applies", "not-needed"
+APPLIES_ON = ("0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0",
+              "0.31.0", "0.32.0", "0.33.0")
+EXPECTED = {v: (A if v in APPLIES_ON else N) for v in (
+    "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", *APPLIES_ON)}
+# The builder's model-wide lines (the bug), as every checked release writes them.
+OLD = (b"        self.num_heads_kv = model_config.get_num_kv_heads(vllm_config.parallel_config)\n"
+       b"        self.headdim = model_config.get_head_size()\n")
+# Before 0.25.0 the diff's leading context (the num_heads_q lines) differs in these: in range they
+# would read conflict; 0.22.x happen to fit but are outside the range like the rest.
+OTHER_CONTEXT = ("0.21.0", "0.23.0", "0.24.0")
+
+
+def _checked_releases(series) -> list[str]:
+    return [str(v) for v in releases.list_releases(minimum=series.checked_from)
+            if v <= Version(series.checked_through)]
+
+
+def _builder_init_assignments(source: bytes) -> dict[str, str]:
+    """`self.X = expr` in TritonAttentionMetadataBuilder.__init__, as source text."""
+    tree = ast.parse(source)
+    builder = next(n for n in tree.body if isinstance(n, ast.ClassDef)
+                   and n.name == "TritonAttentionMetadataBuilder")
+    init = next(n for n in builder.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    found = {}
+    for node in ast.walk(init):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                    and target.value.id == "self" and target.attr not in found:
+                found[target.attr] = ast.unparse(node.value)
+    return found
+
+
+def test_the_entry_is_a_candidate_for_the_releases_the_recipes_serve():
+    series = load_series()
+    patch = series.get(PATCH)
+    assert patch.candidate and patch.kind == "source"
+    assert [p.id for p in series.patches if p.candidate] == [SPLIT_KV, PATCH]
+    assert {k: v for k, v in patch.upstream.items() if v} == {"pr": 56996}
+    assert patch.touches == [BACKEND]
+    assert patch.releases == ">=0.25.0"
+    assert set(_checked_releases(series)) == set(EXPECTED)
+    for pr in ("#56996", "#54191"):
+        assert pr in patch.why
+    assert "benchmarks/results/profile-k4-s18-h200-vllm0.27.1.md" in patch.why
+
+
+def test_every_checked_release_has_the_bug_and_none_the_fix():
+    for version in EXPECTED:
+        builder = (releases.release_tree(version) / BACKEND).read_bytes()
+        assert builder.count(OLD) == 1, version
+        assert b"kv_cache_spec.num_kv_heads" not in builder, version
+        assigned = _builder_init_assignments(builder)
+        assert assigned["seq_threshold_3D"] == "MIN_LAUNCH_GRID_SIZE_2D // self.num_heads_kv"
+        # the launcher's 2D grid takes the KV-head count from the group's own cache
+        assert b"    num_kv_heads = k.shape[2]\n" in \
+            (releases.release_tree(version) / LAUNCHER).read_bytes(), version
+
+
+def test_status_on_every_release_is_what_its_source_says():
+    series = load_series()
+    patch = series.get(PATCH)
+    for version in _checked_releases(series):
+        tree = releases.release_tree(version)
+        computed = status_of(patch, tree, Version(version))
+        assert computed.status == EXPECTED[version], (version, computed)
+        if version in OTHER_CONTEXT:
+            try:
+                diffs.plan_diff(tree, patch.diffs)
+            except diffs.HunkError as error:
+                assert error.path == BACKEND
+            else:
+                raise AssertionError(f"{version}: the diff fits, but the entry says it does not")
+        if computed.status != A:
+            continue
+        planned = diffs.plan_diff(tree, patch.diffs)
+        assert list(planned) == [BACKEND]
+        new = planned[BACKEND]
+        compile(new, BACKEND, "exec", dont_inherit=True)
+        before, after = _builder_init_assignments((tree / BACKEND).read_bytes()), \
+            _builder_init_assignments(new)
+        assert after["num_heads_kv"] == "kv_cache_spec.num_kv_heads", version
+        assert after["headdim"] == "kv_cache_spec.head_size", version
+        assert before["num_heads_kv"] == "model_config.get_num_kv_heads(vllm_config.parallel_config)"
+        assert before["headdim"] == "model_config.get_head_size()"
+        # every other assignment of the builder's __init__ is untouched
+        assert {k: v for k, v in before.items() if k not in ("num_heads_kv", "headdim")} == \
+            {k: v for k, v in after.items() if k not in ("num_heads_kv", "headdim")}, version
+        assert OLD not in new
+
+
+def test_gemma4_full_attention_layers_have_their_own_kv_heads_and_head_size():
+    """What the why says about 0.25.0: the full-attention layers of a k_eq_v Gemma 4 take
+    num_global_key_value_heads and global_head_dim, and the model-wide head size is the larger."""
+    tree = releases.release_tree("0.25.0")
+    model = (tree / "vllm/model_executor/models/gemma4.py").read_text()
+    assert 'head_dim = getattr(config, "global_head_dim", config.head_dim)' in model
+    assert 'config, "num_global_key_value_heads", config.num_key_value_heads' in model
+    convertor = (tree / "vllm/transformers_utils/model_arch_config_convertor.py").read_text()
+    assert "return max(head_dim, global_head_dim) or super().get_head_size()" in convertor
+    lines = (tree / BACKEND).read_text().splitlines()
+    assert lines[119:121] == [line.decode() for line in OLD.splitlines()]  # lines 120-121
+
+
+def test_git_apply_agrees_with_the_strict_engine():
+    patch = load_series().get(PATCH)
+    for version in (*APPLIES_ON, *OTHER_CONTEXT):
+        result = subprocess.run(["git", "apply", "--check", str(patch.files[0].absolute)],
+                                cwd=releases.release_tree(version), capture_output=True)
+        assert (result.returncode == 0) == (version in APPLIES_ON), (version, result.stderr)
+
+
+def test_build_patches_shows_it_as_a_candidate():
+    for version, expected in (("0.25.0", A), ("0.33.0", A), ("0.24.0", N)):
+        result = run_build("patches", "--vllm", version, "--offline")
+        assert result.returncode == 0, result.stderr
+        row = next(line for line in result.stdout.splitlines() if line.startswith(PATCH))
+        assert row.split()[:3] == [f"{PATCH}*", "source", expected], (version, row)
+    as_json = json.loads(run_build("patches", "--vllm", "0.25.0", "--offline", "--json").stdout)
+    entry = next(p for p in as_json["patches"] if p["id"] == PATCH)
+    assert entry["candidate"] is True and entry["status"] == A
+
+
+def test_images_and_a_plain_apply_leave_it_out(vllm_site):
+    series = load_series()
+    statuses = release_status("0.25.0", offline=True, series=series)
+    assert PATCH not in {s.id for s in applied_statuses(statuses, series)}
+    assert PATCH in {s.id for s in applied_statuses(statuses, series, frozenset({PATCH}))}
+    assert FLAG not in (REPO / "images" / "Dockerfile").read_text()
+    site = vllm_site("0.33.0")
+    original = snapshot(site)
+    plain = run_build("apply", "--site-packages", str(site), "--vllm", "0.33.0")
+    assert plain.returncode == 0, plain.stderr
+    assert f"{PATCH}: candidate, not applied ({A}); `{FLAG} {PATCH}` applies it" in plain.stdout
+    assert snapshot(site) == original
+
+
+def test_both_candidates_apply_together_and_revert(vllm_site):
+    """0.27.1 is in both ranges: the two diffs change different lines of triton_attn.py, so asking
+    for both writes both (series order), and a revert restores every byte."""
+    site = vllm_site("0.27.1")
+    original = snapshot(site)
+    both = run_build("apply", "--site-packages", str(site), "--vllm", "0.27.1",
+                     FLAG, PATCH, FLAG, SPLIT_KV)
+    assert both.returncode == 0, both.stderr
+    assert both.stdout.splitlines()[0].endswith(f": {SPLIT_KV}, {PATCH}"), both.stdout
+    record = json.loads((site / "vllm" / ".vllm-forge" / "applied.json").read_text())
+    assert record["applied"] == [SPLIT_KV, PATCH]
+    builder = (site / BACKEND).read_bytes()
+    compile(builder, BACKEND, "exec", dont_inherit=True)
+    assigned = _builder_init_assignments(builder)
+    assert assigned["num_heads_kv"] == "kv_cache_spec.num_kv_heads"
+    assert assigned["headdim"] == "kv_cache_spec.head_size"
+    # the split-KV candidate's scratch sizing, on top of the group's own threshold
+    assert assigned["max_q_len_3D"] == "min(1 + num_spec_tokens, MAX_Q_LEN_3D)"
+    assert b"or max_seqlen_q > max_q_len_3D\n" in (site / LAUNCHER).read_bytes()
+    reverted = run_build("apply", "--site-packages", str(site), "--revert")
+    assert reverted.returncode == 0, reverted.stderr
+    assert snapshot(site) == original
+
+    alone = run_build("apply", "--site-packages", str(site), "--vllm", "0.27.1", FLAG, PATCH)
+    assert alone.returncode == 0, alone.stderr
+    assert (site / LAUNCHER).read_bytes() == original[LAUNCHER]
+    assert _builder_init_assignments((site / BACKEND).read_bytes())["num_heads_kv"] == \
+        "kv_cache_spec.num_kv_heads"
+
+
+def test_the_readme_table_marks_it():
+    table = (REPO / "README.md").read_text().split(BEGIN, 1)[1].split(END, 1)[0]
+    header = table.strip().splitlines()[0]
+    column = [c.strip() for c in header.split("|")].index(f"`{PATCH}` (candidate)")
+    for line in table.strip().splitlines()[2:]:
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > column and cells[1] in EXPECTED:
+            assert cells[column] == EXPECTED[cells[1]], line
+    assert f"- `{PATCH}` (candidate: not applied by `build.py apply` or the images unless asked, " \
+           f"`{FLAG} {PATCH}`)" in table
