@@ -29,6 +29,8 @@ from verify.metrics import counters_from_snapshot
 from verify.report import versions_line
 
 SPECIAL_WINDOWS = ("followup",)
+# bench.py's windows of C gate prompts at once (conc<C>), in the concurrency table's order.
+CONCURRENCY_WINDOWS = ("conc8", "conc16", "conc32", "conc64")
 # Long-context windows, bench.py --windows long<N>k[-conc<C>]: a prompt of N x 1024 tokens, batch 1
 # or C requests at once; their prefill is reported apart from their decode.
 LONG_WINDOW = re.compile(r"^long([1-9][0-9]*)k(?:-conc([1-9][0-9]*))?$")
@@ -52,6 +54,11 @@ def long_window(name: str) -> tuple[int, int] | None:
     any other window."""
     match = LONG_WINDOW.match(name.split("@")[0])
     return (int(match[1]) * 1024, int(match[2] or 1)) if match else None
+
+
+def concurrency_of(name: str) -> int:
+    """conc16 (or conc16@agree) -> 16."""
+    return int(name.split("@")[0].removeprefix("conc"))
 
 
 def window_figures(window: dict | None) -> dict | None:
