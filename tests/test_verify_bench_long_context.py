@@ -159,11 +159,13 @@ def test_a_long_window_beyond_max_model_len_is_refused_in_one_line_before_any_en
 
 
 @pytest.mark.parametrize("windows, message", [
-    ("long", "is not one of burst, sustained, conc8, conc16, followup or long<N>k[-conc<C>]"),
+    ("long", "is not one of burst, sustained, conc8, conc16, conc32, conc64, followup or "
+             "long<N>k[-conc<C>]"),
     ("long0k", "'long0k' is not one of"),
     ("long8k-conc0", "'long8k-conc0' is not one of"),
     ("long8K", "'long8K' is not one of"),
-    ("long8k-conc17", "long8k-conc17: more than 16 requests at once"),
+    # 64: the most bench.py sets as max_num_seqs (the largest concurrency of the run's windows)
+    ("long8k-conc65", "long8k-conc65: more than 64 requests at once"),
 ])
 def test_a_bad_long_window_name_is_a_one_line_error(windows, message, tmp_path, capsys):
     err = _refusal(tmp_path, capsys, "--windows", windows, "--max-model-len", "9000")

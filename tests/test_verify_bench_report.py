@@ -83,7 +83,25 @@ def test_collect_rebuilds_the_gpu_report_exactly(collected):
                                  "transformers": "unknown: not recorded (an engine result from "
                                                  "before verify recorded it)"}
     for name in ENGINES_L6:
-        assert report["engines"][name] == captured["engines"][name], name
+        # The run measured conc16, so the rebuild adds the concurrency figures the capture
+        # predates (derived["concurrency"]); everything else is the captured report's.
+        engine = report["engines"][name]
+        derived = dict(engine["derived"])
+        concurrency = derived.pop("concurrency")
+        assert {**engine, "derived": derived} == captured["engines"][name], name
+        assert concurrency == {window: {"decode_tok_s": engine["figures"][window]["decode_tok_s"],
+                                        "x_stock": None, "slower_than_stock": None}
+                               for window in ("conc8", "conc16")}, name  # no stock engine ran
+
+
+def test_the_l6_run_measured_conc16_so_its_rebuilt_report_gains_the_concurrency_table(collected):
+    """The only committed run with conc16 (no stock engine: decode columns alone); the reports
+    of runs of conc8 alone (every other committed one) rebuild without it, line for line."""
+    markdown = (collected[1] / "bench.md").read_text()
+    table = markdown.split("\nConcurrency (", 1)[1].split("\n\n", 2)[1].splitlines()
+    assert table[:3] == ["| engine | conc 8 decode tok/s as measured | conc 16 decode tok/s as measured |",
+                         "|---|---|---|", "| bf16-v1 | 275 | 258 |"]
+    assert [row.split(" | ")[0] for row in table[2:]] == [f"| {name}" for name in ENGINES_L6]
 
 
 def test_bench_names_the_versions_the_engine_processes_recorded(tmp_path):

@@ -10,7 +10,7 @@ bench.md and bench.png (matplotlib, where installed).
 
 Per engine (vllm.LLM in its own process, see engine_worker.py), batch 1 unless stated:
 burst (short replies), sustained (long generation), wall clock and decode-only (TPOT) each,
-TTFT, concurrency 8 and 16, and a follow-up turn that hits the prefix cache against a cold
+TTFT, concurrency 8 and 16 (32 and 64 on request), and a follow-up turn that hits the prefix cache against a cold
 prompt of the same length (--windows picks some); on request, long-context windows
 long<N>k[-conc<C>] (N x 1024 prompt tokens, C requests at once), their prefill apart from their
 decode. kv= on an --engine sets its KV cache dtype (e.g. an FP8 KV cache at long context).
@@ -69,8 +69,16 @@ WORKER = Path(__file__).with_name("engine_worker.py")
 CONFIG = re.compile(r"^(bf16|fp8)(?:-mtp([1-9]))?$")
 DEFAULT_CONFIGS = "stock,bf16,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3"
 WINDOWS = ("burst", "sustained", "conc8", "conc16", "followup")
+# Every fixed window --windows may name: conc32 and conc64 only on request (not in WINDOWS), so the
+# default runs (and their reports) stay as they were.
+FIXED_WINDOWS = ("burst", "sustained", *bench_report.CONCURRENCY_WINDOWS, "followup")
 LONG_WINDOWS = "long<N>k[-conc<C>]"
-MAX_NUM_SEQS = 16  # every engine's: a window of more requests at once would queue some
+# Every engine's max_num_seqs: the largest concurrency of the windows measured, at least
+# DEFAULT_MAX_NUM_SEQS (so the runs before conc32/conc64 keep their engines' setting), at most
+# MAX_CONCURRENCY (no window asks for more). A window of more requests than max_num_seqs would
+# queue some, and its decode figure would mix in their prefill.
+DEFAULT_MAX_NUM_SEQS = 16
+MAX_CONCURRENCY = 64
 # A long window's text prompt (no --dummy) holds this many characters per token it must reach:
 # prose runs at about 4 per token in the families' tokenizers, and the worker cuts it to length.
 LONG_TEXT_CHARS_PER_TOKEN = 8
@@ -104,10 +112,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="vLLM's compile backend for the grid's engines (eager: no Inductor, "
                         "piecewise and full CUDA graphs still captured; starts much faster)")
     p.add_argument("--windows", default=",".join(WINDOWS),
-                   help=f"of {', '.join(WINDOWS)} (default: all of them), or {LONG_WINDOWS}: a "
+                   help=f"of {', '.join(FIXED_WINDOWS)} (default: {', '.join(WINDOWS)}), or "
+                        f"{LONG_WINDOWS}: a "
                         "prompt of N x 1024 tokens (the prose prompts repeated), --long-tokens "
-                        "decoded, batch 1 or C requests at once (e.g. long8k, long32k, "
-                        "long32k-conc8); --max-model-len must hold its prompt and reply")
+                        "decoded, batch 1 or C requests at once (C at most "
+                        f"{MAX_CONCURRENCY}; e.g. long8k, long32k, long32k-conc8); "
+                        "--max-model-len must hold its prompt and reply")
     p.add_argument("--max-parallel", type=int, default=0, help="with --parallel: engines per wave")
     p.add_argument("--profile", action="append", default=[],
                    help="acceptance profile NAME=p1/p2/.. (per-position rates) or NAME=rate@RATE "
@@ -241,14 +251,29 @@ def windows(args, prompts: dict) -> list[dict]:
 
 
 def _check_window_name(name: str) -> None:
-    if name in WINDOWS:
+    if name in FIXED_WINDOWS:
         return
     shape = long_window(name)
     if not shape:
-        raise ForgeError(f"--windows: {name!r} is not one of {', '.join(WINDOWS)} or {LONG_WINDOWS}")
-    if shape[1] > MAX_NUM_SEQS:
-        raise ForgeError(f"--windows: {name}: more than {MAX_NUM_SEQS} requests at once "
-                         f"(every engine's max_num_seqs)")
+        raise ForgeError(f"--windows: {name!r} is not one of {', '.join(FIXED_WINDOWS)} or "
+                         f"{LONG_WINDOWS}")
+    if shape[1] > MAX_CONCURRENCY:
+        raise ForgeError(f"--windows: {name}: more than {MAX_CONCURRENCY} requests at once "
+                         f"(the most an engine's max_num_seqs is set to)")
+
+
+def window_concurrency(name: str) -> int:
+    """Requests at once of a --windows name: C of conc<C> and long<N>k-conc<C>, else 1."""
+    if name in bench_report.CONCURRENCY_WINDOWS:
+        return bench_report.concurrency_of(name)
+    shape = long_window(name)
+    return shape[1] if shape else 1
+
+
+def engine_max_num_seqs(window_names: str) -> int:
+    """Every engine's max_num_seqs for these --windows (the rule: see DEFAULT_MAX_NUM_SEQS)."""
+    names = [w.strip() for w in window_names.split(",") if w.strip()]
+    return max([DEFAULT_MAX_NUM_SEQS, *map(window_concurrency, names)])
 
 
 def _controlled(window: dict, control: str | None) -> dict:
@@ -326,13 +351,18 @@ def _all_windows(args, prompts: dict) -> list[dict]:
         {"name": "sustained", "warmup": True, "prompts": [encode(prompts["prose"][0])], "sequential": True,
          "repeat": args.repeat,
          "sampling": {**greedy, "max_tokens": args.sustained_tokens, "ignore_eos": True}},
-        {"name": "conc8", "warmup": True, "prompts": (gate * 2)[:8],
-         "sampling": {**greedy, "max_tokens": 128, "ignore_eos": True}},
-        {"name": "conc16", "warmup": True, "prompts": (gate * 2)[:16],
-         "sampling": {**greedy, "max_tokens": 128, "ignore_eos": True}},
+        *(_concurrent_window(name, gate, greedy) for name in bench_report.CONCURRENCY_WINDOWS),
         {"name": "followup", "warmup": True, "kind": "followup", "sampling": {**greedy, "max_tokens": 32},
          "prompts": [encode(prompts["followup"]["first"]), _continuation(args, prompts)]},
     ]
+
+
+def _concurrent_window(name: str, gate: list, greedy: dict) -> dict:
+    """conc<C>: the gate prompts repeated to C prompts, sent at once, 128 tokens each."""
+    count = bench_report.concurrency_of(name)
+    prompts = (gate * (count // len(gate) + 1))[:count]
+    return {"name": name, "warmup": True, "prompts": prompts,
+            "sampling": {**greedy, "max_tokens": 128, "ignore_eos": True}}
 
 
 def _continuation(args, prompts: dict):
@@ -379,7 +409,8 @@ def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
     if attention:
         kwargs = pin_attention_backend(kwargs, None if attention == "default" else attention)
     overrides = {"gpu_memory_utilization": args.gpu_memory_utilization,
-                 "max_model_len": args.max_model_len, "max_num_seqs": MAX_NUM_SEQS,
+                 "max_model_len": args.max_model_len,
+                 "max_num_seqs": engine_max_num_seqs(args.windows),
                  "kv_cache_memory_bytes": int(args.kv_cache_gib * 2**30) if args.kv_cache_gib else None}
     kwargs.update({key: v for key, v in overrides.items() if v is not None})
     backend = engine.get("compile") or args.compile_backend

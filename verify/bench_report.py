@@ -29,6 +29,11 @@ from verify.metrics import counters_from_snapshot
 from verify.report import versions_line
 
 SPECIAL_WINDOWS = ("followup",)
+# bench.py's windows of C gate prompts at once (conc<C>), in the concurrency table's order.
+CONCURRENCY_WINDOWS = ("conc8", "conc16", "conc32", "conc64")
+# A run that measured one of these gets the concurrency table (and derived["concurrency"]): the
+# main table already shows conc8, so a run of conc8 alone renders as it did before the table.
+BEYOND_CONC8 = CONCURRENCY_WINDOWS[1:]
 # Long-context windows, bench.py --windows long<N>k[-conc<C>]: a prompt of N x 1024 tokens, batch 1
 # or C requests at once; their prefill is reported apart from their decode.
 LONG_WINDOW = re.compile(r"^long([1-9][0-9]*)k(?:-conc([1-9][0-9]*))?$")
@@ -52,6 +57,11 @@ def long_window(name: str) -> tuple[int, int] | None:
     any other window."""
     match = LONG_WINDOW.match(name.split("@")[0])
     return (int(match[1]) * 1024, int(match[2] or 1)) if match else None
+
+
+def concurrency_of(name: str) -> int:
+    """conc16 (or conc16@agree) -> 16."""
+    return int(name.split("@")[0].removeprefix("conc"))
 
 
 def window_figures(window: dict | None) -> dict | None:
@@ -116,12 +126,14 @@ def family(engine: dict) -> tuple:
 
 def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
     """Speedups over the plain engine of the same family and over stock (same window, same
-    run), step cost across the agreeing/random windows, and projections at each profile."""
+    run), step cost across the agreeing/random windows, projections at each profile, and (a run
+    beyond conc8) each conc<C> window's decode against stock's, derived["concurrency"]."""
     profiles = profiles or {}
     plains = {family(e): n for n, e in engines.items() if not e["k"] and e.get("figures")
               and not e.get("stock")}
     stock = next((n for n, e in engines.items() if e.get("stock") and e.get("figures")), None)
     default_kv = default_kv_engines(engines)
+    by_concurrency = measures_beyond_conc8(engines)
     for engine in engines.values():
         figures = engine.get("figures")
         if not figures:
@@ -141,6 +153,9 @@ def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
                 if ref and ref.get("decode_tok_s") and f.get("decode_tok_s"):
                     w[key] = round(f["decode_tok_s"] / ref["decode_tok_s"], 3)
             derived["windows"][window] = w
+        if by_concurrency:
+            stock_figures = engines[stock].get("figures") if stock else None
+            derived["concurrency"] = concurrency_derived(figures, derived["windows"], stock_figures)
         steps = [f["step_ms"] for w, f in figures.items()
                  if w.startswith("sustained") and isinstance(f, dict) and f.get("step_ms")]
         if steps:
@@ -163,6 +178,35 @@ def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
                     "mean_acceptance_length": round(length, 3), "tok_s": round(tok_s, 1),
                     "speedup_vs_stock": round(tok_s / stock_tok_s, 3) if stock_tok_s else None}
         engine["derived"] = derived
+
+
+def measures_beyond_conc8(engines: dict[str, dict]) -> bool:
+    return any(w.split("@")[0] in BEYOND_CONC8 for e in engines.values() for w in e.get("figures") or {})
+
+
+def concurrency_derived(figures: dict, ratios: dict, stock_figures: dict | None) -> dict:
+    """Per conc<C> window measured: decode tok/s at full acceptance (and, under controls, zero:
+    `_zero`), its ratio to stock's of the same window and acceptance (the window's
+    speedup_vs_stock), and whether the full-acceptance decode is below stock's (None: no stock)."""
+    chosen = {}
+    for base in CONCURRENCY_WINDOWS:
+        full, zero = _pair(figures, base)
+        if not full:
+            continue
+        entry = {"decode_tok_s": full.get("decode_tok_s"),
+                 "x_stock": ratios.get(_name(figures, base, "agree"), {}).get("speedup_vs_stock")}
+        if zero:
+            entry.update(decode_tok_s_zero=zero.get("decode_tok_s"),
+                         x_stock_zero=ratios.get(f"{base}@random", {}).get("speedup_vs_stock"))
+        entry["slower_than_stock"] = _slower(full, _pair(stock_figures or {}, base)[0])
+        chosen[base] = entry
+    return chosen
+
+
+def _slower(full: dict, stock_full: dict | None) -> bool | None:
+    """Below stock's decode, compared unrounded (a ratio rounded to 1 may still be slower)."""
+    ours, stocks = full.get("decode_tok_s"), (stock_full or {}).get("decode_tok_s")
+    return ours < stocks if ours and stocks else None
 
 
 def default_kv_engines(engines: dict[str, dict]) -> dict[tuple, str]:
@@ -280,6 +324,7 @@ def render_markdown(report: dict) -> str:
             proj = (d.get("projected") or {}).get(profile)
             row.append(f"{_fmt(proj['tok_s'])} ({_fmt(proj['speedup_vs_stock'])})" if proj else "–")
         lines.append("| " + " | ".join(str(c) for c in row) + " |")
+    lines += concurrency_table(report["engines"], controlled)
     lines += long_context_table(report["engines"], controlled)
     for profile, pick in (report.get("picks") or {}).items():
         lines.append(f"\n- best at profile `{profile}` ({report['profiles'][profile]}): "
@@ -287,6 +332,59 @@ def render_markdown(report: dict) -> str:
                      f"{pick['tok_s']} tok/s, {_versus_stock(pick.get('speedup_vs_stock'))}")
     lines += ["", f"Plot: {report.get('plot') or 'not rendered (' + report.get('plot_note', '') + ')'}"]
     return "\n".join(lines) + "\n"
+
+
+def concurrency_table(engines: dict[str, dict], controlled: bool) -> list[str]:
+    """One row per engine: decode at each conc<C> window measured, its ratio to stock where stock
+    measured it, and the concurrencies where it is slower than stock (issue 19: never slower at
+    8 and 16). From derived["concurrency"]: nothing for a run without it (conc8 alone, or a
+    bench.json written before the table)."""
+    measured = [w for w in CONCURRENCY_WINDOWS if any(w in _concurrency(e) for e in engines.values())]
+    if not measured:
+        return []
+    stocked = [w for w in measured if any(_concurrency(e).get(w, {}).get("x_stock") is not None
+                                          for e in engines.values())]
+    pair = "full / zero acc." if controlled else "as measured"
+    header = ["engine"]
+    for window in measured:
+        header.append(f"conc {concurrency_of(window)} decode tok/s {pair}")
+        if window in stocked:
+            header.append(f"conc {concurrency_of(window)} x stock")
+    if stocked:
+        header.append("slower than stock at")
+    rows = [_concurrency_row(name, e, measured, stocked, controlled) for name, e in engines.items()]
+    return ["", "Concurrency (`conc<C>`: the gate prompts repeated to C requests at once, 128 "
+                "tokens each): decode = 1/TPOT; x stock = over `stock`'s decode of the same window "
+                "and acceptance, same run; slower than stock at: the concurrencies where the "
+                "engine's full-acceptance decode is below stock's", "",
+            "| " + " | ".join(header) + " |", "|" + "---|" * len(header), *rows]
+
+
+def _concurrency(engine: dict) -> dict:
+    return (engine.get("derived") or {}).get("concurrency") or {}
+
+
+def _concurrency_row(name: str, engine: dict, measured: list[str], stocked: list[str],
+                     controlled: bool) -> str:
+    cells = [engine_label(name, engine)]
+    if not engine.get("figures"):
+        blanks = len(measured) + len(stocked) + bool(stocked) - 1
+        return f"| {cells[0]} | failed: {engine.get('error') or 'no result'} |" + " |" * blanks
+    figures = _concurrency(engine)
+    for window in measured:
+        entry = figures.get(window, {})
+        cells.append(_values(entry.get("decode_tok_s"), entry.get("decode_tok_s_zero"), controlled))
+        if window in stocked:
+            cells.append(_values(entry.get("x_stock"), entry.get("x_stock_zero"), controlled))
+    if stocked:
+        slower = [str(concurrency_of(w)) for w in measured if figures.get(w, {}).get("slower_than_stock")]
+        cells.append(", ".join(slower) or "–")
+    return "| " + " | ".join(cells) + " |"
+
+
+def _values(full, zero, controlled: bool) -> str:
+    """A figure at full acceptance, and under controls / at zero acceptance (as _both)."""
+    return f"{_fmt(full)} / {_fmt(zero)}" if controlled else _fmt(full)
 
 
 def long_context_table(engines: dict[str, dict], controlled: bool) -> list[str]:
