@@ -10,7 +10,10 @@
 #       bench-qwen: the Qwen recipe against its plain engine;
 #       bench30: stock and the recipe, then the plain engine and the split-KV candidate, 30 layers
 #         (the goal figures of issue 19: recipe vs stock at eugr#343's profile and at conc 8/16);
-#       bench-long: the recipe with and without an FP8 KV cache at 8k and 32k context.
+#       bench-long: the recipe with and without an FP8 KV cache at 8k and 32k context;
+#       bench-groupkv: the recipe and its plain engine with and without the candidate
+#         triton-attn-group-kv-heads (PRs #54191/#56996) at 16, 32 and 64 sequences (where its
+#         split-KV threshold differs: 17-64 on the 26B-A4B).
 #   0.33.0 (28 parts): bench33 (stock, the recipe on TRITON_ATTN and on FA4).
 # Calls: `stagewhl` (carrying .whl), `stage 271` x24, `PARTS271=24 ... start 271` (carrying
 # .gpu-stage271/gpu_setup.sh, never piped), `stage 33` x28 while it runs, `PARTS33=28 ... start 33`,
@@ -28,11 +31,22 @@ bench_long() {   # 0.27.1: the recipe (k=4) with BF16 and with FP8 KV cache at l
     --engine "name=fp8-v2,k=0,runner=v2" --engine "name=fp8-v2-kv8,k=0,runner=v2,kv=fp8" --out $W/bench-long
 }
 
+GROUPKV=/tmp/site-groupkv   # 0.27.1 with the candidate triton-attn-group-kv-heads
+
+bench_groupkv() {   # 0.27.1, 10 layers: with and without the candidate, beyond 16 sequences
+  PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
+    --layers 10 "${BENCH[@]}" --kv-cache-gib 2 --timeout 1100 --windows "conc16,conc32,conc64" \
+    --engine "name=fp8-v2,k=0,runner=v2" --engine "name=fp8-mtp4-v2,k=4,runner=v2" \
+    --engine "name=fp8-v2-groupkv,k=0,runner=v2,site=$GROUPKV" \
+    --engine "name=fp8-mtp4-v2-groupkv,k=4,runner=v2,site=$GROUPKV" --out $W/bench-groupkv
+}
+
 job271() {
   local P; P=$(path_of 271)
   record_machine 271
   apply_series 271 0.27.1 /tmp/site271
   patched_copy "$P" 0.27.1 /tmp/site271 "$SPLITKV" splitkv triton-spec-decode-split-kv
+  patched_copy "$P" 0.27.1 /tmp/site271 "$GROUPKV" groupkv triton-attn-group-kv-heads
   untimed serve 21 serve "$P" 0.27.1 &
   untimed smoke271-qwen-v1 20 smoke smoke271-qwen-v1 "$P" 480 "${QWEN[@]}" &
   sleep 3
@@ -40,6 +54,7 @@ job271() {
   sleep 1; timed bench-qwen 30 bench_qwen "$P" &
   sleep 20; timed bench30 92 bench30 "$P" &
   sleep 20; timed bench-long 60 bench_long "$P" &
+  sleep 20; timed bench-groupkv 52 bench_groupkv "$P" &
   wait
   stamp "job271 done"
 }
