@@ -371,7 +371,8 @@ def _continuation(args, prompts: dict):
     return encode_without_tokenizer(text, args.shape)[1:] if args.dummy else text
 
 
-def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
+def engine_spec(recipe, args, engine: dict, out: Path, max_num_seqs: int | None = None) -> dict:
+    """max_num_seqs: the windows' rule (engine_max_num_seqs) unless the caller runs none (profile.py)."""
     dtype, k, runner = engine["dtype"], engine["k"], engine["runner"]
     kwargs = recipe.engine_kwargs(speculative=bool(k))
     kwargs.pop("quantization", None)
@@ -410,7 +411,7 @@ def engine_spec(recipe, args, engine: dict, out: Path) -> dict:
         kwargs = pin_attention_backend(kwargs, None if attention == "default" else attention)
     overrides = {"gpu_memory_utilization": args.gpu_memory_utilization,
                  "max_model_len": args.max_model_len,
-                 "max_num_seqs": engine_max_num_seqs(args.windows),
+                 "max_num_seqs": max_num_seqs or engine_max_num_seqs(args.windows),
                  "kv_cache_memory_bytes": int(args.kv_cache_gib * 2**30) if args.kv_cache_gib else None}
     kwargs.update({key: v for key, v in overrides.items() if v is not None})
     backend = engine.get("compile") or args.compile_backend

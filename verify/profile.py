@@ -224,7 +224,7 @@ def start_watchdog(recorder: Recorder, limit: float) -> None:
 def engine_plan(args, work: Path):
     """(recipe, engine spec) from the recipe, built exactly as verify/bench.py builds its engines."""
     from forge.serving.recipes import load_recipe
-    from verify.bench import engine_spec
+    from verify.bench import DEFAULT_MAX_NUM_SEQS, engine_spec
 
     if not args.target:
         from verify.machine import detect_target
@@ -235,7 +235,8 @@ def engine_plan(args, work: Path):
     engine = {"name": f"mtp{args.k}" if args.k else "plain", "dtype": engine_dtype(recipe),
               "k": args.k, "runner": args.runner or recipe.serve.model_runner, "attention": None,
               "moe": None, "compile": None}
-    spec = engine_spec(recipe, args, engine, work)
+    # no windows: the profile decodes one sequence; max_num_seqs as every bench engine before conc32
+    spec = engine_spec(recipe, args, engine, work, max_num_seqs=DEFAULT_MAX_NUM_SEQS)
     if engine["dtype"] == "auto" and recipe.serve.quantization:
         spec["engine_kwargs"]["quantization"] = recipe.serve.quantization
     # The engine core in this process: a separate EngineCore process would run the kernels out
