@@ -47,7 +47,7 @@ if not __package__ and __name__ == "__main__":
 from forge.errors import ForgeError
 from forge.files import check_output_dir
 from forge.serving.acceptance import parse_profile
-from forge.serving.recipes import KV_CACHE_DTYPES, NO_FP8_KV_TARGETS, pin_attention_backend
+from forge.serving.recipes import KV_CACHE_DTYPES, fp8_kv_refusal, pin_attention_backend
 from verify import bench_report, controls
 from verify.bench_report import FP8_DTYPES, ONLINE_FP8, long_window
 from verify.dummy_models import (
@@ -445,9 +445,9 @@ def _set_kv_cache_dtype(kwargs: dict, engine: dict, target: str) -> None:
     kv = engine.get("kv")
     if kv is None:
         return
-    if kv.startswith("fp8") and target in NO_FP8_KV_TARGETS:
-        raise ForgeError(f"--engine {engine['name']}: kv={kv}: no FP8 KV cache on {target} "
-                         "(no FP8 hardware)")
+    refusal = fp8_kv_refusal(target, kv)
+    if refusal:
+        raise ForgeError(f"--engine {engine['name']}: kv={kv}: {refusal}")
     kwargs.pop("kv_cache_dtype", None)
     if kv != "auto":
         kwargs["kv_cache_dtype"] = kv

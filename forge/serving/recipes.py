@@ -650,10 +650,19 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
+def fp8_kv_refusal(target: str, kv_cache_dtype: str) -> str | None:
+    """Why `target` may not run this KV cache dtype (an FP8 one on a GPU without FP8 hardware),
+    or None: the one rule a recipe's serve.kv_cache_dtype and bench's kv= both answer to."""
+    if target in NO_FP8_KV_TARGETS and kv_cache_dtype.startswith("fp8"):
+        return f"no FP8 KV cache on {target} (no FP8 hardware)"
+    return None
+
+
 def _check_consistency(values: dict, family: Family, path: Path, fail) -> None:
     """Rules across fields: the target, FP8 KV, the family's methods, the layouts."""
-    if values["target"] in NO_FP8_KV_TARGETS and values["serve"]["kv_cache_dtype"].startswith("fp8"):
-        fail("serve.kv_cache_dtype", f"no FP8 KV cache on {values['target']} (no FP8 hardware)")
+    refusal = fp8_kv_refusal(values["target"], values["serve"]["kv_cache_dtype"])
+    if refusal:
+        fail("serve.kv_cache_dtype", refusal)
     methods = family.speculative_methods()
     if values["speculative"]["method"] not in methods:
         fail("speculative.method", f"must be one of {', '.join(methods)} (got "
