@@ -303,7 +303,10 @@ class LongPrompts:
     def __init__(self, args, prompts: dict):
         # the trailing separator: a repeat joins the last prompt to the first as the others are joined
         self.text = "\n\n".join(prompts["prose"]) + "\n\n"
-        self.dummy, self.shape = args.dummy, args.shape
+        self.dummy = args.dummy
+        # --dummy: the text's token ids once (BOS, then the rest), not once per prompt; unused else
+        ids: list[int] = encode_without_tokenizer(self.text, args.shape) if args.dummy else [0]
+        self.bos, self.body = ids[0], ids[1:]
         self.taken = 0
 
     def take(self, tokens: int, count: int) -> list:
@@ -318,9 +321,8 @@ class LongPrompts:
         if not self.dummy:
             text = self.text[start:] + self.text[:start]
             return text * (tokens * LONG_TEXT_CHARS_PER_TOKEN // len(text) + 1)
-        bos, *body = encode_without_tokenizer(self.text, self.shape)
-        body = body[start:] + body[:start]
-        return [bos] + (body * ((tokens - 1) // len(body) + 1))[:tokens - 1]
+        body = self.body[start:] + self.body[:start]
+        return [self.bos] + (body * ((tokens - 1) // len(body) + 1))[:tokens - 1]
 
 
 def check_model_len(args, measured: list[dict]) -> None:

@@ -383,7 +383,7 @@ def _concurrency_row(name: str, engine: dict, measured: list[str], stocked: list
 
 
 def _values(full, zero, controlled: bool) -> str:
-    """A figure at full acceptance, and under controls / at zero acceptance (as _both)."""
+    """A figure at full acceptance, and under controls / at zero acceptance."""
     return f"{_fmt(full)} / {_fmt(zero)}" if controlled else _fmt(full)
 
 
@@ -422,9 +422,7 @@ def engine_label(name: str, engine: dict) -> str:
 
 
 def _both(full: dict | None, zero: dict | None, key: str, controlled: bool) -> str:
-    if not controlled:
-        return _fmt((full or {}).get(key))
-    return f"{_fmt((full or {}).get(key))} / {_fmt((zero or {}).get(key))}"
+    return _values((full or {}).get(key), (zero or {}).get(key), controlled)
 
 
 def _name(figures: dict, base: str, control: str) -> str:
