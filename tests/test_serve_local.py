@@ -68,6 +68,17 @@ def test_kv_cache_gib_fixes_the_cache_once_replacing_the_recipes_own(tmp_path, t
     assert release_args("0.27.1").has_flag("--kv-cache-memory-bytes")
     assert "--kv-cache-gib" in plan["stand_in"]
 
+
+def test_an_in_checkpoint_drafter_keeps_the_recipes_speculative_config(tmp_path):
+    """Qwen3.6's MTP head is inside the target's checkpoint: the dummy target replaces the model,
+    and the speculative config names no drafter model (it read "model": "None" before)."""
+    plan = _plan(tmp_path, "--vllm", "0.27.1", "--recipe", "qwen3.6-35b-a3b", "--shape", "35b-a3b")
+    args = plan["argv"]
+    spec = json.loads(args[args.index("--speculative-config") + 1])
+    assert spec == load_recipe("qwen3.6-35b-a3b", "h200").speculative_config()
+    assert "model" not in spec
+    assert args[4] == str(tmp_path / "models" / "qwen3.6-35b-a3b-L10")
+
 @pytest.fixture(scope="module")
 def installed_vllm(tmp_path_factory):
     """A real install's layout: a site-packages folder holding vLLM 0.27.1's own vllm/ package

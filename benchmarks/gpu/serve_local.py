@@ -101,9 +101,9 @@ def local_command(recipe_name: str, target: str, vllm: str, models: Path, work: 
     env, args = peel_docker(plan.argv)
     recipe = load_recipe(recipe_name, target)
     target_dir, draft_dir = write_dummy_models(models, layers, shape)
-    args = _swap_models(args, recipe, str(target_dir), str(draft_dir))
+    args = _swap_models(args, recipe, target_dir, draft_dir)
     if memory is not None:
-        args[args.index("--gpu-memory-utilization") + 1] = str(memory)
+        args = _with_flag(args, "--gpu-memory-utilization", str(memory))
     if kv_cache_gib is not None:
         args = _with_flag(args, "--kv-cache-memory-bytes", str(int(kv_cache_gib * 2**30)))
     # The container listens on its own port; here the host's port is the server's.

@@ -69,7 +69,7 @@ def local_commands(recipe_name: str, target: str, models: Path, work: Path, laye
     target_dir, draft_dir = write_dummy_models(models, layers)
     runs = []
     for node in nodes:
-        args = _swap_models(node.vllm_args, recipe, str(target_dir), str(draft_dir))
+        args = _swap_models(node.vllm_args, recipe, target_dir, draft_dir)
         args += STAND_IN_FLAGS
         env = {**node.env, **stand_in_env(node.rank, work)}
         runs.append({"rank": node.rank, "headless": node.headless, "env": env,
@@ -77,12 +77,15 @@ def local_commands(recipe_name: str, target: str, models: Path, work: Path, laye
     return nodes, runs
 
 
-def _swap_models(args: list[str], recipe, target_dir: str, draft_dir: str) -> list[str]:
+def _swap_models(args: list[str], recipe, target_dir: Path, draft_dir: Path | None) -> list[str]:
+    """The recipe's model and drafter replaced by the dummy ones; draft_dir None: the drafter is
+    inside the target's checkpoint (write_dummy_models), and the speculative config names none."""
     args = list(args)
     assert args[:2] == ["serve", recipe.model], args[:2]
-    args[1] = target_dir
-    at = args.index("--speculative-config") + 1
-    args[at] = json.dumps({**json.loads(args[at]), "model": draft_dir}, separators=(",", ":"))
+    args[1] = str(target_dir)
+    if draft_dir is not None:
+        at = args.index("--speculative-config") + 1
+        args[at] = json.dumps({**json.loads(args[at]), "model": str(draft_dir)}, separators=(",", ":"))
     return args
 
 
