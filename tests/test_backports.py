@@ -18,6 +18,7 @@ import pytest
 from packaging.version import Version
 
 from forge.patching import diffs
+from forge.patching.readme_table import checked_releases
 from forge.patching.series import load_series
 from forge.patching.status import status_of
 from forge.upstream import releases
@@ -126,10 +127,6 @@ EXPECTED = {
 }
 
 
-def _checked_releases(series) -> list[str]:
-    return [str(v) for v in releases.list_releases(minimum=series.checked_from)
-            if v <= Version(series.checked_through)]
-
 
 def _expected_from_source(patch, tree: Path, version: Version) -> str:
     """The status the release's own files call for, derived without the diff engine."""
@@ -160,7 +157,7 @@ def test_manifest_carries_every_pr_across_the_whole_matrix():
     backports = _backports(series)
     assert {p.id for p in backports} == set(FACTS)
     assert {p.upstream["pr"] for p in backports} == {43982, 44297, 47920}
-    assert set(_checked_releases(series)) == set(EXPECTED[backports[0].id])
+    assert set(checked_releases(series)) == set(EXPECTED[backports[0].id])
     for patch in backports:
         assert patch.kind == "source" and patch.why.strip()
         # Retired in the release that fixed it, where that release is in range: the upstream
@@ -175,7 +172,7 @@ def test_manifest_carries_every_pr_across_the_whole_matrix():
 @pytest.mark.slow
 def test_every_release_status_is_what_its_source_says():
     series = load_series()
-    for version in _checked_releases(series):
+    for version in checked_releases(series):
         tree, parsed = releases.release_tree(version), Version(version)
         carried = set()
         for patch in _backports(series):
@@ -210,7 +207,7 @@ def _assert_patched_files_compile(patch, tree: Path) -> None:
 @pytest.mark.slow
 def test_engine_agrees_with_git_apply_on_every_release():
     series = load_series()
-    for version in _checked_releases(series):
+    for version in checked_releases(series):
         tree = releases.release_tree(version)
         for patch in _backports(series):
             for reverse in (False, True):

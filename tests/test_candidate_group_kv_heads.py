@@ -17,7 +17,7 @@ import subprocess
 from packaging.version import Version
 
 from forge.patching import diffs
-from forge.patching.readme_table import BEGIN, END
+from forge.patching.readme_table import BEGIN, END, checked_releases
 from forge.patching.series import load_series
 from forge.patching.status import applied_statuses, release_status, status_of
 from forge.upstream import releases
@@ -42,10 +42,6 @@ OLD = (b"        self.num_heads_kv = model_config.get_num_kv_heads(vllm_config.p
 # would read conflict; 0.22.x happen to fit but are outside the range like the rest.
 OTHER_CONTEXT = ("0.21.0", "0.23.0", "0.24.0")
 
-
-def _checked_releases(series) -> list[str]:
-    return [str(v) for v in releases.list_releases(minimum=series.checked_from)
-            if v <= Version(series.checked_through)]
 
 
 def _builder_init_assignments(source: bytes) -> dict[str, str]:
@@ -72,7 +68,7 @@ def test_the_entry_is_a_candidate_for_the_releases_the_recipes_serve():
     assert {k: v for k, v in patch.upstream.items() if v} == {"pr": 56996}
     assert patch.touches == [BACKEND]
     assert patch.releases == ">=0.25.0"
-    assert set(_checked_releases(series)) == set(EXPECTED)
+    assert set(checked_releases(series)) == set(EXPECTED)
     for pr in ("#56996", "#54191"):
         assert pr in patch.why
     assert "benchmarks/results/profile-k4-s18-h200-vllm0.27.1.md" in patch.why
@@ -93,7 +89,7 @@ def test_every_checked_release_has_the_bug_and_none_the_fix():
 def test_status_on_every_release_is_what_its_source_says():
     series = load_series()
     patch = series.get(PATCH)
-    for version in _checked_releases(series):
+    for version in checked_releases(series):
         tree = releases.release_tree(version)
         computed = status_of(patch, tree, Version(version))
         assert computed.status == EXPECTED[version], (version, computed)

@@ -17,7 +17,7 @@ from packaging.version import Version
 
 from forge.errors import ForgeError
 from forge.patching import diffs
-from forge.patching.readme_table import BEGIN, END
+from forge.patching.readme_table import BEGIN, END, checked_releases
 from forge.patching.series import load_series
 from forge.patching.status import applied_statuses, release_status, status_of
 from forge.upstream import releases
@@ -43,10 +43,6 @@ OLD_GATE = b"        or max_seqlen_q > 1\n        or num_seqs > seq_threshold_3D
 UPSTREAM_OWN = b"max_seqlen_q > MAX_3D_QUERY_LEN"
 
 
-def _checked_releases(series) -> list[str]:
-    return [str(v) for v in releases.list_releases(minimum=series.checked_from)
-            if v <= Version(series.checked_through)]
-
 
 def test_the_candidate_is_in_the_manifest_as_one():
     series = load_series()
@@ -55,13 +51,13 @@ def test_the_candidate_is_in_the_manifest_as_one():
     assert PATCH in [p.id for p in series.patches if p.candidate]
     assert {k: v for k, v in patch.upstream.items() if v} == {"issue": 48076, "pr": 52879}
     assert patch.touches == [BACKEND, LAUNCHER]
-    assert set(_checked_releases(series)) == set(EXPECTED)
+    assert set(checked_releases(series)) == set(EXPECTED)
 
 
 def test_status_on_every_release_is_what_its_source_says():
     series = load_series()
     patch = series.get(PATCH)
-    for version in _checked_releases(series):
+    for version in checked_releases(series):
         tree = releases.release_tree(version)
         computed = status_of(patch, tree, Version(version))
         assert computed.status == EXPECTED[version], (version, computed)
