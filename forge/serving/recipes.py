@@ -233,6 +233,10 @@ class Recipe:
     reference: list = field(default_factory=list)
     path: Path | None = None
     stated_vllm: str | None = None     # the range the file states, before the series' cap
+    # The backend the speculative config pins for the drafter: serve.attention_backend where the
+    # family's drafter takes its backend from there (models/<family>.yaml drafter.attention_backend),
+    # derived on load with the rest of the family's facts; None: the drafter runs the target's.
+    drafter_attention_backend: str | None = None
 
     @property
     def base_model(self) -> str:
@@ -295,9 +299,8 @@ class Recipe:
         config = {"model": self.drafter} if self.drafter else {}
         config.update(method=self.speculative.method,
                       num_speculative_tokens=self.speculative.num_speculative_tokens)
-        pin = self.serve.attention_backend
-        if pin and self.family_model[0].drafter_attention_backend == "speculative-config":
-            config["attention_backend"] = pin
+        if self.drafter_attention_backend:
+            config["attention_backend"] = self.drafter_attention_backend
         return config
 
     def env(self) -> dict[str, str]:
@@ -541,7 +544,7 @@ def _recipe(file: dict, target: str, path: Path) -> Recipe:
                     drafter=values["drafter"], vllm=values["vllm"], moe_config=moe,
                     checkpoint=checkpoint, multi_node=layouts,
                     reference=file["reference"], path=path, stated_vllm=values["stated_vllm"],
-                    **sections)
+                    drafter_attention_backend=values["drafter_attention_backend"], **sections)
     check_extra_args_repeat_nothing(recipe, f"{source}: {where}")
     return recipe
 
@@ -552,6 +555,8 @@ def _derive(values: dict, family: Family, model: Model, fail) -> None:
                              or f">={series_coverage()[0]}")
     values["vllm"] = capped_range(values["stated_vllm"])
     values["drafter"] = family.drafter_id(_base_model(values))
+    pins_drafter = family.drafter_attention_backend == "speculative-config"
+    values["drafter_attention_backend"] = values["serve"]["attention_backend"] if pins_drafter else None
     values["sampling"] = values["sampling"] or family.sampling
     speculative = values["speculative"]
     if speculative["method"] is None:
