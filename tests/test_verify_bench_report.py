@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from forge.errors import ForgeError
 from verify import bench, bench_report
 from verify.report import (
     FAIL,
@@ -403,6 +404,15 @@ def test_an_engine_site_without_vllm_is_a_one_line_error(what, message, tmp_path
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("error: --engine ") and "\n" not in err
     assert f"site={site}: {message}" in err
+
+
+def test_collect_takes_an_engine_site_the_rebuilding_machine_lacks(tmp_path):
+    """--collect starts no engine: a site= folder of the GPU host is named, not required (a
+    committed run rebuilt in CI), while a run that starts engines still refuses it."""
+    gone = str(tmp_path / "site-on-the-gpu-host")
+    assert bench.parse_engine(f"name=x,k=4,site={gone}", check_site=False)["site"] == gone
+    with pytest.raises(ForgeError, match="no such directory"):
+        bench.parse_engine(f"name=x,k=4,site={gone}")
 
 
 @pytest.mark.parametrize("dtype, quantization", [

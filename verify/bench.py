@@ -168,11 +168,12 @@ def parse_configs(text: str) -> list[tuple[str, int]]:
     return configs
 
 
-def parse_engine(text: str) -> dict:
+def parse_engine(text: str, check_site: bool = True) -> dict:
     """--engine name=fa4-k3,dtype=fp8,k=3,runner=v2,attention=default -> an engine definition.
     site=DIR: the engine imports vLLM from DIR (a copy of the install holding vllm/, e.g. with a
     candidate patch applied: `build.py apply --site-packages DIR --with-candidate ID`), so one run
-    compares patched against unpatched engines."""
+    compares patched against unpatched engines. check_site=False (--collect: no engine starts)
+    takes DIR as the report names it: the GPU host's folder is not on the machine that rebuilds."""
     fields = {}
     for item in text.split(","):
         key, sep, value = item.partition("=")
@@ -196,7 +197,7 @@ def parse_engine(text: str) -> dict:
         engine["k"] = int(engine["k"])
     except ValueError as exc:
         raise ForgeError(f"--engine {text!r}: k must be an integer") from exc
-    if engine["site"] is not None:
+    if engine["site"] is not None and check_site:
         site = Path(engine["site"]).expanduser()
         if not site.is_dir():
             raise ForgeError(f"--engine {text!r}: site={engine['site']}: no such directory")
@@ -553,7 +554,7 @@ def _server_state(health_url: str, pid: str) -> str | None:
 
 def inprocess_report(recipe, args, out: Path) -> dict:
     configs, runners = parse_configs(args.configs), parse_runners(args.runners)
-    definitions = grid_engines(configs, runners) + [parse_engine(e) for e in args.engine]
+    definitions = grid_engines(configs, runners) + [parse_engine(e, check_site=not args.collect) for e in args.engine]
     names = [d["name"] for d in definitions]
     if len(set(names)) != len(names):
         raise ForgeError(f"engine names must be unique (got {', '.join(names)})")
