@@ -36,6 +36,12 @@ bench_qwen() {   # the Qwen recipe (fp8, V1, k=2) against its plain engine, 0.27
     --engine "name=fp8-mtp1-v1,k=1,runner=v1" --out $W/bench-qwen
 }
 
+bench_qwen_v2() {   # the Qwen recipe's settings on V2: its plain engine and k=2 (s20, started by hand)
+  PYTHONPATH=$1 timeout 560 python3 -m verify.bench --recipe qwen3.6-35b-a3b --layers 8 "${BENCH[@]}" \
+    --windows sustained --timeout 540 --engine "name=fp8-v2,k=0,runner=v2" \
+    --engine "name=fp8-mtp2-v2,k=2,runner=v2" --out $W/bench-qwen-v2
+}
+
 bench33() {   # 0.33.0 at 10 layers: stock (FA4 per layer), the recipe on TRITON_ATTN and on FA4
   PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
     --layers 10 "${BENCH[@]}" --timeout 1100 \
