@@ -114,7 +114,7 @@ def test_serve_prints_the_public_recipes_speculative_config(target):
     assert f"vllm-forge:vllm0.27.1-{target} serve Qwen/Qwen3.6-35B-A3B --quantization fp8" in command
     assert ("--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":2,"
             "\"attention_backend\":\"TRITON_ATTN\"}'") in command
-    assert command.endswith("--language-model-only") and "-e VLLM_USE_V2_MODEL_RUNNER=0" in command
+    assert command.endswith("--language-model-only") and "-e VLLM_USE_V2_MODEL_RUNNER=1" in command  # V2: §11.4
 
 
 
@@ -238,7 +238,7 @@ def test_the_dummy_engine_takes_the_checkpoints_own_mtp_and_the_familys_controls
     assert kwargs["model"] == str(tmp_path / "models" / "qwen3.6-35b-a3b-L8")
     assert kwargs["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 2, "attention_backend": "TRITON_ATTN"}
     assert kwargs["load_format"] == "dummy" and kwargs["language_model_only"] is True
-    assert env[controls.ENV_FAMILY] == "qwen3_5_moe" and env["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    assert env[controls.ENV_FAMILY] == "qwen3_5_moe" and env["VLLM_USE_V2_MODEL_RUNNER"] == "1"
     config = json.loads((Path(kwargs["model"]) / "config.json").read_text())
     assert config["architectures"] == ["Qwen3_5MoeForConditionalGeneration"]
     # prompts begin with the family's own BOS

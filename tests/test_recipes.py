@@ -99,12 +99,13 @@ def test_moe_model_runs_v2_and_names_vllms_config_file():
             assert recipe.moe_config.name == f"E=128,N=704,device_name={device}{dtype}.json"
             assert recipe.moe_config.expected in (True, False)
         elif recipe.moe_shape is not None:
-            # another family's MoE (models/<family>.yaml): the file named by its own experts, V1
+            # another family's MoE (models/<family>.yaml): the file named by its own experts, V2
+            # (Qwen3.6-35B-A3B: chosen by the H200 bench, docs/gpu-evidence.md §11.4)
             shape, device = recipe.moe_shape, targets[recipe.target].moe_device_name
             assert recipe.moe_config.name == (f"E={shape.experts},N={shape.intermediate},"
                                               f"device_name={device},dtype=fp8_w8a8.json")
             assert recipe.moe_config.expected is False
-            assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+            assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
         else:
             assert recipe.moe_config is None
             # dense models: V1, except where a sweep chose V2 (recipes/<model>.<target>-sweep.md)
