@@ -3,6 +3,7 @@
 parser, with only the stand-ins its docstring lists."""
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -133,3 +134,79 @@ def test_installed_refuses_another_version_or_no_vllm_in_one_line(tmp_path, inst
         lines = result.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: --installed: ") and words in lines[0], lines
     assert list(cache.iterdir()) == [] and not (tmp_path / "models").exists()
+
+
+# --control: the server itself serves verify's agreeing or random dummy model (verify/controls.py)
+
+def _env_and_argv(command: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """(the `env` assignments in their order, the server's argv) of a printed command line."""
+    words = shlex.split(command)
+    assert words[0] == "env"
+    at = next(i for i, word in enumerate(words[1:], 1) if "=" not in word)
+    return [tuple(word.split("=", 1)) for word in words[1:at]], words[at:]
+
+
+@pytest.mark.parametrize("recipe_name,shape,family", [("gemma-4-26b-a4b-it", "26b-a4b", "gemma4"),
+                                                      ("qwen3.6-35b-a3b", "35b-a3b", "qwen3_5_moe")])
+def test_control_puts_the_plugin_and_the_repository_first_on_the_servers_path(tmp_path, recipe_name,
+                                                                              shape, family):
+    theirs = tmp_path / "their-site"
+    plain = _serve_local(tmp_path, "--recipe", recipe_name, "--shape", shape, site=theirs)
+    agree = _serve_local(tmp_path, "--recipe", recipe_name, "--shape", shape, "--control", "agree",
+                         site=theirs)
+    assert plain.returncode == 0 and agree.returncode == 0, agree.stderr
+    plain_env, plain_argv = _env_and_argv(plain.stdout)
+    env, argv = _env_and_argv(agree.stdout)
+    plugin = (tmp_path / "work" / "controls-plugin").resolve()
+    assert dict(env)["PYTHONPATH"].split(":") == [str(plugin), str(REPO), str(theirs)]
+    assert dict(env)["VLLM_FORGE_CONTROL"] == "agree"
+    assert dict(env)["VLLM_FORGE_CONTROL_FAMILY"] == family
+    # exactly these three added to the environment; the server's own command is the same
+    assert [kv for kv in env if kv[0] not in ("PYTHONPATH", "VLLM_FORGE_CONTROL",
+                                              "VLLM_FORGE_CONTROL_FAMILY")] == plain_env
+    assert "PYTHONPATH" not in dict(plain_env) and argv == plain_argv
+    assert argv[argv.index("--load-format") + 1] == "dummy"
+    # the plugin folder is written as verify/controls.py's install_plugin writes it
+    dist_info = plugin / "vllm_forge_controls-1.0.dist-info"
+    assert (dist_info / "entry_points.txt").read_text() == (
+        "[vllm.general_plugins]\nvllm_forge_controls = verify.controls:register\n")
+    assert "Name: vllm_forge_controls\n" in (dist_info / "METADATA").read_text()
+
+
+def test_the_servers_environment_finds_and_loads_the_plugin_as_vllm_does(tmp_path):
+    """vLLM loads general plugins from importlib.metadata's entry points of the group
+    `vllm.general_plugins`: a fresh interpreter with the printed command's environment, started
+    elsewhere than the repository, must find ours and load the function it names."""
+    result = _serve_local(tmp_path, "--control", "random")
+    assert result.returncode == 0, result.stderr
+    env, _ = _env_and_argv(result.stdout)
+    code = ("import importlib.metadata as m, os; "
+            "eps = [e for e in m.entry_points(group='vllm.general_plugins') "
+            "if e.name == 'vllm_forge_controls']; "
+            "f = eps[0].load(); print(len(eps), f.__module__, f.__name__, "
+            "os.environ['VLLM_FORGE_CONTROL'])")
+    found = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True,
+                           env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                                **dict(env)}, timeout=60)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.split() == ["1", "verify.controls", "register", "random"]
+
+
+def test_control_in_the_json_plan_and_its_stand_in(tmp_path):
+    plain = _plan(tmp_path, "--vllm", "0.27.1")
+    plan = _plan(tmp_path, "--vllm", "0.27.1", "--control", "random")
+    assert plan["control"] == "random" and "control" not in plain
+    assert plan["env"]["VLLM_FORGE_CONTROL"] == "random"
+    assert plan["env"]["VLLM_FORGE_CONTROL_FAMILY"] == "gemma4"
+    assert not any(k.startswith("VLLM_FORGE_CONTROL") or k == "PYTHONPATH" for k in plain["env"])
+    assert plan["argv"] == plain["argv"]
+    assert plan["stand_in"].startswith(plain["stand_in"].rstrip("\n"))
+    assert "--control" in plan["stand_in"] and "--control" not in plain["stand_in"]
+    assert "controls-plugin" in plan["stand_in"]
+
+
+def test_a_bad_control_is_refused_in_one_line_before_anything_is_written(tmp_path):
+    result = _serve_local(tmp_path, "--control", "agreeing")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == ["error: --control: 'agreeing' is not one of agree, random"]
+    assert not (tmp_path / "models").exists() and not (tmp_path / "work").exists()

@@ -4,7 +4,15 @@ on a GPU host with a staged vLLM and dummy weights (tests/gpu/session/s17.sh run
 
     serve_local.py --vllm V --models DIR --work DIR [--recipe R] [--target T] [--layers N]
                    [--shape 26b-a4b|31b] [--port 8012]
-                   [--gpu-memory-utilization F] [--kv-cache-gib G] [--installed] [--json]
+                   [--gpu-memory-utilization F] [--kv-cache-gib G] [--control agree|random]
+                   [--installed] [--json]
+
+With --control agree|random the server itself serves verify's control model (verify/controls.py):
+the controls plugin is written under --work, and the server gets it and the repository root
+first on its PYTHONPATH, with $VLLM_FORGE_CONTROL (agree: target and drafter agree, every draft
+is accepted; random: vLLM's own dummy weights) and $VLLM_FORGE_CONTROL_FAMILY (the recipe's
+model family), so `verify/mtp_smoke.py --endpoint URL --dummy --expect-control agree|random`
+can hold the server to a positive or negative control. Without it, the command is as before.
 
 The recipe's own command comes from forge.serving.serve.plan_serve (what `build.py serve` prints,
 every flag checked against the release's parser: read from its sdist, or with --installed from the
@@ -42,9 +50,19 @@ from forge.errors import ForgeError
 from forge.serving.recipes import load_recipe
 from forge.serving.serve import plan_serve
 from forge.versions import Release
+from verify import controls
 from verify.dummy_models import write_dummy_models
 
 STAND_IN_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init"]
+CONTROLS = ("agree", "random")
+# The stand-in --control adds: listed under "stand_in" only when it is given (without it the
+# JSON is as before).
+CONTROL_STAND_IN = '''
+- with --control agree|random, the server loads verify's controls plugin (verify/controls.py,
+  written to <--work>/controls-plugin): that folder and the repository root go first on its
+  PYTHONPATH, $VLLM_FORGE_CONTROL is the control and $VLLM_FORGE_CONTROL_FAMILY the recipe's
+  model family (only with dummy weights, which this command always loads).
+'''
 
 
 def peel_docker(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -96,7 +114,7 @@ def use_installed_release(vllm: str, work: Path) -> Path:
 
 def local_command(recipe_name: str, target: str, vllm: str, models: Path, work: Path,
                   layers: int, shape: str, port: int, memory: float | None = None,
-                  kv_cache_gib: float | None = None) -> dict:
+                  kv_cache_gib: float | None = None, control: str | None = None) -> dict:
     plan = plan_serve(recipe_name, target, vllm, port=port)
     env, args = peel_docker(plan.argv)
     recipe = load_recipe(recipe_name, target)
@@ -110,8 +128,23 @@ def local_command(recipe_name: str, target: str, vllm: str, models: Path, work: 
     args = [*args, "--port", str(port), *STAND_IN_FLAGS]
     env.update({"VLLM_TUNED_CONFIG_FOLDER": str(ROOT / "patches" / "moe-configs"),
                 "VLLM_CACHE_ROOT": str(work / "cache"), "PYTHONUNBUFFERED": "1"})
-    return {"recipe_command": plan.shell(), "notes": plan.notes, "env": env,
-            "argv": VLLM + args, "log": str(work / "server.log")}
+    run = {"recipe_command": plan.shell(), "notes": plan.notes, "env": env,
+           "argv": VLLM + args, "log": str(work / "server.log")}
+    if control is not None:
+        # STAND_IN_FLAGS always load dummy weights: the only weights the plugin switches.
+        assert args[args.index("--load-format") + 1] == "dummy", args
+        env.update(control_env(recipe, work, control))
+        run["control"] = control
+    return run
+
+
+def control_env(recipe, work: Path, control: str) -> dict[str, str]:
+    """The server's environment for verify's control `control` (agree or random): the plugin
+    installed under `work` and the environment verify gives its own --dummy engines (mtp_smoke.py
+    engine_setup), the PYTHONPATH this process has kept behind the plugin and the repository."""
+    plugin = (work / "controls-plugin").resolve()
+    controls.install_plugin(plugin)
+    return controls.engine_env(plugin, ROOT, initial=control, family=recipe.family_model[0].name)
 
 
 def _with_flag(args: list[str], flag: str, value: str) -> list[str]:
@@ -135,20 +168,27 @@ def main(argv=None) -> int:
     p.add_argument("--gpu-memory-utilization", type=float, help="instead of the recipe's")
     p.add_argument("--kv-cache-gib", type=float,
                    help="a fixed KV cache of this many GiB (on a GPU other engines share)")
+    p.add_argument("--control", metavar="agree|random",
+                   help="serve verify's agreeing or random control model (verify/controls.py)")
     p.add_argument("--installed", action="store_true",
                    help="check the flags against the vLLM installed here, not the release's sdist")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     a = p.parse_args(argv)
     try:
+        if a.control is not None and a.control not in CONTROLS:
+            # checked before anything is written (the models, --installed's cache link)
+            raise ForgeError(f"--control: {a.control!r} is not one of {', '.join(CONTROLS)}")
         if a.installed:
             use_installed_release(a.vllm, Path(a.work))
         run = local_command(a.recipe, a.target, a.vllm, Path(a.models), Path(a.work), a.layers,
-                            a.shape, a.port, a.gpu_memory_utilization, a.kv_cache_gib)
+                            a.shape, a.port, a.gpu_memory_utilization, a.kv_cache_gib, a.control)
     except ForgeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if a.json:
         stand_in = __doc__.split("each change listed under")[1]
+        if a.control is not None:
+            stand_in = stand_in.rstrip("\n") + CONTROL_STAND_IN
         print(json.dumps({**run, "stand_in": stand_in}, indent=1))
         return 0
     print(shlex.join(["env", *[f"{k}={v}" for k, v in sorted(run["env"].items())], *run["argv"]]))
