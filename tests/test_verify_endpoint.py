@@ -462,3 +462,53 @@ def test_bench_out_naming_an_existing_file_is_one_line_and_the_file_is_kept(tmp_
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"error: --out {taken}: is not a directory"]
     assert taken.read_text() == "mine\n"
+
+
+# --expect-control: a server started with the controls plugin (serve_local.py --control) serves one
+# control model; the acceptance gate is then a positive or a negative control, as in-process.
+
+def test_expect_control_agree_is_the_positive_control_of_the_gate(tmp_path):
+    with FakeServer([AFTER, GOOD_WINDOW, GOOD_WINDOW]) as server:
+        code, report = smoke(server.url, tmp_path, "--dummy", "--expect-control", "agree",
+                             "--server-log", str(log_with_tuned_config(tmp_path)))
+    gate_check = by_name(report)["acceptance (temperature 0)"]
+    assert gate_check["status"] == "PASS"
+    assert gate_check["detail"].startswith("agreeing model (positive control): ")
+    assert code == 0 and report["passed"] is True and report["verify_broken"] is False
+    assert report["control"] == "agree" and report["dummy"] is True
+
+
+def test_expect_control_random_is_the_negative_control_and_no_pass(tmp_path):
+    # the collapsed drafter of an H200 capture: nothing accepted, as on vLLM's own dummy weights
+    with FakeServer([BEFORE, AFTER, AFTER]) as server:
+        code, report = smoke(server.url, tmp_path, "--dummy", "--expect-control", "random",
+                             "--server-log", str(log_with_tuned_config(tmp_path)))
+    checks = by_name(report)
+    negative = checks["acceptance, random model (negative control)"]
+    assert negative["status"] == "PASS" and "the gate failed it, as it must" in negative["detail"]
+    assert checks["acceptance (temperature 0)"]["status"] == "NOT CHECKED"
+    assert "--expect-control random" in checks["acceptance (temperature 0)"]["detail"]
+    assert_named_flags_exist(checks["acceptance (temperature 0)"]["detail"])
+    assert code == 1 and report["passed"] is False and report["verify_broken"] is False
+
+
+@pytest.mark.parametrize("control, windows", [("agree", [BEFORE, AFTER, AFTER]),
+                                              ("random", [AFTER, GOOD_WINDOW, GOOD_WINDOW])])
+def test_a_control_going_the_wrong_way_is_a_broken_verify(tmp_path, control, windows):
+    with FakeServer(windows) as server:
+        code, report = smoke(server.url, tmp_path, "--dummy", "--expect-control", control,
+                             "--server-log", str(log_with_tuned_config(tmp_path)))
+    broken = [c for c in report["checks"] if c["detail"].startswith("verify is broken: ")]
+    assert code == 3 and report["verify_broken"] is True
+    assert [c["status"] for c in broken] == ["FAIL"]
+
+
+@pytest.mark.parametrize("extra", [["--endpoint", "http://127.0.0.1:9"], ["--dummy"]])
+def test_expect_control_needs_endpoint_and_dummy(tmp_path, capsys, extra):
+    with pytest.raises(SystemExit) as exit_:
+        mtp_smoke.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--out", str(tmp_path),
+                        "--expect-control", "agree", *extra])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "error: --expect-control needs --endpoint and --dummy (in-process, --dummy runs both controls)")
+    assert list(tmp_path.iterdir()) == []

@@ -6,6 +6,7 @@ prints a short table.
 
   mtp_smoke.py --recipe gemma-4-26b-a4b-it [--target h200] [--dummy] [--lossless]
   mtp_smoke.py --recipe gemma-4-26b-a4b-it --endpoint http://127.0.0.1:8000 --server-log F
+               [--dummy [--expect-control agree|random]]
   (either mode: --image-digest sha256:... names the image under test, for build.py publish)
 
 In-process mode starts vLLM (vllm.LLM, the recipe's settings) in a child process whose log is
@@ -19,6 +20,10 @@ must FAIL). If either control goes the wrong way, verify itself is broken: exit 
 With --lossless, a second engine without the drafter runs beside it and greedy outputs must be
 identical: gated on the agreeing model (exact zero logits), reported on the random one (its
 near-tied logits may break differently under other batch shapes).
+A server started with the controls plugin (benchmarks/gpu/serve_local.py --control agree|random)
+serves one control model for its whole life: --endpoint --dummy --expect-control agree|random
+says which, and the acceptance gate is then that control (agree: the gate must PASS; random: it
+must FAIL, and the gate itself stays NOT CHECKED); a control going the wrong way: exit 3.
 """
 from __future__ import annotations
 
@@ -64,6 +69,7 @@ from verify.vllm_logs import EngineLogFacts, parse_engine_log
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("engine_worker.py")
+CONTROLS = ("agree", "random")  # verify/controls.py's $VLLM_FORGE_CONTROL values
 # GPU name fragments -> forge target names (images/targets.yaml).
 
 
@@ -84,6 +90,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: the real depth)")
     p.add_argument("--centroids", action="store_true",
                    help="with --dummy: a centroid-masked drafter (use_ordered_embeddings)")
+    p.add_argument("--expect-control", choices=CONTROLS,
+                   help="with --endpoint --dummy: the control model the server runs "
+                        "(serve_local.py --control): the acceptance gate must PASS on agree, FAIL on random")
     p.add_argument("--lossless", action="store_true",
                    help="also check greedy output with the drafter equals greedy output without")
     p.add_argument("--runner", choices=["v1", "v2"], help="override the recipe's model runner")
@@ -104,6 +113,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         f"the report for build.py publish (default ${DIGEST_ENV})")
     args = p.parse_args(argv)
     check_shape_flag(p, args)
+    if args.expect_control and not (args.endpoint and args.dummy):
+        p.error("--expect-control needs --endpoint and --dummy (in-process, --dummy runs both controls)")
     return args
 
 
@@ -408,11 +419,26 @@ def endpoint_checks(recipe, args) -> tuple[list[Check], dict]:
                    not_checked("acceptance (recipe sampling)", "not run: the greedy window failed",
                                gating=False)]
     else:
-        checks.append(gate.check_acceptance(windows["greedy"], recipe.thresholds.min_acceptance_rate,
-                                            recipe.thresholds.min_mean_acceptance_length))
+        checks += endpoint_acceptance(gate.check_acceptance(
+            windows["greedy"], recipe.thresholds.min_acceptance_rate,
+            recipe.thresholds.min_mean_acceptance_length), args.expect_control)
         checks.append(sampling_window_check(server, model, prompts, recipe, args, windows))
     context["windows"] = {name: window.summary() for name, window in windows.items()}
+    if args.expect_control:
+        context["control"] = args.expect_control
     return checks, context
+
+
+def endpoint_acceptance(verdict_: Check, control: str | None) -> list[Check]:
+    """The greedy window's gate on the server's model, or, on a server that runs a control model
+    (--expect-control), the control it must be: as in-process --dummy judges its two windows."""
+    if control is None:
+        return [verdict_]
+    if control == "agree":
+        return [gate.positive_control(verdict_)]
+    return [gate.negative_control(verdict_),
+            not_checked(verdict_.name, "the server runs the random control model "
+                                       "(--expect-control random): only the negative control ran")]
 
 
 def sampling_window_check(server: Endpoint, model: str, prompts: list, recipe, args,
