@@ -13,7 +13,7 @@ import pytest
 from forge.models import load_family
 from tests.gpu_evidence import ROOT, Session, assert_controls_hold, control_rows, doc_section
 from verify import checks as gate
-from verify.mtp_smoke import _token_ids
+from verify.mtp_smoke import _token_ids, window_counters
 from verify.report import FAIL, PASS
 from verify.vllm_logs import parse_engine_log
 
@@ -216,6 +216,18 @@ def test_qwens_mtp_loses_on_v1_and_wins_on_v2(rebuilt):
     assert v2["fp8-mtp2-v2"]["derived"]["step_cost_x_plain"] < 1.75
     assert v2["fp8-mtp2-v2"]["derived"]["projected"]["spark343"]["tok_s"] > \
         v2["fp8-v2"]["derived"]["projected"]["spark343"]["tok_s"]
+
+
+def test_on_v2_the_qwen_controls_hold_under_cuda_graphs_and_the_pinned_backend():
+    """The V2 runner the Qwen recipe moved to has no smoke yet (§11.4); its bench engine ran the
+    same controls: every agreeing draft accepted, no random one, graphs captured, TRITON_ATTN only."""
+    data = SESSION.result("bench-qwen-v2/engines", "fp8-mtp2-v2")
+    agree, random = (window_counters(data, f"sustained@{c}") for c in ("agree", "random"))
+    assert agree.accepted == agree.draft_tokens == 2 * agree.drafts > 0
+    assert random.accepted == 0 and random.draft_tokens == 2 * random.drafts > 0
+    engine = parse_engine_log(SESSION.log("bench-qwen-v2/engines/fp8-mtp2-v2.log"))
+    assert engine.v2_runner and engine.cudagraph_mode == "FULL_AND_PIECEWISE"
+    assert set(engine.attention_backends) == {"TRITON_ATTN"}
 
 
 # --- the candidates --------------------------------------------------------------------------

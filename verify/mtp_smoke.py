@@ -96,6 +96,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lossless", action="store_true",
                    help="also check greedy output with the drafter equals greedy output without")
     p.add_argument("--runner", choices=["v1", "v2"], help="override the recipe's model runner")
+    p.add_argument("--batch", type=positive_count, metavar="N",
+                   help="in-process: the gate prompts repeated to N requests, all at once (a decode "
+                        "batch of N: paths chosen by the number of sequences, e.g. Triton's split-KV "
+                        "above 16 on the 26B-A4B; default: the gate prompts once)")
     p.add_argument("--max-tokens", type=int, default=128, help="tokens per prompt (default 128)")
     p.add_argument("--attention-backend", help="e.g. TRITON_ATTN")
     p.add_argument("--gpu-memory-utilization", type=float)
@@ -115,7 +119,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     check_shape_flag(p, args)
     if args.expect_control and not (args.endpoint and args.dummy):
         p.error("--expect-control needs --endpoint and --dummy (in-process, --dummy runs both controls)")
+    if args.batch and args.endpoint:
+        p.error("--batch is in-process only (--endpoint sends the gate prompts one at a time)")
     return args
+
+
+def positive_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more (got {count})")
+    return count
+
+
+def smoke_prompts(args) -> list:
+    """The gate prompts as the engine takes them, cycled to --batch requests where it is given."""
+    prompts = prompt_inputs(args, [text for _, text in gate_prompts(load_prompts())])
+    if args.batch:
+        prompts = [prompts[i % len(prompts)] for i in range(args.batch)]
+    return prompts
 
 
 def positive_seconds(text: str) -> int:
@@ -237,7 +261,7 @@ def window_counters(result: dict, name: str) -> SpecCounters | None:
 
 
 def inprocess_checks(recipe, args, out: Path) -> tuple[list[Check], dict]:
-    prompts = prompt_inputs(args, [text for _, text in gate_prompts(load_prompts())])
+    prompts = smoke_prompts(args)
     kwargs, env = engine_setup(recipe, args, out)
     greedy = {"temperature": 0.0, "max_tokens": args.max_tokens, "ignore_eos": args.dummy}
     sampling = {k: v for k, v in recipe.sampling.values.items() if k != "source"}
@@ -489,7 +513,8 @@ def main(argv=None) -> int:
                           layers=args.layers if args.dummy else None, centroids=args.centroids,
                           compile_backend=args.compile_backend or "inductor",
                           runner=args.runner or recipe.serve.model_runner,
-                          verify_broken=bool(broken), **context)
+                          verify_broken=bool(broken), **context,
+                          **({"batch": args.batch} if args.batch else {}))
     print(render_table(checks))
     print(f"ran on: {versions_line(context['versions'])}")
     print(f"report: {report}")
