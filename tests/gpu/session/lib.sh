@@ -149,32 +149,39 @@ apply_series() {   # R, vLLM version, site-packages
   stamp "apply $2 exit $? $(tail -n 1 "$L/apply$1.txt" | cut -c1-140)"
 }
 
-serve() {   # PYTHONPATH, vLLM version: the recipe's own serve command, then the endpoint smoke and a burst
-  local P=$1 V=$2 S=http://127.0.0.1:8012 up=0 pid
-  stamp "serve: start"
+serve() {   # PYTHONPATH, vLLM version[, control, port]: the recipe's own serve command, then the
+  # endpoint smoke and a burst. With a control (agree|random) the server serves verify's control
+  # model (serve_local.py --control) and the smoke holds it to that control (--expect-control);
+  # no burst against the agreeing one (it would time a model whose every draft is accepted).
+  local P=$1 V=$2 C=${3:-} port=${4:-8012} up=0 pid N=serve${3:+-$3}
+  local S=http://127.0.0.1:$port ctl=() expect=()
+  [ -z "$C" ] || { ctl=(--control "$C"); expect=(--expect-control "$C"); }
+  stamp "$N: start"
   # --installed: the GPU host has no index (§9: the plan died there)
-  PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local --installed --vllm $V --models $W/serve-models \
-    --work $W/serve --gpu-memory-utilization 0.15 --kv-cache-gib 2 --json > "$L/serve-plan.json" 2>&1
-  PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local --installed --vllm $V --models $W/serve-models \
-    --work $W/serve --gpu-memory-utilization 0.15 --kv-cache-gib 2 > "$W/serve-command.sh" 2>> "$L/serve-plan.json"
-  mkdir -p $W/serve
-  PYTHONPATH=$P setsid bash "$W/serve-command.sh" > "$W/serve/server.log" 2>&1 &
+  local plan=(--installed --vllm "$V" --models "$W/$N-models" --work "$W/$N" --port "$port"
+              --gpu-memory-utilization 0.15 --kv-cache-gib 2 "${ctl[@]}")
+  PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local "${plan[@]}" --json > "$L/$N-plan.json" 2>&1
+  PYTHONPATH=$P python3 -m benchmarks.gpu.serve_local "${plan[@]}" > "$W/$N-command.sh" 2>> "$L/$N-plan.json"
+  mkdir -p "$W/$N"
+  PYTHONPATH=$P setsid bash "$W/$N-command.sh" > "$W/$N/server.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 80); do
     python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' "$S/health" 2>/dev/null && { up=1; break; }
     kill -0 $pid 2>/dev/null || break
     sleep 6
   done
-  stamp "serve: up=$up"
+  stamp "$N: up=$up"
   if [ $up = 1 ]; then
     PYTHONPATH=$P timeout 150 python3 -m verify.mtp_smoke --recipe gemma-4-26b-a4b-it --target h200 \
-      --endpoint $S --dummy --server-log $W/serve/server.log --max-tokens 64 --out $W/serve-smoke \
-      > "$L/serve-smoke.txt" 2>&1
-    echo "exit $?" >> "$L/serve-smoke.txt"
-    PYTHONPATH=$P timeout 200 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --target h200 \
-      --endpoint $S --burst 500 --token-prompts --out $W/serve-burst > "$L/serve-burst.txt" 2>&1
-    echo "exit $?" >> "$L/serve-burst.txt"
-    stamp "serve: smoke $(tail -n 1 "$L/serve-smoke.txt"), burst $(tail -n 1 "$L/serve-burst.txt")"
+      --endpoint $S --dummy "${expect[@]}" --server-log "$W/$N/server.log" --max-tokens 64 \
+      --out "$W/$N-smoke" > "$L/$N-smoke.txt" 2>&1
+    echo "exit $?" >> "$L/$N-smoke.txt"
+    if [ "$C" != agree ]; then
+      PYTHONPATH=$P timeout 200 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --target h200 \
+        --endpoint $S --burst 500 --token-prompts --out "$W/$N-burst" > "$L/$N-burst.txt" 2>&1
+      echo "exit $?" >> "$L/$N-burst.txt"
+    fi
+    stamp "$N: smoke $(tail -n 1 "$L/$N-smoke.txt"), burst $(tail -n 1 "$L/$N-burst.txt" 2>/dev/null || echo none)"
   fi
   kill -TERM -- -$pid 2>/dev/null; sleep 8; kill -KILL -- -$pid 2>/dev/null
 }
