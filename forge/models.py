@@ -44,6 +44,20 @@ FP8_DYNAMIC_SCHEME = {
     "targets": ["Linear"],
     "format": "float-quantized",
 }
+# The same file's FP8 preset (QuantizationModifier(scheme="FP8"), calibrated): weights and input
+# activations 8-bit float per tensor, both static (the activation scale a stored `input_scale`), so
+# no activation max is reduced at run time. vLLM reads it as CompressedTensorsW8A8Fp8 with a static
+# input scheme, and its FusedMoE as CompressedTensorsW8A8Fp8MoEMethod's per-tensor case with
+# kFp8StaticTensorSym activations (w13/w2_input_scale, the maximum over the experts:
+# compressed_tensors_moe_w8a8_fp8.py and fp8_utils.process_fp8_input_tensor_strategy_moe, 0.27.1).
+FP8_STATIC_SCHEME = {
+    **FP8_DYNAMIC_SCHEME,
+    "weights": {**FP8_DYNAMIC_SCHEME["weights"], "strategy": "tensor"},
+    "input_activations": {**FP8_DYNAMIC_SCHEME["input_activations"], "strategy": "tensor", "dynamic": False,
+                          "observer": "minmax"},
+}
+# dtype names of the pre-quantized FP8 checkpoints a dummy target can be written as -> their scheme
+FP8_CHECKPOINT_SCHEMES = {"fp8-dynamic": FP8_DYNAMIC_SCHEME, "fp8-static": FP8_STATIC_SCHEME}
 # What a drafter can take from its target, each a verify check ("draft shares target <what>").
 SHAREABLE = ("embedding", "lm_head")
 # Where the drafter's attention layers get their backend: `target` (it runs whatever the engine's
@@ -297,9 +311,10 @@ class Family:
         untied = {k: text[k] for k in ("tie_word_embeddings",) if k in text}
         return {**head, "text_config": {"model_type": nested, **text, **around}, **untied, **around}
 
-    def fp8_dynamic_config(self) -> dict:
+    def fp8_checkpoint_config(self, dtype: str = "fp8-dynamic") -> dict:
         """The quantization_config of the family's FP8-Dynamic checkpoint (compressed-tensors,
-        FP8_DYNAMIC_SCHEME on every Linear but the family's fp8_dynamic.ignore).
+        FP8_DYNAMIC_SCHEME on every Linear but the family's fp8_dynamic.ignore), or with dtype
+        "fp8-static" the same checkpoint in the static FP8 preset (FP8_STATIC_SCHEME, same ignore).
 
         vLLM reads it as CompressedTensorsConfig (vllm/model_executor/layers/quantization/
         compressed_tensors/compressed_tensors.py): its _is_fp8_w8a8 takes float, symmetric, static
@@ -321,9 +336,10 @@ class Family:
         if quant is None:
             raise ForgeError(f"{self.source}: fp8_dynamic: not stated: no FP8-Dynamic checkpoint of the "
                              f"{self.name} family is described (what it leaves unquantized)")
+        scheme = FP8_CHECKPOINT_SCHEMES[dtype]
         return {"quant_method": "compressed-tensors", "format": "float-quantized",
                 "quantization_status": "compressed", "global_compression_ratio": None,
-                "kv_cache_scheme": None, "config_groups": {"group_0": json.loads(json.dumps(FP8_DYNAMIC_SCHEME))},
+                "kv_cache_scheme": None, "config_groups": {"group_0": json.loads(json.dumps(scheme))},
                 "ignore": list(quant["ignore"])}
 
     def assistant_config(self, model: Model, centroids: bool = False) -> dict:
@@ -346,12 +362,13 @@ class Family:
         return config
 
     def write_dummy_models(self, root: Path | str, layers: int | None = None, shape: str | None = None,
-                           centroids: bool = False, fp8_dynamic: bool = False) -> tuple[Path, Path | None]:
+                           centroids: bool = False, fp8_checkpoint: str | None = None) -> tuple[Path, Path | None]:
         """Write target and assistant config.json under root; return (target_dir, assistant_dir).
         A drafter inside the checkpoint has no directory of its own: assistant_dir is None.
-        fp8_dynamic: the target's config carries fp8_dynamic_config() as its quantization_config
-        (a pre-quantized checkpoint; the separate assistant stays BF16, as only the target is shipped
-        quantized). Use a root of its own: the plain and quantized targets share a directory name."""
+        fp8_checkpoint ("fp8-dynamic" or "fp8-static"): the target's config carries
+        fp8_checkpoint_config(it) as its quantization_config (a pre-quantized checkpoint; the
+        separate assistant stays BF16, as only the target is shipped quantized). Use a root of its
+        own: the plain and quantized targets share a directory name."""
         model = self.model(shape or self.dummy_shapes()[0])
         if centroids and self.values["dummy"]["centroids"] is None:
             raise ValueError(f"{self.source}: dummy.centroids: {self.name} has no centroid-masked drafter")
@@ -359,8 +376,8 @@ class Family:
         suffix = "-centroids" if centroids else ""
         root, prefix = Path(root), self.values["dummy"]["directory_prefix"]
         target = self.target_config(model, layers)
-        if fp8_dynamic:
-            target["quantization_config"] = self.fp8_dynamic_config()
+        if fp8_checkpoint is not None:
+            target["quantization_config"] = self.fp8_checkpoint_config(fp8_checkpoint)
         written = [(root / f"{prefix}-{model.name}-L{layers}", target)]
         if self.drafter_loading == "separate-checkpoint":
             written.append((root / f"{prefix}-{model.name}-assistant{suffix}",

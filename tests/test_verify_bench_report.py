@@ -323,8 +323,8 @@ def test_bad_config_names_are_one_line_errors(text, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("name=x,dtype=fp16", "dtype must be one of fp8, fp8_per_channel, fp8_per_block, fp8-dynamic, bf16, auto"),
-    ("name=x,dtype=fp8_dynamic", "dtype must be one of fp8, fp8_per_channel, fp8_per_block, fp8-dynamic, bf16, auto"),
+    ("name=x,dtype=fp16", "dtype must be one of fp8, fp8_per_channel, fp8_per_block, fp8-dynamic, fp8-static, bf16, auto"),
+    ("name=x,dtype=fp8_dynamic", "dtype must be one of fp8, fp8_per_channel, fp8_per_block, fp8-dynamic, fp8-static, bf16, auto"),
     ("k=3", "name= is required"),
     ("name=x,runner=v3", "runner must be v1, v2 or default"),
     ("name=x,colour=red", "is not one of name, dtype"),
@@ -462,6 +462,31 @@ def test_fp8_dynamic_engine_loads_a_prequantized_dummy_target(tmp_path):
         {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True, "symmetric": True}
 
 
+def test_fp8_static_engine_loads_the_static_preset_of_the_same_checkpoint(tmp_path):
+    """dtype=fp8-static (issue 19's static scales): the FP8-Dynamic checkpoint's ignore list with
+    llm-compressor's static FP8 preset, per-tensor weights and per-tensor static input scales, in a
+    models folder of its own beside the fp8-dynamic one."""
+    from forge.serving.recipes import load_recipe
+
+    args = bench.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--dummy", "--layers", "2", "--out", str(tmp_path)])
+    recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
+    static = bench.engine_spec(recipe, args, bench.parse_engine("name=s,dtype=fp8-static,k=4,runner=v2"), tmp_path)
+    dynamic = bench.engine_spec(recipe, args, bench.parse_engine("name=d,dtype=fp8-dynamic,k=4,runner=v2"), tmp_path)
+    assert "quantization" not in static["engine_kwargs"]
+    static_dir, dynamic_dir = (Path(e["engine_kwargs"]["model"]) for e in (static, dynamic))
+    assert static_dir.parent == tmp_path / "models-fp8-static" != dynamic_dir.parent
+    quant_s = json.loads((static_dir / "config.json").read_text())["quantization_config"]
+    quant_d = json.loads((dynamic_dir / "config.json").read_text())["quantization_config"]
+    assert quant_s["ignore"] == quant_d["ignore"]
+    (group,) = quant_s["config_groups"].values()
+    assert (group["weights"]["strategy"], group["weights"]["dynamic"]) == ("tensor", False)
+    acts = group["input_activations"]
+    assert (acts["strategy"], acts["dynamic"], acts["type"], acts["num_bits"]) == ("tensor", False, "float", 8)
+    # the drafter stays the BF16 assistant: only the target is shipped quantized
+    draft = Path(static["engine_kwargs"]["speculative_config"]["model"])
+    assert "quantization_config" not in json.loads((draft / "config.json").read_text())
+
+
 def test_fp8_dynamic_without_dummy_or_a_model_is_refused(tmp_path):
     from forge.errors import ForgeError
     from forge.serving.recipes import load_recipe
@@ -493,7 +518,7 @@ def test_a_family_without_fp8_dynamic_data_is_refused_in_one_line(tmp_path):
     (tmp_path / "gemma4.yaml").write_text(yaml.safe_dump(data))
     family = load_family("gemma4", tmp_path)
     with pytest.raises(ForgeError, match=r"gemma4.yaml: fp8_dynamic: not stated"):
-        family.write_dummy_models(tmp_path / "m", layers=2, fp8_dynamic=True)
+        family.write_dummy_models(tmp_path / "m", layers=2, fp8_checkpoint="fp8-dynamic")
     data["fp8_dynamic"] = {"ignore": ["re:(unclosed"], "source": "x"}
     (tmp_path / "gemma4.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises(ForgeError, match=r"fp8_dynamic.ignore: 're:\(unclosed': not a regular expression"):
@@ -593,7 +618,7 @@ def test_fp8_dynamic_config_sits_at_the_top_of_a_nested_config(tmp_path):
     from forge.models import load_family
 
     family = load_family("qwen3_5_moe")
-    target, drafter = family.write_dummy_models(tmp_path, layers=4, fp8_dynamic=True)
+    target, drafter = family.write_dummy_models(tmp_path, layers=4, fp8_checkpoint="fp8-dynamic")
     config = json.loads((target / "config.json").read_text())
     assert drafter is None and "quantization_config" not in config["text_config"]
     assert config["quantization_config"]["ignore"] == family.values["fp8_dynamic"]["ignore"]

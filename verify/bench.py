@@ -49,7 +49,7 @@ from forge.files import check_output_dir
 from forge.serving.acceptance import parse_profile
 from forge.serving.recipes import KV_CACHE_DTYPES, fp8_kv_refusal, pin_attention_backend
 from verify import bench_report, controls
-from verify.bench_report import FP8_DTYPES, ONLINE_FP8, long_window
+from verify.bench_report import FP8_DTYPES, ONLINE_FP8, PREQUANTIZED_FP8, long_window
 from verify.dummy_models import (
     check_shape_flag,
     encode_without_tokenizer,
@@ -102,7 +102,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "drafter shape (default: the recipe's model, else the family's first)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: real depth)")
     p.add_argument("--engine", action="append", default=[],
-                   help="one more engine: name=N,dtype=fp8|fp8_per_channel|fp8_per_block|fp8-dynamic|bf16|auto,"
+                   help="one more engine: name=N,dtype=fp8|fp8_per_channel|fp8_per_block|fp8-dynamic|fp8-static|bf16|auto,"
                         "k=K,runner=v1|v2|default,"
                         "attention=BACKEND|default,moe=DIR|none,compile=inductor|eager,"
                         "site=DIR (import vLLM from DIR, e.g. a copy patched with --with-candidate),"
@@ -384,15 +384,15 @@ def engine_spec(recipe, args, engine: dict, out: Path, max_num_seqs: int | None 
     if k:
         kwargs["speculative_config"] = {**kwargs["speculative_config"], "num_speculative_tokens": k}
     env = dict(recipe.env())
-    if dtype == "fp8-dynamic" and not (args.dummy or args.model):
-        raise ForgeError(f"--engine {engine['name']}: dtype=fp8-dynamic needs --dummy or --model "
-                         f"(a compressed-tensors FP8-Dynamic checkpoint): the recipe's model is not one")
+    if dtype in PREQUANTIZED_FP8 and not (args.dummy or args.model):
+        raise ForgeError(f"--engine {engine['name']}: dtype={dtype} needs --dummy or --model "
+                         f"(a compressed-tensors FP8 checkpoint): the recipe's model is not one")
     if args.dummy:
         # A root of its own: the quantized target's config.json must not replace the plain one
         # that fp8 and bf16 engines of the same run load (the directory names are the same).
-        fp8_dynamic = dtype == "fp8-dynamic"
-        target_dir, draft_dir = write_dummy_models(out / ("models-fp8-dynamic" if fp8_dynamic else "models"),
-                                                   args.layers, args.shape, fp8_dynamic=fp8_dynamic)
+        checkpoint = dtype if dtype in PREQUANTIZED_FP8 else None
+        target_dir, draft_dir = write_dummy_models(out / (f"models-{checkpoint}" if checkpoint else "models"),
+                                                   args.layers, args.shape, fp8_checkpoint=checkpoint)
         kwargs.update(model=str(target_dir), load_format="dummy", skip_tokenizer_init=True)
         if k and draft_dir is not None:  # None: the drafter is inside the target's checkpoint
             kwargs["speculative_config"]["model"] = str(draft_dir)

@@ -46,8 +46,11 @@ ONLINE_FP8 = ("fp8", "fp8_per_channel", "fp8_per_block")
 # fp8-dynamic: not online: a pre-quantized compressed-tensors checkpoint (llm-compressor's
 # FP8_DYNAMIC: static per-channel FP8 weights, dynamic per-token FP8 activations), read from its
 # config.json, so no `quantization` argument; with --dummy the target's config.json carries it
-# (forge/models.py Family.fp8_dynamic_config).
-PREQUANTIZED_FP8 = ("fp8-dynamic",)
+# (forge/models.py Family.fp8_checkpoint_config). fp8-static: the same checkpoint in llm-compressor's
+# static FP8 preset (per-tensor weights and calibrated per-tensor activation scales): no activation
+# max is reduced at run time (issue 19's "static scales"; dummy weights give the scales vLLM's dummy
+# init values, so its figures are speed only).
+PREQUANTIZED_FP8 = ("fp8-dynamic", "fp8-static")
 # The FP8 engines the picks choose among (bench.py's DTYPES add bf16 and auto).
 FP8_DTYPES = (*ONLINE_FP8, *PREQUANTIZED_FP8)
 

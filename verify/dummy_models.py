@@ -79,12 +79,13 @@ def assistant_config(shape: str | None = None, centroids: bool = False) -> dict:
 
 
 def write_dummy_models(root: Path | str, layers: int | None = None, shape: str | None = None,
-                       centroids: bool = False, fp8_dynamic: bool = False) -> tuple[Path, Path | None]:
+                       centroids: bool = False, fp8_checkpoint: str | None = None) -> tuple[Path, Path | None]:
     """Write target and assistant config.json under root; return (target_dir, assistant_dir), the
-    latter None where the family's drafter is inside the target's checkpoint. fp8_dynamic: the
-    target as a pre-quantized compressed-tensors FP8-Dynamic checkpoint (Family.fp8_dynamic_config)."""
+    latter None where the family's drafter is inside the target's checkpoint. fp8_checkpoint
+    ("fp8-dynamic" or "fp8-static"): the target as a pre-quantized compressed-tensors FP8
+    checkpoint (Family.fp8_checkpoint_config)."""
     family, name = family_of(shape)
-    return family.write_dummy_models(root, layers, name, centroids, fp8_dynamic)
+    return family.write_dummy_models(root, layers, name, centroids, fp8_checkpoint)
 
 
 def encode_without_tokenizer(text: str, shape: str | None = None) -> list[int]:

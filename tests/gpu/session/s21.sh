@@ -11,7 +11,9 @@
 #   timed, as memory frees:
 #     bench-groupkv2: the candidate's second run (three repeats) at 16, 32 and 64 sequences;
 #     bench30b: the recipe against the split-KV candidate at 30 layers (first wave), then the plain
-#       FP8 engine (second wave): the split-KV speed figure and a 30-layer plain step.
+#       FP8 engine (second wave): the split-KV speed figure and a 30-layer plain step;
+#     bench-static: online FP8 against the static FP8 preset (dtype=fp8-static: per-tensor weights,
+#       stored per-tensor activation scales, no activation max reduced at run time), plain and k=4.
 # Calls: `stagewhl` (carrying .whl), `stage 271` x24, `PARTS271=24 ... start 271` (carrying
 # .gpu-stage271/gpu_setup.sh, never piped), then `collect 40` calls until done (a call every < 30 s).
 set -u
@@ -35,6 +37,14 @@ bench30b() {   # 0.27.1 at 30 layers: the recipe and the split-KV candidate toge
     --engine "name=fp8-v2,k=0,runner=v2" --out $W/bench30b
 }
 
+bench_static() {   # 0.27.1, 10 layers: online FP8 (the recipe) against the static FP8 checkpoint
+  PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
+    --layers 10 "${BENCH[@]}" --timeout 1100 \
+    --engine "name=fp8-v2,k=0,runner=v2" --engine "name=fp8-mtp4-v2,k=4,runner=v2" \
+    --engine "name=fp8static-v2,dtype=fp8-static,k=0,runner=v2" \
+    --engine "name=fp8static-mtp4-v2,dtype=fp8-static,k=4,runner=v2" --out $W/bench-static
+}
+
 job271() {
   local P; P=$(path_of 271)
   record_machine 271
@@ -49,6 +59,7 @@ job271() {
   sleep 3
   timed bench-groupkv2 52 bench_groupkv2 "$P" &
   sleep 1; timed bench30b 80 bench30b "$P" &
+  sleep 1; timed bench-static 50 bench_static "$P" &
   wait
   stamp "job271 done"
 }
