@@ -124,14 +124,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def positive_count(text: str) -> int:
+def _at_least_one(text: str, unit: str = "") -> int:
+    """A whole number of `unit`s, 1 or more, as argparse types report it."""
+    of_units, units = (f" of {unit}s", f" {unit}") if unit else ("", "")
     try:
-        count = int(text)
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more (got {count})")
-    return count
+        raise argparse.ArgumentTypeError(f"not a whole number{of_units}: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1{units} or more (got {value})")
+    return value
+
+
+def positive_count(text: str) -> int:
+    return _at_least_one(text)
+
+
+def positive_seconds(text: str) -> int:
+    """A timeout of whole seconds, 1 or more (requests refuses 0 and below; so would the run)."""
+    return _at_least_one(text, "second")
 
 
 def smoke_prompts(args) -> list:
@@ -140,17 +151,6 @@ def smoke_prompts(args) -> list:
     if args.batch:
         prompts = [prompts[i % len(prompts)] for i in range(args.batch)]
     return prompts
-
-
-def positive_seconds(text: str) -> int:
-    """A timeout of whole seconds, 1 or more (requests refuses 0 and below; so would the run)."""
-    try:
-        seconds = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
-    if seconds < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 second or more (got {seconds})")
-    return seconds
 
 
 DIGEST_ENV = "VLLM_FORGE_IMAGE_DIGEST"
