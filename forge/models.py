@@ -34,28 +34,25 @@ DRAFTER_LOADINGS = ("separate-checkpoint", "in-checkpoint")
 # also vendored as vllm-project/compressed-tensors): weights 8-bit float, per output channel, static,
 # symmetric; input activations 8-bit float, per token, dynamic, symmetric. Saved as "float-quantized".
 # Not family data: the scheme is the same for every family; what it leaves out is (fp8_dynamic.ignore).
-FP8_DYNAMIC_SCHEME = {
-    "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "dynamic": False, "symmetric": True,
-                "group_size": None, "block_structure": None, "actorder": None, "observer": "minmax"},
-    "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True,
-                          "symmetric": True, "group_size": None, "block_structure": None,
-                          "actorder": None, "observer": None},
-    "output_activations": None,
-    "targets": ["Linear"],
-    "format": "float-quantized",
-}
+_FP8_ARGS: dict[str, object] = {"num_bits": 8, "type": "float", "symmetric": True, "group_size": None,
+                                 "block_structure": None, "actorder": None}
+
+
+def _fp8_scheme(weight_strategy: str, input_strategy: str, dynamic_input: bool) -> dict:
+    return {"weights": {**_FP8_ARGS, "strategy": weight_strategy, "dynamic": False, "observer": "minmax"},
+            "input_activations": {**_FP8_ARGS, "strategy": input_strategy, "dynamic": dynamic_input,
+                                  "observer": None if dynamic_input else "minmax"},
+            "output_activations": None, "targets": ["Linear"], "format": "float-quantized"}
+
+
+FP8_DYNAMIC_SCHEME = _fp8_scheme("channel", "token", dynamic_input=True)
 # The same file's FP8 preset (QuantizationModifier(scheme="FP8"), calibrated): weights and input
 # activations 8-bit float per tensor, both static (the activation scale a stored `input_scale`), so
 # no activation max is reduced at run time. vLLM reads it as CompressedTensorsW8A8Fp8 with a static
 # input scheme, and its FusedMoE as CompressedTensorsW8A8Fp8MoEMethod's per-tensor case with
 # kFp8StaticTensorSym activations (w13/w2_input_scale, the maximum over the experts:
 # compressed_tensors_moe_w8a8_fp8.py and fp8_utils.process_fp8_input_tensor_strategy_moe, 0.27.1).
-FP8_STATIC_SCHEME = {
-    **FP8_DYNAMIC_SCHEME,
-    "weights": {**FP8_DYNAMIC_SCHEME["weights"], "strategy": "tensor"},
-    "input_activations": {**FP8_DYNAMIC_SCHEME["input_activations"], "strategy": "tensor", "dynamic": False,
-                          "observer": "minmax"},
-}
+FP8_STATIC_SCHEME = _fp8_scheme("tensor", "tensor", dynamic_input=False)
 # dtype names of the pre-quantized FP8 checkpoints a dummy target can be written as -> their scheme
 FP8_CHECKPOINT_SCHEMES = {"fp8-dynamic": FP8_DYNAMIC_SCHEME, "fp8-static": FP8_STATIC_SCHEME}
 # What a drafter can take from its target, each a verify check ("draft shares target <what>").
