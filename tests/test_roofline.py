@@ -205,8 +205,8 @@ def test_bad_input_is_one_line(args, error):
 
 # --- the floor is never above a speed measured anywhere ----------------------------------------
 
-def _floor_ms(shape: str, layers: int, weights: str, target: str, vllm: str) -> float:
-    groups = decode_bytes(model_shape(FAMILY, FAMILY.model(shape), vllm, layers), group_dtypes(weights), 0)
+def _floor_ms(shape: str, layers: int, weights: str, target: str, vllm: str, family=FAMILY) -> float:
+    groups = decode_bytes(model_shape(family, family.model(shape), vllm, layers), group_dtypes(weights), 0)
     return floor_ms(sum(groups.values()), load_targets()[target].bandwidth_gb_s())
 
 
@@ -214,17 +214,25 @@ def test_no_measured_step_beats_its_floor():
     """Every step the H200 runs measured (benchmarks/results, the data docs/gpu-evidence.md is
     rebuilt from), plain or speculative, batch 1 or 8: a step reads the target's weights at least
     once, so it cannot take less than the floor of the layers and weights it ran."""
-    checked = 0
+    checked, families = 0, set()
     for path in sorted((REPO / "benchmarks" / "results").glob("verify-*.json")):
         run = json.loads(path.read_text())
+        family = load_recipe(run["recipe"], run["target"]).family_model[0]
+        shape = run["shape"] or family.dummy_shapes()[0]
+        if not family.values["weight_layout"]:  # refused in one line (the test above): no floor
+            with pytest.raises(ForgeError, match=rf"{family.name}.yaml: weight_layout: none stated"):
+                _floor_ms(shape, run["layers"], "fp8", run["target"], run["machine"]["vllm"], family)
+            continue
+        families.add(family.name)
         for engine in run["engines"].values():
             dtype = engine["dtype"]  # stock: the checkpoint's; every FP8 variant stores a byte a weight
             weights = "bf16" if dtype == "auto" else "fp8" if dtype in FP8_DTYPES else dtype
-            floor = _floor_ms(run["shape"], run["layers"], weights, run["target"], run["machine"]["vllm"])
+            floor = _floor_ms(shape, run["layers"], weights, run["target"], run["machine"]["vllm"], family)
             for window, figures in (engine.get("figures") or {}).items():
                 assert figures["step_ms"] >= floor, (path.name, engine["name"], window, floor)
                 checked += 1
-    assert checked >= 200  # the windows of the eleven committed H200 runs
+    assert checked >= 302  # the windows of the sixteen committed Gemma 4 H200 runs
+    assert "gemma4" in families
 
 
 # Public field reports (batch 1, real checkpoints, all layers), cited in docs/roofline.md.
