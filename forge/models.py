@@ -96,8 +96,24 @@ def _shares(value: dict) -> str | None:
 
 
 RANGED_METHOD = {"vllm": Field(str, check=pep440_specifier), "method": Field(str)}
+# The decoder layer classes whose weights the roofline counts (forge/serving/roofline.py LAYOUTS):
+# gemma4 (Gemma4DecoderLayer, gemma4.py), gated_deltanet (Qwen3_5DecoderLayer: Gated DeltaNet and gated
+# full attention, Qwen3NextSparseMoeBlock; qwen3_5.py / qwen3_next.py). Absent: gemma4.
+DECODERS = ("gemma4", "gated_deltanet")
 LAYOUT_RULE = {"vllm": Field(str, check=pep440_specifier),
-               "kv_shared_layers_read_kv_weights": Field(bool)}
+               "decoder": Field(str, required=False, default="gemma4", choices=DECODERS),
+               # gemma4 only: whether KV-shared layers still build (and read) their K/V projections
+               "kv_shared_layers_read_kv_weights": Field(bool, required=False)}
+
+
+def _layout_rules(value: list) -> str | None:
+    """weight_layout: Gemma 4's rules say what KV-shared layers read; Qwen 3.5's have no such layers."""
+    for i, rule in enumerate(value):
+        stated = rule["kv_shared_layers_read_kv_weights"] is not None
+        if stated != (rule["decoder"] == "gemma4"):
+            return (f"[{i}]: kv_shared_layers_read_kv_weights is " + ("required" if not stated else "not allowed")
+                    + f" for decoder {rule['decoder']}")
+    return None
 MODEL_SCHEMA = {
     "label": Field(str),
     "ids": Field(ListOf(str, min_items=1)),
@@ -131,7 +147,7 @@ FAMILY_SCHEMA = {
     "sampling": Field({"temperature": Field(float), "top_p": Field(float), "top_k": Field(int),
                        "source": Field(str)}),
     "layer_pattern": Field({"full_every": Field(int), "sliding": Field(str), "full": Field(str)}),
-    "weight_layout": Field(ListOf(LAYOUT_RULE), required=False, default=[]),
+    "weight_layout": Field(ListOf(LAYOUT_RULE), required=False, default=[], check=_layout_rules),
     "text_defaults": Field(dict, required=False, default={}),
     # What a pre-quantized FP8-Dynamic checkpoint of the family leaves in BF16 (bench.py's
     # dtype=fp8-dynamic writes it as the dummy target's quantization_config.ignore), and where from.
@@ -253,11 +269,18 @@ class Family:
     def speculative_method(self, vllm_version: str) -> str:
         return self._ranged("speculative_methods", vllm_version)["method"]
 
-    def kv_shared_layers_read_kv_weights(self, vllm_version: str) -> bool:
+    def weight_layout(self, vllm_version: str) -> dict:
+        """The release's layout rule: {vllm, decoder, kv_shared_layers_read_kv_weights (gemma4)}."""
         if not self.values["weight_layout"]:
             raise ForgeError(f"{self.source}: weight_layout: none stated: the roofline "
                              f"(forge/serving/roofline.py) does not model the {self.name} family's layers")
-        return self._ranged("weight_layout", vllm_version)["kv_shared_layers_read_kv_weights"]
+        return self._ranged("weight_layout", vllm_version)
+
+    def kv_shared_layers_read_kv_weights(self, vllm_version: str) -> bool:
+        rule = self.weight_layout(vllm_version)
+        if rule["decoder"] != "gemma4":
+            raise ForgeError(f"{self.source}: weight_layout: decoder {rule['decoder']} has no KV-shared layers")
+        return rule["kv_shared_layers_read_kv_weights"]
 
     def _ranged(self, key: str, vllm_version: str) -> dict:
         for rule in self.values[key]:

@@ -1,5 +1,6 @@
 """forge.serving.roofline: the bytes one decode token reads, against hand counts from the published
-shapes (models/gemma4.yaml) and the layout of vLLM's gemma4.py."""
+shapes (models/gemma4.yaml, models/qwen3_5_moe.yaml) and the layout of vLLM's gemma4.py, qwen3_5.py,
+qwen3_next.py and qwen_gdn_linear_attn.py."""
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from forge.models import load_family
 from forge.serving.recipes import load_all, load_recipe
 from forge.serving.roofline import (
     GROUPS,
+    LAYOUT_GROUPS,
     decode_bytes,
     floor_ms,
     group_dtypes,
@@ -46,7 +48,7 @@ def shape_26b(vllm="0.25.0", layers=None):
 
 def test_26b_bf16_matches_the_hand_count():
     groups = decode_bytes(shape_26b(), group_dtypes("bf16"), 0)
-    assert set(groups) == set(GROUPS)
+    assert tuple(groups) == LAYOUT_GROUPS["gemma4"] and set(groups) < set(GROUPS)
     assert groups["experts"] == 2 * EXPERTS            # 2.855 GB
     assert groups["dense_mlp"] == 2 * DENSE            # 1.071 GB
     assert groups["lm_head"] == 2 * LM_HEAD            # 1.476 GB: the tied matrix once
@@ -136,6 +138,98 @@ def test_group_dtypes_name_every_group_and_refuse_unknown_weights():
         group_dtypes("int4")
 
 
+
+# Qwen3.6-35B-A3B (models/qwen3_5_moe.yaml): hidden 2048, 40 layers of which 10 gated full attention
+# (every 4th) and 30 Gated DeltaNet; 16 heads and 2 KV heads of 256; GDN 16 key heads and 32 value
+# heads of 128, conv kernel 4; 256 experts of 512, top-8; shared expert 512; vocab 248320, untied.
+QWEN = load_family("qwen3_5_moe")
+QH, Q_FULL, Q_GDN = 2048, 10, 30
+# qkv_proj: q 2 x 16 x 256 wide (the output gate), k and v 2 x 256 each; o_proj 16 x 256 -> 2048
+Q_ATTENTION = Q_FULL * (QH * (2 * 16 * 256 + 2 * 2 * 256) + 16 * 256 * QH)          # 272,629,760
+# in_proj_qkvz 2048 -> 2 x 2048 + 2 x 4096, in_proj_ba 2048 -> 2 x 32, out_proj 4096 -> 2048
+Q_LINEAR = Q_GDN * (QH * (2 * 2048 + 2 * 4096) + QH * 2 * 32 + 4096 * QH)          # 1,010,565,120
+Q_EXPERTS = 40 * 8 * 3 * QH * 512                                                   # 1,006,632,960
+Q_SHARED = 40 * 3 * QH * 512                                                        # 125,829,120
+Q_ROUTER = 40 * (QH * 256 + QH)                      # gate + shared_expert_gate:     21,053,440
+Q_LM_HEAD = 248320 * QH                                                             # 508,559,360
+# SSM state 32 x 128 x 128 and conv state (2 x 2048 + 4096) x 3 per GDN layer, each read and written
+Q_SSM, Q_CONV = Q_GDN * 2 * 32 * 128 * 128, Q_GDN * 2 * 8192 * 3                   # 31,457,280; 1,474,560
+# 2 layer norms a layer, q/k norms (2 x 256) on full layers; on GDN layers conv1d (8192 x 4),
+# dt_bias (32), A_log (32 float32 = 64 BF16 values) and the gated norm (128); the final norm
+Q_NORMS = 40 * 2 * QH + Q_FULL * 2 * 256 + Q_GDN * (8192 * 4 + 32 + 64 + 128) + QH  # 1,160,768
+
+
+def shape_qwen(layers=None, vllm="0.27.1"):
+    return model_shape(QWEN, QWEN.model("35b-a3b"), vllm, layers)
+
+
+def test_qwen_35b_a3b_bf16_matches_the_hand_count():
+    groups = decode_bytes(shape_qwen(), group_dtypes("bf16"), 0)
+    assert tuple(groups) == LAYOUT_GROUPS["gated_deltanet"]
+    assert groups["attention"] == 2 * Q_ATTENTION              # 0.545 GB
+    assert groups["linear_attention"] == 2 * Q_LINEAR          # 2.021 GB
+    assert groups["experts"] == 2 * Q_EXPERTS                  # 2.013 GB
+    assert groups["shared_expert"] == 2 * Q_SHARED             # 0.252 GB
+    assert groups["router"] == 2 * Q_ROUTER                    # 0.042 GB
+    assert groups["lm_head"] == 2 * Q_LM_HEAD                  # 1.017 GB: untied, its own matrix
+    assert groups["embedding"] == 2 * QH                       # one row of embed_tokens
+    assert groups["norms"] == 2 * Q_NORMS
+    assert groups["recurrent_state"] == 2 * Q_SSM and groups["conv_state"] == 2 * Q_CONV
+    assert groups["kv_cache"] == 0
+    assert sum(groups.values()) == 2 * 2_979_364_416 == 5_958_728_832  # the ten counts above, summed
+
+
+def test_qwen_35b_a3b_fp8_quantizes_the_projections_and_experts_only():
+    dtypes = group_dtypes("fp8")
+    groups = decode_bytes(shape_qwen(), dtypes, 0)
+    quantized = ("experts", "shared_expert", "attention", "linear_attention")
+    assert {g: dtypes[g] for g in quantized} == dict.fromkeys(quantized, "fp8")
+    # ParallelLMHead, embeddings, ReplicatedLinear(quant_config=None) router and shared_expert_gate,
+    # conv1d / dt_bias / A_log / norms and both GDN states stay in their own dtypes
+    assert {g: dtypes[g] for g in groups if g not in quantized} == dict.fromkeys(
+        [g for g in groups if g not in quantized], "bf16")
+    assert (groups["experts"], groups["shared_expert"]) == (Q_EXPERTS, Q_SHARED)
+    assert (groups["attention"], groups["linear_attention"]) == (Q_ATTENTION, Q_LINEAR)
+    assert (groups["lm_head"], groups["router"], groups["norms"]) == (2 * Q_LM_HEAD, 2 * Q_ROUTER, 2 * Q_NORMS)
+    assert sum(groups.values()) == (Q_ATTENTION + Q_LINEAR + Q_EXPERTS + Q_SHARED
+                                    + 2 * (Q_LM_HEAD + Q_ROUTER + QH + Q_NORMS + Q_SSM + Q_CONV))
+    assert sum(groups.values()) == 3_543_071_872                # 0.738 ms on an H200
+    # config.json's mamba_ssm_dtype float32 doubles the SSM state, and only it
+    fp32 = decode_bytes(shape_qwen(), group_dtypes("fp8", ssm_state_dtype="float32"), 0)
+    assert fp32["recurrent_state"] == 2 * groups["recurrent_state"] == 4 * Q_SSM
+    assert fp32["conv_state"] == groups["conv_state"]
+    with pytest.raises(ForgeError, match="mamba_ssm_dtype 'int8' not known"):
+        group_dtypes("fp8", ssm_state_dtype="int8")
+
+
+def test_qwen_kv_cache_grows_with_context_on_the_full_layers_only():
+    at_0, at_4k = (decode_bytes(shape_qwen(), group_dtypes("fp8"), n) for n in (0, 4096))
+    assert at_4k["kv_cache"] == 4096 * Q_FULL * 2 * 2 * 256 * 2    # tokens x layers x (K, V) x heads x dim x BF16
+    assert {g: v for g, v in at_4k.items() if g != "kv_cache"} == {g: v for g, v in at_0.items() if g != "kv_cache"}
+
+
+def test_qwen_fewer_layers_read_fewer_bytes_but_the_same_lm_head():
+    full, eight = (decode_bytes(shape_qwen(n), group_dtypes("fp8"), 0) for n in (None, 8))
+    assert eight["lm_head"] == full["lm_head"] and eight["embedding"] == full["embedding"]
+    assert eight["experts"] * 5 == full["experts"] and eight["router"] * 5 == full["router"]
+    # 8 layers: 2 full (the 4th and the 8th), 6 Gated DeltaNet
+    assert eight["attention"] * 5 == full["attention"]
+    assert eight["linear_attention"] * 5 == full["linear_attention"]
+    assert eight["recurrent_state"] * 5 == full["recurrent_state"]
+    # 7 layers: the last is full, so 2 full and 5 GDN
+    seven = decode_bytes(shape_qwen(7), group_dtypes("fp8"), 0)
+    assert seven["attention"] == eight["attention"] and seven["linear_attention"] * 6 == eight["linear_attention"] * 5
+    assert sum(seven.values()) < sum(eight.values()) < sum(full.values())
+
+
+def test_weight_layout_rules_are_checked_on_load():
+    assert QWEN.weight_layout("0.27.1")["decoder"] == "gated_deltanet"
+    with pytest.raises(ForgeError, match="decoder gated_deltanet has no KV-shared layers"):
+        QWEN.kv_shared_layers_read_kv_weights("0.27.1")
+    with pytest.raises(ForgeError, match="weight_layout: no entry covers vLLM 0.20.2"):
+        shape_qwen(vllm="0.20.2")
+
+
 def test_floor_and_ceiling_arithmetic():
     assert floor_ms(4_800_000_000, 4800) == pytest.approx(1.0)
     # 1000 tok/s floor, mean length 1 + 0.84 + 0.60 + 0.39 + 0.27 = 3.10, step 1.81x plain
@@ -145,15 +239,10 @@ def test_floor_and_ceiling_arithmetic():
 # --- the command, over every recipe and target ------------------------------------------------
 
 def test_every_recipe_and_target_has_a_roofline():
+    families = set()
     for recipe in load_all():
         target = load_targets()[recipe.target]
-        family = recipe.family_model[0]
-        if not family.values["weight_layout"]:
-            # a family whose layers the roofline does not model (Gated DeltaNet) says so, in one line
-            with pytest.raises(ForgeError, match=rf"{family.name}.yaml: weight_layout: none stated: "
-                                                 rf"the roofline .* does not model the {family.name} family's layers"):
-                recipe_report(recipe, target, "0.27.1")
-            continue
+        families.add(recipe.family_model[0].name)
         for device in target.device_names:
             report = recipe_report(recipe, target, "0.27.1", device=device)
             assert report["bytes_per_token"] == sum(report["groups"].values()) > 1e9, recipe.path
@@ -162,6 +251,18 @@ def test_every_recipe_and_target_has_a_roofline():
             assert spec["mean_length"] == recipe.speculative.num_speculative_tokens + 1
             assert spec["ceiling_tok_s"] == pytest.approx(
                 1e3 / report["floor_ms"] * spec["mean_length"] / recipe.thresholds.step_cost_ratio, abs=0.06)
+    assert families == {"gemma4", "qwen3_5_moe"}
+
+
+def test_a_family_without_a_weight_layout_is_refused_in_one_line(tmp_path):
+    text = (REPO / "models" / "qwen3_5_moe.yaml").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("weight_layout:"))
+    (tmp_path / "qwen3_5_moe.yaml").write_text(text.replace(line, ""))
+    family = load_family("qwen3_5_moe", tmp_path)
+    assert family.values["weight_layout"] == []
+    with pytest.raises(ForgeError, match=r"qwen3_5_moe.yaml: weight_layout: none stated: the roofline .* "
+                                         r"does not model the qwen3_5_moe family's layers"):
+        model_shape(family, family.model("35b-a3b"), "0.27.1")
 
 
 def test_the_nvfp4_checkpoints_read_fewer_bytes_than_fp8():
@@ -180,7 +281,7 @@ def test_json_output_and_the_profile_ceiling(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert set(report["groups"]) == set(GROUPS)
+    assert tuple(report["groups"]) == tuple(report["dtypes"]) == LAYOUT_GROUPS["gemma4"]
     assert report["bytes_per_token"] == sum(report["groups"].values())
     assert report["groups"]["experts"] == EXPERTS  # FP8: one byte per weight
     assert report["floor_ms"] == pytest.approx(report["bytes_per_token"] / 4.8e12 * 1e3, abs=1e-4)
@@ -214,15 +315,11 @@ def test_no_measured_step_beats_its_floor():
     """Every step the H200 runs measured (benchmarks/results, the data docs/gpu-evidence.md is
     rebuilt from), plain or speculative, batch 1 or 8: a step reads the target's weights at least
     once, so it cannot take less than the floor of the layers and weights it ran."""
-    checked, families = 0, set()
+    checked, plain_qwen, families = 0, 0, set()
     for path in sorted((REPO / "benchmarks" / "results").glob("verify-*.json")):
         run = json.loads(path.read_text())
         family = load_recipe(run["recipe"], run["target"]).family_model[0]
         shape = run["shape"] or family.dummy_shapes()[0]
-        if not family.values["weight_layout"]:  # refused in one line (the test above): no floor
-            with pytest.raises(ForgeError, match=rf"{family.name}.yaml: weight_layout: none stated"):
-                _floor_ms(shape, run["layers"], "fp8", run["target"], run["machine"]["vllm"], family)
-            continue
         families.add(family.name)
         for engine in run["engines"].values():
             dtype = engine["dtype"]  # stock: the checkpoint's; every FP8 variant stores a byte a weight
@@ -231,8 +328,13 @@ def test_no_measured_step_beats_its_floor():
             for window, figures in (engine.get("figures") or {}).items():
                 assert figures["step_ms"] >= floor, (path.name, engine["name"], window, floor)
                 checked += 1
-    assert checked >= 302  # the windows of the sixteen committed Gemma 4 H200 runs
-    assert "gemma4" in families
+                if family.name == "qwen3_5_moe" and not engine["k"] and window.startswith("sustained"):
+                    # and a real bound: the plain batch-1 step (~2.7 ms at 8 layers) within 10x of it
+                    assert figures["step_ms"] < 10 * floor, (path.name, engine["name"], window, floor)
+                    plain_qwen += 1
+    # the windows of the sixteen committed Gemma 4 H200 runs and the two Qwen ones (s20 qwen-v1, -v2)
+    assert checked >= 302 + 22
+    assert families == {"gemma4", "qwen3_5_moe"} and plain_qwen == 4
 
 
 # Public field reports (batch 1, real checkpoints, all layers), cited in docs/roofline.md.
