@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forge.schema import Field, ListOf, SchemaError, load_yaml, validate
+from forge.serving.roofline import GROUPS
 
 KERNEL_GROUPS_FILE = Path(__file__).with_name("kernel_groups.yaml")
 OTHER = "other"
-# The byte groups `build.py roofline --json` reports (forge/serving/roofline.py): what a kernel
-# group's `bytes` may name.
-BYTE_GROUPS = ("experts", "attention", "lm_head", "dense_mlp", "router", "embedding",
-               "per_layer_input", "norms", "kv_cache")
+# The byte groups `build.py roofline --json` reports (forge/serving/roofline.py, every decoder
+# layout's): what a kernel group's `bytes` may name.
+BYTE_GROUPS = GROUPS
 
 GROUP_SCHEMA = {
     "name": Field(str),
