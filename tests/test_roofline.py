@@ -384,3 +384,18 @@ def test_the_worked_example_in_the_docs_is_what_the_command_prints():
     bf16 = decode_bytes(shape_26b(), group_dtypes("bf16"), 0)
     assert f"**{sum(bf16.values()) / GB:.3f}**" in doc
     assert f"| {(bf16['norms'] + bf16['embedding']) // 2:,} |" in doc
+
+
+def test_the_qwen_worked_example_in_the_docs_is_what_the_command_prints():
+    doc = (REPO / "docs" / "roofline.md").read_text()
+    done = subprocess.run([sys.executable, "build.py", "roofline", "--recipe", "qwen3.6-35b-a3b",
+                           "--target", "h200", "--vllm", "0.27.1"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"```\n{done.stdout}```" in doc
+    for weights in (Q_EXPERTS, Q_SHARED, Q_ATTENTION, Q_LINEAR, Q_LM_HEAD, Q_ROUTER, Q_SSM, Q_CONV, Q_NORMS + QH):
+        assert f"| {weights:,} |" in doc
+    bf16, fp8 = (decode_bytes(shape_qwen(), group_dtypes(w), 0) for w in ("bf16", "fp8"))
+    assert f"| **{sum(bf16.values()) / GB:.3f}** | **{sum(fp8.values()) / GB:.3f}** |" in doc
+    eight = decode_bytes(shape_qwen(8), group_dtypes("fp8"), 0)
+    assert f"their floor is {sum(eight.values()) / GB:.3f} GB, {floor_ms(sum(eight.values()), 4800):.3f} ms" in doc
