@@ -230,6 +230,20 @@ def test_weight_layout_rules_are_checked_on_load():
         shape_qwen(vllm="0.20.2")
 
 
+@pytest.mark.parametrize("rule, error", [
+    ('{vllm: ">=0.21.0", decoder: gated_deltanet, kv_shared_layers_read_kv_weights: true}',
+     r"weight_layout: \[0\]: kv_shared_layers_read_kv_weights is not allowed for decoder gated_deltanet"),
+    ('{vllm: ">=0.21.0"}', r"weight_layout: \[0\]: kv_shared_layers_read_kv_weights is required for decoder gemma4"),
+    ('{vllm: ">=0.21.0", decoder: mamba2}', r"weight_layout\[0\].decoder: must be one of gemma4, gated_deltanet"),
+])
+def test_a_wrong_weight_layout_is_refused_on_load(tmp_path, rule, error):
+    text = (REPO / "models" / "qwen3_5_moe.yaml").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("weight_layout:"))
+    (tmp_path / "qwen3_5_moe.yaml").write_text(text.replace(line, f"weight_layout: [{rule}]"))
+    with pytest.raises(ForgeError, match=error):
+        load_family("qwen3_5_moe", tmp_path)
+
+
 def test_floor_and_ceiling_arithmetic():
     assert floor_ms(4_800_000_000, 4800) == pytest.approx(1.0)
     # 1000 tok/s floor, mean length 1 + 0.84 + 0.60 + 0.39 + 0.27 = 3.10, step 1.81x plain
