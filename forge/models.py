@@ -114,6 +114,8 @@ def _layout_rules(value: list) -> str | None:
             return (f"[{i}]: kv_shared_layers_read_kv_weights is " + ("required" if not stated else "not allowed")
                     + f" for decoder {rule['decoder']}")
     return None
+
+
 MODEL_SCHEMA = {
     "label": Field(str),
     "ids": Field(ListOf(str, min_items=1)),
