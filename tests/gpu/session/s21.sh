@@ -7,7 +7,10 @@
 #       smoke must PASS: the positive control through a real `vllm serve`) and the random one (it
 #       must FAIL, plus the 500 burst), ports 8012 and 8013;
 #     smoke271-groupkv-b32: the recipe's smoke on the copy with `triton-attn-group-kv-heads`, V2,
-#       lossless, at a decode batch of 32 (`--batch 32`: where the candidate changes the path);
+#       lossless, at a decode batch of 32 (`--batch 32`: where the candidate changes the path). What
+#       it can show: the path runs under CUDA graphs without a fault and the random model's tokens
+#       (INFO) stay those of the plain engine; the agreeing model's logits are zero whatever
+#       attention computes, so its lossless PASS says nothing of the kernel's numerics;
 #   timed, as memory frees:
 #     bench-groupkv2: the candidate's second run (three repeats) at 16, 32 and 64 sequences;
 #     bench30b: the recipe against the split-KV candidate at 30 layers (first wave), then the plain
