@@ -78,6 +78,20 @@ def _record_row(site_dir: Path, path: Path) -> str:
     return out.getvalue()
 
 
+def statuses_on_checked_releases(patch_id: str):
+    """(version, release tree, computed status) of one patch on every release the series checks,
+    each computed from the release's own source (what the candidate tests compare with their table)."""
+    from forge.patching.readme_table import checked_releases
+    from forge.patching.series import load_series
+    from forge.patching.status import status_of
+
+    series = load_series()
+    patch = series.get(patch_id)
+    for version in checked_releases(series):
+        tree = releases.release_tree(version)
+        yield version, tree, status_of(patch, tree, Version(version))
+
+
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under `root` (relative path -> bytes): compare trees byte for byte."""
     return {p.relative_to(root).as_posix(): p.read_bytes()

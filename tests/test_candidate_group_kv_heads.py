@@ -14,14 +14,12 @@ import ast
 import json
 import subprocess
 
-from packaging.version import Version
-
 from forge.patching import diffs
 from forge.patching.readme_table import BEGIN, END, checked_releases
 from forge.patching.series import load_series
-from forge.patching.status import applied_statuses, release_status, status_of
+from forge.patching.status import applied_statuses, release_status
 from forge.upstream import releases
-from tests.fixtures_patches import snapshot
+from tests.fixtures_patches import snapshot, statuses_on_checked_releases
 from tests.test_candidate_patches import REPO
 from tests.test_patch_series import run_build
 
@@ -87,11 +85,8 @@ def test_every_checked_release_has_the_bug_and_none_the_fix():
 
 
 def test_status_on_every_release_is_what_its_source_says():
-    series = load_series()
-    patch = series.get(PATCH)
-    for version in checked_releases(series):
-        tree = releases.release_tree(version)
-        computed = status_of(patch, tree, Version(version))
+    patch = load_series().get(PATCH)
+    for version, tree, computed in statuses_on_checked_releases(PATCH):
         assert computed.status == EXPECTED[version], (version, computed)
         if version in OTHER_CONTEXT:
             try:

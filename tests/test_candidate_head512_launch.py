@@ -14,14 +14,10 @@ from __future__ import annotations
 import ast
 import json
 
-from packaging.version import Version
-
 from forge.patching import diffs
-from forge.patching.readme_table import checked_releases
 from forge.patching.series import load_series
-from forge.patching.status import status_of
 from forge.upstream import releases
-from tests.fixtures_patches import snapshot
+from tests.fixtures_patches import snapshot, statuses_on_checked_releases
 from tests.test_patch_series import run_build
 
 PATCH = "triton-attn-head512-launch"
@@ -68,11 +64,8 @@ def test_every_covered_release_launches_one_kernel_with_the_launch_kwargs_and_no
 
 
 def test_status_on_every_release_is_what_its_source_says():
-    series = load_series()
-    patch = series.get(PATCH)
-    for version in checked_releases(series):
-        tree = releases.release_tree(version)
-        computed = status_of(patch, tree, Version(version))
+    patch = load_series().get(PATCH)
+    for version, tree, computed in statuses_on_checked_releases(PATCH):
         assert computed.status == (A if version in APPLIES_ON else N), (version, computed)
         if computed.status != A:
             continue

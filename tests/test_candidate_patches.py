@@ -13,17 +13,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from packaging.version import Version
 
 from forge.errors import ForgeError
 from forge.patching import diffs
 from forge.patching.readme_table import BEGIN, END, checked_releases
 from forge.patching.series import load_series
-from forge.patching.status import applied_statuses, release_status, status_of
+from forge.patching.status import applied_statuses, release_status
 from forge.upstream import releases
 from tests.build_cli import copy_checkout
 from tests.build_cli import run_build as run_in
-from tests.fixtures_patches import real_patch_entry, snapshot, write_series
+from tests.fixtures_patches import real_patch_entry, snapshot, statuses_on_checked_releases, write_series
 from tests.test_images_plan import copy_repo, plan, write_lock
 from tests.test_patch_series import run_build
 
@@ -55,11 +54,8 @@ def test_the_candidate_is_in_the_manifest_as_one():
 
 
 def test_status_on_every_release_is_what_its_source_says():
-    series = load_series()
-    patch = series.get(PATCH)
-    for version in checked_releases(series):
-        tree = releases.release_tree(version)
-        computed = status_of(patch, tree, Version(version))
+    patch = load_series().get(PATCH)
+    for version, tree, computed in statuses_on_checked_releases(PATCH):
         assert computed.status == EXPECTED[version], (version, computed)
         launcher = (tree / LAUNCHER).read_bytes()
         if computed.status == A:
