@@ -241,7 +241,7 @@ def windows(args, prompts: dict) -> list[dict]:
     for name in chosen:
         _check_window_name(name)
     base = [w for w in _all_windows(args, prompts) if w["name"] == "warmup" or w["name"] in chosen]
-    controls_ = ("agree", "random") if args.dummy else (None,)
+    controls_ = controls.CONTROLS if args.dummy else (None,)
     fixed = [_controlled(w, control) for w in base
              for control in (controls_ if w["name"] != "warmup" else (None,))]
     source = LongPrompts(args, prompts)

@@ -44,6 +44,8 @@ ENTRY_POINT_GROUP = "vllm.general_plugins"
 PLUGIN_NAME = "vllm_forge_controls"
 DIST_NAME = "vllm_forge_controls-1.0"
 ENV_INITIAL = "VLLM_FORGE_CONTROL"
+# Its values, in the order verify runs them on one engine: the agreeing model, then the random one.
+CONTROLS = ("agree", "random")
 ENV_FAMILY = "VLLM_FORGE_CONTROL_FAMILY"
 RPC_METHOD = "forge_set_agreement"
 # (module, original weight clone) for every final norm; (buffer, valid ordering) per drafter.

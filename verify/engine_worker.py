@@ -147,9 +147,10 @@ def set_control(llm, control: str | None) -> dict:
     """Switch the controls plugin (verify/controls.py) to the agreeing or the random model."""
     if control is None:
         return {}
-    if control not in ("agree", "random"):
+    from verify.controls import CONTROLS, RPC_METHOD
+
+    if control not in CONTROLS:
         raise ValueError(f"window control must be 'agree' or 'random' (got {control!r})")
-    from verify.controls import RPC_METHOD
 
     replies = llm.collective_rpc(RPC_METHOD, args=(control == "agree",))
     if not replies or not all(r.get("norms") for r in replies):

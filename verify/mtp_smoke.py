@@ -69,7 +69,6 @@ from verify.vllm_logs import EngineLogFacts, parse_engine_log
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("engine_worker.py")
-CONTROLS = ("agree", "random")  # verify/controls.py's $VLLM_FORGE_CONTROL values
 # GPU name fragments -> forge target names (images/targets.yaml).
 
 
@@ -90,7 +89,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: the real depth)")
     p.add_argument("--centroids", action="store_true",
                    help="with --dummy: a centroid-masked drafter (use_ordered_embeddings)")
-    p.add_argument("--expect-control", choices=CONTROLS,
+    p.add_argument("--expect-control", choices=controls.CONTROLS,
                    help="with --endpoint --dummy: the control model the server runs "
                         "(serve_local.py --control): the acceptance gate must PASS on agree, FAIL on random")
     p.add_argument("--lossless", action="store_true",
@@ -267,7 +266,7 @@ def inprocess_checks(recipe, args, out: Path) -> tuple[list[Check], dict]:
     sampling = {k: v for k, v in recipe.sampling.values.items() if k != "source"}
     recipe_sampling = {**sampling, "seed": 0, "max_tokens": args.max_tokens, "ignore_eos": args.dummy}
     # --dummy: the agreeing model first, then the random one, on the same engine.
-    gated = ["agree", "random"] if args.dummy else [None]
+    gated = list(controls.CONTROLS) if args.dummy else [None]
     windows = [{"name": _greedy_window(c), "prompts": prompts, "sampling": greedy, "control": c,
                 "keep_token_ids": args.lossless, "save_prometheus": True} for c in gated]
     windows.append({"name": "recipe_sampling", "prompts": prompts, "sampling": recipe_sampling,
@@ -453,15 +452,15 @@ def endpoint_checks(recipe, args) -> tuple[list[Check], dict]:
     return checks, context
 
 
-def endpoint_acceptance(verdict_: Check, control: str | None) -> list[Check]:
+def endpoint_acceptance(acceptance: Check, control: str | None) -> list[Check]:
     """The greedy window's gate on the server's model, or, on a server that runs a control model
     (--expect-control), the control it must be: as in-process --dummy judges its two windows."""
     if control is None:
-        return [verdict_]
+        return [acceptance]
     if control == "agree":
-        return [gate.positive_control(verdict_)]
-    return [gate.negative_control(verdict_),
-            not_checked(verdict_.name, "the server runs the random control model "
+        return [gate.positive_control(acceptance)]
+    return [gate.negative_control(acceptance),
+            not_checked(acceptance.name, "the server runs the random control model "
                                        "(--expect-control random): only the negative control ran")]
 
 

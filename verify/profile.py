@@ -50,7 +50,7 @@ import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from forge.errors import ForgeError  # noqa: E402
-from verify import profile_report  # noqa: E402
+from verify import controls, profile_report  # noqa: E402
 from verify.dummy_models import encode_without_tokenizer, resolve_shape  # noqa: E402
 from verify.kernel_groups import load_kernel_map  # noqa: E402
 
@@ -91,7 +91,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--shape", help="with --dummy: a model of models/<family>.yaml with an assistant "
                                    "shape (default: the first listed)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: real depth)")
-    p.add_argument("--control", choices=["agree", "random"], default="agree",
+    p.add_argument("--control", choices=controls.CONTROLS, default="agree",
                    help="with --dummy: agreeing (every draft accepted) or random model")
     p.add_argument("--model", help="local target model path (default: the recipe's)")
     p.add_argument("--drafter", help="local drafter path (default: the recipe's)")
@@ -243,8 +243,6 @@ def engine_plan(args, work: Path):
     # of this process's profiler's reach.
     spec["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if args.dummy:
-        from verify import controls
-
         spec["env"][controls.ENV_INITIAL] = args.control
     if args.profiler == "vllm":
         spec["engine_kwargs"]["profiler_config"] = {

@@ -54,7 +54,6 @@ from verify import controls
 from verify.dummy_models import write_dummy_models
 
 STAND_IN_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init"]
-CONTROLS = ("agree", "random")
 # The stand-in --control adds: listed under "stand_in" only when it is given (without it the
 # JSON is as before).
 CONTROL_STAND_IN = '''
@@ -175,9 +174,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     a = p.parse_args(argv)
     try:
-        if a.control is not None and a.control not in CONTROLS:
+        if a.control is not None and a.control not in controls.CONTROLS:
             # checked before anything is written (the models, --installed's cache link)
-            raise ForgeError(f"--control: {a.control!r} is not one of {', '.join(CONTROLS)}")
+            raise ForgeError(f"--control: {a.control!r} is not one of {', '.join(controls.CONTROLS)}")
         if a.installed:
             use_installed_release(a.vllm, Path(a.work))
         run = local_command(a.recipe, a.target, a.vllm, Path(a.models), Path(a.work), a.layers,
