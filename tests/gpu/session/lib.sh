@@ -20,7 +20,7 @@ progress() { tail -n "${1:-6}" "$W/timeline.txt" 2>/dev/null; }
 
 pack() {   # what has landed so far, each call: a machine taken back loses nothing already packed
   [ -n "${OUT:-}" ] || return 0
-  tar czf "$OUT/$SESSION.tgz" -C "$(dirname "$W")" --exclude='*models*' --exclude='*/cache' \
+  tar czf "$OUT/$SESSION.tgz" -C "$(dirname "$W")" --exclude='*models*' --exclude='*/cache' --exclude='*vllm-forge-cache*' \
     --exclude='*.spec.json' --exclude='*.dist-info' --exclude='*/compile' --exclude='*/plugin' \
     --exclude='repo[0-9]*' --exclude='*.pt.trace.json*' "$(basename "$W")" 2>/dev/null
   [ ! -f "$W/timeline.txt" ] || cp "$W/timeline.txt" "$OUT/"
