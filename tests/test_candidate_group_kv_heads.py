@@ -20,7 +20,7 @@ from forge.patching.series import load_series
 from forge.patching.status import applied_statuses, release_status
 from forge.upstream import releases
 from tests.fixtures_patches import snapshot, statuses_on_checked_releases
-from tests.test_candidate_patches import REPO
+from tests.test_candidate_patches import REPO, patches_row
 from tests.test_patch_series import run_build
 
 PATCH = "triton-attn-group-kv-heads"
@@ -136,10 +136,7 @@ def test_git_apply_agrees_with_the_strict_engine():
 
 def test_build_patches_shows_it_as_a_candidate():
     for version, expected in (("0.25.0", A), ("0.33.0", A), ("0.24.0", N)):
-        result = run_build("patches", "--vllm", version, "--offline")
-        assert result.returncode == 0, result.stderr
-        row = next(line for line in result.stdout.splitlines() if line.startswith(PATCH))
-        assert row.split()[:3] == [f"{PATCH}*", "source", expected], (version, row)
+        assert patches_row(PATCH, version) == [f"{PATCH}*", "source", expected], version
     as_json = json.loads(run_build("patches", "--vllm", "0.25.0", "--offline", "--json").stdout)
     entry = next(p for p in as_json["patches"] if p["id"] == PATCH)
     assert entry["candidate"] is True and entry["status"] == A

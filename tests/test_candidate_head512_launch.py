@@ -18,6 +18,7 @@ from forge.patching import diffs
 from forge.patching.series import load_series
 from forge.upstream import releases
 from tests.fixtures_patches import snapshot, statuses_on_checked_releases
+from tests.test_candidate_patches import patches_row
 from tests.test_patch_series import run_build
 
 PATCH = "triton-attn-head512-launch"
@@ -86,10 +87,7 @@ def test_status_on_every_release_is_what_its_source_says():
 
 def test_build_patches_shows_it_as_a_candidate():
     for version, expected in (("0.25.0", A), ("0.33.0", A), ("0.24.0", N)):
-        result = run_build("patches", "--vllm", version, "--offline")
-        assert result.returncode == 0, result.stderr
-        row = next(line for line in result.stdout.splitlines() if line.startswith(PATCH))
-        assert row.split()[:3] == [f"{PATCH}*", "source", expected], (version, row)
+        assert patches_row(PATCH, version) == [f"{PATCH}*", "source", expected], version
 
 
 def test_a_plain_apply_leaves_it_out_and_all_three_candidates_apply_together(vllm_site):

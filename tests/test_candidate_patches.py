@@ -91,6 +91,13 @@ def test_the_change_leaves_a_run_without_speculation_as_it_was():
            "                q.shape[0] > softmax_segm_output.shape[0]\n" in launcher
 
 
+def patches_row(patch_id: str, version: str) -> list[str]:
+    """The first three cells of a patch's row in `build.py patches --vllm VERSION --offline`."""
+    result = run_build("patches", "--vllm", version, "--offline")
+    assert result.returncode == 0, result.stderr
+    return next(line for line in result.stdout.splitlines() if line.startswith(patch_id)).split()[:3]
+
+
 def test_build_patches_marks_the_candidate():
     result = run_build("patches", "--vllm", "0.27.1", "--offline")
     assert result.returncode == 0, result.stderr
