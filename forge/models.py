@@ -96,7 +96,7 @@ def _shares(value: dict) -> str | None:
 
 
 RANGED_METHOD = {"vllm": Field(str, check=pep440_specifier), "method": Field(str)}
-# The decoder layer classes whose weights the roofline counts (forge/serving/roofline.py LAYOUTS):
+# The decoder layer classes whose weights the roofline counts (forge/serving/roofline.py LAYOUT_GROUPS, DECODER_VALUES):
 # gemma4 (Gemma4DecoderLayer, gemma4.py), gated_deltanet (Qwen3_5DecoderLayer: Gated DeltaNet and gated
 # full attention, Qwen3NextSparseMoeBlock; qwen3_5.py / qwen3_next.py). Absent: gemma4.
 DECODERS = ("gemma4", "gated_deltanet")

@@ -413,3 +413,12 @@ def test_the_qwen_worked_example_in_the_docs_is_what_the_command_prints():
     assert f"| **{sum(bf16.values()) / GB:.3f}** | **{sum(fp8.values()) / GB:.3f}** |" in doc
     eight = decode_bytes(shape_qwen(8), group_dtypes("fp8"), 0)
     assert f"their floor is {sum(eight.values()) / GB:.3f} GB, {floor_ms(sum(eight.values()), 4800):.3f} ms" in doc
+
+
+def test_every_decoder_the_family_schema_admits_has_a_count_and_its_groups():
+    """models/*.yaml weight_layout names a decoder from forge.models.DECODERS (the core layer, which
+    cannot import the roofline): each one must have its count and its report groups here."""
+    from forge.models import DECODERS
+    from forge.serving.roofline import DECODER_VALUES, LAYOUT_GROUPS
+
+    assert set(DECODERS) == set(DECODER_VALUES) == set(LAYOUT_GROUPS)

@@ -76,8 +76,7 @@ def decode_bytes(model_shape: dict, dtypes: dict[str, str], context_len: int) ->
     if context_len < 0:
         raise ForgeError(f"roofline: context length must not be negative (got {context_len})")
     decoder = model_shape.get("decoder", "gemma4")
-    values = _gated_deltanet_values(model_shape, context_len) if decoder == "gated_deltanet" \
-        else _gemma4_values(model_shape, context_len)
+    values = DECODER_VALUES[decoder](model_shape, context_len)
     # gemma4: the tied embedding matrix; gated_deltanet (Qwen 3.5): its own ParallelLMHead (tie_word_embeddings false)
     values["lm_head"] += model_shape["vocab_size"] * model_shape["hidden_size"]
     values["embedding"] += model_shape["hidden_size"]  # the lookup reads one row
@@ -135,6 +134,10 @@ def _gemma4_values(shape: dict, context_len: int) -> dict[str, float]:
         values["embedding"] += layers * ple
         values["norms"] += ple
     return values
+
+
+# Each decoder layout's count of the values a token reads (models/*.yaml weight_layout names it)
+DECODER_VALUES = {"gemma4": _gemma4_values, "gated_deltanet": _gated_deltanet_values}
 
 
 def _layer(shape: dict, layer_type: str, kv_shared: bool, context_len: int) -> dict[str, float]:
