@@ -638,3 +638,23 @@ def test_a_second_run_into_the_same_out_clears_the_old_barrier(tmp_path):
         report = json.loads((tmp_path / "bench.json").read_text())
         assert report["engines"]["bf16-v1"]["error"], f"run {run}"
         assert (tmp_path / "barrier" / "0" / "bf16-v1.failed").exists(), f"run {run}"
+
+
+def test_a_candidate_engine_compares_with_the_plain_engine_of_its_own_site():
+    """The s21 head512 run had two plain engines, the release's and the candidate's: a spec engine's
+    step x plain is over the plain engine of its own site, and over the release's own one where
+    its site has none (a patch that changes only the spec step, like the split-KV backport)."""
+    def engine(k: int, site: str | None, step_ms: float) -> dict:
+        return {"dtype": "fp8", "k": k, "runner": "v2", "site": site,
+                "figures": {"sustained@agree": {"decode_tok_s": 1000 / step_ms * (1 + k),
+                                                "step_ms": step_ms}}}
+    engines = {"plain": engine(0, None, 2.0), "spec": engine(4, None, 3.0),
+               "plain-cand": engine(0, "/tmp/cand", 2.5), "spec-cand": engine(4, "/tmp/cand", 3.0),
+               "spec-only": engine(4, "/tmp/spec-only", 2.8)}
+    bench_report.derive(engines)
+    derived = {name: e["derived"] for name, e in engines.items()}
+    assert derived["spec"]["plain_engine"] == "plain" and derived["spec"]["step_cost_x_plain"] == 1.5
+    assert derived["spec-cand"]["plain_engine"] == "plain-cand"
+    assert derived["spec-cand"]["step_cost_x_plain"] == 1.2
+    assert derived["spec-only"]["plain_engine"] == "plain"
+    assert derived["spec-only"]["step_cost_x_plain"] == 1.4

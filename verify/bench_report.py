@@ -122,9 +122,19 @@ def engine_figures(result: dict) -> dict:
     return figures
 
 
+FAMILY_KEYS = ("dtype", "runner", "attention", "moe", "compile", "site", "kv")
+
+
 def family(engine: dict) -> tuple:
-    """Engines that differ only in k: a speculative engine's plain counterpart shares this."""
-    return tuple(engine.get(key) for key in ("dtype", "runner", "attention", "moe", "compile", "kv"))
+    """Engines that differ only in k: a speculative engine's plain counterpart shares this. A
+    candidate's engines (site=) compare with the plain engine of their own site, and with the
+    release's own one where the run has none there (a patch that changes only the spec step)."""
+    return tuple(engine.get(key) for key in FAMILY_KEYS)
+
+
+def plain_counterpart(engine: dict, plains: dict[tuple, str]) -> str | None:
+    own_site = plains.get(family(engine))
+    return own_site or plains.get(family({**engine, "site": None}))
 
 
 def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
@@ -141,7 +151,7 @@ def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
         figures = engine.get("figures")
         if not figures:
             continue
-        plain = plains.get(family(engine))
+        plain = plain_counterpart(engine, plains)
         derived: dict = {"plain_engine": plain, "stock_engine": stock, "windows": {}}
         references = [(plain, "speedup_vs_plain"), (stock, "speedup_vs_stock")]
         if engine.get("kv") not in (None, "auto"):
@@ -222,7 +232,7 @@ def default_kv_engines(engines: dict[str, dict]) -> dict[tuple, str]:
 
 
 def _kv_peer(engine: dict) -> tuple:
-    return (*family(engine)[:-1], engine.get("k"), bool(engine.get("stock")))
+    return (*(engine.get(key) for key in FAMILY_KEYS if key != "kv"), engine.get("k"), bool(engine.get("stock")))
 
 
 def _mean_step(engine: dict) -> float | None:
