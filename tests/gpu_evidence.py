@@ -81,3 +81,17 @@ def assert_controls_hold(data: dict, recipe: str, k: int):
     negative = gate.negative_control(gate.check_acceptance(random, *thresholds(recipe)))
     assert positive.status == PASS and negative.status == PASS
     return agree, random
+
+
+def candidate_rows(report: dict, pairs: dict[str, str], windows: tuple[str, ...]) -> list[str]:
+    """Per window, each engine pair's full-acceptance decode without / with the candidate
+    and their ratio (same run, same settings otherwise)."""
+    rows = []
+    for window in windows:
+        cells = []
+        for base, candidate in pairs.items():
+            without = report["engines"][base]["figures"][f"{window}@agree"]["decode_tok_s"]
+            with_it = report["engines"][candidate]["figures"][f"{window}@agree"]["decode_tok_s"]
+            cells.append(f"{without:.0f} / {with_it:.0f} ({with_it / without:.2f}x)")
+        rows.append(f"| {window} | " + " | ".join(cells) + " |")
+    return rows

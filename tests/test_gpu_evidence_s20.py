@@ -11,7 +11,7 @@ import json
 import pytest
 
 from forge.models import load_family
-from tests.gpu_evidence import ROOT, Session, assert_controls_hold, control_rows, doc_section
+from tests.gpu_evidence import ROOT, Session, assert_controls_hold, candidate_rows, control_rows, doc_section
 from verify import checks as gate
 from verify.mtp_smoke import _token_ids, window_counters
 from verify.report import FAIL, PASS
@@ -75,20 +75,6 @@ def qwen_rows(report: dict) -> list[str]:
         f, d = e["figures"], e["derived"]
         rows.append(f"| {name} | {e['runner']} | {e['k']} | {_tok(f, 'sustained')} | {d['step_ms']:.2f} "
                     f"| {d['step_cost_x_plain']:.2f} | {_projected(d, 'spark343')} |")
-    return rows
-
-
-def candidate_rows(report: dict, pairs: dict[str, str], windows: tuple[str, ...]) -> list[str]:
-    """§11.5: per window, each engine pair's full-acceptance decode without / with the candidate
-    and their ratio (same run, same settings otherwise)."""
-    rows = []
-    for window in windows:
-        cells = []
-        for base, candidate in pairs.items():
-            without = report["engines"][base]["figures"][f"{window}@agree"]["decode_tok_s"]
-            with_it = report["engines"][candidate]["figures"][f"{window}@agree"]["decode_tok_s"]
-            cells.append(f"{without:.0f} / {with_it:.0f} ({with_it / without:.2f}x)")
-        rows.append(f"| {window} | " + " | ".join(cells) + " |")
     return rows
 
 
