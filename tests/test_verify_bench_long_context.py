@@ -325,4 +325,5 @@ def test_an_engine_told_kv_auto_is_the_default_cache_before_one_left_to_the_reci
             "figures": {"sustained": {"decode_tok_s": 1.0}}}
     engines = {"recipe": base, "told": {**base, "kv": "auto"}, "fp8kv": {**base, "kv": "fp8"},
                "failed": {**base, "kv": "auto", "figures": None}}
-    assert bench_report.default_kv_engines(engines) == {("fp8", "v2", None, None, None, None, 4, False): "told"}
+    assert bench_report.default_kv_engines(engines) == {bench_report._kv_peer(base): "told"}
+    assert bench_report._kv_peer(base) == bench_report._kv_peer(engines["fp8kv"])

@@ -328,6 +328,8 @@ def test_bad_config_names_are_one_line_errors(text, tmp_path, capsys):
     ("k=3", "name= is required"),
     ("name=x,runner=v3", "runner must be v1, v2 or default"),
     ("name=x,colour=red", "is not one of name, dtype"),
+    ("name=x,moe_backend=Triton", "moe_backend must be one of vLLM's --moe-backend names"),
+    ("name=x,moe_backend=flashinfer-cutlass", "moe_backend must be one of vLLM's --moe-backend names"),
 ])
 def test_bad_engine_definitions_are_one_line_errors(text, message, tmp_path, capsys):
     code = bench.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--configs", "",
@@ -658,3 +660,18 @@ def test_a_candidate_engine_compares_with_the_plain_engine_of_its_own_site():
     assert derived["spec-cand"]["step_cost_x_plain"] == 1.2
     assert derived["spec-only"]["plain_engine"] == "plain"
     assert derived["spec-only"]["step_cost_x_plain"] == 1.4
+
+
+def test_an_engine_moe_backend_is_vllms_moe_backend_and_part_of_its_family(tmp_path):
+    """moe_backend= holds a comparison to one MoE kernel (s21: a static FP8 checkpoint made vLLM
+    0.27.1 pick FLASHINFER_CUTLASS where the online path runs TRITON): vLLM's own --moe-backend."""
+    from forge.serving.recipes import load_recipe
+
+    args = bench.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--dummy", "--layers", "10", "--out", str(tmp_path)])
+    recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
+    held = bench.engine_spec(recipe, args, bench.parse_engine("name=s,dtype=fp8-static,k=4,runner=v2,moe_backend=triton"), tmp_path)
+    left = bench.engine_spec(recipe, args, bench.parse_engine("name=o,k=4,runner=v2"), tmp_path)
+    assert held["engine_kwargs"]["moe_backend"] == "triton" and held["meta"]["moe_backend"] == "triton"
+    assert "moe_backend" not in left["engine_kwargs"] and "moe_backend" not in left["meta"]
+    assert bench_report.family(held["meta"]) != bench_report.family({**held["meta"], "moe_backend": None})
+

@@ -82,11 +82,14 @@ MAX_CONCURRENCY = 64
 # A long window's text prompt (no --dummy) holds this many characters per token it must reach:
 # prose runs at about 4 per token in the families' tokenizers, and the worker cuts it to length.
 LONG_TEXT_CHARS_PER_TOKEN = 8
-ENGINE_KEYS = ("name", "dtype", "k", "runner", "attention", "moe", "compile", "site", "kv")
+ENGINE_KEYS = ("name", "dtype", "k", "runner", "attention", "moe", "compile", "site", "kv", "moe_backend")
 # Recorded in an engine's meta only where its --engine names them: the reports of earlier runs
 # (and of engines without them) stay as they were.
-OPTIONAL_KEYS = ("site", "kv")
+OPTIONAL_KEYS = ("site", "kv", "moe_backend")
 DTYPES = (*FP8_DTYPES, "bf16", "auto")
+# vLLM checks the name itself (KernelConfig.moe_backend, 0.25.0-0.33.0); this only keeps a typo
+# like "Triton" or "flashinfer-cutlass" from costing an engine start
+MOE_BACKEND_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -107,7 +110,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "attention=BACKEND|default,moe=DIR|none,compile=inductor|eager,"
                         "site=DIR (import vLLM from DIR, e.g. a copy patched with --with-candidate),"
                         f"kv={'|'.join(KV_CACHE_DTYPES)} (vLLM's kv_cache_dtype; default: the "
-                        "recipe's)")
+                        "recipe's),moe_backend=NAME (vLLM's --moe-backend, e.g. triton; default: "
+                        "vLLM's choice)")
     p.add_argument("--compile-backend", choices=["inductor", "eager"], default="inductor",
                    help="vLLM's compile backend for the grid's engines (eager: no Inductor, "
                         "piecewise and full CUDA graphs still captured; starts much faster)")
@@ -193,6 +197,9 @@ def parse_engine(text: str, check_site: bool = True) -> dict:
         raise ForgeError(f"--engine {text!r}: runner must be v1, v2 or default")
     if engine["kv"] is not None and engine["kv"] not in KV_CACHE_DTYPES:
         raise ForgeError(f"--engine {text!r}: kv must be one of {', '.join(KV_CACHE_DTYPES)}")
+    if engine.get("moe_backend") is not None and not MOE_BACKEND_NAME.fullmatch(engine["moe_backend"]):
+        raise ForgeError(f"--engine {text!r}: moe_backend must be one of vLLM's --moe-backend names "
+                         "(lower case and underscores, e.g. triton)")
     try:
         engine["k"] = int(engine["k"])
     except ValueError as exc:
@@ -417,6 +424,8 @@ def engine_spec(recipe, args, engine: dict, out: Path, max_num_seqs: int | None 
                  "max_num_seqs": max_num_seqs or engine_max_num_seqs(args.windows),
                  "kv_cache_memory_bytes": int(args.kv_cache_gib * 2**30) if args.kv_cache_gib else None}
     kwargs.update({key: v for key, v in overrides.items() if v is not None})
+    if engine.get("moe_backend"):
+        kwargs["moe_backend"] = engine["moe_backend"]
     backend = engine.get("compile") or args.compile_backend
     if backend == "eager":
         kwargs["compilation_config"] = {"backend": "eager"}

@@ -122,7 +122,7 @@ def engine_figures(result: dict) -> dict:
     return figures
 
 
-FAMILY_KEYS = ("dtype", "runner", "attention", "moe", "compile", "site", "kv")
+FAMILY_KEYS = ("dtype", "runner", "attention", "moe", "compile", "site", "kv", "moe_backend")
 
 
 def family(engine: dict) -> tuple:
