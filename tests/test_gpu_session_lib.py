@@ -5,6 +5,7 @@ verdict in one line (§10 of docs/gpu-evidence.md: the first machine went back w
 read between calls)."""
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -42,6 +43,20 @@ RECORD = '''record() {  # name, seconds: the span this job held its reservation
 def test_every_session_script_parses(script):
     result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+NEXT_SESSION = SESSION / "s22.sh"
+
+
+def test_the_next_sessions_engines_are_ones_bench_accepts():
+    """A typo in an --engine costs an engine start on the GPU: the next script's literal engine
+    definitions parse as bench parses them (site= folders are the GPU host's, not checked here)."""
+    from verify import bench
+
+    literals = re.findall(r'--engine "(name=[^"$]+)"', NEXT_SESSION.read_text())
+    assert len(literals) == 6
+    engines = [bench.parse_engine(text, check_site=False) for text in literals]
+    assert {e["moe_backend"] for e in engines if e["name"].startswith("fp8static")} == {"triton"}
 
 
 def test_jobs_that_do_not_fit_together_never_overlap_and_those_that_fit_do(tmp_path):

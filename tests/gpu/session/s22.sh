@@ -1,0 +1,54 @@
+#!/bin/bash
+# The next H200 session (prepared after §12 of docs/gpu-evidence.md, not run yet), vLLM 0.27.1 only
+# (24 parts + .whl), on the shipped series: `build.py apply` now carries triton-spec-decode-split-kv.
+#   phase 1, alone on the GPU:
+#     bench30c: stock, the recipe (split-KV in) and the plain FP8 engine at all 30 layers in one wave:
+#       issue 19's recipe-against-stock ratio at eugr#343's profile and its plain step, one run;
+#   phase 2, as phase 1 ends (§12's lesson: the jobs' GB reservations undercount their engines, so
+#   the untimed smokes no longer start beside a bench's engines at once):
+#     smoke271-qwen-v2: the Qwen controlled smoke on V2, the recipe's runner since §11.4, lossless
+#       (out of memory in §12);
+#     smoke271-26b-v2: the Gemma recipe's controlled smoke on the shipped series, V2, lossless;
+#     bench-static2: online FP8 against the static FP8 preset, every engine's MoE held to Triton
+#       (`moe_backend=triton`: in §12.4 the static checkpoint made vLLM pick FlashInfer CUTLASS and
+#       its engines had not started after six minutes), plain and k=4.
+# Calls: `stagewhl` (carrying .whl), `stage 271` x24, `PARTS271=24 ... start 271` (carrying
+# .gpu-stage271/gpu_setup.sh, never piped), then `collect 40` calls until done (a call every < 30 s).
+set -u
+W=/tmp/s22 SESSION=s22
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/benches.sh"
+
+bench30c() {   # 0.27.1 at 30 layers: stock, the recipe and the plain engine in one wave
+  PYTHONPATH=$1 timeout 1000 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
+    --layers 30 "${BENCH[@]}" --gpu-memory-utilization 0.25 --kv-cache-gib 2 --max-parallel 3 --timeout 900 \
+    --engine "$STOCK" --engine "name=fp8-mtp4-v2,k=4,runner=v2" --engine "name=fp8-v2,k=0,runner=v2" \
+    --out $W/bench30c
+}
+
+bench_static2() {   # 0.27.1, 10 layers: online FP8 against the static preset, one MoE kernel for all
+  PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
+    --layers 10 "${BENCH[@]}" --timeout 1100 \
+    --engine "name=fp8-v2,k=0,runner=v2,moe_backend=triton" \
+    --engine "name=fp8-mtp4-v2,k=4,runner=v2,moe_backend=triton" \
+    --engine "name=fp8static-v2,dtype=fp8-static,k=0,runner=v2,moe_backend=triton" \
+    --engine "name=fp8static-mtp4-v2,dtype=fp8-static,k=4,runner=v2,moe_backend=triton" --out $W/bench-static2
+}
+
+job271() {
+  local P; P=$(path_of 271)
+  record_machine 271
+  apply_series 271 0.27.1 /tmp/site271   # the shipped series: its log names triton-spec-decode-split-kv
+  timed bench30c 130 bench30c "$P"
+  untimed smoke271-qwen-v2 25 smoke smoke271-qwen-v2 "$P" 480 "${QWEN[@]}" --runner v2 &
+  untimed smoke271-26b-v2 18 smoke smoke271-26b-v2 "$P" 480 "${SMOKE26[@]}" --runner v2 --lossless &
+  sleep 3
+  timed bench-static2 62 bench_static2 "$P" &
+  wait
+  stamp "job271 done"
+}
+
+case ${1:?plan} in
+  job271) job271 ;;
+  *) session_plan "$0" "$@" ;;
+esac
