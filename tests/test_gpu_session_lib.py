@@ -54,7 +54,7 @@ def test_the_next_sessions_engines_are_ones_bench_accepts():
     from verify import bench
 
     literals = re.findall(r'--engine "(name=[^"$]+)"', NEXT_SESSION.read_text())
-    assert len(literals) == 6
+    assert len(literals) == 7
     engines = [bench.parse_engine(text, check_site=False) for text in literals]
     assert {e["moe_backend"] for e in engines if e["name"].startswith("fp8static")} == {"triton"}
 

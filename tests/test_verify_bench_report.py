@@ -650,11 +650,12 @@ def test_a_candidate_engine_compares_with_the_plain_engine_of_its_own_site():
         return {"dtype": "fp8", "k": k, "runner": "v2", "site": site,
                 "figures": {"sustained@agree": {"decode_tok_s": 1000 / step_ms * (1 + k),
                                                 "step_ms": step_ms}}}
-    engines = {"plain": engine(0, None, 2.0), "spec": engine(4, None, 3.0),
+    engines = {"plain": engine(0, None, 2.0), "spec": engine(4, None, 3.0), "plain-again": engine(0, None, 2.4),
                "plain-cand": engine(0, "/tmp/cand", 2.5), "spec-cand": engine(4, "/tmp/cand", 3.0),
                "spec-only": engine(4, "/tmp/spec-only", 2.8)}
     bench_report.derive(engines)
     derived = {name: e["derived"] for name, e in engines.items()}
+    # an A/A twin of the plain engine, listed after it, is measured but prices nothing
     assert derived["spec"]["plain_engine"] == "plain" and derived["spec"]["step_cost_x_plain"] == 1.5
     assert derived["spec-cand"]["plain_engine"] == "plain-cand"
     assert derived["spec-cand"]["step_cost_x_plain"] == 1.2

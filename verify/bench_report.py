@@ -142,8 +142,10 @@ def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
     run), step cost across the agreeing/random windows, projections at each profile, and (a run
     beyond conc8) each conc<C> window's decode against stock's, derived["concurrency"]."""
     profiles = profiles or {}
-    plains = {family(e): n for n, e in engines.items() if not e["k"] and e.get("figures")
-              and not e.get("stock")}
+    plains: dict[tuple, str] = {}
+    for n, e in engines.items():  # the first of a family: an A/A twin listed after it stays a figure
+        if not e["k"] and e.get("figures") and not e.get("stock"):
+            plains.setdefault(family(e), n)
     stock = next((n for n, e in engines.items() if e.get("stock") and e.get("figures")), None)
     default_kv = default_kv_engines(engines)
     by_concurrency = measures_beyond_conc8(engines)

@@ -11,7 +11,10 @@
 #     smoke271-26b-v2: the Gemma recipe's controlled smoke on the shipped series, V2, lossless;
 #     bench-static2: online FP8 against the static FP8 preset, every engine's MoE held to Triton
 #       (`moe_backend=triton`: in §12.4 the static checkpoint made vLLM pick FlashInfer CUTLASS and
-#       its engines had not started after six minutes), plain and k=4.
+#       its engines had not started after six minutes), plain and k=4, and a second instance of the
+#       plain online engine (fp8-v2-again): in §12.3 two instances of one plain engine, same settings,
+#       stepped 2.21 and 2.74 ms while the k=4 engine's two stepped 4.03 and 4.04, so a plain A/B
+#       needs its A/A beside it.
 # Calls: `stagewhl` (carrying .whl), `stage 271` x24, `PARTS271=24 ... start 271` (carrying
 # .gpu-stage271/gpu_setup.sh, never piped), then `collect 40` calls until done (a call every < 30 s).
 set -u
@@ -30,6 +33,7 @@ bench_static2() {   # 0.27.1, 10 layers: online FP8 against the static preset, o
   PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
     --layers 10 "${BENCH[@]}" --timeout 1100 \
     --engine "name=fp8-v2,k=0,runner=v2,moe_backend=triton" \
+    --engine "name=fp8-v2-again,k=0,runner=v2,moe_backend=triton" \
     --engine "name=fp8-mtp4-v2,k=4,runner=v2,moe_backend=triton" \
     --engine "name=fp8static-v2,dtype=fp8-static,k=0,runner=v2,moe_backend=triton" \
     --engine "name=fp8static-mtp4-v2,dtype=fp8-static,k=4,runner=v2,moe_backend=triton" --out $W/bench-static2
@@ -43,7 +47,7 @@ job271() {
   untimed smoke271-qwen-v2 25 smoke smoke271-qwen-v2 "$P" 480 "${QWEN[@]}" --runner v2 &
   untimed smoke271-26b-v2 18 smoke smoke271-26b-v2 "$P" 480 "${SMOKE26[@]}" --runner v2 --lossless &
   sleep 3
-  timed bench-static2 62 bench_static2 "$P" &
+  timed bench-static2 78 bench_static2 "$P" &
   wait
   stamp "job271 done"
 }
