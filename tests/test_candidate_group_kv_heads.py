@@ -5,8 +5,9 @@ and head size.
 
 Read on the real release trees (PyPI sdists, cached): every checked release carries the two
 model-wide lines and none carries the fix, the status is `applies` exactly where the entry's
-`releases` say, the diff changes those two lines and nothing else, and `build.py apply` writes it
-only when asked, alone or together with the split-KV candidate (the two touch different lines).
+`releases` say, the diff changes those two lines and nothing else, and `build.py apply
+--with-candidate` writes it alone or together with the split-KV candidate (the two touch different
+lines; a plain apply leaves candidates out: tests/test_candidate_patches.py).
 """
 from __future__ import annotations
 
@@ -15,12 +16,11 @@ import json
 import subprocess
 
 from forge.patching import diffs
-from forge.patching.readme_table import BEGIN, END, checked_releases
+from forge.patching.readme_table import checked_releases
 from forge.patching.series import load_series
-from forge.patching.status import applied_statuses, release_status
 from forge.upstream import releases
 from tests.fixtures_patches import snapshot, statuses_on_checked_releases
-from tests.test_candidate_patches import REPO, patches_row
+from tests.test_candidate_patches import patches_row
 from tests.test_patch_series import run_build
 
 PATCH = "triton-attn-group-kv-heads"
@@ -137,23 +137,6 @@ def test_git_apply_agrees_with_the_strict_engine():
 def test_build_patches_shows_it_as_a_candidate():
     for version, expected in (("0.25.0", A), ("0.33.0", A), ("0.24.0", N)):
         assert patches_row(PATCH, version) == [f"{PATCH}*", "source", expected], version
-    as_json = json.loads(run_build("patches", "--vllm", "0.25.0", "--offline", "--json").stdout)
-    entry = next(p for p in as_json["patches"] if p["id"] == PATCH)
-    assert entry["candidate"] is True and entry["status"] == A
-
-
-def test_images_and_a_plain_apply_leave_it_out(vllm_site):
-    series = load_series()
-    statuses = release_status("0.25.0", offline=True, series=series)
-    assert PATCH not in {s.id for s in applied_statuses(statuses, series)}
-    assert PATCH in {s.id for s in applied_statuses(statuses, series, frozenset({PATCH}))}
-    assert FLAG not in (REPO / "images" / "Dockerfile").read_text()
-    site = vllm_site("0.33.0")
-    original = snapshot(site)
-    plain = run_build("apply", "--site-packages", str(site), "--vllm", "0.33.0")
-    assert plain.returncode == 0, plain.stderr
-    assert f"{PATCH}: candidate, not applied ({A}); `{FLAG} {PATCH}` applies it" in plain.stdout
-    assert snapshot(site) == original
 
 
 def test_both_candidates_apply_together_and_revert(vllm_site):
@@ -184,15 +167,3 @@ def test_both_candidates_apply_together_and_revert(vllm_site):
     assert (site / LAUNCHER).read_bytes() == original[LAUNCHER]
     assert _builder_init_assignments((site / BACKEND).read_bytes())["num_heads_kv"] == \
         "kv_cache_spec.num_kv_heads"
-
-
-def test_the_readme_table_marks_it():
-    table = (REPO / "README.md").read_text().split(BEGIN, 1)[1].split(END, 1)[0]
-    header = table.strip().splitlines()[0]
-    column = [c.strip() for c in header.split("|")].index(f"`{PATCH}` (candidate)")
-    for line in table.strip().splitlines()[2:]:
-        cells = [c.strip() for c in line.split("|")]
-        if len(cells) > column and cells[1] in EXPECTED:
-            assert cells[column] == EXPECTED[cells[1]], line
-    assert f"- `{PATCH}` (candidate: not applied by `build.py apply` or the images unless asked, " \
-           f"`{FLAG} {PATCH}`)" in table
