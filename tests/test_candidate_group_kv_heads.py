@@ -5,9 +5,9 @@ and head size.
 
 Read on the real release trees (PyPI sdists, cached): every checked release carries the two
 model-wide lines and none carries the fix, the status is `applies` exactly where the entry's
-`releases` say, the diff changes those two lines and nothing else, and `build.py apply
---with-candidate` writes it alone or together with the split-KV candidate (the two touch different
-lines; a plain apply leaves candidates out: tests/test_candidate_patches.py).
+`releases` say, the diff changes those two lines and nothing else, and on 0.27.1 `build.py apply
+--with-candidate` writes it on top of the shipped split-KV patch (the two touch different lines;
+a plain apply leaves candidates out: tests/test_candidate_patches.py).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from tests.test_candidate_patches import patches_row
 from tests.test_patch_series import run_build
 
 PATCH = "triton-attn-group-kv-heads"
-SPLIT_KV = "triton-spec-decode-split-kv"
+SPLIT_KV = "triton-spec-decode-split-kv"     # shipped on 0.27.1-0.31.x, applied before it
 FLAG = "--with-candidate"
 BACKEND = "vllm/v1/attention/backends/triton_attn.py"
 LAUNCHER = "vllm/v1/attention/ops/triton_unified_attention.py"
@@ -62,7 +62,6 @@ def test_the_entry_is_a_candidate_for_the_releases_the_recipes_serve():
     series = load_series()
     patch = series.get(PATCH)
     assert patch.candidate and patch.kind == "source"
-    assert [p.id for p in series.patches if p.candidate][:2] == [SPLIT_KV, PATCH]
     assert {k: v for k, v in patch.upstream.items() if v} == {"pr": 56996}
     assert patch.touches == [BACKEND]
     assert patch.releases == ">=0.25.0"
@@ -139,15 +138,14 @@ def test_build_patches_shows_it_as_a_candidate():
         assert patches_row(PATCH, version) == [f"{PATCH}*", "source", expected], version
 
 
-def test_both_candidates_apply_together_and_revert(vllm_site):
+def test_it_applies_on_top_of_the_shipped_split_kv_patch_and_reverts(vllm_site):
     """0.27.1 is in both ranges: the two diffs change different lines of triton_attn.py, so asking
-    for both writes both (series order), and a revert restores every byte."""
+    for it writes the split-KV patch and then it (series order), and a revert restores every byte."""
     site = vllm_site("0.27.1")
     original = snapshot(site)
-    both = run_build("apply", "--site-packages", str(site), "--vllm", "0.27.1",
-                     FLAG, PATCH, FLAG, SPLIT_KV)
-    assert both.returncode == 0, both.stderr
-    assert both.stdout.splitlines()[0].endswith(f": {SPLIT_KV}, {PATCH}"), both.stdout
+    applied = run_build("apply", "--site-packages", str(site), "--vllm", "0.27.1", FLAG, PATCH)
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.splitlines()[0].endswith(f": {SPLIT_KV}, {PATCH}"), applied.stdout
     record = json.loads((site / "vllm" / ".vllm-forge" / "applied.json").read_text())
     assert record["applied"] == [SPLIT_KV, PATCH]
     builder = (site / BACKEND).read_bytes()
@@ -155,15 +153,9 @@ def test_both_candidates_apply_together_and_revert(vllm_site):
     assigned = _builder_init_assignments(builder)
     assert assigned["num_heads_kv"] == "kv_cache_spec.num_kv_heads"
     assert assigned["headdim"] == "kv_cache_spec.head_size"
-    # the split-KV candidate's scratch sizing, on top of the group's own threshold
+    # the split-KV patch's scratch sizing, on top of the group's own threshold
     assert assigned["max_q_len_3D"] == "min(1 + num_spec_tokens, MAX_Q_LEN_3D)"
     assert b"or max_seqlen_q > max_q_len_3D\n" in (site / LAUNCHER).read_bytes()
     reverted = run_build("apply", "--site-packages", str(site), "--revert")
     assert reverted.returncode == 0, reverted.stderr
     assert snapshot(site) == original
-
-    alone = run_build("apply", "--site-packages", str(site), "--vllm", "0.27.1", FLAG, PATCH)
-    assert alone.returncode == 0, alone.stderr
-    assert (site / LAUNCHER).read_bytes() == original[LAUNCHER]
-    assert _builder_init_assignments((site / BACKEND).read_bytes())["num_heads_kv"] == \
-        "kv_cache_spec.num_kv_heads"

@@ -1,7 +1,8 @@
 """Candidate patches (series.yaml `candidate: true`): the mechanism, shown on
 `triton-attn-head512-launch`, a candidate on every checked release from 0.25.0 on (its own facts
 are in tests/test_candidate_head512_launch.py, the other candidate's in
-tests/test_candidate_group_kv_heads.py and tests/test_patch_triton_spec_decode_split_kv.py).
+tests/test_candidate_group_kv_heads.py; the first candidate, triton-spec-decode-split-kv, ships
+since it won, tests/test_patch_triton_spec_decode_split_kv.py).
 
 A candidate's status is computed and shown like every patch's, on the real release trees; `build.py
 apply` on a real unpacked install leaves it out unless `--with-candidate ID` names it, and the
