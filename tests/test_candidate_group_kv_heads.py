@@ -5,8 +5,9 @@ and head size.
 
 Read on the real release trees (PyPI sdists, cached): every checked release carries the two
 model-wide lines and none carries the fix, the status is `applies` exactly where the entry's
-`releases` say, the diff changes those two lines and nothing else, and `build.py apply` writes it
-only when asked, alone or together with the split-KV candidate (the two touch different lines).
+`releases` say, the diff changes those two lines and nothing else, and on 0.27.1 `build.py apply
+--with-candidate` writes it on top of the shipped split-KV patch (the two touch different lines;
+a plain apply leaves candidates out: tests/test_candidate_patches.py).
 """
 from __future__ import annotations
 
@@ -15,16 +16,15 @@ import json
 import subprocess
 
 from forge.patching import diffs
-from forge.patching.readme_table import BEGIN, END, checked_releases
+from forge.patching.readme_table import checked_releases
 from forge.patching.series import load_series
-from forge.patching.status import applied_statuses, release_status
 from forge.upstream import releases
 from tests.fixtures_patches import snapshot, statuses_on_checked_releases
-from tests.test_candidate_patches import REPO, patches_row
+from tests.test_candidate_patches import patches_row
 from tests.test_patch_series import run_build
 
 PATCH = "triton-attn-group-kv-heads"
-SPLIT_KV = "triton-spec-decode-split-kv"
+SPLIT_KV = "triton-spec-decode-split-kv"     # shipped on 0.27.1-0.31.x, applied before it
 FLAG = "--with-candidate"
 BACKEND = "vllm/v1/attention/backends/triton_attn.py"
 LAUNCHER = "vllm/v1/attention/ops/triton_unified_attention.py"
@@ -62,7 +62,6 @@ def test_the_entry_is_a_candidate_for_the_releases_the_recipes_serve():
     series = load_series()
     patch = series.get(PATCH)
     assert patch.candidate and patch.kind == "source"
-    assert [p.id for p in series.patches if p.candidate][:2] == [SPLIT_KV, PATCH]
     assert {k: v for k, v in patch.upstream.items() if v} == {"pr": 56996}
     assert patch.touches == [BACKEND]
     assert patch.releases == ">=0.25.0"
@@ -137,34 +136,16 @@ def test_git_apply_agrees_with_the_strict_engine():
 def test_build_patches_shows_it_as_a_candidate():
     for version, expected in (("0.25.0", A), ("0.33.0", A), ("0.24.0", N)):
         assert patches_row(PATCH, version) == [f"{PATCH}*", "source", expected], version
-    as_json = json.loads(run_build("patches", "--vllm", "0.25.0", "--offline", "--json").stdout)
-    entry = next(p for p in as_json["patches"] if p["id"] == PATCH)
-    assert entry["candidate"] is True and entry["status"] == A
 
 
-def test_images_and_a_plain_apply_leave_it_out(vllm_site):
-    series = load_series()
-    statuses = release_status("0.25.0", offline=True, series=series)
-    assert PATCH not in {s.id for s in applied_statuses(statuses, series)}
-    assert PATCH in {s.id for s in applied_statuses(statuses, series, frozenset({PATCH}))}
-    assert FLAG not in (REPO / "images" / "Dockerfile").read_text()
-    site = vllm_site("0.33.0")
-    original = snapshot(site)
-    plain = run_build("apply", "--site-packages", str(site), "--vllm", "0.33.0")
-    assert plain.returncode == 0, plain.stderr
-    assert f"{PATCH}: candidate, not applied ({A}); `{FLAG} {PATCH}` applies it" in plain.stdout
-    assert snapshot(site) == original
-
-
-def test_both_candidates_apply_together_and_revert(vllm_site):
+def test_it_applies_on_top_of_the_shipped_split_kv_patch_and_reverts(vllm_site):
     """0.27.1 is in both ranges: the two diffs change different lines of triton_attn.py, so asking
-    for both writes both (series order), and a revert restores every byte."""
+    for it writes the split-KV patch and then it (series order), and a revert restores every byte."""
     site = vllm_site("0.27.1")
     original = snapshot(site)
-    both = run_build("apply", "--site-packages", str(site), "--vllm", "0.27.1",
-                     FLAG, PATCH, FLAG, SPLIT_KV)
-    assert both.returncode == 0, both.stderr
-    assert both.stdout.splitlines()[0].endswith(f": {SPLIT_KV}, {PATCH}"), both.stdout
+    applied = run_build("apply", "--site-packages", str(site), "--vllm", "0.27.1", FLAG, PATCH)
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.splitlines()[0].endswith(f": {SPLIT_KV}, {PATCH}"), applied.stdout
     record = json.loads((site / "vllm" / ".vllm-forge" / "applied.json").read_text())
     assert record["applied"] == [SPLIT_KV, PATCH]
     builder = (site / BACKEND).read_bytes()
@@ -172,27 +153,9 @@ def test_both_candidates_apply_together_and_revert(vllm_site):
     assigned = _builder_init_assignments(builder)
     assert assigned["num_heads_kv"] == "kv_cache_spec.num_kv_heads"
     assert assigned["headdim"] == "kv_cache_spec.head_size"
-    # the split-KV candidate's scratch sizing, on top of the group's own threshold
+    # the split-KV patch's scratch sizing, on top of the group's own threshold
     assert assigned["max_q_len_3D"] == "min(1 + num_spec_tokens, MAX_Q_LEN_3D)"
     assert b"or max_seqlen_q > max_q_len_3D\n" in (site / LAUNCHER).read_bytes()
     reverted = run_build("apply", "--site-packages", str(site), "--revert")
     assert reverted.returncode == 0, reverted.stderr
     assert snapshot(site) == original
-
-    alone = run_build("apply", "--site-packages", str(site), "--vllm", "0.27.1", FLAG, PATCH)
-    assert alone.returncode == 0, alone.stderr
-    assert (site / LAUNCHER).read_bytes() == original[LAUNCHER]
-    assert _builder_init_assignments((site / BACKEND).read_bytes())["num_heads_kv"] == \
-        "kv_cache_spec.num_kv_heads"
-
-
-def test_the_readme_table_marks_it():
-    table = (REPO / "README.md").read_text().split(BEGIN, 1)[1].split(END, 1)[0]
-    header = table.strip().splitlines()[0]
-    column = [c.strip() for c in header.split("|")].index(f"`{PATCH}` (candidate)")
-    for line in table.strip().splitlines()[2:]:
-        cells = [c.strip() for c in line.split("|")]
-        if len(cells) > column and cells[1] in EXPECTED:
-            assert cells[column] == EXPECTED[cells[1]], line
-    assert f"- `{PATCH}` (candidate: not applied by `build.py apply` or the images unless asked, " \
-           f"`{FLAG} {PATCH}`)" in table

@@ -7,7 +7,8 @@ Read on the real release trees (PyPI sdists, cached): every release the entry co
 kernel (the 2D and the split-KV grid alike) with those launch kwargs and has no head-512 rule; the
 status is `applies` exactly where the entry's `releases` say; the patched function sets 8 and 2
 only when the head size is 512 or more and nothing chose them before, ahead of the launch; and
-`build.py apply` writes it only when asked, beside the other two candidates.
+on 0.27.1 `build.py apply --with-candidate` writes it on top of the shipped split-KV patch, alone or
+with the other candidate (a plain apply leaves candidates out: tests/test_candidate_patches.py).
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from tests.test_candidate_patches import patches_row
 from tests.test_patch_series import run_build
 
 PATCH = "triton-attn-head512-launch"
-OTHERS = ("triton-spec-decode-split-kv", "triton-attn-group-kv-heads")
+SPLIT_KV = "triton-spec-decode-split-kv"     # shipped on 0.27.1-0.31.x, applied before it
+GROUP_KV = "triton-attn-group-kv-heads"      # the other candidate
 LAUNCHER = "vllm/v1/attention/ops/triton_unified_attention.py"
 A, N = "applies", "not-needed"
 APPLIES_ON = ("0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0",
@@ -48,7 +50,7 @@ def test_the_entry_is_a_candidate_for_the_releases_the_recipes_serve():
     series = load_series()
     patch = series.get(PATCH)
     assert patch.candidate and patch.kind == "source"
-    assert [p.id for p in series.patches if p.candidate] == [*OTHERS, PATCH]
+    assert [p.id for p in series.patches if p.candidate] == [GROUP_KV, PATCH]
     assert {k: v for k, v in patch.upstream.items() if v} == {"pr": 43257}
     assert patch.touches == [LAUNCHER] and patch.releases == ">=0.25.0"
     assert "benchmarks/results/profile-k4-s18-h200-vllm0.27.1.md" in patch.why
@@ -90,22 +92,21 @@ def test_build_patches_shows_it_as_a_candidate():
         assert patches_row(PATCH, version) == [f"{PATCH}*", "source", expected], version
 
 
-def test_a_plain_apply_leaves_it_out_and_all_three_candidates_apply_together(vllm_site):
+def test_it_applies_on_top_of_the_shipped_split_kv_patch_alone_or_with_the_other_candidate(vllm_site):
+    """0.27.1 is in every range: both diffs change triton_unified_attention.py, in different places,
+    so asking for it writes the split-KV patch and then it (series order); a revert restores every byte."""
     site = vllm_site("0.27.1")
     original = snapshot(site)
-    plain = run_build("apply", "--site-packages", str(site), "--vllm", "0.27.1")
-    assert plain.returncode == 0, plain.stderr
-    assert f"{PATCH}: candidate, not applied ({A}); `--with-candidate {PATCH}` applies it" in plain.stdout
-    assert snapshot(site) == original
-    flags = [f for p in (*OTHERS, PATCH) for f in ("--with-candidate", p)]
-    together = run_build("apply", "--site-packages", str(site), "--vllm", "0.27.1", *flags)
-    assert together.returncode == 0, together.stderr
-    record = json.loads((site / "vllm" / ".vllm-forge" / "applied.json").read_text())
-    assert record["applied"] == [*OTHERS, PATCH]
-    launcher = (site / LAUNCHER).read_bytes()
-    compile(launcher, LAUNCHER, "exec", dont_inherit=True)
-    assert head512_rule(unified_attention(launcher)) is not None
-    assert b"or max_seqlen_q > max_q_len_3D\n" in launcher  # the split-KV candidate's line too
-    reverted = run_build("apply", "--site-packages", str(site), "--revert")
-    assert reverted.returncode == 0, reverted.stderr
-    assert snapshot(site) == original
+    for asked, applied in (([PATCH], [SPLIT_KV, PATCH]), ([GROUP_KV, PATCH], [SPLIT_KV, GROUP_KV, PATCH])):
+        flags = [f for p in asked for f in ("--with-candidate", p)]
+        result = run_build("apply", "--site-packages", str(site), "--vllm", "0.27.1", *flags)
+        assert result.returncode == 0, result.stderr
+        record = json.loads((site / "vllm" / ".vllm-forge" / "applied.json").read_text())
+        assert record["applied"] == applied
+        launcher = (site / LAUNCHER).read_bytes()
+        compile(launcher, LAUNCHER, "exec", dont_inherit=True)
+        assert head512_rule(unified_attention(launcher)) is not None
+        assert b"or max_seqlen_q > max_q_len_3D\n" in launcher  # the split-KV patch's gate too
+        reverted = run_build("apply", "--site-packages", str(site), "--revert")
+        assert reverted.returncode == 0, reverted.stderr
+        assert snapshot(site) == original

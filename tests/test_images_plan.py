@@ -137,11 +137,12 @@ def test_any_change_to_the_content_gives_a_new_tag(base_repo, tmp_path, what, ch
 def test_images_without_a_patch_get_distinct_content_tags(tmp_path):
     """Before: every image without a patch was tagged with the sha256 of nothing (e3b0c44298fc)."""
     repo = copy_repo(tmp_path / "repo")
-    # 0.28.0: the first release that needs nothing (0.27.1 still needs the transformers pin).
-    lock = write_lock(tmp_path / "lock.yaml", "0.28.0")
-    plans = {t: plan(repo, t, "0.28.0", lock) for t in ("a100", "h100", "h200")}
+    # 0.32.0: the first release that needs nothing (0.27.1 still needs the transformers pin,
+    # 0.27.1-0.31.x the split-KV patch).
+    lock = write_lock(tmp_path / "lock.yaml", "0.32.0")
+    plans = {t: plan(repo, t, "0.32.0", lock) for t in ("a100", "h100", "h200")}
     for name, entry in plans.items():
-        assert all(p["status"] != "applies" for p in entry["patches"]), "0.28.0 needs no patch"
+        assert all(p["status"] != "applies" for p in entry["patches"]), "0.32.0 needs no patch"
         assert not entry["immutable_tag"].endswith(EMPTY_SHA256_PREFIX), name
     assert len({entry["immutable_tag"].rsplit("-", 1)[1] for entry in plans.values()}) == 3
 
