@@ -2,7 +2,8 @@
 # The verify invocations the H200 sessions from s19 on run (sourced after lib.sh): one definition
 # each, so a later session runs what an earlier one ran and its figures compare. Gemma-4-26B-A4B
 # and Qwen3.6-35B-A3B shapes, dummy weights; every timed window alone on the GPU (lib.sh).
-SPLITKV=/tmp/site-splitkv   # 0.27.1 with the split-KV candidate (patched_copy, lib.sh)
+SPLITKV=/tmp/site-splitkv   # s19-s21: 0.27.1 with the then-candidate split-KV patch (patched_copy,
+                            # lib.sh); shipped since, a plain `build.py apply` carries it
 
 SMOKE=(--target h200 --dummy --layers 10 --attention-backend TRITON_ATTN --max-model-len 4096
        --gpu-memory-utilization 0.1 --kv-cache-gib 2 --moe-config-dir patches/moe-configs)
