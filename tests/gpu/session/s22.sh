@@ -1,31 +1,35 @@
 #!/bin/bash
 # The next H200 session (prepared after §12 of docs/gpu-evidence.md, not run yet), vLLM 0.27.1 only
 # (24 parts + .whl), on the shipped series: `build.py apply` now carries triton-spec-decode-split-kv.
-#   phase 1, alone on the GPU:
-#     bench30c: stock, the recipe (split-KV in) and the plain FP8 engine at all 30 layers in one wave:
-#       issue 19's recipe-against-stock ratio at eugr#343's profile and its plain step, one run;
-#   phase 2, as phase 1 ends (§12's lesson: the jobs' GB reservations undercount their engines, so
-#   the untimed smokes no longer start beside a bench's engines at once):
-#     smoke271-qwen-v2: the Qwen controlled smoke on V2, the recipe's runner since §11.4, lossless
-#       (out of memory in §12);
-#     smoke271-26b-v2: the Gemma recipe's controlled smoke on the shipped series, V2, lossless;
+#   phase 1 (issue 19's last missing figures first; §12's lesson: the jobs' GB reservations
+#   undercount their engines, so no 30-layer bench starts beside these):
 #     bench-static2: online FP8 against the static FP8 preset, every engine's MoE held to Triton
 #       (`moe_backend=triton`: in §12.4 the static checkpoint made vLLM pick FlashInfer CUTLASS and
 #       its engines had not started after six minutes), plain and k=4, and a second instance of the
 #       plain online engine (fp8-v2-again): in §12.3 two instances of one plain engine, same settings,
 #       stepped 2.21 and 2.74 ms while the k=4 engine's two stepped 4.03 and 4.04, so a plain A/B
-#       needs its A/A beside it.
+#       needs its A/A beside it;
+#     smoke271-qwen-v2: the Qwen controlled smoke on V2, the recipe's runner since §11.4, lossless
+#       (out of memory in §12);
+#     smoke271-26b-v2: the Gemma recipe's controlled smoke on the shipped series, V2, lossless;
+#   phase 2, alone on the GPU:
+#     bench30c: stock, the recipe (split-KV in), the recipe without it (a copy of the install taken
+#       before `build.py apply`: the series applies nothing else to 0.27.1, §12's apply271.txt) and
+#       the plain FP8 engine at all 30 layers, three at a time: issue 19's recipe-against-stock ratio
+#       at eugr#343's profile in one run, the split-KV patch's second A/B, and the plain step.
 # Calls: `stagewhl` (carrying .whl), `stage 271` x24, `PARTS271=24 ... start 271` (carrying
 # .gpu-stage271/gpu_setup.sh, never piped), then `collect 40` calls until done (a call every < 30 s).
 set -u
 W=/tmp/s22 SESSION=s22
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/benches.sh"
+NOSPLIT=/tmp/site-nosplit   # 0.27.1 as released: the shipped series minus triton-spec-decode-split-kv
 
-bench30c() {   # 0.27.1 at 30 layers: stock, the recipe and the plain engine in one wave
-  PYTHONPATH=$1 timeout 1000 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
+bench30c() {   # 0.27.1 at 30 layers: stock, the recipe with and without split-KV, then plain
+  PYTHONPATH=$1 timeout 1300 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
     --layers 30 "${BENCH[@]}" --gpu-memory-utilization 0.25 --kv-cache-gib 2 --max-parallel 3 --timeout 900 \
-    --engine "$STOCK" --engine "name=fp8-mtp4-v2,k=4,runner=v2" --engine "name=fp8-v2,k=0,runner=v2" \
+    --engine "$STOCK" --engine "name=fp8-mtp4-v2,k=4,runner=v2" \
+    --engine "name=fp8-mtp4-v2-nosplit,k=4,runner=v2,site=$NOSPLIT" --engine "name=fp8-v2,k=0,runner=v2" \
     --out $W/bench30c
 }
 
@@ -42,13 +46,17 @@ bench_static2() {   # 0.27.1, 10 layers: online FP8 against the static preset, o
 job271() {
   local P; P=$(path_of 271)
   record_machine 271
+  # the copy must be taken from an install no apply has touched (a second job on one machine would not)
+  if [ -e /tmp/site271/vllm/.vllm-forge ]; then stamp "nosplit: refused, /tmp/site271 already patched"
+  else rm -rf "$NOSPLIT" && mkdir -p "$NOSPLIT" && cp -a /tmp/site271/vllm /tmp/site271/vllm-0.27.1*.dist-info "$NOSPLIT/"
+  fi
   apply_series 271 0.27.1 /tmp/site271   # the shipped series: its log names triton-spec-decode-split-kv
-  timed bench30c 130 bench30c "$P"
   untimed smoke271-qwen-v2 25 smoke smoke271-qwen-v2 "$P" 480 "${QWEN[@]}" --runner v2 &
   untimed smoke271-26b-v2 18 smoke smoke271-26b-v2 "$P" 480 "${SMOKE26[@]}" --runner v2 --lossless &
   sleep 3
   timed bench-static2 78 bench_static2 "$P" &
   wait
+  timed bench30c 130 bench30c "$P"
   stamp "job271 done"
 }
 
