@@ -9,6 +9,7 @@ import base64
 import csv
 import hashlib
 import io
+import json
 import shutil
 import subprocess
 import sys
@@ -18,11 +19,17 @@ import pytest
 from packaging.version import Version
 
 from forge.errors import ForgeError
+from forge.patching.record import RECORD_DIR, RECORD_FILE
 from forge.upstream import releases
 
 # Real transformers wheels from PyPI (pure Python): 5.15.0 breaks Gemma 4 on vLLM < 0.28,
 # 5.14.1 is the newest below it.
 TRANSFORMERS_WHEELS = ("5.15.0", "5.14.1")
+
+
+def applied_record(site: Path) -> dict:
+    """The record `build.py apply` keeps in an install it patched (vllm/.vllm-forge/applied.json)."""
+    return json.loads((site / "vllm" / RECORD_DIR / RECORD_FILE).read_text())
 
 
 def make_site_packages(version: str, destination: Path, dist_info: bool = True) -> Path:

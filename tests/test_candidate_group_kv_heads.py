@@ -12,14 +12,13 @@ a plain apply leaves candidates out: tests/test_candidate_patches.py).
 from __future__ import annotations
 
 import ast
-import json
 import subprocess
 
 from forge.patching import diffs
 from forge.patching.readme_table import checked_releases
 from forge.patching.series import load_series
 from forge.upstream import releases
-from tests.fixtures_patches import snapshot, statuses_on_checked_releases
+from tests.fixtures_patches import applied_record, snapshot, statuses_on_checked_releases
 from tests.test_candidate_patches import patches_row
 from tests.test_patch_series import run_build
 
@@ -146,7 +145,7 @@ def test_it_applies_on_top_of_the_shipped_split_kv_patch_and_reverts(vllm_site):
     applied = run_build("apply", "--site-packages", str(site), "--vllm", "0.27.1", FLAG, PATCH)
     assert applied.returncode == 0, applied.stderr
     assert applied.stdout.splitlines()[0].endswith(f": {SPLIT_KV}, {PATCH}"), applied.stdout
-    record = json.loads((site / "vllm" / ".vllm-forge" / "applied.json").read_text())
+    record = applied_record(site)
     assert record["applied"] == [SPLIT_KV, PATCH]
     builder = (site / BACKEND).read_bytes()
     compile(builder, BACKEND, "exec", dont_inherit=True)

@@ -13,12 +13,11 @@ with the other candidate (a plain apply leaves candidates out: tests/test_candid
 from __future__ import annotations
 
 import ast
-import json
 
 from forge.patching import diffs
 from forge.patching.series import load_series
 from forge.upstream import releases
-from tests.fixtures_patches import snapshot, statuses_on_checked_releases
+from tests.fixtures_patches import applied_record, snapshot, statuses_on_checked_releases
 from tests.test_candidate_patches import patches_row
 from tests.test_patch_series import run_build
 
@@ -101,7 +100,7 @@ def test_it_applies_on_top_of_the_shipped_split_kv_patch_alone_or_with_the_other
         flags = [f for p in asked for f in ("--with-candidate", p)]
         result = run_build("apply", "--site-packages", str(site), "--vllm", "0.27.1", *flags)
         assert result.returncode == 0, result.stderr
-        record = json.loads((site / "vllm" / ".vllm-forge" / "applied.json").read_text())
+        record = applied_record(site)
         assert record["applied"] == applied
         launcher = (site / LAUNCHER).read_bytes()
         compile(launcher, LAUNCHER, "exec", dont_inherit=True)

@@ -22,7 +22,7 @@ from forge.patching.series import load_series
 from forge.patching.status import applied_statuses, release_status
 from tests.build_cli import copy_checkout
 from tests.build_cli import run_build as run_in
-from tests.fixtures_patches import real_patch_entry, snapshot, write_series
+from tests.fixtures_patches import applied_record, real_patch_entry, snapshot, write_series
 from tests.test_images_plan import copy_repo, plan, write_lock
 from tests.test_patch_series import run_build
 
@@ -76,16 +76,13 @@ def test_apply_leaves_the_candidates_out_unless_asked(vllm_site):
     asked = run_build("apply", "--site-packages", str(site), "--vllm", BARE, FLAG, PATCH)
     assert asked.returncode == 0, asked.stderr
     assert asked.stdout.splitlines()[0].endswith(f": {PATCH}"), asked.stdout
-    assert _record(site)["applied"] == [PATCH]
+    assert applied_record(site)["applied"] == [PATCH]
     assert (site / LAUNCHER).read_bytes() != original[LAUNCHER]
     compile((site / LAUNCHER).read_bytes(), LAUNCHER, "exec", dont_inherit=True)
     reverted = run_build("apply", "--site-packages", str(site), "--revert")
     assert reverted.returncode == 0, reverted.stderr
     assert snapshot(site) == original
 
-
-def _record(site: Path) -> dict:
-    return json.loads((site / "vllm" / ".vllm-forge" / "applied.json").read_text())
 
 
 @pytest.mark.parametrize("patch_id, problem", [

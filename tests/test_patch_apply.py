@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import errno
-import json
 import os
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from forge.patching.apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR, app
 from forge.patching.installed import find_vllm
 from forge.patching.series import load_series
 from tests.fixtures_patches import (
+    applied_record,
     real_patch_entry,
     snapshot,
     source_patches_applying,
@@ -57,7 +57,7 @@ def test_apply_then_revert_restores_the_tree_byte_for_byte(vllm_site):
     rows = {row[0]: row for row in csv.reader(
         (site / "vllm-0.25.0.dist-info" / "RECORD").read_text().splitlines())}
     assert ours <= set(rows) and rows[TARGET][2] == str(len(patched))
-    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    record = applied_record(site)
     assert record["applied"] == wanted and record["vllm"] == "0.25.0"
     reverted = run_build("apply", "--site-packages", str(site), "--revert")
     assert reverted.returncode == 0, reverted.stderr

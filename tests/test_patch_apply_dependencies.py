@@ -16,7 +16,7 @@ from packaging.version import Version
 from forge.patching.apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR, TEMP_SUFFIX, apply_series
 from forge.patching.series import load_series
 from forge.patching.status import shipped_moe_configs, tree_status
-from tests.fixtures_patches import install_wheel, snapshot, source_patches_applying, wheelhouse
+from tests.fixtures_patches import applied_record, install_wheel, snapshot, source_patches_applying, wheelhouse
 from tests.test_patch_series import run_build
 
 TARGET = "vllm/v1/spec_decode/llm_base_proposer.py"
@@ -58,7 +58,7 @@ def test_apply_pins_transformers_with_the_source_patch_and_revert_restores_5_15_
     assert FIXED_LINE in (site / TARGET).read_bytes()
     assert f"transformers 5.15.0 -> {newest} (pinned =={newest}: constraint <5.15" in result.stdout
     assert "vLLM requires transformers>=5.5.3" in result.stdout
-    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    record = applied_record(site)
     assert record["applied"] == [*source_patches_applying("0.25.0"), CONSTRAINT]
     [entry] = record["dependencies"]
     assert (entry["package"], entry["specifier"], entry["previous"], entry["installed"]) == \
@@ -114,7 +114,7 @@ def test_find_links_applies_without_any_index(site_with_transformers):
                        str(wheelhouse()), VLLM_FORGE_PYPI=UNREACHABLE_INDEX)
     assert result.returncode == 0, result.stderr
     assert transformers_in(site) == "5.14.1"
-    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    record = applied_record(site)
     assert f"--no-index --find-links {wheelhouse()}" in record["dependencies"][0]["pip"]
     # Revert needs no network at all: the previous version comes from the record's originals.
     assert run_build("apply", "--site-packages", str(site), "--revert",
@@ -237,7 +237,7 @@ def test_a_pin_holds_an_image_to_its_planned_version_even_where_the_base_satisfi
     assert same.returncode == 0, same.stderr
     sources = len(source_patches_applying("0.25.0"))
     assert f"applied {sources} patch(es)" in same.stdout and " -> " not in same.stdout  # source only
-    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    record = applied_record(site)
     assert record["dependencies"] == [] and transformers_in(site) == "5.14.1"
     assert run_build("apply", "--site-packages", str(site), "--revert").returncode == 0
     assert snapshot(site) == original
@@ -299,7 +299,7 @@ def test_apply_pins_a_dependency_that_drifted_after_an_earlier_apply_and_revert_
     row = next(line for line in again.stdout.splitlines() if line.split()[0] == CONSTRAINT)
     assert row.split()[1] == "applies" and "transformers 5.15.0 violates <5.15" in row
     assert transformers_in(site) == newest and FIXED_LINE in (site / TARGET).read_bytes()
-    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    record = applied_record(site)
     assert record["state"] == "applied" and record["dependencies"] == []
     [later] = record["later"]
     assert later["applied"] == [CONSTRAINT]
@@ -348,7 +348,7 @@ def test_a_failed_or_killed_re_pin_keeps_the_first_record_and_revert_restores_th
     assert again.returncode == 0, again.stderr
     assert "transformers 5.15.0 -> 5.14.1 (pinned ==5.14.1" in again.stdout
     assert list(site.rglob(f"*{TEMP_SUFFIX}")) == [] and transformers_in(site) == "5.14.1"
-    record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
+    record = applied_record(site)
     assert len(record["later"]) == 1       # the killed run left no trace in the record
     reverted = run_build("apply", "--site-packages", str(site), "--revert")
     assert reverted.returncode == 0, reverted.stderr

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +18,7 @@ from forge.patching import diffs
 from forge.patching.readme_table import checked_releases
 from forge.patching.series import load_series
 from forge.upstream import releases
-from tests.fixtures_patches import snapshot, statuses_on_checked_releases
+from tests.fixtures_patches import applied_record, snapshot, statuses_on_checked_releases
 from tests.test_candidate_patches import patches_row
 from tests.test_images_plan import copy_repo, plan, write_lock
 from tests.test_patch_series import run_build
@@ -113,7 +112,7 @@ def test_a_plain_apply_writes_it_and_a_revert_restores_every_byte(vllm_site):
     # 0.27.1 needs no other file patched (this site holds no transformers to pin): only this one.
     first = applied.stdout.splitlines()[0]
     assert first.startswith("applied 1 patch(es) to vLLM 0.27.1") and first.endswith(f": {PATCH}")
-    assert _record(site)["applied"] == [PATCH]
+    assert applied_record(site)["applied"] == [PATCH]
     for rel in (BACKEND, LAUNCHER):
         assert (site / rel).read_bytes() != original[rel], rel
         compile((site / rel).read_bytes(), rel, "exec", dont_inherit=True)
@@ -122,9 +121,6 @@ def test_a_plain_apply_writes_it_and_a_revert_restores_every_byte(vllm_site):
     assert reverted.returncode == 0, reverted.stderr
     assert snapshot(site) == original
 
-
-def _record(site: Path) -> dict:
-    return json.loads((site / "vllm" / ".vllm-forge" / "applied.json").read_text())
 
 
 def test_with_candidate_naming_it_is_refused_in_one_line(vllm_site):
