@@ -88,6 +88,7 @@ def test_apply_leaves_the_candidates_out_unless_asked(vllm_site):
 @pytest.mark.parametrize("patch_id, problem", [
     ("no-such-patch", "has no patch with that id"),
     ("gemma4-mtp-share-embeddings", "not a candidate in"),
+    ("triton-spec-decode-split-kv", "not a candidate in"),   # a candidate until it shipped
 ])
 def test_a_bad_with_candidate_is_refused_in_one_line(vllm_site, patch_id, problem):
     site = vllm_site(BARE)

@@ -123,18 +123,6 @@ def test_a_plain_apply_writes_it_and_a_revert_restores_every_byte(vllm_site):
 
 
 
-def test_with_candidate_naming_it_is_refused_in_one_line(vllm_site):
-    site = vllm_site("0.27.1")
-    original = snapshot(site)
-    result = run_build("apply", "--site-packages", str(site), "--vllm", "0.27.1",
-                       "--with-candidate", PATCH)
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: --with-candidate {PATCH}: "), lines
-    assert "not a candidate in" in lines[0]
-    assert snapshot(site) == original
-
-
 def test_the_h200_image_of_0_27_1_carries_it(tmp_path):
     repo = copy_repo(tmp_path / "repo")
     entry = plan(repo, "h200", "0.27.1", write_lock(tmp_path / "lock.yaml", "0.27.1"))
