@@ -95,3 +95,14 @@ def candidate_rows(report: dict, pairs: dict[str, str], windows: tuple[str, ...]
             cells.append(f"{without:.0f} / {with_it:.0f} ({with_it / without:.2f}x)")
         rows.append(f"| {window} | " + " | ".join(cells) + " |")
     return rows
+
+
+def assert_candidate_copy(session: Session, apply_log: str, copy: str, candidate: str,
+                          engine_logs: tuple[str, ...], vllm: str = "0.27.1") -> None:
+    """A copy lib.sh's `patched_copy` made carries exactly the candidate, and each engine whose log
+    is named imported vLLM from that copy (the copy's own file paths in its log)."""
+    first = session.log(apply_log).splitlines()[0]
+    assert first == f"applied 1 patch(es) to vLLM {vllm} at /tmp/{copy}/vllm: {candidate}"
+    for log in engine_logs:
+        assert f"/tmp/{copy}/vllm/" in session.log(log), log
+

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from forge.models import load_family
-from tests.gpu_evidence import Session, assert_controls_hold, control_rows, doc_section
+from tests.gpu_evidence import Session, assert_candidate_copy, assert_controls_hold, control_rows, doc_section
 from verify import checks as gate
 from verify.mtp_smoke import _token_ids
 from verify.report import FAIL, PASS
@@ -96,11 +96,8 @@ def test_the_0250_install_holds_47920s_fix_where_the_smoke_ran():
 
 
 def test_the_split_kv_candidate_was_applied_to_the_copy_the_smoke_ran_on():
-    applied = SESSION.log(f"{M1}/logs/apply-splitkv.txt").splitlines()[0]
-    assert applied == ("applied 1 patch(es) to vLLM 0.27.1 at /tmp/site-splitkv/vllm: "
-                       "triton-spec-decode-split-kv")
-    # the engine imported vLLM from the patched copy (its own files in the engine's log)
-    assert "/tmp/site-splitkv/vllm/" in SESSION.log(f"{M1}/smoke271-splitkv-v2/engine.log")
+    assert_candidate_copy(SESSION, f"{M1}/logs/apply-splitkv.txt", "site-splitkv",
+                          "triton-spec-decode-split-kv", (f"{M1}/smoke271-splitkv-v2/engine.log",))
 
 
 # --- the Qwen smoke: one failing check, and why ---------------------------------------------

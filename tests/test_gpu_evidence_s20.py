@@ -11,7 +11,15 @@ import json
 import pytest
 
 from forge.models import load_family
-from tests.gpu_evidence import ROOT, Session, assert_controls_hold, candidate_rows, control_rows, doc_section
+from tests.gpu_evidence import (
+    ROOT,
+    Session,
+    assert_candidate_copy,
+    assert_controls_hold,
+    candidate_rows,
+    control_rows,
+    doc_section,
+)
 from verify import checks as gate
 from verify.mtp_smoke import _token_ids, window_counters
 from verify.report import FAIL, PASS
@@ -219,12 +227,9 @@ def test_on_v2_the_qwen_controls_hold_under_cuda_graphs_and_the_pinned_backend()
 # --- the candidates --------------------------------------------------------------------------
 
 def test_the_candidate_copies_were_patched_and_their_engines_ran_from_them():
-    for log, copy, candidate in (("apply-groupkv", "site-groupkv", "triton-attn-group-kv-heads"),
-                                 ("apply-splitkv", "site-splitkv", "triton-spec-decode-split-kv")):
-        first = SESSION.log(f"logs/{log}.txt").splitlines()[0]
-        assert first == f"applied 1 patch(es) to vLLM 0.27.1 at /tmp/{copy}/vllm: {candidate}"
-    for name in ("fp8-v2-groupkv", "fp8-mtp4-v2-groupkv"):
-        assert "/tmp/site-groupkv/vllm/" in SESSION.log(f"bench-groupkv/engines/{name}.log")
+    assert_candidate_copy(SESSION, "logs/apply-groupkv.txt", "site-groupkv", "triton-attn-group-kv-heads",
+                          tuple(f"bench-groupkv/engines/{n}.log" for n in ("fp8-v2-groupkv", "fp8-mtp4-v2-groupkv")))
+    assert_candidate_copy(SESSION, "logs/apply-splitkv.txt", "site-splitkv", "triton-spec-decode-split-kv", ())
 
 
 def test_the_candidate_tables_of_section_11_are_the_data(rebuilt):

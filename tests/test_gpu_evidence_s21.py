@@ -10,7 +10,14 @@ import json
 
 import pytest
 
-from tests.gpu_evidence import ROOT, Session, assert_controls_hold, candidate_rows, doc_section
+from tests.gpu_evidence import (
+    ROOT,
+    Session,
+    assert_candidate_copy,
+    assert_controls_hold,
+    candidate_rows,
+    doc_section,
+)
 from verify import checks as gate
 from verify.mtp_smoke import _token_ids
 from verify.report import FAIL, NOT_CHECKED, PASS
@@ -191,12 +198,8 @@ def test_the_static_fp8_engines_picked_flashinfer_cutlass_and_were_stopped():
 
 
 def test_the_candidate_copies_were_patched_and_their_engines_ran_from_them():
-    for log, copy, candidate in (("apply-groupkv", "site-groupkv", "triton-attn-group-kv-heads"),
-                                 ("apply-head512", "site-head512", "triton-attn-head512-launch"),
-                                 ("apply-splitkv", "site-splitkv", "triton-spec-decode-split-kv")):
-        first = SESSION.log(f"logs/{log}.txt").splitlines()[0]
-        assert first == f"applied 1 patch(es) to vLLM 0.27.1 at /tmp/{copy}/vllm: {candidate}"
-    for bench, name, copy in (("bench-head512", "fp8-mtp4-v2-head512", "site-head512"),
-                              ("bench-groupkv2", "fp8-mtp4-v2-groupkv", "site-groupkv"),
-                              ("bench30b", "fp8-mtp4-v2-splitkv", "site-splitkv")):
-        assert f"/tmp/{copy}/vllm/" in SESSION.log(f"{bench}/engines/{name}.log")
+    for log, copy, candidate, engine in (
+            ("apply-groupkv", "site-groupkv", "triton-attn-group-kv-heads", "bench-groupkv2/engines/fp8-mtp4-v2-groupkv"),
+            ("apply-head512", "site-head512", "triton-attn-head512-launch", "bench-head512/engines/fp8-mtp4-v2-head512"),
+            ("apply-splitkv", "site-splitkv", "triton-spec-decode-split-kv", "bench30b/engines/fp8-mtp4-v2-splitkv")):
+        assert_candidate_copy(SESSION, f"logs/{log}.txt", copy, candidate, (f"{engine}.log",))
