@@ -234,7 +234,7 @@ def default_kv_engines(engines: dict[str, dict]) -> dict[tuple, str]:
 
 
 def _kv_peer(engine: dict) -> tuple:
-    return (*(engine.get(key) for key in FAMILY_KEYS if key != "kv"), engine.get("k"), bool(engine.get("stock")))
+    return (*family({**engine, "kv": None}), engine.get("k"), bool(engine.get("stock")))
 
 
 def _mean_step(engine: dict) -> float | None:

@@ -150,7 +150,7 @@ def set_control(llm, control: str | None) -> dict:
     from verify.controls import CONTROLS, RPC_METHOD
 
     if control not in CONTROLS:
-        raise ValueError(f"window control must be 'agree' or 'random' (got {control!r})")
+        raise ValueError(f"window control must be one of {', '.join(CONTROLS)} (got {control!r})")
 
     replies = llm.collective_rpc(RPC_METHOD, args=(control == "agree",))
     if not replies or not all(r.get("norms") for r in replies):
