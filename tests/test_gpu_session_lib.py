@@ -57,6 +57,10 @@ def test_the_next_sessions_engines_are_ones_bench_accepts():
     assert len(literals) == 7
     engines = [bench.parse_engine(text, check_site=False) for text in literals]
     assert {e["moe_backend"] for e in engines if e["name"].startswith("fp8static")} == {"triton"}
+    # each bench's start limit, which keeps a hung engine from holding every window back
+    limits = re.findall(r"--start-timeout (\d+)", NEXT_SESSION.read_text())
+    assert len(limits) == 2
+    assert [bench.parse_args(["--recipe", "r", "--start-timeout", n]).start_timeout for n in limits] == [720, 480]
 
 
 def test_jobs_that_do_not_fit_together_never_overlap_and_those_that_fit_do(tmp_path):

@@ -173,3 +173,49 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
+
+
+def test_an_engine_not_up_by_the_start_timeout_is_killed_and_named_and_the_rest_measure(tmp_path):
+    """§12.4's hang: an engine stuck in its start held the barrier (and the shared GPU lock) so no
+    window ran. With --start-timeout, bench kills it alone; an engine that came up in time and
+    measures past that limit is left to finish."""
+    import subprocess
+    import sys
+
+    from verify.bench import START_TIMEOUT_ERROR, _wait, parse_args
+    from verify.vllm_logs import root_cause
+
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    workers = {  # the real barrier protocol: a ready engine touches <name>.ready, then measures
+        "up": f"import time, pathlib; pathlib.Path({str(barrier / 'up.ready')!r}).touch(); "
+              "print('measuring', flush=True); time.sleep(3)",
+        "hung": "import time; print('compiling', flush=True); time.sleep(60)"}
+    procs = {}
+    for name, code in workers.items():
+        log = open(tmp_path / f"{name}.log", "w")
+        spec = {"barrier": {"dir": str(barrier)}}
+        procs[name] = (subprocess.Popen([sys.executable, "-c", code], stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True), log, spec)
+    began = time.monotonic()
+    _wait(procs, timeout=30, start_timeout=1)
+    assert time.monotonic() - began < 15
+    assert procs["hung"][0].returncode < 0 and (barrier / "hung.failed").exists()
+    assert procs["up"][0].returncode == 0 and not (barrier / "up.failed").exists()
+    hung_log = (tmp_path / "hung.log").read_text()
+    assert hung_log.startswith("compiling")
+    assert root_cause(hung_log) == (f"{START_TIMEOUT_ERROR}: not ready 1 s after it started "
+                                    "(bench --start-timeout 1): killed by bench")
+    assert START_TIMEOUT_ERROR not in (tmp_path / "up.log").read_text()
+    assert parse_args(["--recipe", "r", "--start-timeout", "420"]).start_timeout == 420
+
+
+def test_a_negative_start_timeout_is_refused_naming_the_flag(capsys):
+    import pytest
+
+    from verify.bench import parse_args
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--recipe", "r", "--start-timeout", "-5"])
+    assert exit_info.value.code == 2
+    assert "--start-timeout: -5 is below 0" in capsys.readouterr().err

@@ -153,8 +153,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(or its process has exited)")
     p.add_argument("--out", default="bench-out")
     p.add_argument("--timeout", type=int, default=1500, help="seconds for all engines together")
+    p.add_argument("--start-timeout", type=int, default=0,
+                   help="seconds an engine may take to come up (default: no limit but --timeout); "
+                        "one not ready by then is killed and reported failed, and the others of "
+                        "its wave go on measuring")
     args = p.parse_args(argv)
     check_shape_flag(p, args)
+    if args.start_timeout < 0:
+        p.error(f"--start-timeout: {args.start_timeout} is below 0 (0: no limit)")
     return args
 
 
@@ -466,7 +472,8 @@ def _set_kv_cache_dtype(kwargs: dict, engine: dict, target: str) -> None:
 
 
 def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
-                server: tuple[str, str] | None = None, max_parallel: int = 0) -> dict[str, dict]:
+                server: tuple[str, str] | None = None, max_parallel: int = 0,
+                start_timeout: int = 0) -> dict[str, dict]:
     engines_dir, barrier_dir = out / "engines", out / "barrier"
     engines_dir.mkdir(parents=True, exist_ok=True)
     # A previous run's barrier (one folder per engine group, its .ready/.failed markers) would
@@ -494,7 +501,7 @@ def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
                 # of 2026-11-30 left orphaned EngineCores holding 14-20 GiB each).
                 start_new_session=True), log, spec)
             print(f"[bench] started {spec['name']}", flush=True)
-        _wait(procs, timeout, server)
+        _wait(procs, timeout, server, start_timeout)
         server = None  # only the first group waits for it
         for name, (_, _, spec) in procs.items():
             result_file = Path(spec["result_file"])
@@ -517,16 +524,24 @@ def collect_engines(specs: list[dict], out: Path) -> dict[str, dict]:
     return raw
 
 
-def _wait(procs: dict, timeout: int, server: tuple[str, str] | None = None) -> None:
+def _wait(procs: dict, timeout: int, server: tuple[str, str] | None = None,
+          start_timeout: int = 0) -> None:
     """Wait for every worker; one that dies before it is ready is marked failed at the barrier,
-    so the others do not wait for it. A server beside them arrives when its health URL answers
-    (or its process is gone)."""
-    deadline = time.monotonic() + timeout
+    so the others do not wait for it. One still not ready start_timeout s in (0: no limit) is
+    killed and marked failed too: an engine hung in its start holds the GPU lock shared and the
+    barrier open, so no window of any engine could run (the H200 run of 2026-12-01, §12.4 of
+    docs/gpu-evidence.md). A server beside them arrives when its health URL answers (or its
+    process is gone)."""
+    started = time.monotonic()
+    deadline = started + timeout
     barrier = Path(next(iter(procs.values()))[2]["barrier"]["dir"])
     barrier.mkdir(parents=True, exist_ok=True)
     while time.monotonic() < deadline:
         running = 0
-        for name, (proc, _log, _spec) in procs.items():
+        late = start_timeout and time.monotonic() - started > start_timeout
+        for name, (proc, log, _spec) in procs.items():
+            if proc.poll() is None and late and not _arrived(barrier, name):
+                _kill_start(proc, log, name, start_timeout)
             if proc.poll() is None:
                 running += 1
                 continue
@@ -546,6 +561,24 @@ def _wait(procs: dict, timeout: int, server: tuple[str, str] | None = None) -> N
             print(f"[bench] {name}: killed after {timeout} s", flush=True)
         log.close()
         print(f"[bench] {name}: exit {proc.wait()}", flush=True)
+
+
+def _arrived(barrier: Path, name: str) -> bool:
+    return (barrier / f"{name}.ready").exists() or (barrier / f"{name}.failed").exists()
+
+
+START_TIMEOUT_ERROR = "EngineStartTimeoutError"
+
+
+def _kill_start(proc: subprocess.Popen, log, name: str, start_timeout: int) -> None:
+    """Kill a worker whose engine is not up in time; the line it leaves ends the engine's log,
+    so the report names this as the engine's root cause (verify/vllm_logs.py: root_cause)."""
+    kill_group(proc)
+    log.flush()
+    with open(log.name, "a") as tail:
+        tail.write(f"\n{START_TIMEOUT_ERROR}: not ready {start_timeout} s after it started "
+                   f"(bench --start-timeout {start_timeout}): killed by bench\n")
+    print(f"[bench] {name}: not ready after {start_timeout} s, killed", flush=True)
 
 
 def _server_state(health_url: str, pid: str) -> str | None:
@@ -577,7 +610,7 @@ def inprocess_report(recipe, args, out: Path) -> dict:
         raw = collect_engines(specs, out)
     else:
         raw = run_engines(specs, out, args.parallel, args.timeout, args.wait_server,
-                          args.max_parallel)
+                          args.max_parallel, args.start_timeout)
     engines, device, versions = {}, None, None
     for spec in specs:
         name = spec["name"]

@@ -9,6 +9,8 @@
 #       plain online engine (fp8-v2-again): in §12.3 two instances of one plain engine, same settings,
 #       stepped 2.21 and 2.74 ms while the k=4 engine's two stepped 4.03 and 4.04, so a plain A/B
 #       needs its A/A beside it;
+#       An engine not up 480 s in is killed alone (bench --start-timeout; s21's 10-layer engines
+#       were up in 280-333 s, its static ones hung after 170 s and held every window back);
 #     smoke271-qwen-v2: the Qwen controlled smoke on V2, the recipe's runner since §11.4, lossless
 #       (out of memory in §12);
 #     smoke271-26b-v2: the Gemma recipe's controlled smoke on the shipped series, V2, lossless;
@@ -28,6 +30,7 @@ NOSPLIT=/tmp/site-nosplit   # 0.27.1 as released: the shipped series minus trito
 bench30c() {   # 0.27.1 at 30 layers: stock, the recipe with and without split-KV, then plain
   PYTHONPATH=$1 timeout 1300 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
     --layers 30 "${BENCH[@]}" --gpu-memory-utilization 0.25 --kv-cache-gib 2 --max-parallel 3 --timeout 900 \
+    --start-timeout 720 \
     --engine "$STOCK" --engine "name=fp8-mtp4-v2,k=4,runner=v2" \
     --engine "name=fp8-mtp4-v2-nosplit,k=4,runner=v2,site=$NOSPLIT" --engine "name=fp8-v2,k=0,runner=v2" \
     --out $W/bench30c
@@ -35,7 +38,7 @@ bench30c() {   # 0.27.1 at 30 layers: stock, the recipe with and without split-K
 
 bench_static2() {   # 0.27.1, 10 layers: online FP8 against the static preset, one MoE kernel for all
   PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
-    --layers 10 "${BENCH[@]}" --timeout 1100 \
+    --layers 10 "${BENCH[@]}" --timeout 1100 --start-timeout 480 \
     --engine "name=fp8-v2,k=0,runner=v2,moe_backend=triton" \
     --engine "name=fp8-v2-again,k=0,runner=v2,moe_backend=triton" \
     --engine "name=fp8-mtp4-v2,k=4,runner=v2,moe_backend=triton" \
