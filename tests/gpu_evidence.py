@@ -83,6 +83,29 @@ def assert_controls_hold(data: dict, recipe: str, k: int):
     return agree, random
 
 
+def decode_pair(figures: dict, window: str) -> str:
+    cells = [figures.get(f"{window}@{c}", {}).get("decode_tok_s") for c in ("agree", "random")]
+    return " / ".join("–" if v is None else f"{v:.0f}" for v in cells)
+
+
+def _fixed(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+def step_rows(report: dict) -> list[str]:
+    """A bench's step table (docs/gpu-evidence.md §12.2, §13): per engine that measured, its step
+    (spread), step x plain ("–" for stock, which has no plain engine), sustained, conc 8 and conc 16
+    decode (full / zero acceptance) and the projections at both profiles."""
+    rows = []
+    for name, e in report["engines"].items():
+        f, d = e["figures"], e["derived"]
+        projected = " | ".join(f"{d['projected'][p]['tok_s']:.0f}" for p in ("spark343", "seed87"))
+        rows.append(f"| {name} | {e['k']} | {d['step_ms']:.2f} ({100 * d['step_ms_spread']:.1f}%) "
+                    f"| {_fixed(d.get('step_cost_x_plain'))} | {decode_pair(f, 'sustained')} | {decode_pair(f, 'conc8')} "
+                    f"| {decode_pair(f, 'conc16')} | {projected} |")
+    return rows
+
+
 def candidate_rows(report: dict, pairs: dict[str, str], windows: tuple[str, ...]) -> list[str]:
     """Per window, each engine pair's full-acceptance decode without / with the candidate
     and their ratio (same run, same settings otherwise)."""

@@ -17,6 +17,7 @@ from tests.gpu_evidence import (
     assert_controls_hold,
     candidate_rows,
     doc_section,
+    step_rows,
 )
 from verify import checks as gate
 from verify.mtp_smoke import _token_ids
@@ -42,24 +43,6 @@ def rebuilt(tmp_path_factory):
     """Every bench of the session as `bench.py --collect` rebuilds it: name -> (exit, json, md)."""
     return {name: SESSION.collect_bench(captured, f"{name}/engines", tmp_path_factory.mktemp(name))
             for name, (_, captured, _) in BENCHES.items()}
-
-
-def _pair(figures: dict, window: str) -> str:
-    cells = [figures.get(f"{window}@{c}", {}).get("decode_tok_s") for c in ("agree", "random")]
-    return " / ".join("–" if v is None else f"{v:.0f}" for v in cells)
-
-
-def step_rows(report: dict) -> list[str]:
-    """§12.2: per engine that measured, its step (spread), step x plain, sustained, conc 8 and
-    conc 16 decode (full / zero acceptance) and the projections at both profiles."""
-    rows = []
-    for name, e in report["engines"].items():
-        f, d = e["figures"], e["derived"]
-        projected = " | ".join(f"{d['projected'][p]['tok_s']:.0f}" for p in ("spark343", "seed87"))
-        rows.append(f"| {name} | {e['k']} | {d['step_ms']:.2f} ({100 * d['step_ms_spread']:.1f}%) "
-                    f"| {d['step_cost_x_plain']:.2f} | {_pair(f, 'sustained')} | {_pair(f, 'conc8')} "
-                    f"| {_pair(f, 'conc16')} | {projected} |")
-    return rows
 
 
 # --- the recipe's server held to both controls (issue 17) -----------------------------------
