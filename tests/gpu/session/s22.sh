@@ -1,5 +1,5 @@
 #!/bin/bash
-# The next H200 session (prepared after §12 of docs/gpu-evidence.md, not run yet), vLLM 0.27.1 only
+# The H200 session of 2026-12-02 (docs/gpu-evidence.md §13), prepared after §12, vLLM 0.27.1 only
 # (24 parts + .whl), on the shipped series: `build.py apply` now carries triton-spec-decode-split-kv.
 #   phase 1 (issue 19's last missing figures first; §12's lesson: the jobs' GB reservations
 #   undercount their engines, so no 30-layer bench starts beside these):
@@ -13,7 +13,8 @@
 #       were up in 280-333 s, its static ones hung after 170 s and held every window back);
 #     (not the Qwen V2 smoke, out of memory in §12: its compile beside six others would push
 #     phase 2 past the device time, and issue 18's V2 evidence stands from §11.4);
-#     smoke271-26b-v2: the Gemma recipe's controlled smoke on the shipped series, V2, lossless;
+#     (nor the recipe's smoke on the shipped series: the first lease of 2026-12-02 went back during
+#     staging, and the second leaves 27 device-minutes, too few for both phases beside it);
 #   phase 2, alone on the GPU:
 #     bench30c: stock, the recipe (split-KV in), the recipe without it (a copy of the install taken
 #       before `build.py apply`: the series applies nothing else to 0.27.1, §12's apply271.txt) and
@@ -55,8 +56,6 @@ job271() {
   else rm -rf "$NOSPLIT" && mkdir -p "$NOSPLIT" && cp -a /tmp/site271/vllm /tmp/site271/vllm-0.27.1*.dist-info "$NOSPLIT/"
   fi
   apply_series 271 0.27.1 /tmp/site271   # the shipped series: its log names triton-spec-decode-split-kv
-  untimed smoke271-26b-v2 18 smoke smoke271-26b-v2 "$P" 480 "${SMOKE26[@]}" --runner v2 --lossless &
-  sleep 3
   timed bench-static2 78 bench_static2 "$P" &
   wait
   timed bench30c 130 bench30c "$P"
