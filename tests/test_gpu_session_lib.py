@@ -45,22 +45,30 @@ def test_every_session_script_parses(script):
     assert result.returncode == 0, result.stderr
 
 
-NEXT_SESSION = SESSION / "s22.sh"
+NEXT_SESSION = SESSION / "s23.sh"
 
 
 def test_the_next_sessions_engines_are_ones_bench_accepts():
     """A typo in an --engine costs an engine start on the GPU: the next script's literal engine
-    definitions parse as bench parses them (site= folders are the GPU host's, not checked here)."""
+    definitions parse as bench parses them (site= folders are the GPU host's, not checked here),
+    and so do its bench flags."""
     from verify import bench
 
-    literals = re.findall(r'--engine "(name=[^"$]+)"', NEXT_SESSION.read_text())
-    assert len(literals) == 7
-    engines = [bench.parse_engine(text, check_site=False) for text in literals]
-    assert {e["moe_backend"] for e in engines if e["name"].startswith("fp8static")} == {"triton"}
-    # each bench's start limit, which keeps a hung engine from holding every window back
-    limits = re.findall(r"--start-timeout (\d+)", NEXT_SESSION.read_text())
-    assert len(limits) == 2
-    assert [bench.parse_args(["--recipe", "r", "--start-timeout", n]).start_timeout for n in limits] == [720, 480]
+    text = NEXT_SESSION.read_text()
+    folders = dict(re.findall(r"^([A-Z0-9]+)=(/tmp/\S+)", text, re.M))  # HEAD512=/tmp/site-head512
+    literals = [re.sub(r"\$([A-Z0-9]+)", lambda m: folders[m[1]], t)
+                for t in re.findall(r'--engine "(name=[^"]+)"', text)]
+    engines = [bench.parse_engine(t, check_site=False) for t in literals]
+    assert [(e["k"], e["site"]) for e in engines] == [
+        (0, None), (4, None), (0, "/tmp/site-head512"), (4, "/tmp/site-head512"),
+        (0, "/tmp/site-groupkv"), (4, "/tmp/site-groupkv")]
+    flags = ["--recipe", "r", "--windows", re.search(r'--windows "([^"]+)"', text)[1]]
+    for flag in ("--start-timeout", "--max-model-len", "--long-tokens"):
+        (value,) = re.findall(rf"{flag} (\d+)", text)
+        flags += [flag, value]
+    args = bench.parse_args(flags)
+    assert args.start_timeout == 600
+    assert bench.windows(args, bench.load_prompts())  # every window name is one bench knows
 
 
 def test_jobs_that_do_not_fit_together_never_overlap_and_those_that_fit_do(tmp_path):

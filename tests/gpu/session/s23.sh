@@ -1,0 +1,53 @@
+#!/bin/bash
+# The next H200 session (prepared after §13 of docs/gpu-evidence.md, not run yet), vLLM 0.27.1 only
+# (24 parts + .whl), on the shipped series (`build.py apply` carries triton-spec-decode-split-kv).
+#   phase 1, untimed: what §13 left out for time
+#     smoke271-26b-v2: the recipe's controlled smoke on the shipped series, V2, lossless (the split-KV
+#       patch's own lossless smoke, §10.2, ran on a candidate copy, before it shipped);
+#     smoke271-qwen-v2: the Qwen recipe's controlled smoke on V2, its runner since §11.4 (out of
+#       memory beside four jobs in §12; here beside one);
+#   phase 2, alone on the GPU:
+#     bench-long-attn: issue 19's attention candidates at long context, where attention's share of
+#       the step is largest: the recipe and its plain engine with and without
+#       triton-attn-head512-launch (PR #43257) and triton-attn-group-kv-heads (PRs #54191/#56996),
+#       each on a copy of the shipped install (patched_copy), at 8k and 32k tokens and 1, 8 and 16
+#       sequences. At 16 sequences or fewer group-kv's threshold takes the path the release takes
+#       (docs/reference.md §8): its engines there are the control that the copy itself costs nothing.
+# Calls: `stagewhl` (carrying .whl), `stage 271` x24 (the staging call's tree must stay under 64 MiB
+# with its part: move tests/fixtures out of the checkout for those calls, §13), `PARTS271=24 ...
+# start 271` (carrying .gpu-stage271/gpu_setup.sh, never piped), then `collect 40` calls until done.
+set -u
+W=/tmp/s23 SESSION=s23
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/benches.sh"
+HEAD512=/tmp/site-head512   # the shipped 0.27.1 install plus triton-attn-head512-launch
+GROUPKV=/tmp/site-groupkv   # the shipped 0.27.1 install plus triton-attn-group-kv-heads
+
+bench_long_attn() {   # 0.27.1, 10 layers: each attention candidate against the recipe at long context
+  PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
+    --layers 10 "${BENCH[@]}" --max-model-len 33024 --kv-cache-gib 8 --timeout 1100 --start-timeout 600 \
+    --windows "long8k,long32k,long8k-conc8,long8k-conc16,long32k-conc8" --long-tokens 128 \
+    --engine "name=fp8-v2,k=0,runner=v2" --engine "name=fp8-mtp4-v2,k=4,runner=v2" \
+    --engine "name=fp8-v2-head512,k=0,runner=v2,site=$HEAD512" \
+    --engine "name=fp8-mtp4-v2-head512,k=4,runner=v2,site=$HEAD512" \
+    --engine "name=fp8-v2-groupkv,k=0,runner=v2,site=$GROUPKV" \
+    --engine "name=fp8-mtp4-v2-groupkv,k=4,runner=v2,site=$GROUPKV" --out $W/bench-long-attn
+}
+
+job271() {
+  local P; P=$(path_of 271)
+  record_machine 271
+  apply_series 271 0.27.1 /tmp/site271   # the shipped series: its log names triton-spec-decode-split-kv
+  patched_copy "$P" 0.27.1 /tmp/site271 "$HEAD512" head512 triton-attn-head512-launch
+  patched_copy "$P" 0.27.1 /tmp/site271 "$GROUPKV" groupkv triton-attn-group-kv-heads
+  untimed smoke271-26b-v2 18 smoke smoke271-26b-v2 "$P" 480 "${SMOKE26[@]}" --runner v2 --lossless &
+  untimed smoke271-qwen-v2 25 smoke smoke271-qwen-v2 "$P" 480 "${QWEN[@]}" --runner v2 &
+  wait
+  timed bench-long-attn 132 bench_long_attn "$P"
+  stamp "job271 done"
+}
+
+case ${1:?plan} in
+  job271) job271 ;;
+  *) session_plan "$0" "$@" ;;
+esac
