@@ -9,6 +9,7 @@ measurement). The roofline is hand-built too, in the shape `build.py roofline --
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -506,3 +507,69 @@ def test_a_baseline_must_be_a_plain_step(tmp_path, capsys):
                          "--md", str(tmp_path / "p.md")]) == 0
     text = (tmp_path / "p.md").read_text()
     assert "## plain step" not in text and "## spec step (k=4) against the plain step" in text
+
+
+# ------------------------------------------------------------------------------------------
+# Qwen3.5/3.6 MoE's map: the Gated DeltaNet kernels, read from the release's own source
+
+# The Triton kernels of vLLM 0.27.1's Gated DeltaNet: Qwen's layer, the short convolution and the
+# flash-linear-attention ops it calls (kda.py is Kimi Delta Attention's, which Qwen never runs).
+GDN_SOURCES = ("vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py",
+               "vllm/model_executor/layers/mamba/ops/causal_conv1d.py",
+               "vllm/third_party/flash_linear_attention/ops")
+NOT_QWENS = {"kda.py"}
+GATED_NORMS = {"layer_norm_gated_fwd_kernel", "layer_norm_gated_fwd_kernel1", "layer_norm_fwd_kernel"}
+
+
+def triton_kernels(path: Path) -> set[str]:
+    """The names of the @triton.jit functions in a file: what a CUDA trace calls their kernels."""
+    text = path.read_text()
+    names = set()
+    for jit in re.finditer(r"@triton\.jit", text):
+        definition = re.compile(r"^def (\w+)\(", re.M).search(text, jit.end())
+        if definition:
+            names.add(definition[1])
+    return names
+
+
+def test_every_gated_deltanet_kernel_of_the_release_is_linear_attention_but_its_norms(release_tree):
+    qwen = load_kernel_map("qwen3_5_moe")
+    root = release_tree("0.27.1")
+    kernels: set[str] = set()
+    for relative in GDN_SOURCES:
+        path = root / relative
+        files = [path] if path.is_file() else sorted(p for p in path.glob("*.py") if p.name not in NOT_QWENS)
+        for file in files:
+            kernels |= triton_kernels(file)
+    assert {"_causal_conv1d_update_kernel", "fused_sigmoid_gating_delta_rule_update_kernel",
+            "fused_recurrent_gated_delta_rule_packed_decode_kernel", "fused_gdn_gating_kernel"} <= kernels
+    placed = {name: qwen.group_of(name) for name in kernels}
+    assert {n for n, g in placed.items() if g != "linear_attention"} == GATED_NORMS
+    assert {placed[n] for n in GATED_NORMS} == {"norms_elementwise"}
+    # Gemma 4's map has no such group: the same names would be its sampling or other time
+    assert load_kernel_map("gemma4").group_of("_causal_conv1d_update_kernel") == "sampling"
+
+
+def test_qwen_shares_gemma4s_groups_but_its_own_gemm_bytes():
+    qwen, gemma4 = load_kernel_map("qwen3_5_moe"), load_kernel_map("gemma4")
+    for name in ("attention", "moe", "moe_routing", "activation_quant", "sampling", "norms_elementwise"):
+        assert qwen.group(name) == gemma4.group(name), name
+    assert qwen.group("fp8_gemm").patterns == gemma4.group("fp8_gemm").patterns
+    assert qwen.group("fp8_gemm").byte_groups == ("attention", "linear_attention", "shared_expert")
+    assert qwen.names.index("linear_attention") < qwen.names.index("sampling")
+
+
+def test_the_qwen_roofline_meets_its_kernel_map(tmp_path):
+    proc = subprocess.run([sys.executable, "build.py", "roofline", "--recipe", "qwen3.6-35b-a3b",
+                           "--target", "h200", "--vllm", "0.27.1", "--context", "350", "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "roofline.json").write_text(proc.stdout)
+    roofline = profile_report.read_roofline(tmp_path / "roofline.json")
+    analysis = profile_report.analyse(recorded_profile(), load_kernel_map("qwen3_5_moe"), roofline)
+    assert analysis["floor"]["unmatched_byte_groups"] == []  # every byte has its kernel group
+    floors = sum(g.get("floor_us") or 0 for g in analysis["groups"].values())
+    assert floors == pytest.approx(analysis["floor"]["step_floor_us"])
+    states = json.loads(proc.stdout)["groups"]
+    assert analysis["groups"]["linear_attention"]["floor_bytes"] == \
+        states["recurrent_state"] + states["conv_state"] > 0
