@@ -309,6 +309,8 @@ def test_json_output_and_the_profile_ceiling(tmp_path):
     (["--profile", "0.8/lots"], "--profile '0.8/lots': rates must be numbers"),
     (["--vllm", "0.24.0"], "gemma-4-26b-a4b-it.yaml: targets.h200.vllm: >=0.25.0,<0.34 does not admit vLLM 0.24.0"),
     (["--device", "NVIDIA H100 PCIe"], "targets.h200.memory_bandwidth_gb_s: no figure for 'NVIDIA H100 PCIe'"),
+    (["--layers", "0"], "--layers 0: Gemma-4-26B-A4B has 1 to 30 decoder layers"),
+    (["--layers", "31"], "--layers 31: Gemma-4-26B-A4B has 1 to 30 decoder layers"),
 ])
 def test_bad_input_is_one_line(args, error):
     base = ["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--vllm", "0.25.0"]
@@ -316,6 +318,26 @@ def test_bad_input_is_one_line(args, error):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and done.stdout == ""
     assert done.stderr.startswith("error: ") and error in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_layers_counts_the_first_layers_only():
+    """26B-A4B repeats five sliding layers and one full one: its first 6 layers are a fifth of its
+    30, so every per-layer group is a fifth of the whole model's, KV reads included; the lm_head,
+    the embedding row and the final norm (one hidden-size vector, BF16) are read once either way."""
+    def groups(*extra: str) -> dict:
+        done = subprocess.run([sys.executable, "build.py", "roofline", "--recipe", "gemma-4-26b-a4b-it",
+                               "--target", "h200", "--vllm", "0.27.1", "--context", "4096", "--json",
+                               *extra], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+    full, six = groups(), groups("--layers", "6")
+    assert (full["layers"], six["layers"]) == (30, 6)
+    for group in ("experts", "attention", "dense_mlp", "router", "kv_cache"):
+        assert full["groups"][group] == 5 * six["groups"][group] > 0, group
+    for group in ("lm_head", "embedding"):
+        assert full["groups"][group] == six["groups"][group] > 0, group
+    final_norm = 2 * 2816
+    assert full["groups"]["norms"] - final_norm == 5 * (six["groups"]["norms"] - final_norm)
 
 
 # --- the floor is never above a speed measured anywhere ----------------------------------------

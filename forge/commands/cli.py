@@ -171,6 +171,9 @@ def _add_roofline(commands) -> None:
     p.add_argument("--dtype", choices=["bf16", "fp8"], help="weights (default: the recipe's)")
     p.add_argument("--context", type=int, default=0, metavar="N",
                    help="tokens of context whose KV cache each token reads (default 0: weights only)")
+    p.add_argument("--layers", type=int, metavar="N",
+                   help="the target's first N decoder layers, as a dummy-weight run at that depth "
+                        "(verify's --layers) builds it (default: all)")
     p.add_argument("--profile", metavar="P1/P2/..",
                    help="per-position acceptance rates (or NAME=P1/P2/.., rate@R) for the ceiling "
                         "(default: every draft accepted)")

@@ -69,7 +69,8 @@ def cmd_roofline(args) -> int:
     if args.profile:
         rates = parse_profile(args.profile)[1] if "=" in args.profile else parse_rates(args.profile)
     report = recipe_report(load_recipe(args.recipe, args.target, _recipes_dir(args)), get_target(args.target),
-                           args.vllm, args.dtype, args.context, rates, args.step_cost_ratio, args.device)
+                           args.vllm, args.dtype, args.context, rates, args.step_cost_ratio, args.device,
+                           args.layers)
     print(json.dumps(report, indent=1) if args.json else render_text(report))
     return 0
 

@@ -180,15 +180,19 @@ def speculative_ceiling(floor_tok_s: float, mean_length: float, step_cost_ratio:
 
 
 def recipe_report(recipe, target, vllm_version: str, dtype: str | None = None, context_len: int = 0,
-                  rates=None, step_cost_ratio: float | None = None, device: str | None = None) -> dict:
+                  rates=None, step_cost_ratio: float | None = None, device: str | None = None,
+                  layers: int | None = None) -> dict:
     """The roofline of a recipe on a target's card: bytes per group, floor, speculative ceiling.
-    `rates`: per-position acceptance (forge.serving.acceptance); None: every draft accepted."""
+    `rates`: per-position acceptance (forge.serving.acceptance); None: every draft accepted.
+    `layers`: the target's first N decoder layers (a dummy-weight run's depth); None: all."""
     from forge.serving.acceptance import profile_length
 
     if not recipe.admits(vllm_version):
         raise ForgeError(f"{recipe.where}.vllm: {recipe.vllm} does not admit vLLM {vllm_version}")
     family, model = recipe.family_model
-    shape = model_shape(family, model, vllm_version)
+    if layers is not None and not 1 <= layers <= model.layers:
+        raise ForgeError(f"--layers {layers}: {model.label} has 1 to {model.layers} decoder layers")
+    shape = model_shape(family, model, vllm_version, layers)
     all_dtypes = group_dtypes(dtype or recipe.weights, recipe.serve.kv_cache_dtype,
                               shape.get("mamba_ssm_dtype") or "auto")
     groups = decode_bytes(shape, all_dtypes, context_len)
@@ -204,7 +208,7 @@ def recipe_report(recipe, target, vllm_version: str, dtype: str | None = None, c
     ratio = step_cost_ratio or recipe.thresholds.step_cost_ratio
     return {"recipe": recipe.name, "target": target.name, "vllm": vllm_version, "model": model.label,
             "device": device, "bandwidth_gb_s": bandwidth, "bandwidth_source": target.memory_bandwidth_source,
-            "context_len": context_len, "dtypes": dtypes, "bytes_per_token": total, "groups": groups,
+            "layers": shape["num_hidden_layers"], "context_len": context_len, "dtypes": dtypes, "bytes_per_token": total, "groups": groups,
             "floor_ms": floor, "floor_tok_s": round(1e3 / floor, 1),
             "speculative": {"k": k, "profile": rates if rates is not None else "every draft accepted",
                             "mean_length": round(length, 4), "step_cost_ratio": ratio,
@@ -217,7 +221,8 @@ def render_text(report: dict) -> str:
     total, bandwidth = report["bytes_per_token"], report["bandwidth_gb_s"]
     width = max(16, 1 + max(map(len, report["groups"])))  # linear_attention: 16 letters
     lines = [f"{report['recipe']} on {report['target']} ({report['device']}, {bandwidth:g} GB/s), "
-             f"vLLM {report['vllm']}, {report['model']}, context {report['context_len']} tokens",
+             f"vLLM {report['vllm']}, {report['model']} ({report['layers']} layers), context "
+             f"{report['context_len']} tokens",
              f"{'group':<{width}}{'format':<8}{'GB/token':>10}{'share':>8}{'ms':>9}"]
     for group, count in report["groups"].items():
         if count:
