@@ -573,3 +573,33 @@ def test_the_qwen_roofline_meets_its_kernel_map(tmp_path):
     states = json.loads(proc.stdout)["groups"]
     assert analysis["groups"]["linear_attention"]["floor_bytes"] == \
         states["recurrent_state"] + states["conv_state"] > 0
+
+
+@pytest.mark.parametrize("recipe, layers, shape, architecture, hidden", [
+    ("qwen3.6-35b-a3b", 8, "35b-a3b", "Qwen3_5MoeForConditionalGeneration", 2048),
+    ("gemma-4-31b-it", 10, "31b", "Gemma4ForCausalLM", 5376),
+])
+def test_a_dummy_profile_builds_the_recipes_own_model(tmp_path, recipe, layers, shape, architecture, hidden):
+    """The GPU run as far as this host goes (no vLLM here: the engine's start fails and says so):
+    the dummy model it writes is the recipe's own, not the first family's first shape (which
+    profiled a Gemma 4 26B-A4B for any recipe until 2026-12-02), and the kernel map is its family's."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    result = subprocess.run([sys.executable, "verify/profile.py", "--recipe", recipe, "--target", "h200",
+                             "--dummy", "--layers", str(layers), "--k", "2", "--out", str(out),
+                             "--work", str(work), "--max-seconds", "120"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    recorded = json.loads((out / "profile.json").read_text())
+    assert result.returncode == 1 and "No module named" in recorded["error"]
+    assert (recorded["shape"], recorded["layers"]) == (shape, layers)
+    assert recorded["family"] == load_recipe_family(recipe)
+    model = Path(recorded["settings"]["engine_kwargs"]["model"])
+    config = json.loads((model / "config.json").read_text())
+    text = config.get("text_config") or config
+    assert config["architectures"] == [architecture] and text["hidden_size"] == hidden
+    assert text["num_hidden_layers"] == layers
+
+
+def load_recipe_family(recipe: str) -> str:
+    from forge.serving.recipes import load_recipe
+
+    return load_recipe(recipe, "h200").family_model[0].name

@@ -51,7 +51,7 @@ from pathlib import Path  # noqa: E402
 
 from forge.errors import ForgeError  # noqa: E402
 from verify import controls, profile_report  # noqa: E402
-from verify.dummy_models import encode_without_tokenizer, resolve_shape  # noqa: E402
+from verify.dummy_models import check_shape_flag, encode_without_tokenizer, recipe_shape  # noqa: E402
 from verify.kernel_groups import load_kernel_map  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,7 +89,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "step attends over (default: the first gate prompt, ~276)")
     p.add_argument("--dummy", action="store_true", help="Gemma 4 shapes, dummy weights")
     p.add_argument("--shape", help="with --dummy: a model of models/<family>.yaml with an assistant "
-                                   "shape (default: the first listed)")
+                                   "shape (default: the recipe's own model where it has one)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: real depth)")
     p.add_argument("--control", choices=controls.CONTROLS, default="agree",
                    help="with --dummy: agreeing (every draft accepted) or random model")
@@ -113,11 +113,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--work", help="the dummy models, the controls plugin and the raw traces "
                                   "(default: a folder under the system's temp dir)")
     args = p.parse_args(argv)
-    if args.dummy:  # the shapes are data (models/), checked as bench.py checks them
-        try:
-            args.shape = resolve_shape(args.shape)
-        except ValueError as exc:
-            p.error(str(exc))
+    check_shape_flag(p, args)  # a given --shape names a dummy model of models/, as in bench.py
     return args
 
 
@@ -221,6 +217,20 @@ def start_watchdog(recorder: Recorder, limit: float) -> None:
     timer.start()
 
 
+def dummy_shape(args) -> str:
+    """The dummy model the recipe's profile builds: its own model where the family has a drafter
+    shape for it, as bench.py and mtp_smoke.py take it (verify/dummy_models.py: recipe_shape)."""
+    from forge.serving.recipes import load_recipe
+
+    if not args.target:
+        from verify.machine import detect_target
+        args.target = detect_target()
+    try:
+        return recipe_shape(load_recipe(args.recipe, args.target), args.shape)
+    except ValueError as exc:
+        raise ForgeError(str(exc)) from None
+
+
 def engine_plan(args, work: Path):
     """(recipe, engine spec) from the recipe, built exactly as verify/bench.py builds its engines."""
     from forge.serving.recipes import load_recipe
@@ -255,7 +265,8 @@ def engine_plan(args, work: Path):
 def dummy_layers(spec: dict) -> int:
     """The target's depth as written into the dummy model's config (--layers or the real one)."""
     config = json.loads((Path(spec["engine_kwargs"]["model"]) / "config.json").read_text())
-    return config["num_hidden_layers"]
+    # a multimodal checkpoint's config (Qwen3.5/3.6) nests the text model under text_config
+    return config.get("text_config", config)["num_hidden_layers"]
 
 
 def engine_dtype(recipe) -> str:
@@ -528,6 +539,8 @@ def main(argv=None) -> int:
             return report(args)
         if not args.recipe:
             raise ForgeError("--recipe is required (or --report PROFILE_JSON)")
+        if args.dummy:
+            args.shape = dummy_shape(args)
         check_lengths(args)
         code = gpu_run(args)
     except ForgeError as exc:
