@@ -62,13 +62,32 @@ def test_the_next_sessions_engines_are_ones_bench_accepts():
     assert [(e["k"], e["site"]) for e in engines] == [
         (0, None), (4, None), (0, "/tmp/site-head512"), (4, "/tmp/site-head512"),
         (0, "/tmp/site-groupkv"), (4, "/tmp/site-groupkv")]
-    flags = ["--recipe", "r", "--windows", re.search(r'--windows "([^"]+)"', text)[1]]
+    bench_call = re.search(r"^bench_long_attn\(\) \{.*?^\}", text, re.M | re.S)[0]
+    flags = ["--recipe", "r", "--windows", re.search(r'--windows "([^"]+)"', bench_call)[1]]
     for flag in ("--start-timeout", "--max-model-len", "--long-tokens"):
-        (value,) = re.findall(rf"{flag} (\d+)", text)
+        (value,) = re.findall(rf"{flag} (\d+)", bench_call)
         flags += [flag, value]
     args = bench.parse_args(flags)
     assert args.start_timeout == 600
     assert bench.windows(args, bench.load_prompts())  # every window name is one bench knows
+
+
+def test_the_next_sessions_profiles_are_each_recipes_own_and_its_k():
+    """Each profile_recipe call profiles the recipe's own dummy model (verify/profile.py:
+    dummy_shape) at a depth the model has, plain or at the recipe's own k."""
+    from forge.serving.recipes import load_recipe
+    from verify import profile
+
+    calls = re.findall(r"profile_recipe (\S+) \"\$P\" (\S+) (\d+) (\d+)", NEXT_SESSION.read_text())
+    assert len(calls) == 4
+    for name, recipe, layers, k in calls:
+        args = profile.parse_args(["--recipe", recipe, "--target", "h200", "--dummy", "--layers", layers,
+                                   "--k", k, "--out", name])
+        loaded = load_recipe(recipe, "h200")
+        family, model = loaded.family_model
+        assert profile.dummy_shape(args) == model.name and 1 <= int(layers) < model.layers
+        assert int(k) in (0, loaded.speculative.num_speculative_tokens), name
+        assert name.endswith("plain" if k == "0" else f"k{k}")
 
 
 def test_jobs_that_do_not_fit_together_never_overlap_and_those_that_fit_do(tmp_path):

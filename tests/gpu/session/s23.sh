@@ -1,11 +1,16 @@
 #!/bin/bash
 # The next H200 session (prepared after §13 of docs/gpu-evidence.md, not run yet), vLLM 0.27.1 only
 # (24 parts + .whl), on the shipped series (`build.py apply` carries triton-spec-decode-split-kv).
-#   phase 1, untimed: what §13 left out for time
-#     smoke271-26b-v2: the recipe's controlled smoke on the shipped series, V2, lossless (the split-KV
-#       patch's own lossless smoke, §10.2, ran on a candidate copy, before it shipped);
-#     smoke271-qwen-v2: the Qwen recipe's controlled smoke on V2, its runner since §11.4 (out of
-#       memory beside four jobs in §12; here beside one);
+#   phase 1: the decode-step profiles issue 19 still lacks (verify/profile.py, plain and the recipe's
+#     k, every draft accepted; what ran is each profile.json's own record):
+#       profile-31b-plain / -k3: the Gemma 4 31B recipe, 10 of its 60 layers (build.py roofline
+#         --layers 10 gives their floor);
+#       profile-qwen-plain / -k2: the Qwen3.6-35B-A3B recipe, 8 of its 40 layers, with its own kernel
+#         map (verify/kernel_groups.yaml qwen3_5_moe, named from 0.27.1's source: this is its first
+#         recorded trace);
+#       profile-26b-k4: the 26B-A4B recipe's spec step again at 30 layers, now on the shipped series
+#         (§9.4's was before the split-KV patch; the plain step is the same code with or without it);
+#     (the E4B recipe has no dummy-weight profile: models/ has no assistant shape for it);
 #   phase 2, alone on the GPU:
 #     bench-long-attn: issue 19's attention candidates at long context, where attention's share of
 #       the step is largest: the recipe and its plain engine with and without
@@ -13,6 +18,7 @@
 #       each on a copy of the shipped install (patched_copy), at 8k and 32k tokens and 1, 8 and 16
 #       sequences. At 16 sequences or fewer group-kv's threshold takes the path the release takes
 #       (docs/reference.md §8): its engines there are the control that the copy itself costs nothing.
+#   Not here (time): the recipe's smoke on the shipped series, the Qwen V2 smoke.
 # Calls: `stagewhl` (carrying .whl), `stage 271` x24 (the staging call's tree must stay under 64 MiB
 # with its part: move tests/fixtures out of the checkout for those calls, §13), `PARTS271=24 ...
 # start 271` (carrying .gpu-stage271/gpu_setup.sh, never piped), then `collect 40` calls until done.
@@ -34,14 +40,24 @@ bench_long_attn() {   # 0.27.1, 10 layers: each attention candidate against the 
     --engine "name=fp8-mtp4-v2-groupkv,k=4,runner=v2,site=$GROUPKV" --out $W/bench-long-attn
 }
 
+profile_recipe() {   # name, PYTHONPATH, recipe, layers, k
+  PYTHONPATH=$2 timeout 900 python3 -m verify.profile --recipe "$3" --target h200 --dummy \
+    --layers "$4" --k "$5" --tokens 128 --attention-backend TRITON_ATTN \
+    --moe-config-dir patches/moe-configs --gpu-memory-utilization 0.15 --kv-cache-gib 2 \
+    --max-model-len 8192 --max-seconds 840 --out "$W/$1"
+}
+
 job271() {
   local P; P=$(path_of 271)
   record_machine 271
   apply_series 271 0.27.1 /tmp/site271   # the shipped series: its log names triton-spec-decode-split-kv
   patched_copy "$P" 0.27.1 /tmp/site271 "$HEAD512" head512 triton-attn-head512-launch
   patched_copy "$P" 0.27.1 /tmp/site271 "$GROUPKV" groupkv triton-attn-group-kv-heads
-  untimed smoke271-26b-v2 18 smoke smoke271-26b-v2 "$P" 480 "${SMOKE26[@]}" --runner v2 --lossless &
-  untimed smoke271-qwen-v2 25 smoke smoke271-qwen-v2 "$P" 480 "${QWEN[@]}" --runner v2 &
+  timed profile-26b-k4 34 profile profile-26b-k4 "$P" 4 &
+  sleep 1; timed profile-31b-plain 16 profile_recipe profile-31b-plain "$P" gemma-4-31b-it 10 0 &
+  sleep 1; timed profile-31b-k3 17 profile_recipe profile-31b-k3 "$P" gemma-4-31b-it 10 3 &
+  sleep 1; timed profile-qwen-plain 15 profile_recipe profile-qwen-plain "$P" qwen3.6-35b-a3b 8 0 &
+  sleep 1; timed profile-qwen-k2 16 profile_recipe profile-qwen-k2 "$P" qwen3.6-35b-a3b 8 2 &
   wait
   timed bench-long-attn 132 bench_long_attn "$P"
   stamp "job271 done"
