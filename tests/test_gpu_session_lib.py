@@ -78,16 +78,18 @@ def test_the_next_sessions_profiles_are_each_recipes_own_and_its_k():
     from forge.serving.recipes import load_recipe
     from verify import profile
 
-    calls = re.findall(r"profile_recipe (\S+) \"\$P\" (\S+) (\d+) (\d+)", NEXT_SESSION.read_text())
-    assert len(calls) == 4
-    for name, recipe, layers, k in calls:
+    calls = re.findall(r"profile_recipe (\S+) \"\$P\" (\S+) (\d+) (\d+) ([\d.]+)", NEXT_SESSION.read_text())
+    assert len(calls) == 5
+    for name, recipe, layers, k, utilization in calls:
         args = profile.parse_args(["--recipe", recipe, "--target", "h200", "--dummy", "--layers", layers,
-                                   "--k", k, "--out", name])
+                                   "--k", k, "--gpu-memory-utilization", utilization, "--out", name])
         loaded = load_recipe(recipe, "h200")
         family, model = loaded.family_model
-        assert profile.dummy_shape(args) == model.name and 1 <= int(layers) < model.layers
+        assert profile.dummy_shape(args) == model.name and 1 <= int(layers) <= model.layers
         assert int(k) in (0, loaded.speculative.num_speculative_tokens), name
         assert name.endswith("plain" if k == "0" else f"k{k}")
+    # they start together: vLLM refuses a start whose share of the GPU is no longer free
+    assert sum(float(call[-1]) for call in calls) < 1
 
 
 def test_jobs_that_do_not_fit_together_never_overlap_and_those_that_fit_do(tmp_path):

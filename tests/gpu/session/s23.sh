@@ -40,11 +40,13 @@ bench_long_attn() {   # 0.27.1, 10 layers: each attention candidate against the 
     --engine "name=fp8-mtp4-v2-groupkv,k=4,runner=v2,site=$GROUPKV" --out $W/bench-long-attn
 }
 
-profile_recipe() {   # name, PYTHONPATH, recipe, layers, k
-  PYTHONPATH=$2 timeout 900 python3 -m verify.profile --recipe "$3" --target h200 --dummy \
+profile_recipe() {   # name, PYTHONPATH, recipe, layers, k, GPU memory utilization: s18's profile
+  # settings (benches.sh), each cut at 600 s so that no profile holds phase 2 back longer (s18's
+  # took 275-287 s beside other jobs)
+  PYTHONPATH=$2 timeout 660 python3 -m verify.profile --recipe "$3" --target h200 --dummy \
     --layers "$4" --k "$5" --tokens 128 --attention-backend TRITON_ATTN \
-    --moe-config-dir patches/moe-configs --gpu-memory-utilization 0.15 --kv-cache-gib 2 \
-    --max-model-len 8192 --max-seconds 840 --out "$W/$1"
+    --moe-config-dir patches/moe-configs --gpu-memory-utilization "$6" --kv-cache-gib 2 \
+    --max-model-len 8192 --max-seconds 600 --out "$W/$1"
 }
 
 job271() {
@@ -53,11 +55,11 @@ job271() {
   apply_series 271 0.27.1 /tmp/site271   # the shipped series: its log names triton-spec-decode-split-kv
   patched_copy "$P" 0.27.1 /tmp/site271 "$HEAD512" head512 triton-attn-head512-launch
   patched_copy "$P" 0.27.1 /tmp/site271 "$GROUPKV" groupkv triton-attn-group-kv-heads
-  timed profile-26b-k4 34 profile profile-26b-k4 "$P" 4 &
-  sleep 1; timed profile-31b-plain 16 profile_recipe profile-31b-plain "$P" gemma-4-31b-it 10 0 &
-  sleep 1; timed profile-31b-k3 17 profile_recipe profile-31b-k3 "$P" gemma-4-31b-it 10 3 &
-  sleep 1; timed profile-qwen-plain 15 profile_recipe profile-qwen-plain "$P" qwen3.6-35b-a3b 8 0 &
-  sleep 1; timed profile-qwen-k2 16 profile_recipe profile-qwen-k2 "$P" qwen3.6-35b-a3b 8 2 &
+  timed profile-26b-k4 34 profile_recipe profile-26b-k4 "$P" gemma-4-26b-a4b-it 30 4 0.25 &
+  sleep 1; timed profile-31b-plain 16 profile_recipe profile-31b-plain "$P" gemma-4-31b-it 10 0 0.15 &
+  sleep 1; timed profile-31b-k3 17 profile_recipe profile-31b-k3 "$P" gemma-4-31b-it 10 3 0.15 &
+  sleep 1; timed profile-qwen-plain 15 profile_recipe profile-qwen-plain "$P" qwen3.6-35b-a3b 8 0 0.15 &
+  sleep 1; timed profile-qwen-k2 16 profile_recipe profile-qwen-k2 "$P" qwen3.6-35b-a3b 8 2 0.15 &
   wait
   timed bench-long-attn 132 bench_long_attn "$P"
   stamp "job271 done"
