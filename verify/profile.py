@@ -87,7 +87,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--prompt-tokens", type=int,
                    help="with --dummy: the prompt's length in tokens, the context the decode "
                         "step attends over (default: the first gate prompt, ~276)")
-    p.add_argument("--dummy", action="store_true", help="Gemma 4 shapes, dummy weights")
+    p.add_argument("--dummy", action="store_true",
+                   help="dummy weights in the shapes of the recipe's model (models/)")
     p.add_argument("--shape", help="with --dummy: a model of models/<family>.yaml with an assistant "
                                    "shape (default: the recipe's own model where it has one)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: real depth)")
@@ -217,29 +218,30 @@ def start_watchdog(recorder: Recorder, limit: float) -> None:
     timer.start()
 
 
-def dummy_shape(args) -> str:
-    """The dummy model the recipe's profile builds: its own model where the family has a drafter
-    shape for it, as bench.py and mtp_smoke.py take it (verify/dummy_models.py: recipe_shape)."""
+def run_recipe(args):
+    """The recipe on the run's target (without --target, the GPU host's, detected)."""
     from forge.serving.recipes import load_recipe
 
     if not args.target:
         from verify.machine import detect_target
         args.target = detect_target()
+    return load_recipe(args.recipe, args.target)
+
+
+def dummy_shape(args) -> str:
+    """The dummy model the recipe's profile builds: its own model where the family has a drafter
+    shape for it, as bench.py and mtp_smoke.py take it (verify/dummy_models.py: recipe_shape)."""
     try:
-        return recipe_shape(load_recipe(args.recipe, args.target), args.shape)
+        return recipe_shape(run_recipe(args), args.shape)
     except ValueError as exc:
         raise ForgeError(str(exc)) from None
 
 
 def engine_plan(args, work: Path):
     """(recipe, engine spec) from the recipe, built exactly as verify/bench.py builds its engines."""
-    from forge.serving.recipes import load_recipe
     from verify.bench import DEFAULT_MAX_NUM_SEQS, engine_spec
 
-    if not args.target:
-        from verify.machine import detect_target
-        args.target = detect_target()
-    recipe = load_recipe(args.recipe, args.target)
+    recipe = run_recipe(args)
     if args.k and not recipe.engine_kwargs().get("speculative_config"):
         raise ForgeError(f"--k {args.k}: recipe {recipe.name} ({recipe.target}) has no drafter")
     engine = {"name": f"mtp{args.k}" if args.k else "plain", "dtype": engine_dtype(recipe),

@@ -208,7 +208,8 @@ def recipe_report(recipe, target, vllm_version: str, dtype: str | None = None, c
     ratio = step_cost_ratio or recipe.thresholds.step_cost_ratio
     return {"recipe": recipe.name, "target": target.name, "vllm": vllm_version, "model": model.label,
             "device": device, "bandwidth_gb_s": bandwidth, "bandwidth_source": target.memory_bandwidth_source,
-            "layers": shape["num_hidden_layers"], "context_len": context_len, "dtypes": dtypes, "bytes_per_token": total, "groups": groups,
+            "layers": shape["num_hidden_layers"], "context_len": context_len, "dtypes": dtypes,
+            "bytes_per_token": total, "groups": groups,
             "floor_ms": floor, "floor_tok_s": round(1e3 / floor, 1),
             "speculative": {"k": k, "profile": rates if rates is not None else "every draft accepted",
                             "mean_length": round(length, 4), "step_cost_ratio": ratio,
