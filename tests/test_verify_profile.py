@@ -603,3 +603,31 @@ def load_recipe_family(recipe: str) -> str:
     from forge.serving.recipes import load_recipe
 
     return load_recipe(recipe, "h200").family_model[0].name
+
+
+def test_roofline_auto_is_the_floor_build_py_prints_for_what_the_profile_ran(monkeypatch):
+    """s18's committed plain profile and its committed roofline (`build.py roofline --context 356`,
+    tests/test_profile_results_s18.py): `--roofline auto` derives the same floor from the profile's
+    own record (26B-A4B, h200, 0.27.1, 30 layers, its prompt plus the mean reply)."""
+    monkeypatch.chdir(ROOT)
+    s18 = "tests/fixtures/gpu/s18-h200-2026-12-01"
+    recorded = json.loads(Path(f"{s18}/profile-plain/profile.json").read_text())
+    auto = profile.recorded_roofline(recorded, "profile.json")
+    committed = profile_report.read_roofline(f"{s18}/roofline-0.27.1.json")
+    assert {k: v for k, v in auto.items() if k != "source"} == \
+        {k: v for k, v in committed.items() if k != "source"}
+    assert auto["source"] == ("build.py roofline --recipe gemma-4-26b-a4b-it --target h200 --vllm 0.27.1 "
+                              "--layers 30 --context 356")
+    args = profile.parse_args(["--report", f"{s18}/profile-plain/profile.json", "--roofline", "auto"])
+    text, entries = profile.report_text(args)
+    assert entries[0][1]["floor"]["step_floor_us"] == pytest.approx(1e3 * committed["floor_ms"])
+    assert "--roofline auto" in text and auto["source"] in text
+
+
+def test_roofline_auto_needs_a_dummy_profile_with_its_prompt():
+    with pytest.raises(ForgeError, match=r"p.json: --roofline auto needs a dummy-weight profile"):
+        profile.recorded_roofline({**recorded_profile(), "dummy": False}, "p.json")
+    with pytest.raises(ForgeError, match=r"p.json: --roofline auto needs a dummy-weight profile"):
+        profile.recorded_roofline({**recorded_profile(), "prompt_tokens": None}, "p.json")
+    with pytest.raises(ForgeError, match=r"p.json: --roofline auto: no vLLM release recorded"):
+        profile.recorded_roofline({**recorded_profile(), "prompt_tokens": 276, "machine": {}}, "p.json")

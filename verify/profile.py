@@ -56,6 +56,7 @@ from verify.kernel_groups import load_kernel_map  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE_FILE = "profile.json"
+ROOFLINE_AUTO = "auto"
 # The short reply's length: prefill plus a few steps (1 + 3 spec steps of k=4), whose cost the
 # long reply's subtraction removes.
 SHORT_TOKENS = 16
@@ -74,7 +75,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="with --report: a plain step's profile.json to compare the reported spec "
                         "steps with (in the comparison only, not reported itself)")
     p.add_argument("--roofline", help="the output of `build.py roofline ... --json`: each group's "
-                                      "byte floor (default: the one recorded in the profile)")
+                                      "byte floor (default: the one recorded in the profile); with "
+                                      f"--report, `{ROOFLINE_AUTO}`: the roofline of what each "
+                                      "profile recorded (recipe, target, release, depth, context)")
     p.add_argument("--family", help="the kernel map of verify/kernel_groups.yaml to use (default: the "
                                     "recipe's model family; with --report, the one recorded)")
     p.add_argument("--recipe", help="recipe name, e.g. gemma-4-26b-a4b-it")
@@ -147,8 +150,11 @@ def report_text(args) -> tuple[str, list[tuple[dict, dict]]]:
             raise ForgeError(f"{path}: not a readable profile JSON ({exc})") from exc
         family = args.family or profile.get("family") or "gemma4"
         kernel_map = kernel_maps.setdefault(family, load_kernel_map(family))
-        roofline = (profile_report.read_roofline(args.roofline) if args.roofline
-                    else profile.get("roofline"))
+        if args.roofline == ROOFLINE_AUTO:
+            roofline = recorded_roofline(profile, path)
+        else:
+            roofline = (profile_report.read_roofline(args.roofline) if args.roofline
+                        else profile.get("roofline"))
         return profile, profile_report.analyse(profile, kernel_map, roofline)
 
     entries = [analysed(path) for path in args.report]
@@ -160,6 +166,33 @@ def report_text(args) -> tuple[str, list[tuple[dict, dict]]]:
     markdown += [profile_report.render_markdown(profile, analysis) for profile, analysis in entries]
     comparison = profile_report.render_comparison(baseline + [a for _, a in entries])
     return "\n".join(markdown + [comparison]), entries
+
+
+def recorded_roofline(profile: dict, path: str) -> dict:
+    """The floor of what a dummy profile ran, as `build.py roofline` counts it: the recorded recipe
+    on its target and release, at its depth, with the context its decode step attended over on
+    average (the prompt plus the mean of the short and the long reply: the step is their
+    difference, verify/profile_report.py)."""
+    from forge.serving.recipes import load_recipe
+    from forge.serving.roofline import recipe_report
+    from forge.targets import get_target
+
+    if not profile.get("dummy") or not isinstance(profile.get("prompt_tokens"), int):
+        raise ForgeError(f"{path}: --roofline {ROOFLINE_AUTO} needs a dummy-weight profile with its "
+                         "prompt length recorded; give a `build.py roofline --json` file instead")
+    if not (profile.get("machine") or {}).get("vllm"):
+        raise ForgeError(f"{path}: --roofline {ROOFLINE_AUTO}: no vLLM release recorded (the engine "
+                         "never started)")
+    replies = profile.get("profiles") or {}
+    if not {"short", "long"} <= set(replies):
+        raise ForgeError(f"{path}: --roofline {ROOFLINE_AUTO}: no short and long profiled replies")
+    context = round(profile["prompt_tokens"] + (replies["short"]["tokens"] + replies["long"]["tokens"]) / 2)
+    vllm, layers = profile["machine"]["vllm"], profile["layers"]
+    report = recipe_report(load_recipe(profile["recipe"], profile["target"]), get_target(profile["target"]),
+                           vllm, context_len=context, layers=layers)
+    command = (f"build.py roofline --recipe {profile['recipe']} --target {profile['target']} "
+               f"--vllm {vllm} --layers {layers} --context {context}")
+    return profile_report.roofline_floor(report, command)
 
 
 def report_json(entries: list[tuple[dict, dict]]) -> str:

@@ -3,8 +3,8 @@
 # (24 parts + .whl), on the shipped series (`build.py apply` carries triton-spec-decode-split-kv).
 #   phase 1: the decode-step profiles issue 19 still lacks (verify/profile.py, plain and the recipe's
 #     k, every draft accepted; what ran is each profile.json's own record):
-#       profile-31b-plain / -k3: the Gemma 4 31B recipe, 10 of its 60 layers (build.py roofline
-#         --layers 10 gives their floor);
+#       profile-31b-plain / -k3: the Gemma 4 31B recipe, 10 of its 60 layers (their floor:
+#         `verify/profile.py --report ... --roofline auto`, build.py roofline at the recorded depth);
 #       profile-qwen-plain / -k2: the Qwen3.6-35B-A3B recipe, 8 of its 40 layers, with its own kernel
 #         map (verify/kernel_groups.yaml qwen3_5_moe, named from 0.27.1's source: this is its first
 #         recorded trace);
