@@ -323,15 +323,19 @@ def test_step_floor_and_byte_groups_no_kernel_group_counts(gemma4, tmp_path):
     assert "Byte groups no kernel group counts: per_layer_embedding." in text
 
 
-def test_the_roofline_commands_json_meets_the_kernel_map(gemma4, tmp_path):
-    # The boundary as it runs: build.py roofline's own --json output, read by the report.
-    proc = subprocess.run([sys.executable, "build.py", "roofline", "--recipe", "gemma-4-26b-a4b-it",
-                           "--target", "h200", "--vllm", "0.25.0", "--context", "350", "--json"],
+def roofline_of_build_py(tmp_path: Path, recipe: str, vllm: str) -> tuple[dict, dict]:
+    """The boundary as it runs: build.py roofline's own --json output (context 350), written to a
+    file and read by the report: (what the report read, what the command printed)."""
+    proc = subprocess.run([sys.executable, "build.py", "roofline", "--recipe", recipe, "--target", "h200",
+                           "--vllm", vllm, "--context", "350", "--json"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     (tmp_path / "roofline.json").write_text(proc.stdout)
-    roofline = profile_report.read_roofline(tmp_path / "roofline.json")
-    reported = json.loads(proc.stdout)
+    return profile_report.read_roofline(tmp_path / "roofline.json"), json.loads(proc.stdout)
+
+
+def test_the_roofline_commands_json_meets_the_kernel_map(gemma4, tmp_path):
+    roofline, reported = roofline_of_build_py(tmp_path, "gemma-4-26b-a4b-it", "0.25.0")
     assert roofline["bandwidth_bytes_s"] == pytest.approx(reported["bandwidth_gb_s"] * 1e9)
     analysis = profile_report.analyse(recorded_profile(), gemma4, roofline)
     assert analysis["floor"]["unmatched_byte_groups"] == []  # every byte has its kernel group
@@ -560,17 +564,12 @@ def test_qwen_shares_gemma4s_groups_but_its_own_gemm_bytes():
 
 
 def test_the_qwen_roofline_meets_its_kernel_map(tmp_path):
-    proc = subprocess.run([sys.executable, "build.py", "roofline", "--recipe", "qwen3.6-35b-a3b",
-                           "--target", "h200", "--vllm", "0.27.1", "--context", "350", "--json"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    (tmp_path / "roofline.json").write_text(proc.stdout)
-    roofline = profile_report.read_roofline(tmp_path / "roofline.json")
+    roofline, reported = roofline_of_build_py(tmp_path, "qwen3.6-35b-a3b", "0.27.1")
     analysis = profile_report.analyse(recorded_profile(), load_kernel_map("qwen3_5_moe"), roofline)
     assert analysis["floor"]["unmatched_byte_groups"] == []  # every byte has its kernel group
     floors = sum(g.get("floor_us") or 0 for g in analysis["groups"].values())
     assert floors == pytest.approx(analysis["floor"]["step_floor_us"])
-    states = json.loads(proc.stdout)["groups"]
+    states = reported["groups"]
     assert analysis["groups"]["linear_attention"]["floor_bytes"] == \
         states["recurrent_state"] + states["conv_state"] > 0
 
