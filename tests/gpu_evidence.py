@@ -46,6 +46,18 @@ class Session:
         return code, json.loads((out / "bench.json").read_text()), (out / "bench.md").read_text()
 
 
+
+def assert_committed_report(rebuilt: tuple[int, dict, str], stem: str) -> dict:
+    """A bench report committed as benchmarks/results/<stem>.{md,json} holds every table row and
+    every engine's figures of the report `bench.py --collect` rebuilt; returns the committed JSON."""
+    committed = ROOT / "benchmarks" / "results" / stem
+    rows = [line for line in rebuilt[2].splitlines() if line.startswith("|")]
+    assert rows and all(row in committed.with_name(stem + ".md").read_text() for row in rows)
+    report = json.loads(committed.with_name(stem + ".json").read_text())
+    assert {n: e["figures"] for n, e in report["engines"].items()} == \
+        {n: e["figures"] for n, e in rebuilt[1]["engines"].items()}
+    return report
+
 def thresholds(recipe: str) -> tuple[float, float]:
     t = load_recipe(recipe, "h200").thresholds
     return t.min_acceptance_rate, t.min_mean_acceptance_length

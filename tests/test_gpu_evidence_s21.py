@@ -11,9 +11,9 @@ import json
 import pytest
 
 from tests.gpu_evidence import (
-    ROOT,
     Session,
     assert_candidate_copy,
+    assert_committed_report,
     assert_controls_hold,
     candidate_rows,
     doc_section,
@@ -116,12 +116,7 @@ def test_each_bench_rebuilds_and_names_its_release(rebuilt, bench):
 
 @pytest.mark.parametrize("bench", list(BENCHES))
 def test_the_committed_reports_hold_the_rebuilt_tables(rebuilt, bench):
-    committed = ROOT / "benchmarks" / "results" / BENCHES[bench][2]
-    rows = [line for line in rebuilt[bench][2].splitlines() if line.startswith("|")]
-    assert rows and all(row in committed.with_name(committed.name + ".md").read_text() for row in rows)
-    figures = {n: e["figures"] for n, e in json.loads(committed.with_name(committed.name + ".json")
-                                                      .read_text())["engines"].items()}
-    assert figures == {n: e["figures"] for n, e in rebuilt[bench][1]["engines"].items()}
+    assert_committed_report(rebuilt[bench], BENCHES[bench][2])
 
 
 def test_the_split_kv_table_of_section_12_is_the_data(rebuilt):

@@ -10,7 +10,14 @@ import json
 
 import pytest
 
-from tests.gpu_evidence import GPU, ROOT, Session, candidate_rows, doc_section, step_rows
+from tests.gpu_evidence import (
+    GPU,
+    Session,
+    assert_committed_report,
+    candidate_rows,
+    doc_section,
+    step_rows,
+)
 
 SESSION = Session("s22-h200-2026-12-02")
 SECTION = doc_section(13)
@@ -55,12 +62,7 @@ def test_each_bench_rebuilds_every_engine_and_names_its_release(rebuilt, bench):
 
 @pytest.mark.parametrize("bench", list(BENCHES))
 def test_the_committed_reports_hold_the_rebuilt_tables(rebuilt, bench):
-    committed = ROOT / "benchmarks" / "results" / BENCHES[bench][1]
-    rows = [line for line in rebuilt[bench][2].splitlines() if line.startswith("|")]
-    assert rows and all(row in committed.with_name(committed.name + ".md").read_text() for row in rows)
-    report = json.loads(committed.with_name(committed.name + ".json").read_text())
-    assert {n: e["figures"] for n, e in report["engines"].items()} == \
-        {n: e["figures"] for n, e in rebuilt[bench][1]["engines"].items()}
+    report = assert_committed_report(rebuilt[bench], BENCHES[bench][1])
     assert report["command"] == json.loads(SESSION.log(f"{bench}/bench.json"))["command"]
 
 
