@@ -129,6 +129,9 @@ install_release() {   # R
   case $R in
     271) # transformers' MistralCommonBackend import needs pycountry (§9: every engine stopped there)
          python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site271 /tmp/whl/a/pycountry-*.whl
+         # gpu_setup.sh skips the .pth's import line that names dsl_packages: the Qwen family's
+         # linear attention imports cutlass (s23's first Qwen profiles died there)
+         grep -q dsl_packages "$W/path271" || echo "$(cat "$W/path271"):/tmp/extra271/nvidia_cutlass_dsl/dsl_packages" > "$W/path271"
          cutlass_core 271 4.6.0 >> "$L/install$R.txt" 2>&1 ;;
     33)  # gpu_setup.sh of 0.33.0 leaves nvidia-cutlass-dsl's import-line .pth out of the path (§8)
          echo "$(cat "$W/path33"):/tmp/extra33/nvidia_cutlass_dsl/dsl_packages" > "$W/path33"

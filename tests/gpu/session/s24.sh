@@ -1,0 +1,61 @@
+#!/bin/bash
+# The next H200 session (prepared after §14 of docs/gpu-evidence.md, not run yet), vLLM 0.27.1 only
+# (24 parts + .whl), on the shipped series (`build.py apply` carries triton-spec-decode-split-kv):
+# what s23's two leases left (the first lease went back mid-job, the second had time for the
+# 31B and Qwen profiles alone).
+#   first, alone on the GPU:
+#     bench-long-attn: issue 19's attention candidates at long context, where attention's share of
+#       the step is largest: the recipe and its plain engine with and without
+#       triton-attn-head512-launch (PR #43257) and triton-attn-group-kv-heads (PRs #54191/#56996),
+#       each on a copy of the shipped install (patched_copy, taken before the series is applied:
+#       `--with-candidate` refuses an install applied without it), at 8k and 32k tokens and 1, 8
+#       and 16 sequences. At 16 sequences or fewer group-kv's threshold takes the path the release
+#       takes (docs/reference.md §8): its engines there are the control that the copy costs nothing.
+#   then: profile-26b-k4, the 26B-A4B recipe's spec step at 30 layers on the shipped series (§9.4's
+#     was before the split-KV patch; the plain step is the same code with or without it).
+# Calls: `stagewhl` (carrying .whl), `stage 271` x24 (the staging call's tree must stay under 64 MiB
+# with its part: move tests/fixtures out of the checkout for those calls, §13), `PARTS271=24 ...
+# start 271` (carrying .gpu-stage271/gpu_setup.sh, never piped), then `collect 240` calls until
+# done: long calls leave fewer idle gaps between them (§14: the machine went back in one).
+set -u
+W=/tmp/s24 SESSION=s24
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/benches.sh"
+HEAD512=/tmp/site-head512   # the shipped 0.27.1 install plus triton-attn-head512-launch
+GROUPKV=/tmp/site-groupkv   # the shipped 0.27.1 install plus triton-attn-group-kv-heads
+
+bench_long_attn() {   # 0.27.1, 10 layers: each attention candidate against the recipe at long context
+  PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
+    --layers 10 "${BENCH[@]}" --max-model-len 33024 --kv-cache-gib 8 --timeout 1100 --start-timeout 600 \
+    --windows "long8k,long32k,long8k-conc8,long8k-conc16,long32k-conc8" --long-tokens 128 \
+    --engine "name=fp8-v2,k=0,runner=v2" --engine "name=fp8-mtp4-v2,k=4,runner=v2" \
+    --engine "name=fp8-v2-head512,k=0,runner=v2,site=$HEAD512" \
+    --engine "name=fp8-mtp4-v2-head512,k=4,runner=v2,site=$HEAD512" \
+    --engine "name=fp8-v2-groupkv,k=0,runner=v2,site=$GROUPKV" \
+    --engine "name=fp8-mtp4-v2-groupkv,k=4,runner=v2,site=$GROUPKV" --out $W/bench-long-attn
+}
+
+profile_recipe() {   # name, PYTHONPATH, recipe, layers, k, GPU memory utilization: s18's profile
+  # settings (benches.sh), each cut at 600 s so that no profile holds phase 2 back longer (s18's
+  # took 275-287 s beside other jobs)
+  PYTHONPATH=$2 timeout 660 python3 -m verify.profile --recipe "$3" --target h200 --dummy \
+    --layers "$4" --k "$5" --tokens 128 --attention-backend TRITON_ATTN \
+    --moe-config-dir patches/moe-configs --gpu-memory-utilization "$6" --kv-cache-gib 2 \
+    --max-model-len 8192 --max-seconds 600 --out "$W/$1"
+}
+
+job271() {
+  local P; P=$(path_of 271)
+  record_machine 271
+  patched_copy "$P" 0.27.1 /tmp/site271 "$HEAD512" head512 triton-attn-head512-launch
+  patched_copy "$P" 0.27.1 /tmp/site271 "$GROUPKV" groupkv triton-attn-group-kv-heads
+  apply_series 271 0.27.1 /tmp/site271   # the shipped series: its log names triton-spec-decode-split-kv
+  timed bench-long-attn 132 bench_long_attn "$P"
+  timed profile-26b-k4 34 profile_recipe profile-26b-k4 "$P" gemma-4-26b-a4b-it 30 4 0.25
+  stamp "job271 done"
+}
+
+case ${1:?plan} in
+  job271) job271 ;;
+  *) session_plan "$0" "$@" ;;
+esac
