@@ -1,6 +1,7 @@
 """Reading a committed GPU session (tests/fixtures/gpu/<session>/) the way the evidence tests do:
 an engine's result and a smoke's report, a recipe's H200 thresholds, a bench rebuilt from its
-engine results with `bench.py --collect`, and one numbered section of docs/gpu-evidence.md."""
+engine results with `bench.py --collect`, a profile's analysis rebuilt with `profile.py --report`,
+and one numbered section of docs/gpu-evidence.md."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from forge.serving.recipes import load_recipe
-from verify import bench
+from verify import bench, profile
 from verify import checks as gate
 from verify.mtp_smoke import window_counters
 from verify.report import PASS
@@ -141,3 +142,39 @@ def assert_candidate_copy(session: Session, apply_log: str, copy: str, candidate
     for log in engine_logs:
         assert f"/tmp/{copy}/vllm/" in session.log(log), log
 
+
+
+def assert_profile_report_rebuilds(report_args: list[str]):
+    """A committed profile analysis (`verify/profile.py --report ... --md M --json J`, run from the
+    repository root) is what the code makes of its raw profile.json now."""
+    args = profile.parse_args(report_args)
+    text, entries = profile.report_text(args)
+    assert Path(args.md).read_text() == text, f"{args.md} is stale: rebuild it"
+    assert json.loads(Path(args.json).read_text()) == json.loads(profile.report_json(entries)), \
+        f"{args.json} is stale: rebuild it"
+
+
+def profile_pair_figures(plain: dict, spec: dict) -> list[str]:
+    """What docs/roofline.md states of a recipe's plain and spec step analyses (profile.py
+    --report --json): the plain step's wall time, GPU busy share and byte floor, the spec step's
+    cost over it, and the per-group table's rows."""
+    floor = plain["floor"]
+    figures = [
+        f"{plain['wall_us_per_token'] / 1e3:.3f} ms/token in wall time "
+        f"({1e6 / plain['wall_us_per_token']:.0f} tok/s)",
+        f"busy {plain['busy_pct']:.0f}%",
+        f"{floor['step_floor_us']:.0f} µs/step ({floor['bytes_per_step'] / 1e9:.2f} GB at "
+        f"{floor['bandwidth_tb_s']:.2f} TB/s)",
+        f"{floor['pct_of_floor_wall']:.0f}% of it in wall time ({floor['pct_of_floor_kernels']:.0f}% in kernel",
+        f"{spec['wall_us_per_step'] / 1e3:.3f} ms/step in wall time, "
+        f"{spec['wall_us_per_step'] / plain['wall_us_per_step']:.2f}x the plain step",
+        f"{spec['kernel_us_per_step'] / plain['kernel_us_per_step']:.2f}x in kernel time",
+        f"{spec['wall_us_per_token'] / 1e3:.3f} ms/token ({1e6 / spec['wall_us_per_token']:.0f} tok/s)",
+    ]
+    for name, group in plain["groups"].items():
+        other = spec["groups"][name]
+        floor_us = "no floor" if group["floor_us"] is None else f"{group['floor_us']:.1f}"
+        pct = "–" if group["pct_of_floor"] is None else f"{group['pct_of_floor']:.0f}%"
+        figures.append(f"| {name} | {group['us_per_step']:.1f} | {other['us_per_step']:.1f} | "
+                       f"{other['us_per_step'] - group['us_per_step']:+.1f} | {floor_us} | {pct} |")
+    return figures

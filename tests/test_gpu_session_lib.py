@@ -46,6 +46,7 @@ def test_every_session_script_parses(script):
 
 
 NEXT_SESSION = SESSION / "s24.sh"
+BENCHES = SESSION / "benches.sh"
 
 
 def test_the_next_sessions_engines_are_ones_bench_accepts():
@@ -54,15 +55,16 @@ def test_the_next_sessions_engines_are_ones_bench_accepts():
     and so do its bench flags."""
     from verify import bench
 
-    text = NEXT_SESSION.read_text()
+    assert "bench_long_attn" in NEXT_SESSION.read_text()
+    text = BENCHES.read_text()  # where the next session's bench is defined
     folders = dict(re.findall(r"^([A-Z0-9]+)=(/tmp/\S+)", text, re.M))  # HEAD512=/tmp/site-head512
+    bench_call = re.search(r"^bench_long_attn\(\) \{.*?^\}", text, re.M | re.S)[0]
     literals = [re.sub(r"\$([A-Z0-9]+)", lambda m: folders[m[1]], t)
-                for t in re.findall(r'--engine "(name=[^"]+)"', text)]
+                for t in re.findall(r'--engine "(name=[^"]+)"', bench_call)]
     engines = [bench.parse_engine(t, check_site=False) for t in literals]
     assert [(e["k"], e["site"]) for e in engines] == [
         (0, None), (4, None), (0, "/tmp/site-head512"), (4, "/tmp/site-head512"),
         (0, "/tmp/site-groupkv"), (4, "/tmp/site-groupkv")]
-    bench_call = re.search(r"^bench_long_attn\(\) \{.*?^\}", text, re.M | re.S)[0]
     flags = ["--recipe", "r", "--windows", re.search(r'--windows "([^"]+)"', bench_call)[1]]
     for flag in ("--start-timeout", "--max-model-len", "--long-tokens"):
         (value,) = re.findall(rf"{flag} (\d+)", bench_call)

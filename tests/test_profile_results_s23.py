@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.gpu_evidence import assert_profile_report_rebuilds, profile_pair_figures
 from verify import profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,18 +44,9 @@ def _analysis(which: str) -> dict:
     return json.loads(Path(ROOT, _args(which)[-1]).read_text())[0]
 
 
-@pytest.fixture
-def at_root(monkeypatch):
-    monkeypatch.chdir(ROOT)  # the reports name their files relative to the repository
-
-
 @pytest.mark.parametrize("which", list(REPORTS))
 def test_committed_profile_report_is_what_the_code_makes_of_the_raw_data(at_root, which):
-    args = profile.parse_args(_args(which))
-    text, entries = profile.report_text(args)
-    assert Path(args.md).read_text() == text, f"{args.md} is stale: rebuild it"
-    assert json.loads(Path(args.json).read_text()) == json.loads(profile.report_json(entries)), \
-        f"{args.json} is stale: rebuild it"
+    assert_profile_report_rebuilds(_args(which))
 
 
 @pytest.mark.parametrize("which", list(REPORTS))
@@ -100,26 +92,7 @@ def test_the_qwen_kernel_map_names_every_kernel_of_its_first_recorded_plain_step
 
 def _figures(family: str) -> list[str]:
     """What docs/roofline.md says of one family's two profiles."""
-    plain, spec = _analysis(f"{family}-plain"), _analysis(FAMILIES[family][1])
-    floor = plain["floor"]
-    figures = [
-        f"{plain['wall_us_per_token'] / 1e3:.3f} ms/token in wall time "
-        f"({1e6 / plain['wall_us_per_token']:.0f} tok/s), the GPU busy {plain['busy_pct']:.0f}% of it",
-        f"{floor['step_floor_us']:.0f} µs/step ({floor['bytes_per_step'] / 1e9:.2f} GB at "
-        f"{floor['bandwidth_tb_s']:.2f} TB/s)",
-        f"{floor['pct_of_floor_wall']:.0f}% of it in wall time ({floor['pct_of_floor_kernels']:.0f}% in kernel",
-        f"{spec['wall_us_per_step'] / 1e3:.3f} ms/step in wall time, "
-        f"{spec['wall_us_per_step'] / plain['wall_us_per_step']:.2f}x the plain step",
-        f"{spec['kernel_us_per_step'] / plain['kernel_us_per_step']:.2f}x in kernel time",
-        f"{spec['wall_us_per_token'] / 1e3:.3f} ms/token ({1e6 / spec['wall_us_per_token']:.0f} tok/s)",
-    ]
-    for name, group in plain["groups"].items():
-        other = spec["groups"][name]
-        floor_us = "no floor" if group["floor_us"] is None else f"{group['floor_us']:.1f}"
-        pct = "–" if group["pct_of_floor"] is None else f"{group['pct_of_floor']:.0f}%"
-        figures.append(f"| {name} | {group['us_per_step']:.1f} | {other['us_per_step']:.1f} | "
-                       f"{other['us_per_step'] - group['us_per_step']:+.1f} | {floor_us} | {pct} |")
-    return figures
+    return profile_pair_figures(_analysis(f"{family}-plain"), _analysis(FAMILIES[family][1]))
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

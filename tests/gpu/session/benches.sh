@@ -57,3 +57,26 @@ profile() {   # name, PYTHONPATH, k
     --max-model-len 8192 --max-seconds 1100 --out "$W/$1"
 }
 
+# s23 on: the attention candidates at long context and any recipe's profile
+HEAD512=/tmp/site-head512   # the shipped 0.27.1 install plus triton-attn-head512-launch
+GROUPKV=/tmp/site-groupkv   # the shipped 0.27.1 install plus triton-attn-group-kv-heads
+
+bench_long_attn() {   # 0.27.1, 10 layers: each attention candidate against the recipe at long context
+  PYTHONPATH=$1 timeout 1150 python3 -m verify.bench --recipe gemma-4-26b-a4b-it --shape 26b-a4b \
+    --layers 10 "${BENCH[@]}" --max-model-len 33024 --kv-cache-gib 8 --timeout 1100 --start-timeout 600 \
+    --windows "long8k,long32k,long8k-conc8,long8k-conc16,long32k-conc8" --long-tokens 128 \
+    --engine "name=fp8-v2,k=0,runner=v2" --engine "name=fp8-mtp4-v2,k=4,runner=v2" \
+    --engine "name=fp8-v2-head512,k=0,runner=v2,site=$HEAD512" \
+    --engine "name=fp8-mtp4-v2-head512,k=4,runner=v2,site=$HEAD512" \
+    --engine "name=fp8-v2-groupkv,k=0,runner=v2,site=$GROUPKV" \
+    --engine "name=fp8-mtp4-v2-groupkv,k=4,runner=v2,site=$GROUPKV" --out $W/bench-long-attn
+}
+
+profile_recipe() {   # name, PYTHONPATH, recipe, layers, k, GPU memory utilization: s18's profile
+  # settings (profile above), each cut at 600 s so that no profile holds the next job back longer (s18's
+  # took 275-287 s beside other jobs)
+  PYTHONPATH=$2 timeout 660 python3 -m verify.profile --recipe "$3" --target h200 --dummy \
+    --layers "$4" --k "$5" --tokens 128 --attention-backend TRITON_ATTN \
+    --moe-config-dir patches/moe-configs --gpu-memory-utilization "$6" --kv-cache-gib 2 \
+    --max-model-len 8192 --max-seconds 600 --out "$W/$1"
+}
