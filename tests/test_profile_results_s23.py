@@ -115,3 +115,15 @@ def test_the_qwen_step_is_half_idle_and_the_31b_step_is_not(at_root):
     walls = json.loads(Path(S23, "profile-qwen-plain/profile.json").read_text())["wall"]["long"]["wall_s"]
     spread = f"{min(walls):.2f}-{max(walls):.2f} s"
     assert spread == "0.35-0.50 s" and spread in Path("docs/roofline.md").read_text()
+
+
+def test_the_qwen_idle_is_there_in_vllms_own_engine_too(at_root):
+    """§11.4's bench (multiprocess engine, the same release, runner, depth and settings) stepped the
+    plain Qwen engine in well over its kernels' time: the idle GPU is not the in-process profile's."""
+    bench = json.loads(Path(RESULTS, "verify-bench-s20-h200-vllm0.27.1-qwen-v2.json").read_text())
+    engine = bench["engines"]["fp8-v2"]
+    kernels_ms = _analysis("qwen-plain")["kernel_us_per_step"] / 1e3
+    assert bench["layers"] == 8 and bench["machine"]["vllm"] == "0.27.1" and "runner=v2" in bench["command"]
+    step_ms = engine["derived"]["step_ms"]
+    figure = f"stepped in {step_ms:.3f} ms, {step_ms / kernels_ms:.1f}x these kernels' {kernels_ms:.3f} ms"
+    assert step_ms > 2 * kernels_ms and figure in " ".join(Path("docs/roofline.md").read_text().split())

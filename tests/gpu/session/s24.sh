@@ -11,8 +11,10 @@
 #       `--with-candidate` refuses an install applied without it), at 8k and 32k tokens and 1, 8
 #       and 16 sequences. At 16 sequences or fewer group-kv's threshold takes the path the release
 #       takes (docs/reference.md §8): its engines there are the control that the copy costs nothing.
-#   then: profile-26b-k4, the 26B-A4B recipe's spec step at 30 layers on the shipped series (§9.4's
-#     was before the split-KV patch; the plain step is the same code with or without it).
+#   then, together: profile-26b-k4, the 26B-A4B recipe's spec step at 30 layers on the shipped
+#     series (§9.4's was before the split-KV patch; the plain step is the same code with or without
+#     it); profile-qwen40-plain, the Qwen recipe's plain step at all 40 layers: at 8 the GPU idled
+#     half the step (§14.1); a fixed host cost per step would shrink as a share at full depth.
 # Calls: `stagewhl` (carrying .whl), `stage 271` x24 (the staging call's tree must stay under 64 MiB
 # with its part: move tests/fixtures out of the checkout for those calls, §13), `PARTS271=24 ...
 # start 271` (carrying .gpu-stage271/gpu_setup.sh, never piped), then `collect 240` calls until
@@ -28,7 +30,9 @@ job271() {
   patched_copy "$P" 0.27.1 /tmp/site271 "$GROUPKV" groupkv triton-attn-group-kv-heads
   apply_series 271 0.27.1 /tmp/site271   # the shipped series: its log names triton-spec-decode-split-kv
   timed bench-long-attn 132 bench_long_attn "$P"
-  timed profile-26b-k4 34 profile_recipe profile-26b-k4 "$P" gemma-4-26b-a4b-it 30 4 0.25
+  timed profile-26b-k4 34 profile_recipe profile-26b-k4 "$P" gemma-4-26b-a4b-it 30 4 0.25 &
+  sleep 1; timed profile-qwen40-plain 43 profile_recipe profile-qwen40-plain "$P" qwen3.6-35b-a3b 40 0 0.3 &
+  wait
   stamp "job271 done"
 }
 
