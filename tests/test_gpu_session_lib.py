@@ -81,7 +81,7 @@ def test_the_next_sessions_profiles_are_each_recipes_own_and_its_k():
     from verify import profile
 
     calls = re.findall(r"profile_recipe (\S+) \"\$P\" (\S+) (\d+) (\d+) ([\d.]+)", NEXT_SESSION.read_text())
-    assert [call[0] for call in calls] == ["profile-26b-k4", "profile-qwen40-plain"]  # after s23
+    assert [call[0] for call in calls] == ["profile-26b-k4", "profile-qwen40-plain", "profile-26b10-plain"]  # after s23
     for name, recipe, layers, k, utilization in calls:
         args = profile.parse_args(["--recipe", recipe, "--target", "h200", "--dummy", "--layers", layers,
                                    "--k", k, "--gpu-memory-utilization", utilization, "--out", name])

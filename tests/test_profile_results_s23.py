@@ -127,3 +127,19 @@ def test_the_qwen_idle_is_there_in_vllms_own_engine_too(at_root):
     step_ms = engine["derived"]["step_ms"]
     figure = f"stepped in {step_ms:.3f} ms, {step_ms / kernels_ms:.1f}x these kernels' {kernels_ms:.3f} ms"
     assert step_ms > 2 * kernels_ms and figure in " ".join(Path("docs/roofline.md").read_text().split())
+
+
+def test_the_26b_ten_layer_estimate_is_the_30_layer_profiles_and_below_the_benched_steps(at_root):
+    """docs/roofline.md's inference: 10 of the 26B's 30 layers' kernels, from s18's plain profile
+    (the per-layer groups over three, the lm_head and sampling once), against s22's 10-layer steps."""
+    s18 = json.loads(Path(RESULTS, "profile-plain-s18-h200-vllm0.27.1.json").read_text())[0]
+    lm_head = next(t for t in s18["top_kernels"] if t["name"].startswith("nvjet_sm90_tst_256x8"))
+    once = lm_head["us_per_step"] + s18["groups"]["sampling"]["us_per_step"]
+    estimate_ms = ((s18["kernel_us_per_step"] - once) / 3 + once) / 1e3
+    steps = {n: e["derived"]["step_ms"] for n, e in json.loads(
+        Path(RESULTS, "verify-bench-s22-h200-vllm0.27.1-static2.json").read_text())["engines"].items()}
+    doc = " ".join(Path("docs/roofline.md").read_text().split())
+    assert f"about {estimate_ms:.2f} ms" in doc and f"{s18['kernel_us_per_step'] / 1e3:.3f} ms at 30" in doc
+    assert f"{steps['fp8-v2']:.3f} and {steps['fp8-v2-again']:.3f} ms" in doc
+    assert estimate_ms < 0.7 * min(steps["fp8-v2"], steps["fp8-v2-again"])
+    assert f"31B's {_analysis('31b-plain')['kernel_us_per_step'] / 1e3:.3f} ms at 10 layers" in doc

@@ -14,7 +14,9 @@
 #   then, together: profile-26b-k4, the 26B-A4B recipe's spec step at 30 layers on the shipped
 #     series (§9.4's was before the split-KV patch; the plain step is the same code with or without
 #     it); profile-qwen40-plain, the Qwen recipe's plain step at all 40 layers: at 8 the GPU idled
-#     half the step (§14.1); a fixed host cost per step would shrink as a share at full depth.
+#     half the step (§14.1); a fixed host cost per step would shrink as a share at full depth;
+#     profile-26b10-plain, the 26B's plain step at 10 layers, the depth of most benches: whether
+#     its kernels (about 1.42 ms by the 30-layer profile) leave the GPU idle as Qwen's did.
 # Calls: `stagewhl` (carrying .whl), `stage 271` x24 (the staging call's tree must stay under 64 MiB
 # with its part: move tests/fixtures out of the checkout for those calls, §13), `PARTS271=24 ...
 # start 271` (carrying .gpu-stage271/gpu_setup.sh, never piped), then `collect 240` calls until
@@ -32,6 +34,7 @@ job271() {
   timed bench-long-attn 132 bench_long_attn "$P"
   timed profile-26b-k4 34 profile_recipe profile-26b-k4 "$P" gemma-4-26b-a4b-it 30 4 0.25 &
   sleep 1; timed profile-qwen40-plain 43 profile_recipe profile-qwen40-plain "$P" qwen3.6-35b-a3b 40 0 0.3 &
+  sleep 1; timed profile-26b10-plain 21 profile_recipe profile-26b10-plain "$P" gemma-4-26b-a4b-it 10 0 0.15 &
   wait
   stamp "job271 done"
 }
