@@ -147,3 +147,23 @@ def test_pack_leaves_out_the_job_copies_but_not_a_report(tmp_path):
     assert result.returncode == 0, result.stderr
     listing = subprocess.run(["tar", "tzf", str(out / "test.tgz")], capture_output=True, text=True).stdout
     assert "s/report.md" in listing and "repo271" not in listing
+
+
+def test_collect_waits_for_the_job_start_named_whatever_its_name(tmp_path):
+    """`collect` waits for the jobs `start` recorded, a JOB= name included (§14: it waited for
+    none, its pattern fixed to `job`), and returns at once when none of them runs."""
+    script = tmp_path / "s99.sh"
+    script.write_text("sleep 3\n")
+    result = run_bash(f'''echo profiles271 > "$W/jobs"
+bash {script} profiles271 &
+sleep 0.5; t0=$(date +%s.%N)
+wait_for_jobs 20 "$(jobs_pattern {script})"
+t1=$(date +%s.%N)
+wait_for_jobs 20 "$(jobs_pattern {script})"
+echo "$t0 $t1 $(date +%s.%N) $(jobs_pattern {script})"
+''', tmp_path)
+    assert result.returncode == 0, result.stderr
+    t0, t1, t2, pattern = result.stdout.split(maxsplit=3)
+    assert pattern.strip() == "s99.sh (profiles271)$"
+    assert float(t1) - float(t0) >= 2  # waited for the running job
+    assert float(t2) - float(t1) < 2  # and not for one that has ended

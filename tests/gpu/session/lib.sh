@@ -84,6 +84,12 @@ repo_copy() {   # $1 = folder: the job's own copy of the repository (a later cal
   tar cf - --exclude='./.gpu-stage*' --exclude=./.whl . | tar xf - -C "$1"
 }
 
+jobs_pattern() {   # script: the pgrep pattern of the jobs `start` started from it (§14: a job
+  # named by JOB= was not waited for, as the pattern was fixed to `job`)
+  local names; names=$(paste -sd'|' "$W/jobs" 2>/dev/null)
+  echo "$(basename "$1") (${names:-job[0-9]+})\$"
+}
+
 wait_for_jobs() {   # $1 = seconds at most, $2 = pgrep pattern of the jobs
   local t0; t0=$(date +%s)
   while [ $(( $(date +%s) - t0 )) -lt "$1" ]; do
@@ -226,12 +232,13 @@ session_plan() {   # script, plan, args: what every session script answers besid
         repo_copy "$W/repo$R"
         # never pipe this call's output: the daemon's start is what the call waits for (§10: a
         # start call piped into tail held the machine until its time ran out)
+        echo "${JOB:-job$R}" >> "$W/jobs"
         (cd "$W/repo$R" && setsid nohup bash "tests/gpu/session/$(basename "$script")" "${JOB:-job$R}" \
           > "$L/job$R.txt" 2>&1 < /dev/null &)
       done
       sleep 2; progress 8 ;;
     collect)   # [WAIT_S]: wait up to WAIT_S for the jobs, pack, each step's verdict
-      wait_for_jobs "${1:-0}" "$(basename "$script") job"
+      wait_for_jobs "${1:-0}" "$(jobs_pattern "$script")"
       pack; progress 12; summary; nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
       du -h "$OUT/$SESSION.tgz" ;;
     *) echo "unknown plan $plan"; exit 2 ;;
