@@ -143,3 +143,11 @@ def test_the_26b_ten_layer_estimate_is_the_30_layer_profiles_and_below_the_bench
     assert f"{steps['fp8-v2']:.3f} and {steps['fp8-v2-again']:.3f} ms" in doc
     assert estimate_ms < 0.7 * min(steps["fp8-v2"], steps["fp8-v2-again"])
     assert f"31B's {_analysis('31b-plain')['kernel_us_per_step'] / 1e3:.3f} ms at 10 layers" in doc
+
+
+@pytest.mark.parametrize("which", list(REPORTS))
+def test_no_profile_ran_faster_than_its_floor(at_root, which):
+    """issue 19's last goal for these profiles too: the floor is never above a measured speed."""
+    floor = _analysis(which)["floor"]
+    # (wall and kernel shares need not order: the wall time is measured without the profiler)
+    assert 0 < floor["pct_of_floor_wall"] < 100 and 0 < floor["pct_of_floor_kernels"] < 100
