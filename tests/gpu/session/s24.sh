@@ -25,6 +25,7 @@ set -u
 W=/tmp/s24 SESSION=s24
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/benches.sh"
+
 job271() {
   local P; P=$(path_of 271)
   record_machine 271
