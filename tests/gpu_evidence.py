@@ -143,6 +143,11 @@ def assert_candidate_copy(session: Session, apply_log: str, copy: str, candidate
         assert f"/tmp/{copy}/vllm/" in session.log(log), log
 
 
+def profile_analysis(stem: str) -> dict:
+    """A committed profile analysis: benchmarks/results/<stem>.json's first (only) entry."""
+    return json.loads((ROOT / "benchmarks" / "results" / f"{stem}.json").read_text())[0]
+
+
 def assert_profile_report_rebuilds(report_args: list[str]):
     """A committed profile analysis (`verify/profile.py --report ... --md M --json J`, run from the
     repository root) is what the code makes of its raw profile.json now."""

@@ -5,23 +5,20 @@ refused, the Qwen profiles stopped at cutlass's import) and the second lease's f
 summary table §14.1 renders from the analyses that tests/test_profile_results_s23.py rebuilds."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.gpu_evidence import ROOT, Session, doc_section
+from tests.gpu_evidence import ROOT, Session, doc_section, profile_analysis
 
 SESSION = Session("s23-h200-2026-12-02")
 SECTION = doc_section(14)
 FLAT = " ".join(SECTION.split())
-RESULTS = ROOT / "benchmarks" / "results"
 # family: (recipe, its plain and spec profiles)
 FAMILIES = {"31b": ("gemma-4-31b-it", "31b-plain", "31b-k3"),
             "qwen": ("qwen3.6-35b-a3b", "qwen-plain", "qwen-k2")}
 
 
 def analysis(name: str) -> dict:
-    return json.loads((RESULTS / f"profile-{name}-s23-h200-vllm0.27.1.json").read_text())[0]
+    return profile_analysis(f"profile-{name}-s23-h200-vllm0.27.1")
 
 
 def summary_rows() -> list[str]:
