@@ -169,7 +169,7 @@ def profile_pair_figures(plain: dict, spec: dict) -> list[str]:
         f"busy {plain['busy_pct']:.0f}%",
         f"{floor['step_floor_us']:.0f} µs/step ({floor['bytes_per_step'] / 1e9:.2f} GB at "
         f"{floor['bandwidth_tb_s']:.2f} TB/s)",
-        f"{floor['pct_of_floor_wall']:.0f}% of it in wall time ({floor['pct_of_floor_kernels']:.0f}% in kernel",
+        f"{floor['pct_of_floor_wall']:.0f}% of it in wall time ({floor['pct_of_floor_kernels']:.0f}% in GPU-busy time",
         f"{spec['wall_us_per_step'] / 1e3:.3f} ms/step in wall time, "
         f"{spec['wall_us_per_step'] / plain['wall_us_per_step']:.2f}x the plain step",
         f"{spec['kernel_us_per_step'] / plain['kernel_us_per_step']:.2f}x in kernel time",

@@ -28,13 +28,19 @@ ROOFLINE_FILE = FIXTURES / "hand-built-roofline.json"
 SHORT_STEPS, LONG_STEPS = 4, 30
 
 
-def chrome_trace(steps: int, with_prefill: bool = True, gap_us: float = 0.5) -> dict:
+def chrome_trace(steps: int, with_prefill: bool = True, gap_us: float = 0.5, side_us: float = 0.0) -> dict:
     """The Chrome trace of one reply: the prefill's kernels once, then `steps` decode steps, each
-    launch `gap_us` after the last ended (plus host-side events the parser must skip)."""
+    launch `gap_us` after the last ended (plus host-side events the parser must skip). With
+    side_us, a kernel that long runs on a second stream beside each launch of the step's first kernel."""
     events, clock = [], 1000.0
-    rows = (KERNELS["prefill_only"] if with_prefill else []) + KERNELS["decode_step"] * steps
-    for row in rows:
+    prefill = KERNELS["prefill_only"] if with_prefill else []
+    rows = prefill + KERNELS["decode_step"] * steps
+    for at, row in enumerate(rows):
+        beside = side_us and at >= len(prefill) and row is KERNELS["decode_step"][0]
         for _ in range(row["launches"]):
+            if beside:
+                events.append({"ph": "X", "cat": "kernel", "name": "fused_moe_kernel", "ts": clock,
+                               "dur": side_us, "pid": 0, "tid": "stream 9"})
             events.append({"ph": "X", "cat": row["cat"], "name": row["name"], "ts": clock,
                            "dur": row["us"], "pid": 0, "tid": "stream 7"})
             clock += row["us"] + gap_us
@@ -48,13 +54,13 @@ def step_us(group: str | None = None) -> float:
                if group is None or r["group"] == group)
 
 
-def recorded_profile(k: int = 0, wall_ms_per_step: float | None = 3.6) -> dict:
+def recorded_profile(k: int = 0, wall_ms_per_step: float | None = 3.6, side_us: float = 0.0) -> dict:
     """profile.json as the GPU run writes it: short and long replies, profiled and timed."""
     per_step = k + 1
     tokens = {"short": 1 + per_step * (SHORT_STEPS - 1), "long": 1 + per_step * (LONG_STEPS - 1)}
     steps = {"short": SHORT_STEPS, "long": LONG_STEPS}
     profiles = {label: {"tokens": tokens[label], "steps": steps[label],
-                        **profile_report.kernel_table(chrome_trace(steps[label]))}
+                        **profile_report.kernel_table(chrome_trace(steps[label], side_us=side_us))}
                 for label in ("short", "long")}
     data = {"kind": "vllm-forge decode profile", "recipe": "gemma-4-26b-a4b-it", "target": "h200",
             "family": "gemma4", "k": k, "dummy": True, "shape": "26b-a4b", "layers": 30,
@@ -258,6 +264,27 @@ def test_gpu_busy_against_wall(gemma4):
     assert analysis["profiled_busy_pct"] < 100  # the trace's launch gaps are idle
     assert analysis["tpot_us"] == pytest.approx(3600)  # the run without metrics left out
     assert "(engine TPOT 3.600 ms); GPU busy" in profile_report.render_markdown(recorded_profile(), analysis)
+
+
+def test_kernels_side_by_side_on_streams_count_once_in_the_busy_time(gemma4, tmp_path):
+    # Qwen's step runs kernels on two streams at once (§15): their sum outgrew the wall time.
+    # Each side kernel is shorter than the one beside it (6.1 µs), so it adds no busy time.
+    side = 5.0
+    launches = KERNELS["decode_step"][0]["launches"]
+    data = recorded_profile(wall_ms_per_step=3.6, side_us=side)
+    data["roofline"] = None
+    analysis = profile_report.analyse(data, gemma4, profile_report.read_roofline(ROOFLINE_FILE))
+    assert analysis["kernel_us_per_step"] == pytest.approx(step_us() + side * launches)
+    assert analysis["busy_us_per_step"] == pytest.approx(step_us(), abs=1e-6)
+    assert analysis["busy_pct"] == pytest.approx(100 * step_us() / 3600)
+    assert analysis["groups"]["moe"]["us_per_step"] == pytest.approx(step_us("moe") + side * launches)
+    floor = analysis["floor"]
+    assert floor["pct_of_floor_kernels"] == pytest.approx(100 * floor["step_floor_us"] / step_us())
+    text = profile_report.render_markdown(data, analysis)
+    assert (f"(GPU busy {step_us() / 1e3:.3f} ms/step: kernels ran side by side on streams, their sum is "
+            f"{(step_us() + side * launches) / step_us():.2f}x the busy time)") in text
+    assert "side by side" not in profile_report.render_markdown(recorded_profile(), profile_report.analyse(
+        recorded_profile(), gemma4))
 
 
 def test_without_wall_runs_busy_is_not_invented(gemma4):

@@ -22,6 +22,8 @@ from verify.kernel_groups import OTHER, KernelMap
 # cpu_op, python_function, flow events) is host-side.
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 TOP_KERNELS = 15
+# kernel time above the GPU's busy time by more than this share is named as overlap (streams)
+OVERLAP_SHOWN = 1.01
 
 
 # ------------------------------------------------------------------------------------------
@@ -139,6 +141,7 @@ def analyse(profile: dict, kernel_map: KernelMap, roofline: dict | None = None) 
         raise ForgeError(f"the profiles hold no decode kernel time ({long.get('events')} GPU events "
                          "in the long one): did the profiler record the GPU (CUPTI)?")
     wall = wall_per_step(profile.get("wall") or {})
+    busy_us = decode_busy_us(short, long, steps)
     result = {
         "k": profile.get("k"), "label": step_label(profile), "method": method,
         "tokens": tokens, "steps": steps,
@@ -146,7 +149,10 @@ def analyse(profile: dict, kernel_map: KernelMap, roofline: dict | None = None) 
         "kernel_us_per_token": kernel_us / tokens, "kernel_us_per_step": kernel_us / steps,
         "wall_us_per_token": wall["us_per_token"] if wall else None,
         "wall_us_per_step": wall["us_per_step"] if wall else None,
-        "busy_pct": 100 * (kernel_us / steps) / wall["us_per_step"] if wall else None,
+        # the union of the decode's kernel intervals: kernels overlapping on two streams (Qwen's
+        # shared expert beside its routed ones, §15) count once, where the groups' sum counts both
+        "busy_us_per_step": busy_us,
+        "busy_pct": 100 * busy_us / wall["us_per_step"] if wall else None,
         "tpot_us": engine_tpot_us(profile.get("wall") or {}),
         "profiled_busy_pct": _profiled_busy(long),
         "other_us_per_step": groups["other"]["us_per_step"],
@@ -158,10 +164,16 @@ def analyse(profile: dict, kernel_map: KernelMap, roofline: dict | None = None) 
         "family": kernel_map.family,
     }
     if roofline:
-        result["floor"] = floor = apply_floor(groups, roofline, kernel_map, kernel_us / steps)
+        result["floor"] = floor = apply_floor(groups, roofline, kernel_map, busy_us)
         if wall:
             floor["pct_of_floor_wall"] = 100 * floor["step_floor_us"] / wall["us_per_step"]
     return result
+
+
+def decode_busy_us(short: dict, long: dict, steps: int) -> float:
+    """The GPU's busy time per decode step: the long reply's busy time (the union of its kernel
+    intervals) beyond the short one's, over the extra steps."""
+    return (long["busy_us"] - short.get("busy_us", 0.0)) / steps
 
 
 def _decode_pair(profile: dict) -> tuple[dict, dict, str]:
@@ -225,9 +237,10 @@ def engine_tpot_us(wall: dict) -> float | None:
     return 1e6 * statistics.median(tpots) if tpots else None
 
 
-def apply_floor(groups: dict, roofline: dict, kernel_map: KernelMap, kernel_us_per_step: float) -> dict:
+def apply_floor(groups: dict, roofline: dict, kernel_map: KernelMap, busy_us_per_step: float) -> dict:
     """Each kernel group's floor = its byte groups' bytes / bandwidth; % of floor = floor /
-    measured µs per step (a step reads the target's weights once, whatever its tokens)."""
+    measured µs per step (a step reads the target's weights once, whatever its tokens); the
+    step's share against the GPU's busy time per step."""
     bandwidth = roofline["bandwidth_bytes_s"]
     bytes_by_group = roofline["groups"]
     for name, group in groups.items():
@@ -244,7 +257,7 @@ def apply_floor(groups: dict, roofline: dict, kernel_map: KernelMap, kernel_us_p
     step_floor_us = 1e6 * roofline["bytes_per_token"] / bandwidth
     return {"bandwidth_tb_s": bandwidth / 1e12, "bytes_per_step": roofline["bytes_per_token"],
             "step_floor_us": step_floor_us,
-            "pct_of_floor_kernels": 100 * step_floor_us / kernel_us_per_step,
+            "pct_of_floor_kernels": 100 * step_floor_us / busy_us_per_step,
             "unmatched_byte_groups": sorted(set(bytes_by_group) - mapped),
             "source": roofline.get("source")}
 
@@ -320,7 +333,16 @@ def _totals_line(a: dict) -> str:
             + f"; GPU busy {a['busy_pct']:.0f}% of wall" if a.get("wall_us_per_step")
             else "wall time not measured")
     return (f"GPU kernels {a['kernel_us_per_step'] / 1e3:.3f} ms/step, "
-            f"{a['kernel_us_per_token'] / 1e3:.3f} ms/token; {wall}.")
+            f"{a['kernel_us_per_token'] / 1e3:.3f} ms/token{_overlap(a)}; {wall}.")
+
+
+def _overlap(a: dict) -> str:
+    """Where kernels ran side by side on streams, the GPU's busy time apart from their sum."""
+    busy = a.get("busy_us_per_step")
+    if busy is None or a["kernel_us_per_step"] <= busy * OVERLAP_SHOWN:
+        return ""
+    return (f" (GPU busy {busy / 1e3:.3f} ms/step: kernels ran side by side on streams, their "
+            f"sum is {a['kernel_us_per_step'] / busy:.2f}x the busy time)")
 
 
 def _floor_line(floor: dict) -> str:
@@ -329,8 +351,8 @@ def _floor_line(floor: dict) -> str:
     unmatched = (f" Byte groups no kernel group counts: {', '.join(floor['unmatched_byte_groups'])}."
                  if floor["unmatched_byte_groups"] else "")
     return (f"Byte floor ({floor['source']}): {floor['bytes_per_step'] / 1e9:.2f} GB/step at "
-            f"{floor['bandwidth_tb_s']:.2f} TB/s = {floor['step_floor_us']:.0f} µs/step; the kernels "
-            f"reach {floor['pct_of_floor_kernels']:.0f}% of it{wall}.{unmatched} The floor reads the "
+            f"{floor['bandwidth_tb_s']:.2f} TB/s = {floor['step_floor_us']:.0f} µs/step; the GPU's busy "
+            f"time reaches {floor['pct_of_floor_kernels']:.0f}% of it{wall}.{unmatched} The floor reads the "
             "target's weights once per step; a spec step's drafter is not in it.")
 
 
