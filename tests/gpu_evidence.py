@@ -148,6 +148,14 @@ def profile_analysis(stem: str) -> dict:
     return json.loads((ROOT / "benchmarks" / "results" / f"{stem}.json").read_text())[0]
 
 
+def profile_report_args(raw: str, stem: str, baseline: str | None = None) -> list[str]:
+    """`verify/profile.py`'s arguments that rebuild benchmarks/results/<stem>.{md,json} from the
+    raw profile.json at `raw` (paths from the repository root), its floor from its own record."""
+    compared = ["--baseline", baseline] if baseline else []
+    return ["--report", raw, *compared, "--roofline", "auto",
+            "--md", f"benchmarks/results/{stem}.md", "--json", f"benchmarks/results/{stem}.json"]
+
+
 def assert_profile_report_rebuilds(report_args: list[str]):
     """A committed profile analysis (`verify/profile.py --report ... --md M --json J`, run from the
     repository root) is what the code makes of its raw profile.json now."""

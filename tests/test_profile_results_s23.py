@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu_evidence import assert_profile_report_rebuilds, profile_analysis, profile_pair_figures
+from tests.gpu_evidence import (
+    assert_profile_report_rebuilds,
+    profile_analysis,
+    profile_pair_figures,
+    profile_report_args,
+)
 from verify import profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,10 +39,8 @@ FAMILIES = {"31b": ("gemma-4-31b-it", "31b-k3"), "qwen": ("qwen3.6-35b-a3b", "qw
 
 def _args(which: str) -> list[str]:
     folder, baseline = REPORTS[which]
-    stem = f"{RESULTS}/profile-{which}-s23-h200-vllm0.27.1"
-    compared = ["--baseline", f"{S23}/{baseline}/profile.json"] if baseline else []
-    return ["--report", f"{S23}/{folder}/profile.json", *compared, "--roofline", "auto",
-            "--md", f"{stem}.md", "--json", f"{stem}.json"]
+    return profile_report_args(f"{S23}/{folder}/profile.json", f"profile-{which}-s23-h200-vllm0.27.1",
+                               f"{S23}/{baseline}/profile.json" if baseline else None)
 
 
 def _analysis(which: str) -> dict:

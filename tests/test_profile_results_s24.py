@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu_evidence import assert_profile_report_rebuilds, profile_analysis, profile_pair_figures
+from tests.gpu_evidence import (
+    assert_profile_report_rebuilds,
+    profile_analysis,
+    profile_pair_figures,
+    profile_report_args,
+)
 
 S24 = "tests/fixtures/gpu/s24-h200-2026-12-02"
 PLAIN30 = "tests/fixtures/gpu/s18-h200-2026-12-01/profile-plain/profile.json"
@@ -21,11 +26,8 @@ REPORTS = {"26b-k4": ("gemma-4-26b-a4b-it", 30, 4, PLAIN30),
 
 
 def _args(which: str) -> list[str]:
-    baseline = REPORTS[which][3]
-    stem = f"benchmarks/results/profile-{which}-s24-h200-vllm0.27.1"
-    return ["--report", f"{S24}/profile-{which}/profile.json",
-            *(["--baseline", baseline] if baseline else []), "--roofline", "auto",
-            "--md", f"{stem}.md", "--json", f"{stem}.json"]
+    return profile_report_args(f"{S24}/profile-{which}/profile.json", f"profile-{which}-s24-h200-vllm0.27.1",
+                               REPORTS[which][3])
 
 
 def analysis(which: str) -> dict:

@@ -266,13 +266,12 @@ def test_gpu_busy_against_wall(gemma4):
     assert "(engine TPOT 3.600 ms); GPU busy" in profile_report.render_markdown(recorded_profile(), analysis)
 
 
-def test_kernels_side_by_side_on_streams_count_once_in_the_busy_time(gemma4, tmp_path):
+def test_kernels_side_by_side_on_streams_count_once_in_the_busy_time(gemma4):
     # Qwen's step runs kernels on two streams at once (§15): their sum outgrew the wall time.
     # Each side kernel is shorter than the one beside it (6.1 µs), so it adds no busy time.
     side = 5.0
     launches = KERNELS["decode_step"][0]["launches"]
     data = recorded_profile(wall_ms_per_step=3.6, side_us=side)
-    data["roofline"] = None
     analysis = profile_report.analyse(data, gemma4, profile_report.read_roofline(ROOFLINE_FILE))
     assert analysis["kernel_us_per_step"] == pytest.approx(step_us() + side * launches)
     assert analysis["busy_us_per_step"] == pytest.approx(step_us(), abs=1e-6)
