@@ -13,6 +13,7 @@ import json
 import subprocess
 
 import pytest
+from packaging.version import Version
 
 from forge.patching import diffs
 from forge.patching.readme_table import checked_releases
@@ -30,11 +31,11 @@ A, N = "applies", "not-needed"
 APPLIES_ON = ("0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0")
 EXPECTED = {v: (A if v in APPLIES_ON else N) for v in (
     "0.21.0", "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0",
-    "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")}
+    "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")}
 # The launcher's gate before the patch: every multi-row batch on the 2D path.
 OLD_GATE = b"        or max_seqlen_q > 1\n        or num_seqs > seq_threshold_3D\n"
 NEW_GATE = b"        or max_seqlen_q > max_q_len_3D\n"
-# 0.33.0 carries upstream's own version of the change.
+# 0.33.0 on carry upstream's own version of the change.
 UPSTREAM_OWN = b"max_seqlen_q > MAX_3D_QUERY_LEN"
 
 
@@ -61,12 +62,12 @@ def test_status_on_every_release_is_what_its_source_says():
             for rel, new in diffs.plan_diff(tree, patch.diffs).items():
                 compile(new, rel, "exec", dont_inherit=True)
         # Outside the range: 0.21.0-0.27.0 (the diff fits, but only 0.27.1 on was read and
-        # checked), 0.32.0 (the scratch sizing was rewritten: the diff conflicts) and 0.33.0
+        # checked), 0.32.0 (the scratch sizing was rewritten: the diff conflicts) and 0.33.0 on
         # (upstream's own gate).
         if version == "0.32.0":
             with pytest.raises(diffs.HunkError):
                 diffs.plan_diff(tree, patch.diffs)
-        if version == "0.33.0":
+        if Version(version) >= Version("0.33.0"):
             assert UPSTREAM_OWN in launcher and OLD_GATE not in launcher
 
 
