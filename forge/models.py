@@ -384,9 +384,11 @@ class Family:
         return config
 
     def write_dummy_models(self, root: Path | str, layers: int | None = None, shape: str | None = None,
-                           centroids: bool = False, fp8_checkpoint: str | None = None) -> tuple[Path, Path | None]:
+                           centroids: bool = False, fp8_checkpoint: str | None = None,
+                           drafter: bool = True) -> tuple[Path, Path | None]:
         """Write target and assistant config.json under root; return (target_dir, assistant_dir).
-        A drafter inside the checkpoint has no directory of its own: assistant_dir is None.
+        A drafter inside the checkpoint has no directory of its own: assistant_dir is None, as
+        with drafter=False (the target alone, for a plain engine: any model of the family).
         fp8_checkpoint ("fp8-dynamic" or "fp8-static"): the target's config carries
         fp8_checkpoint_config(it) as its quantization_config (a pre-quantized checkpoint; the
         separate assistant stays BF16, as only the target is shipped quantized). Use a root of its
@@ -401,7 +403,7 @@ class Family:
         if fp8_checkpoint is not None:
             target["quantization_config"] = self.fp8_checkpoint_config(fp8_checkpoint)
         written = [(root / f"{prefix}-{model.name}-L{layers}", target)]
-        if self.drafter_loading == "separate-checkpoint":
+        if drafter and self.drafter_loading == "separate-checkpoint":
             written.append((root / f"{prefix}-{model.name}-assistant{suffix}",
                             self.assistant_config(model, centroids)))
         for directory, config in written:

@@ -45,18 +45,17 @@ def test_every_session_script_parses(script):
     assert result.returncode == 0, result.stderr
 
 
-NEXT_SESSION = SESSION / "s24.sh"
+NEXT_SESSION = SESSION / "s25.sh"
 BENCHES = SESSION / "benches.sh"
 
 
-def test_the_next_sessions_engines_are_ones_bench_accepts():
-    """A typo in an --engine costs an engine start on the GPU: the next script's literal engine
-    definitions parse as bench parses them (site= folders are the GPU host's, not checked here),
-    and so do its bench flags."""
+def test_the_long_attention_benchs_engines_are_ones_bench_accepts():
+    """A typo in an --engine costs an engine start on the GPU: bench_long_attn's literal engine
+    definitions (s24's, kept for a rerun) parse as bench parses them (site= folders are the GPU
+    host's, not checked here), and so do its bench flags."""
     from verify import bench
 
-    assert "bench_long_attn" in NEXT_SESSION.read_text()
-    text = BENCHES.read_text()  # where the next session's bench is defined
+    text = BENCHES.read_text()
     folders = dict(re.findall(r"^([A-Z0-9]+)=(/tmp/\S+)", text, re.M))  # HEAD512=/tmp/site-head512
     bench_call = re.search(r"^bench_long_attn\(\) \{.*?^\}", text, re.M | re.S)[0]
     literals = [re.sub(r"\$([A-Z0-9]+)", lambda m: folders[m[1]], t)
@@ -74,24 +73,40 @@ def test_the_next_sessions_engines_are_ones_bench_accepts():
     assert bench.windows(args, bench.load_prompts())  # every window name is one bench knows
 
 
+PROFILE_CALL = re.compile(r"(profile_recipe|profile_long) (\S+) \"\$P\" (\S+) (\d+) (\d+) ([\d.]+)(?: (\d+))?")
+
+
+def profile_flags(function: str, prompt_tokens: str) -> list[str]:
+    """The flags benches.sh's profile function passes that decide what the profile can hold."""
+    body = re.search(rf"^{function}\(\) \{{.*?^\}}", BENCHES.read_text(), re.M | re.S)[0]
+    flags = ["--max-model-len", re.search(r"--max-model-len (\d+)", body)[1],
+             "--tokens", re.search(r"--tokens (\d+)", body)[1]]
+    return flags + (["--prompt-tokens", prompt_tokens] if prompt_tokens else [])
+
+
 def test_the_next_sessions_profiles_are_each_recipes_own_and_its_k():
-    """Each profile_recipe call profiles the recipe's own dummy model (verify/profile.py:
-    dummy_shape) at a depth the model has, plain or at the recipe's own k."""
+    """Each profile call profiles the recipe's own dummy model (verify/profile.py: dummy_shape) at
+    a depth the model has, plain or at the recipe's own k, and its prompt and replies fit the
+    context it is given (profile.check_lengths, which the GPU would otherwise refuse minutes in)."""
     from forge.serving.recipes import load_recipe
     from verify import profile
 
-    calls = re.findall(r"profile_recipe (\S+) \"\$P\" (\S+) (\d+) (\d+) ([\d.]+)", NEXT_SESSION.read_text())
-    assert [call[0] for call in calls] == ["profile-26b-k4", "profile-qwen40-plain", "profile-26b10-plain"]  # after s23
-    for name, recipe, layers, k, utilization in calls:
+    calls = PROFILE_CALL.findall(NEXT_SESSION.read_text())
+    assert [call[1] for call in calls] == ["profile-26b-k4-32k", "profile-26b-plain-32k", "profile-e4b-plain"]
+    for function, name, recipe, layers, k, utilization, prompt_tokens in calls:
         args = profile.parse_args(["--recipe", recipe, "--target", "h200", "--dummy", "--layers", layers,
-                                   "--k", k, "--gpu-memory-utilization", utilization, "--out", name])
+                                   "--k", k, "--gpu-memory-utilization", utilization, "--out", name,
+                                   *profile_flags(function, prompt_tokens)])
         loaded = load_recipe(recipe, "h200")
         family, model = loaded.family_model
         assert profile.dummy_shape(args) == model.name and 1 <= int(layers) <= model.layers
+        args.shape = profile.dummy_shape(args)
+        profile.check_lengths(args)
         assert int(k) in (0, loaded.speculative.num_speculative_tokens), name
-        assert name.endswith("plain" if k == "0" else f"k{k}")
-    # they start together: vLLM refuses a start whose share of the GPU is no longer free
-    assert sum(float(call[-1]) for call in calls) < 1
+        assert ("-plain" in name) == (k == "0") and (f"-k{k}" in name or k == "0")
+        assert (function == "profile_long") == bool(prompt_tokens) == name.endswith("-32k")
+    # one after another (no `&`): each step's time is its own engine's alone
+    assert "&" not in re.search(r"^job271\(\) \{.*?^\}", NEXT_SESSION.read_text(), re.M | re.S)[0]
 
 
 def test_jobs_that_do_not_fit_together_never_overlap_and_those_that_fit_do(tmp_path):

@@ -1,5 +1,6 @@
 """forge/models.py: models/<family>.yaml validated on load (errors name the file and the field), and
 what the code reads from it instead of Gemma 4 constants."""
+import json
 import shutil
 from pathlib import Path
 
@@ -65,6 +66,25 @@ def test_the_dummy_configs_keep_their_published_shapes():
     with pytest.raises(ValueError, match="assistant_heads: no assistant shape for Gemma-4-E4B"):
         family.assistant_config(GEMMA4.model("e4b"))
     assert GEMMA4.dummy_shapes() == ["26b-a4b", "31b"]
+
+
+def test_a_plain_engines_dummy_is_the_target_alone_of_any_model(tmp_path):
+    """E4B has no published assistant shape: its plain step can still be written and profiled
+    (verify/profile.py --k 0), its spec step is refused rather than run on another model's shapes."""
+    from verify import profile
+    from verify.dummy_models import write_dummy_models
+
+    target_dir, assistant_dir = write_dummy_models(tmp_path, 42, "e4b", drafter=False)
+    assert assistant_dir is None and sorted(p.name for p in tmp_path.iterdir()) == [target_dir.name]
+    written = json.loads((target_dir / "config.json").read_text())
+    assert (written["hidden_size"], written["num_hidden_layers"], written["num_kv_shared_layers"]) == (2560, 42, 18)
+    with pytest.raises(ValueError, match=r"unknown shape 'e4b' \(known: 26b-a4b, 31b, "):
+        write_dummy_models(tmp_path / "spec", 42, "e4b")  # with its drafter
+    plain = profile.parse_args(["--recipe", "gemma-4-e4b-it", "--target", "h200", "--dummy", "--k", "0"])
+    assert profile.dummy_shape(plain) == "e4b"
+    spec = profile.parse_args(["--recipe", "gemma-4-e4b-it", "--target", "h200", "--dummy", "--k", "3"])
+    with pytest.raises(ForgeError, match="models.e4b has no drafter shape for --dummy"):
+        profile.dummy_shape(spec)
 
 
 def test_the_architecture_check_reads_the_family():

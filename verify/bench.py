@@ -405,7 +405,8 @@ def engine_spec(recipe, args, engine: dict, out: Path, max_num_seqs: int | None 
         # that fp8 and bf16 engines of the same run load (the directory names are the same).
         checkpoint = dtype if dtype in PREQUANTIZED_FP8 else None
         target_dir, draft_dir = write_dummy_models(out / (f"models-{checkpoint}" if checkpoint else "models"),
-                                                   args.layers, args.shape, fp8_checkpoint=checkpoint)
+                                                   args.layers, args.shape, fp8_checkpoint=checkpoint,
+                                                   drafter=bool(k))
         kwargs.update(model=str(target_dir), load_format="dummy", skip_tokenizer_init=True)
         if k and draft_dir is not None:  # None: the drafter is inside the target's checkpoint
             kwargs["speculative_config"]["model"] = str(draft_dir)

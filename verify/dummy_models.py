@@ -18,40 +18,47 @@ def _families() -> list[Family]:
     return [load_family(name) for name in family_names()]
 
 
-def dummy_shapes() -> list[str]:
+def _shapes(family: Family, drafter: bool) -> list[str]:
+    """The family's models --dummy can write: with a drafter, those whose drafter shape is known;
+    without (a plain engine's target alone), every model."""
+    return family.dummy_shapes() if drafter else list(family.models)
+
+
+def dummy_shapes(drafter: bool = True) -> list[str]:
     """Every shape --dummy can write, across the families."""
-    return [shape for family in _families() for shape in family.dummy_shapes()]
+    return [shape for family in _families() for shape in _shapes(family, drafter)]
 
 
-def family_of(shape: str | None = None) -> tuple[Family, str]:
+def family_of(shape: str | None = None, drafter: bool = True) -> tuple[Family, str]:
     """The family that holds `shape` (default: the first dummy shape listed), and the shape."""
     for family in _families():
-        shapes = family.dummy_shapes()
+        shapes = _shapes(family, drafter)
         if shapes and (shape is None or shape in shapes):
             return family, shape or shapes[0]
-    raise ValueError(f"unknown shape {shape!r} (known: {', '.join(dummy_shapes())})")
+    raise ValueError(f"unknown shape {shape!r} (known: {', '.join(dummy_shapes(drafter))})")
 
 
-def resolve_shape(shape: str | None) -> str:
+def resolve_shape(shape: str | None, drafter: bool = True) -> str:
     """The shape --dummy writes: `shape` if a family has it, else the first listed."""
-    return family_of(shape)[1]
+    return family_of(shape, drafter)[1]
 
 
-def check_shape_flag(parser, args) -> None:
+def check_shape_flag(parser, args, drafter: bool = True) -> None:
     """A given --shape must name a dummy model of models/: checked after parsing, not by argparse,
-    so that --help needs no models/ directory (bench.py and mtp_smoke.py)."""
+    so that --help needs no models/ directory (bench.py, mtp_smoke.py, profile.py)."""
     if args.dummy and args.shape:
         try:
-            args.shape = resolve_shape(args.shape)
+            args.shape = resolve_shape(args.shape, drafter)
         except ValueError as exc:
             parser.error(str(exc))
 
 
-def recipe_shape(recipe, shape: str | None = None) -> str:
+def recipe_shape(recipe, shape: str | None = None, drafter: bool = True) -> str:
     """The shape --dummy writes for a recipe: `shape` if the recipe's family has it, else the
-    recipe's own model where it has a drafter shape, else the family's first."""
+    recipe's own model where it has a drafter shape (any model when drafter=False), else the
+    family's first."""
     family, model = recipe.family_model
-    shapes = family.dummy_shapes()
+    shapes = _shapes(family, drafter)
     if shape is not None:
         if shape not in shapes:
             raise ValueError(f"--shape {shape}: not a dummy shape of {recipe.name}'s family {family.name} "
@@ -64,12 +71,12 @@ def recipe_shape(recipe, shape: str | None = None) -> str:
 
 
 def full_layers(shape: str | None = None) -> int:
-    family, name = family_of(shape)
+    family, name = family_of(shape, drafter=False)
     return family.model(name).layers
 
 
 def target_config(layers: int | None = None, shape: str | None = None) -> dict:
-    family, name = family_of(shape)
+    family, name = family_of(shape, drafter=False)
     return family.target_config(family.model(name), layers)
 
 
@@ -79,18 +86,20 @@ def assistant_config(shape: str | None = None, centroids: bool = False) -> dict:
 
 
 def write_dummy_models(root: Path | str, layers: int | None = None, shape: str | None = None,
-                       centroids: bool = False, fp8_checkpoint: str | None = None) -> tuple[Path, Path | None]:
+                       centroids: bool = False, fp8_checkpoint: str | None = None,
+                       drafter: bool = True) -> tuple[Path, Path | None]:
     """Write target and assistant config.json under root; return (target_dir, assistant_dir), the
-    latter None where the family's drafter is inside the target's checkpoint. fp8_checkpoint
+    latter None where the family's drafter is inside the target's checkpoint, or with
+    drafter=False (the target alone: any model of the family). fp8_checkpoint
     ("fp8-dynamic" or "fp8-static"): the target as a pre-quantized compressed-tensors FP8
     checkpoint (Family.fp8_checkpoint_config)."""
-    family, name = family_of(shape)
-    return family.write_dummy_models(root, layers, name, centroids, fp8_checkpoint)
+    family, name = family_of(shape, drafter)
+    return family.write_dummy_models(root, layers, name, centroids, fp8_checkpoint, drafter)
 
 
 def encode_without_tokenizer(text: str, shape: str | None = None) -> list[int]:
     """Token ids for a prompt when the dummy model has no tokenizer: BOS then one id per UTF-8
     byte, offset past the special ids. Prompt lengths stay realistic (a byte is a short token);
     the ids mean nothing to dummy weights, which is all a dummy run can promise."""
-    bos = family_of(shape)[0].token_ids["bos"]
+    bos = family_of(shape, drafter=False)[0].token_ids["bos"]
     return [bos] + [1000 + byte for byte in text.encode("utf-8")]

@@ -92,8 +92,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "step attends over (default: the first gate prompt, ~276)")
     p.add_argument("--dummy", action="store_true",
                    help="dummy weights in the shapes of the recipe's model (models/)")
-    p.add_argument("--shape", help="with --dummy: a model of models/<family>.yaml with an assistant "
-                                   "shape (default: the recipe's own model where it has one)")
+    p.add_argument("--shape", help="with --dummy: a model of models/<family>.yaml, with an assistant "
+                                   "shape unless --k 0 (default: the recipe's own model)")
     p.add_argument("--layers", type=int, help="with --dummy: target layers (default: real depth)")
     p.add_argument("--control", choices=controls.CONTROLS, default="agree",
                    help="with --dummy: agreeing (every draft accepted) or random model")
@@ -117,7 +117,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--work", help="the dummy models, the controls plugin and the raw traces "
                                   "(default: a folder under the system's temp dir)")
     args = p.parse_args(argv)
-    check_shape_flag(p, args)  # a given --shape names a dummy model of models/, as in bench.py
+    # a given --shape names a dummy model of models/, as in bench.py; the plain step needs no drafter
+    check_shape_flag(p, args, drafter=args.k > 0)
     return args
 
 
@@ -263,11 +264,19 @@ def run_recipe(args):
 
 def dummy_shape(args) -> str:
     """The dummy model the recipe's profile builds: its own model where the family has a drafter
-    shape for it, as bench.py and mtp_smoke.py take it (verify/dummy_models.py: recipe_shape)."""
+    shape for it, as bench.py and mtp_smoke.py take it (verify/dummy_models.py: recipe_shape); for
+    the plain step (--k 0) its own model always, drafter shape or not."""
+    recipe = run_recipe(args)
     try:
-        return recipe_shape(run_recipe(args), args.shape)
+        shape = recipe_shape(recipe, args.shape, drafter=args.k > 0)
     except ValueError as exc:
         raise ForgeError(str(exc)) from None
+    family, model = recipe.family_model
+    if args.shape is None and shape != model.name:
+        # a profile is read as the recipe model's: never another model's shapes in its place
+        raise ForgeError(f"--k {args.k}: {family.source}: models.{model.name} has no drafter shape "
+                         f"for --dummy; profile its plain step (--k 0) or name a --shape")
+    return shape
 
 
 def engine_plan(args, work: Path):

@@ -80,3 +80,12 @@ profile_recipe() {   # name, PYTHONPATH, recipe, layers, k, GPU memory utilizati
     --moe-config-dir patches/moe-configs --gpu-memory-utilization "$6" --kv-cache-gib 2 \
     --max-model-len 8192 --max-seconds 600 --out "$W/$1"
 }
+
+profile_long() {   # name, PYTHONPATH, recipe, layers, k, GPU memory utilization, prompt tokens: profile_recipe's
+  # settings over a long prompt (s25: the k=4 step cost 12.0 ms at 32k tokens against 5.0 at 8k in s24's
+  # bench, the plain step 2.8 ms at both); room for the prompt, the replies and one spec step beyond
+  PYTHONPATH=$2 timeout 660 python3 -m verify.profile --recipe "$3" --target h200 --dummy \
+    --layers "$4" --k "$5" --tokens 128 --prompt-tokens "$7" --attention-backend TRITON_ATTN \
+    --moe-config-dir patches/moe-configs --gpu-memory-utilization "$6" --kv-cache-gib 4 \
+    --max-model-len 33024 --max-seconds 600 --out "$W/$1"
+}
