@@ -8,7 +8,11 @@ import pytest
 
 from forge import REPO_ROOT
 from forge.commands.cli import DEFAULT_COMMAND, build_parser
+from forge.patching.series import load_series
 from tests.build_cli import run_build
+
+_CHECKED = load_series().checked_through.split(".")
+UNCHECKED = f"{_CHECKED[0]}.{int(_CHECKED[1]) + 1}.0"  # newer than the series' checked_through
 
 
 def run(*args):
@@ -110,7 +114,7 @@ def _lock(tmp_path, vllm="0.25.0"):
     ("build", ["--target", "a100", "--vllm", "0.25.0", "--locked"], {"VLLM_FORGE_LOCK": "{tmp}/none.yaml"}),
     ("build", ["--target", "a100", "--vllm", "0.25.0", "--plan", "--locked"], {"VLLM_FORGE_LOCK": "{tmp}/none.yaml"}),
     ("release-matrix", ["release-matrix", "--vllm", "0.25.0"], {"VLLM_FORGE_LOCK": "{tmp}/none.yaml"}),
-    ("build", ["--target", "a100", "--vllm", "0.34.0", "--plan"], {}),
+    ("build", ["--target", "a100", "--vllm", UNCHECKED, "--plan"], {}),
     ("bake", ["bake", "--vllm", "0.25.0", "-o", "{tmp}/bake.json"], {"VLLM_FORGE_LOCK": "{lock}"}),
     ("build", ["--target", "gb10", "--vllm", "0.25.0", "--plan"], {"VLLM_FORGE_LOCK": "{lock}"}),
     ("lock", ["lock", "--vllm", "0.25.0", "--target", "tpu"], {}),

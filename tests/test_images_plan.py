@@ -182,9 +182,15 @@ def test_a_rebuild_release_from_a_new_commit_gets_a_new_tag(tmp_path):
 def test_releases_outside_the_manifest_are_refused_by_plan_and_build(tmp_path):
     """Before: targets offered bases from 0.19.0 and the plan passed; the build failed in `RUN`."""
     repo = copy_repo(tmp_path / "repo")
+    from packaging.version import Version
+
+    from forge.patching.series import load_series
+
+    checked = load_series().checked_through
+    unchecked = f"{Version(checked).major}.{Version(checked).minor + 1}.0"
     for args in (("--plan",), ()):
-        line = refused(repo, "--target", "a100", "--vllm", "0.34.0", *args)
-        assert "vLLM 0.34.0 is newer than checked_through 0.33.0" in line
+        line = refused(repo, "--target", "a100", "--vllm", unchecked, *args)
+        assert f"vLLM {unchecked} is newer than checked_through {checked}" in line
     targets = repo / "images" / "targets.yaml"
     targets.write_text(targets.read_text().replace('releases: ">=0.21.0"', 'releases: ">=0.19.0"'))
     line = refused(repo, "--target", "h200", "--vllm", "0.25.0", "--plan")

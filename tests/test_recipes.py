@@ -9,10 +9,18 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.version import Version
 
 from forge.errors import ForgeError
 from forge.serving import recipes
-from forge.serving.recipes import ENGINE_SETTINGS, RECIPES_DIR, load_all, load_recipe, moe_config_name
+from forge.serving.recipes import (
+    ENGINE_SETTINGS,
+    RECIPES_DIR,
+    load_all,
+    load_recipe,
+    moe_config_name,
+    series_coverage,
+)
 from forge.targets import load_targets
 
 REPO = Path(__file__).resolve().parents[1]
@@ -524,10 +532,11 @@ def test_a_targets_recipes_are_the_files_that_name_it(tmp_path):
 
 
 def test_the_range_is_capped_at_the_series_coverage(monkeypatch, tmp_path):
-    assert load_recipe("gemma-4-31b-it", "h200").vllm == ">=0.25.0,<0.34"
+    through = Version(series_coverage()[1])
+    assert load_recipe("gemma-4-31b-it", "h200").vllm == f">=0.25.0,<{through.major}.{through.minor + 1}"
     series = tmp_path / "series.yaml"
     series.write_text((REPO / "patches" / "series.yaml").read_text().replace(
-        "checked_through: 0.33.0", "checked_through: 0.35.1"))
+        f"checked_through: {through}\n", "checked_through: 0.35.1\n"))
     monkeypatch.setenv("VLLM_FORGE_SERIES", str(series))
     recipe = load_recipe("gemma-4-31b-it", "h200")
     assert recipe.vllm == ">=0.25.0,<0.36" and recipe.admits("0.35.1") and not recipe.admits("0.36.0")
