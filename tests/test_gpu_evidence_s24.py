@@ -91,3 +91,28 @@ def test_the_job_ran_in_order_and_both_smokes_passed():
         assert timeline.index(f"{smoke}: exit 0 RESULT: PASS") > timeline.index("job271 done")
         report = SESSION.report(smoke)
         assert report["passed"] and report["versions"]["vllm"] == "0.27.1", smoke
+
+
+def test_the_long_context_decode_splits_into_a_step_and_a_fixed_cost(rebuilt):
+    """§15.4: the k=4 engines' 32k decode holds a fixed cost a request far above anything the same
+    solve gives at short context in every committed bench report (sustained windows)."""
+    from pathlib import Path
+
+    from verify import bench_report
+
+    split = {n: e["derived"]["decode_split"] for n, e in rebuilt[1]["engines"].items() if e["k"]}
+    recipe = split["fp8-mtp4-v2"]
+    assert (recipe["long8k"]["step_ms"], recipe["long32k"]["step_ms"]) == (4.635, 6.455)
+    assert (recipe["long8k"]["fixed_ms"], recipe["long32k"]["fixed_ms"]) == (7.5, 138.0)
+    assert all(s["long32k"]["fixed_ms"] > 100 for s in split.values())
+    short = []
+    for path in sorted(Path("benchmarks/results").glob("verify-bench-*.json")):
+        for engine in json.loads(path.read_text())["engines"].values():
+            figures = engine.get("figures") or {}
+            done = bench_report.decode_split(figures.get("sustained@agree"), figures.get("sustained@random"))
+            if engine.get("k") and done:
+                short.append(done["fixed_ms"])
+    assert len(short) >= 20 and max(short) <= 13 < min(s["long32k"]["fixed_ms"] for s in split.values())
+    for row in ("| s24, recipe k=4 (shipped series) | 4.63 ms / 7.5 ms | 6.46 ms / 138 ms |",
+                "| s24, head512 copy | 4.63 ms / 18.9 ms | 6.63 ms / 238 ms |"):
+        assert row in SECTION, row

@@ -327,3 +327,26 @@ def test_an_engine_told_kv_auto_is_the_default_cache_before_one_left_to_the_reci
                "failed": {**base, "kv": "auto", "figures": None}}
     assert bench_report.default_kv_engines(engines) == {bench_report._kv_peer(base): "told"}
     assert bench_report._kv_peer(base) == bench_report._kv_peer(engines["fp8kv"])
+
+
+def _figures(steps: int, step_ms: float, requests: int = 1, concurrency: int = 1) -> dict:
+    return {"steps": steps, "step_ms": step_ms, "requests": requests, "concurrency": concurrency}
+
+
+def test_a_spec_engines_decode_splits_into_a_steady_step_and_a_fixed_cost_a_request():
+    # 26 steps at full acceptance and 127 at zero, 6.5 ms each, plus 140 ms once a request
+    full, zero = _figures(26, (26 * 6.5 + 140) / 26), _figures(127, (127 * 6.5 + 140) / 127)
+    assert bench_report.decode_split(full, zero) == {"step_ms": 6.5, "fixed_ms": 140.0}
+    # two requests one after another: the fixed cost is each one's
+    two = bench_report.decode_split(_figures(52, (52 * 6.5 + 280) / 52, 2), _figures(254, (254 * 6.5 + 280) / 254, 2))
+    assert two == {"step_ms": 6.5, "fixed_ms": 140.0}
+    # no split where requests overlap, the steps are the same (a plain engine) or a control is missing
+    assert bench_report.decode_split(_figures(26, 12.0, 8, 8), _figures(127, 7.6, 8, 8)) is None
+    assert bench_report.decode_split(_figures(127, 2.8), _figures(127, 2.6)) is None
+    assert bench_report.decode_split(full, None) is None
+
+
+def test_the_long_context_table_shows_the_split_only_where_there_is_one(long_report):
+    _, report = long_report  # two plain engines: no speculative engine, no split column
+    assert not any("decode_split" in e["derived"] for e in report["engines"].values())
+    assert "steady step ms" not in bench_report.render_markdown(report)

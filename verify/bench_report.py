@@ -168,6 +168,11 @@ def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
                 if ref and ref.get("decode_tok_s") and f.get("decode_tok_s"):
                     w[key] = round(f["decode_tok_s"] / ref["decode_tok_s"], 3)
             derived["windows"][window] = w
+        if engine["k"]:
+            split = {base: s for base in dict.fromkeys(w.split("@")[0] for w in figures if long_window(w))
+                     if (s := decode_split(*_pair(figures, base)))}
+            if split:
+                derived["decode_split"] = split
         if by_concurrency:
             stock_figures = engines[stock].get("figures") if stock else None
             derived["concurrency"] = concurrency_derived(figures, derived["windows"], stock_figures)
@@ -193,6 +198,25 @@ def derive(engines: dict[str, dict], profiles: dict | None = None) -> None:
                     "mean_acceptance_length": round(length, 3), "tok_s": round(tok_s, 1),
                     "speedup_vs_stock": round(tok_s / stock_tok_s, 3) if stock_tok_s else None}
         engine["derived"] = derived
+
+
+def decode_split(full: dict | None, zero: dict | None) -> dict | None:
+    """A speculative engine's decode time in one request-at-a-time window as steps x a steady step
+    cost + a fixed cost a request, solved from its two controls: the agreeing model decodes the
+    same reply in fewer steps than the random one, and a step costs the same at any acceptance
+    (module docstring). None where the two do not differ in steps, or requests overlapped.
+    s20/s24 (docs/gpu-evidence.md §15.4): at 32k tokens the k=4 engine's decode holds a fixed
+    ~110-140 ms a request (240 with a candidate) that TPOT x tokens/step spreads over a short
+    reply's few steps; at short context the solve's fixed part stays within -39..+13 ms."""
+    if not full or not zero or full.get("concurrency", 1) != 1 or zero.get("concurrency", 1) != 1:
+        return None
+    if not all(w.get("steps") and w.get("step_ms") and w.get("requests") for w in (full, zero)):
+        return None
+    if zero["steps"] == full["steps"]:
+        return None
+    full_ms, zero_ms = full["steps"] * full["step_ms"], zero["steps"] * zero["step_ms"]
+    step = (zero_ms - full_ms) / (zero["steps"] - full["steps"])
+    return {"step_ms": round(step, 3), "fixed_ms": round((full_ms - full["steps"] * step) / full["requests"], 1)}
 
 
 def measures_beyond_conc8(engines: dict[str, dict]) -> bool:
@@ -409,17 +433,28 @@ def long_context_table(engines: dict[str, dict], controlled: bool) -> list[str]:
     if not rows:
         return []
     pair = "full / zero acc." if controlled else "as measured"
+    split = any((e.get("derived") or {}).get("decode_split") for e in engines.values())
     return ["", "Long context (`long<N>k[-conc<C>]`: N x 1024 prompt tokens from the prose prompts, "
                 "C requests at once): decode = 1/TPOT over the reply, at that context; vs default KV "
                 "cache: an engine with kv= over the same engine without it; prefill ms = "
                 "time to the first token of a batch's last request (its prefill, with the others' "
-                "ahead of it), prefill tok/s = prompt tokens over those times", "",
+                "ahead of it), prefill tok/s = prompt tokens over those times"
+            + ("; steady step / fixed ms: a speculative engine's decode split into steps x a steady "
+               "step cost + a fixed cost a request, solved from its two controls (one request at "
+               "a time)" if split else ""), "",
             f"| engine | window | prompt tokens | requests at once | decode tok/s {pair} | speedup vs "
             f"plain / vs stock / vs default KV cache ({'full acc.' if controlled else 'as measured'}) "
-            f"| prefill ms {pair} | prefill tok/s {pair} |", "|" + "---|" * 8, *rows]
+            f"| prefill ms {pair} | prefill tok/s {pair} |" + (" steady step ms / fixed ms a request |" if split else ""),
+            "|" + "---|" * (9 if split else 8), *(_with_split(r, split) for r in rows)]
 
 
-def _long_row(name: str, engine: dict, base: str, controlled: bool) -> str:
+def _with_split(row: tuple[str, str | None], split: bool) -> str:
+    text, cell = row
+    return text + (f" {cell or '–'} |" if split else "")
+
+
+def _long_row(name: str, engine: dict, base: str, controlled: bool) -> tuple[str, str | None]:
+    """The row's cells, and its decode split's (None where it has none)."""
     figures = engine["figures"]
     full, zero = _pair(figures, base)
     speedups = ((engine.get("derived") or {}).get("windows") or {}).get(_name(figures, base, "agree"), {})
@@ -427,7 +462,9 @@ def _long_row(name: str, engine: dict, base: str, controlled: bool) -> str:
            _fmt((full or {}).get("concurrency")), _both(full, zero, "decode_tok_s", controlled),
            " / ".join(_fmt(speedups.get(f"speedup_vs_{ref}")) for ref in ("plain", "stock", "default_kv")),
            _both(full, zero, "prefill_ms", controlled), _both(full, zero, "prefill_tok_s", controlled)]
-    return "| " + " | ".join(row) + " |"
+    split = ((engine.get("derived") or {}).get("decode_split") or {}).get(base)
+    cell = f"{_fmt(split['step_ms'])} / {_fmt(split['fixed_ms'])}" if split else None
+    return "| " + " | ".join(row) + " |", cell
 
 
 def engine_label(name: str, engine: dict) -> str:
