@@ -12,7 +12,7 @@ from forge.schema import pep440_version
 
 def cmd_drift(args) -> int:
     """Exit 0: no finding; 1: the version breaks a supported release no constraint covers;
-    2: the check could not run (probe error, bad input)."""
+    2: the check could not run (probe error, a version the index cannot install, bad input)."""
     from forge.patching.series import load_series
     from forge.watch import drift
 

@@ -7,26 +7,62 @@ dependencies), for running a dependency's real code on the host without installi
 An environment is built in a private staging directory and renamed into place only once pip has
 installed the package and the package imports at the asked version, so an interrupted or failed
 build leaves nothing that a later run would mistake for a finished one. Wheels only
-(`--only-binary :all:`): nothing is compiled on the host.
+(`--only-binary :all:`): nothing is compiled on the host. pip reads the index forge.upstream.pypi
+reads ($VLLM_FORGE_PYPI, else pip's own configuration).
+
+When pip fails because one of the version's requirements names no release the index publishes
+(`No matching distribution found for kernels<0.20,>=0.19.1`), and the index, asked again, confirms
+that no published release of that project satisfies it, the failure is a fact about the version
+(UninstallableError: nobody can install it from that index), not about this machine; any other
+failure, a wheel missing for this interpreter included, stays a plain ForgeError.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from forge.errors import ForgeError
+from forge.upstream import pypi
 from forge.upstream.releases import cache_dir
 
 MARKER = "forge-env.json"
 PIP_TIMEOUT_S = 900
+# What pip prints for a requirement no candidate satisfies; the parent is named `(from transformers)`
+# by pip 23.2 and may carry its version, `(from transformers==5.25.0)`.
+NO_DISTRIBUTION = re.compile(r"^ERROR: No matching distribution found for (?P<requirement>.+?)\s*$", re.M)
+NOT_SATISFIED = (r"Could not find a version that satisfies the requirement {} "
+                 r"\(from (?!versions:)(?P<parent>[^()]+)\)")
+
+
+class UninstallableError(ForgeError):
+    """package==version cannot be installed from the index: `requirement` (one of its own
+    requirements, or of a dependency's: `required_by`) is met by no release the index publishes
+    (newest final release: `newest_published`; None when the index publishes none)."""
+
+    def __init__(self, package: str, version: str, requirement: str, newest_published: str | None,
+                 required_by: str | None = None):
+        self.package, self.version, self.requirement = package, version, requirement
+        self.newest_published, self.required_by = newest_published, required_by
+        super().__init__(f"{package} {version} {self.reason}")
+
+    @property
+    def reason(self) -> str:
+        """'cannot be installed from the index: it requires ...' (the message without the name)."""
+        project = Requirement(self.requirement).name
+        through = f" (through {self.required_by})" if self.required_by else ""
+        fact = (f"the index publishes no {project} release" if self.newest_published is None else
+                f"no published {project} release satisfies it (newest {self.newest_published})")
+        return f"cannot be installed from the index: it requires {self.requirement}{through} and {fact}"
 
 
 def env_dir(package: str, version: str) -> Path:
@@ -46,10 +82,15 @@ def python_of(env: Path) -> Path:
     return env / "bin" / "python"
 
 
+def _index_args() -> list[str]:
+    """pip's --index-url when forge reads another index than PyPI ($VLLM_FORGE_PYPI)."""
+    return ["--index-url", pypi.simple_url()] if os.environ.get("VLLM_FORGE_PYPI") else []
+
+
 def install_command(package: str, version: str, env: Path) -> str:
     """The commands that make the environment by hand (printed when offline)."""
     return (f"python3 -m venv {env} && {python_of(env)} -m pip install --only-binary :all: "
-            f"{package}=={version}")
+            + "".join(f"{arg} " for arg in _index_args()) + f"{package}=={version}")
 
 
 def package_env(package: str, version: str, offline: bool = False) -> Path:
@@ -78,9 +119,7 @@ def package_env(package: str, version: str, offline: bool = False) -> Path:
 def _build(env: Path, package: str, version: str) -> None:
     _run([sys.executable, "-m", "venv", str(env)], f"cannot make a venv at {env}")
     python = str(python_of(env))
-    _run([python, "-m", "pip", "install", "--quiet", "--no-input", "--disable-pip-version-check",
-          "--only-binary", ":all:", f"{package}=={version}"],
-         f"pip cannot install {package}=={version} into {env}")
+    _pip_install(python, package, version, f"pip cannot install {package}=={version} into {env}")
     installed = _run([python, "-c", "import importlib.metadata as m, sys; "
                       "print(m.version(sys.argv[1]))", package],
                      f"{package}=={version} installed into {env} does not load").strip()
@@ -92,14 +131,70 @@ def _build(env: Path, package: str, version: str) -> None:
          "installed": frozen.split()}, indent=1) + "\n")
 
 
-def _run(command: list[str], failure: str) -> str:
+def _pip_install(python: str, package: str, version: str, failure: str) -> None:
+    command = [python, "-m", "pip", "install", "--quiet", "--no-input", "--disable-pip-version-check",
+               "--only-binary", ":all:", *_index_args(), f"{package}=={version}"]
+    done = _completed(command, failure)
+    if done.returncode != 0:
+        uninstallable = unmet_requirement(package, version, done.stderr)
+        if uninstallable is not None:
+            raise uninstallable
+        raise ForgeError(f"{failure}: {_last_line(done.stderr)}")
+
+
+def unmet_requirement(package: str, version: str, pip_stderr: str) -> UninstallableError | None:
+    """The UninstallableError pip's output shows, once the index confirms it: the requirement pip
+    found no distribution for is the version's own (or a dependency's, never the package itself)
+    and no release the index publishes satisfies it (pre-releases as pip counts them: only where
+    no final release does). None for anything else, and when the index does not answer."""
+    found = NO_DISTRIBUTION.findall(pip_stderr)
+    if len(found) != 1:
+        return None
+    text = found[0]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+        requirement = Requirement(text)
+    except InvalidRequirement:
+        return None
+    if canonicalize_name(requirement.name) == canonicalize_name(package):
+        return None  # the version itself is not there: not a requirement of it
+    try:
+        published = pypi.live_versions(requirement.name)
+    except pypi.UnknownProject:
+        published = []
+    if published is None or list(requirement.specifier.filter(published)):
+        return None  # the index does not answer, or it has a release pip could not take here
+    finals = [v for v in published if not (v.is_prerelease or v.is_devrelease)] or published
+    return UninstallableError(package, version, text, str(max(finals)) if finals else None,
+                              _required_by(pip_stderr, text, package))
+
+
+def _required_by(pip_stderr: str, requirement: str, package: str) -> str | None:
+    """The project pip names as the requirement's parent, when that is not the package itself."""
+    named = re.search(NOT_SATISFIED.format(re.escape(requirement)), pip_stderr)
+    if named is None:
+        return None
+    try:
+        parent = canonicalize_name(Requirement(named["parent"]).name)
+    except InvalidRequirement:
+        return None
+    return None if parent == canonicalize_name(package) else str(parent)
+
+
+def _completed(command: list[str], failure: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise ForgeError(f"{failure}: no answer in {PIP_TIMEOUT_S} s") from exc
+
+
+def _last_line(stderr: str) -> str:
+    return (stderr.strip().splitlines() or ["(no output)"])[-1]
+
+
+def _run(command: list[str], failure: str) -> str:
+    done = _completed(command, failure)
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ForgeError(f"{failure}: {last}")
+        raise ForgeError(f"{failure}: {_last_line(done.stderr)}")
     return done.stdout
 
 

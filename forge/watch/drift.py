@@ -16,7 +16,10 @@ into a cached environment (forge.upstream.pyenvs), writes the Gemma 4 target and
     probe-error            the probe could not run the release's code: a failed check, never a pass
 
 A version that `breaks` a supported release is a finding: `build.py drift` exits 1 and
-`build.py upstream-watch` opens an issue.
+`build.py upstream-watch` opens an issue. A version the index cannot install (one of its own
+requirements is met by no published release: forge.upstream.pyenvs.UninstallableError) is not
+checked at all: the report says so (`uninstallable`, no per-release results), `build.py drift`
+exits 2, and the upstream watch records it without counting it as checked.
 
 Known case (vLLM issues #51744, #52768): transformers 5.15.0 makes Gemma 4's text config
 heterogeneous (`per_layer_config`), reading `config.head_dim` raises
@@ -65,6 +68,8 @@ class DriftReport:
     probe: str
     results: list[ReleaseResult]
     environment: list[str] = field(default_factory=list)   # what pip installed next to it
+    # Why the version was not checked: "cannot be installed from the index: it requires ..."
+    uninstallable: str | None = None
 
     @property
     def findings(self) -> list[ReleaseResult]:
@@ -171,7 +176,10 @@ def check(package: str, version: str, series, releases_to_check: list[str] | Non
     targets = releases_to_check or supported_releases(series, offline=offline)
     pyenvs.env_dir(package, version)  # a bad version fails here, before any download
     trees = {r: releases.release_tree(r, offline=offline) for r in targets}
-    python = pyenvs.package_env(package, version, offline=offline)
+    try:
+        python = pyenvs.package_env(package, version, offline=offline)
+    except pyenvs.UninstallableError as exc:
+        return DriftReport(package, version, probe, [], uninstallable=exc.reason)
     raw = run_probe(python, trees)
     if Version(raw["transformers"]) != Version(version):
         raise ForgeError(f"{python}: the probe ran transformers {raw['transformers']}, not {version}")
@@ -212,9 +220,12 @@ def model_cell(model: dict) -> str:
 
 
 def render(report: DriftReport) -> str:
+    heading = (f"{report.package} {report.version}: Gemma 4 engine-start code of each vLLM release "
+               f"({report.probe} probe)")
+    if report.uninstallable:
+        return "\n".join([heading, "", summary(report)]) + "\n"
     roles = list(report.results[0].models) if report.results else []
-    lines = [f"{report.package} {report.version}: Gemma 4 engine-start code of each vLLM release "
-             f"({report.probe} probe)", "",
+    lines = [heading, "",
              "| vLLM | verdict | " + " | ".join(roles) + " |", "|---|---|" + "---|" * len(roles)]
     for result in report.results:
         verdict = result.verdict + _verdict_note(result)
@@ -248,6 +259,8 @@ def runs(report: DriftReport, verdict: str) -> str:
 
 
 def summary(report: DriftReport) -> str:
+    if report.uninstallable:
+        return f"not checked: {unchecked_line(report)}; not a pass"
     if report.probe_errors:
         return (f"probe error on vLLM {', '.join(r.release for r in report.probe_errors)}: "
                 "the check did not run; not a pass")
@@ -258,8 +271,16 @@ def summary(report: DriftReport) -> str:
     return f"no finding: {report.package} {report.version} breaks no supported release uncovered"
 
 
+def unchecked_line(report: DriftReport) -> str:
+    """'transformers 5.25.0 cannot be installed from the index: it requires ...'."""
+    return f"{report.package} {report.version} {report.uninstallable}"
+
+
 def refuse_probe_errors(report: DriftReport) -> None:
-    """A check that could not run is a failure (exit 2), never a version passed."""
+    """A check that could not run (a probe error, a version the index cannot install) is a
+    failure (exit 2), never a version passed."""
+    if report.uninstallable:
+        raise ForgeError(unchecked_line(report))
     if report.probe_errors:
         first = report.probe_errors[0]
         message = next(m["error"]["message"] for m in first.models.values() if m.get("error"))

@@ -10,11 +10,12 @@ against the release's real source (forge.patching.status), then proposes the man
     issue instead of a pull request, and the manifest stays where it was.
 
 It also watches the dependencies Gemma 4 serving touches (patches/dependency-watch.yaml, next to
-the series): every final release on PyPI newer than a package's `checked_through` goes through the
-dependency drift check (forge.watch.drift) against every supported vLLM release, the new ones included.
-A version that breaks a release no `kind: dependency` entry covers is a finding: like a conflict,
-the watch fails (exit 3), the workflow opens an issue and nothing is written. Otherwise the
-pull request also moves the package's `checked_through`.
+the series; forge.watch.drift_watch): every final release on PyPI newer than a package's
+`checked_through` goes through the dependency drift check (forge.watch.drift) against every
+supported vLLM release, the new ones included. A version that breaks a release no `kind:
+dependency` entry covers is a finding: like a conflict, the watch fails (exit 3), the workflow
+opens an issue and nothing is written. Otherwise the pull request also moves the package's
+`checked_through`, never past a version the index cannot install (not checked, not a finding).
 
 `build.py upstream-watch --write` applies the edits with forge.patching.series.save_series (which
 keeps the manifest's comment block and re-validates the result) and
@@ -27,32 +28,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from forge.errors import ConflictError, ForgeError
+from forge.errors import ConflictError
 from forge.patching.vocabulary import Status
-from forge.watch import drift
-
-
-@dataclass
-class DependencyProposal:
-    package: str
-    checked_through: str                  # the watch list's value before the watch
-    new_versions: list[str]               # final releases on PyPI after it, oldest first
-    reports: list = field(default_factory=list)   # one forge.watch.drift.DriftReport per new version
-
-    @property
-    def newest(self) -> str | None:
-        return self.new_versions[-1] if self.new_versions else None
-
-    @property
-    def findings(self) -> list[tuple[str, str]]:
-        """(version, vLLM release) for each break no constraint covers."""
-        return [(r.version, f.release) for r in self.reports for f in r.findings]
-
-    def to_dict(self) -> dict:
-        return {"package": self.package, "checked_through": self.checked_through,
-                "new_versions": self.new_versions,
-                "findings": [{"version": v, "vllm": r} for v, r in self.findings],
-                "reports": [r.to_dict() for r in self.reports]}
+from forge.watch import drift_watch
+from forge.watch.drift_watch import DependencyProposal
 
 
 @dataclass
@@ -89,13 +68,13 @@ class Proposal:
 
     @property
     def changes_watch_list(self) -> bool:
-        return any(d.new_versions for d in self.dependencies) and not self.blocked
+        return any(d.moves_to for d in self.dependencies) and not self.blocked
 
     @property
     def branch(self) -> str:
         """The pull request's branch: what it moves, e.g. upstream-watch/vllm-0.34.0."""
         moved = ([f"vllm-{self.newest}"] if self.newest else []) + [
-            f"{d.package}-{d.newest}" for d in self.dependencies if d.newest]
+            f"{d.package}-{d.moves_to}" for d in self.dependencies if d.moves_to]
         return "upstream-watch/" + ("_".join(moved) or "nothing")
 
     def to_dict(self) -> dict:
@@ -134,29 +113,9 @@ def propose(series, offline: bool = False, recipes_root: Path | None = None, wat
         proposal.recipes_behind = [f"{r.name}/{r.target}" for r in recipes.load_all(recipes_root)
                                    if not r.reaches(proposal.newest)]
     if watch is not None:
-        proposal.dependencies = propose_dependencies(series, watch, newer, offline, through or {})
+        proposal.dependencies = drift_watch.propose_dependencies(series, watch, newer, offline,
+                                                                 through or {})
     return proposal
-
-
-def propose_dependencies(series, watch, new_vllm: list[str], offline: bool,
-                         through: dict[str, str]) -> list[DependencyProposal]:
-    """Run the drift check on every new version of every watched dependency, against the
-    supported vLLM releases and the new ones."""
-    from packaging.utils import canonicalize_name
-
-    supported = drift.supported_releases(series, offline=offline, extra=new_vllm)
-    limits = {canonicalize_name(k): Version(v) for k, v in through.items()}
-    proposals = []
-    for dependency in watch.dependencies:
-        limit = limits.get(canonicalize_name(dependency.package))
-        new = [str(v) for v in drift.final_versions(
-            dependency.package, newer_than=dependency.checked_through, offline=offline)
-            if limit is None or v <= limit]
-        reports = [drift.check(dependency.package, v, series, supported, offline=offline) for v in new]
-        for report in reports:
-            _refuse_probe_errors(report)
-        proposals.append(DependencyProposal(dependency.package, dependency.checked_through, new, reports))
-    return proposals
 
 
 def _propose_retirement(proposal: Proposal, patch, version: str) -> None:
@@ -167,31 +126,14 @@ def _propose_retirement(proposal: Proposal, patch, version: str) -> None:
         proposal.set_fixed_in[patch.id] = version
 
 
-def _refuse_probe_errors(report) -> None:
-    """A check that could not run is a failure of the watch, never a version passed."""
-    for result in report.probe_errors:
-        error = next(m["error"] for m in result.models.values() if m.get("error"))
-        raise ForgeError(f"{report.package} {report.version}: drift probe error on vLLM "
-                         f"{result.release}: {error['message']}")
-
-
 def apply(proposal: Proposal, series, watch=None) -> None:
     """Write the proposed edits into the manifest and the watch list. Refuses while a conflict or
     a drift finding is open."""
     refuse_if_blocked(proposal)
     if watch is not None and proposal.changes_watch_list:
-        _move_watch_list(proposal, watch)
+        drift_watch.move_watch_list(proposal.dependencies, watch)
     if proposal.new_releases:
         _write_series(proposal, series)
-
-
-def _move_watch_list(proposal: Proposal, watch) -> None:
-    from forge.watch.dependencies import save_watch
-
-    newest = {d.package: d.newest for d in proposal.dependencies if d.newest}
-    for dependency in watch.dependencies:
-        dependency.checked_through = newest.get(dependency.package, dependency.checked_through)
-    save_watch(watch)
 
 
 def _write_series(proposal: Proposal, series) -> None:
@@ -218,14 +160,8 @@ def _blocked_line(proposal: Proposal) -> str:
         more = len(proposal.conflicts) - 1 + len(proposal.drift_findings)
         return (f"vLLM {version}: patch {patch_id} conflicts: {detail}"
                 + (f" (and {more} more)" if more else ""))
-    return "; ".join(_finding_phrases(proposal)) + " and no dependency constraint covers it"
-
-
-def _finding_phrases(proposal: Proposal) -> list[str]:
-    """'transformers 5.15.0 breaks Gemma 4 on vLLM 0.21.0–0.27.1', one per package version."""
-    return [f"{report.package} {report.version} breaks Gemma 4 on vLLM {drift.runs(report, 'breaks')}"
-            for dependency in proposal.dependencies for report in dependency.reports
-            if report.findings]
+    return "; ".join(drift_watch.finding_phrases(proposal.dependencies)) + \
+        " and no dependency constraint covers it"
 
 
 # --- pull request / issue text ----------------------------------------------------------------
@@ -236,8 +172,8 @@ def title(proposal: Proposal) -> str:
         return (f"upstream-watch: patch {', '.join(ids)} conflicts with vLLM "
                 f"{_span(proposal.new_releases)}")
     if proposal.drift_findings:
-        return "upstream-watch: " + "; ".join(_finding_phrases(proposal))
-    moved = [f"{d.package} through {d.newest}" for d in proposal.dependencies if d.newest]
+        return "upstream-watch: " + "; ".join(drift_watch.finding_phrases(proposal.dependencies))
+    moved = [f"{d.package} through {d.moves_to}" for d in proposal.dependencies if d.moves_to]
     if not proposal.new_releases:
         if moved:
             return f"upstream-watch: check {', '.join(moved)}"
@@ -252,7 +188,7 @@ def _span(versions: list[str]) -> str:
 
 
 def body(proposal: Proposal) -> str:
-    lines = _vllm_lines(proposal) + _dependency_lines(proposal)
+    lines = _vllm_lines(proposal) + drift_watch.dependency_lines(proposal.dependencies)
     lines += _blocked_lines(proposal) if proposal.blocked else _edit_lines(proposal)
     return "\n".join(lines) + "\n"
 
@@ -271,42 +207,6 @@ def _vllm_lines(proposal: Proposal) -> list[str]:
     return lines + [""]
 
 
-def _dependency_lines(proposal: Proposal) -> list[str]:
-    """Per watched dependency: its new versions and, per version, what the drift check found."""
-    lines = []
-    for dependency in proposal.dependencies:
-        if not dependency.new_versions:
-            lines += [f"No {dependency.package} release newer than {dependency.checked_through} "
-                      "on PyPI.", ""]
-            continue
-        lines += [f"New {dependency.package} releases since `checked_through: "
-                  f"{dependency.checked_through}` (dependency drift check, Gemma 4 configs "
-                  "through each vLLM release's own code; `python3 build.py drift --package "
-                  f"{dependency.package} --version V`):", ""]
-        for report in dependency.reports:
-            lines.append(f"- {report.version}: " + "; ".join(_verdict_groups(report)))
-        lines.append("")
-        for report in dependency.reports:
-            if report.findings:
-                lines += [f"<details><summary>{report.package} {report.version}</summary>", "",
-                          drift.render(report), "</details>", ""]
-    return lines
-
-
-def _verdict_groups(report) -> list[str]:
-    """'breaks on vLLM 0.21.0–0.27.1 (AmbiguousGlobalPerLayerAttributeError ...)', per verdict."""
-    groups: dict[str, list] = {}
-    for result in report.results:
-        groups.setdefault(result.verdict, []).append(result)
-    phrases = []
-    for verdict, results in groups.items():
-        phrase = f"{verdict} on vLLM {drift.runs(report, verdict)}"
-        if verdict in ("breaks", "covered-by-constraint"):
-            phrase += f" ({drift.model_cell(next(iter(results[0].models.values())))})"
-        phrases.append(phrase)
-    return phrases
-
-
 def _blocked_lines(proposal: Proposal) -> list[str]:
     lines = []
     if proposal.conflicts:
@@ -319,7 +219,7 @@ def _blocked_lines(proposal: Proposal) -> list[str]:
                   "supported vLLM releases and no `kind: dependency` entry of "
                   "`patches/series.yaml` keeps them out. Add one (or a fix), then re-run "
                   "`python3 build.py upstream-watch`:", ""]
-        lines += [f"- {phrase}" for phrase in _finding_phrases(proposal)]
+        lines += [f"- {phrase}" for phrase in drift_watch.finding_phrases(proposal.dependencies)]
     return lines
 
 
@@ -337,14 +237,12 @@ def _edit_lines(proposal: Proposal) -> list[str]:
                       "extend the range in a follow-up):", ""]
         lines += [f"- `recipes/{name.split('/')[0]}.yaml` targets.{name.split('/')[1]}"
                   for name in proposal.recipes_behind]
-    moved = [d for d in proposal.dependencies if d.new_versions]
-    if moved:
-        lines += ["", "Edits to `patches/dependency-watch.yaml`:", ""]
-        lines += [f"- `{d.package}`: `checked_through: {d.checked_through}` → `{d.newest}`"
-                  for d in moved]
+    watch_edits = drift_watch.edit_lines(proposal.dependencies)
+    if watch_edits:
+        lines += [""] + watch_edits
     if proposal.new_releases:
         lines += ["", f"`images/lock.yaml` re-pinned with `python3 build.py lock --vllm {proposal.newest}`."]
-    if proposal.new_releases or moved:
+    if proposal.new_releases or watch_edits:
         lines += ["", "Opened by `.github/workflows/upstream-watch.yml` "
                       "(`python3 build.py upstream-watch --write`)."]
     return lines
