@@ -171,6 +171,22 @@ def test_runner_switch_adapts_for_v1_and_refuses_v2_without_it(tmp_path):
         plan_serve("gemma-4-26b-a4b-it", "gb10", "0.10.0", recipes_dir=root)
 
 
+def test_on_a_release_with_only_the_v2_runner_v2_needs_no_switch_and_v1_is_refused():
+    """vLLM 0.34.0 removed the V1 runner and VLLM_USE_V2_MODEL_RUNNER with it (its
+    platforms/interface.py refuses =0 at start): read from the real 0.34.0 source."""
+    only_v2 = release_args("0.34.0")
+    assert only_v2.runners == {"v2"} and "VLLM_USE_V2_MODEL_RUNNER" not in only_v2.env_vars
+    assert release_args("0.33.0").runners == {"v1", "v2"} and release_args("0.10.0").runners == {"v1"}
+    env, notes = _runner_env(load_recipe("gemma-4-26b-a4b-it", "h200"), only_v2)
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in env
+    assert notes == ["note: vLLM 0.34.0 has no VLLM_USE_V2_MODEL_RUNNER (V2 only); not set"]
+    with pytest.raises(ForgeError, match=r"^recipes/gemma-4-31b-it.yaml: targets.h100.serve.model_runner: v1: "
+                                         r"vLLM 0.34.0 has no V1 runner \(vllm/v1/worker/gpu_model_runner.py is gone"):
+        _runner_env(load_recipe("gemma-4-31b-it", "h100"), only_v2)
+    command = plan_serve("gemma-4-26b-a4b-it", "h200", "0.34.0")
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in command.shell()
+
+
 # --- --run with the real docker CLI and engine --------------------------------------------------
 
 @pytest.mark.docker

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.serving import vllm_args
 from forge.serving.recipes import (
     ENGINE_SETTINGS,
     RUNNER_ENV,
@@ -307,14 +308,20 @@ def docker_argv(image: str, recipe: Recipe, env: dict[str, str], port: int,
 
 def _runner_env(recipe: Recipe, release) -> tuple[dict[str, str], list[str]]:
     env = recipe.env()
+    runner = recipe.serve.model_runner
+    if runner == "v1" and "v1" not in release.runners:
+        raise ForgeError(f"{_where(recipe)}.serve.model_runner: v1: vLLM {release.version} has no V1 "
+                         f"runner ({vllm_args.RUNNER_MODULES['v1']} is gone; removed in 0.34.0): "
+                         "serve this recipe with an earlier release until it is measured on V2")
     if RUNNER_ENV in release.env_vars:
         return env, []
-    if recipe.serve.model_runner == "v2":
+    if runner == "v2" and "v1" in release.runners:
         raise ForgeError(f"{_where(recipe)}.serve.model_runner: v2 needs {RUNNER_ENV}, "
                          f"which vLLM {release.version} does not read")
-    # A release without the switch has only the V1 runner: the setting is moot there.
+    # A release without the switch has one runner, the recipe's: the setting is moot there (0.34.0
+    # refuses VLLM_USE_V2_MODEL_RUNNER=0 at start and warns that =1 is redundant).
     del env[RUNNER_ENV]
-    return env, [f"note: vLLM {release.version} has no {RUNNER_ENV} (V1 only); not set"]
+    return env, [f"note: vLLM {release.version} has no {RUNNER_ENV} ({runner.upper()} only); not set"]
 
 
 def check_for_release(recipe: Recipe, release) -> None:

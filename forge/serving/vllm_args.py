@@ -33,6 +33,9 @@ ARGPARSE_UTILS = "vllm/utils/argparse_utils.py"
 QUANTIZATION_INIT = "vllm/model_executor/layers/quantization/__init__.py"
 # --attention-backend takes a member name of AttentionBackendEnum (not a Literal type).
 ATTENTION_REGISTRY = "vllm/v1/attention/backends/registry.py"
+# The two GPU model runners' modules: V1 (removed in 0.34.0, whose platforms/interface.py refuses
+# VLLM_USE_V2_MODEL_RUNNER=0: "Model Runner V1 has been removed") and V2 (from 0.21.0 on).
+RUNNER_MODULES = {"v1": "vllm/v1/worker/gpu_model_runner.py", "v2": "vllm/v1/worker/gpu/model_runner.py"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class ReleaseArgs:
     # converter name -> the callable argparse runs on each value (builtins and the release's own)
     converters: dict = field(default_factory=dict)
     aliases: dict = field(default_factory=dict)        # "-q" -> "--quantization"
+    runners: frozenset[str] = frozenset({"v1", "v2"})  # the GPU model runners the release ships
 
     def canonical(self, flag: str) -> str:
         """The long name of the flag `flag` spells (an alias, underscores, `--x.key`)."""
@@ -126,7 +130,8 @@ def release_args(version: str) -> ReleaseArgs:
         frozenset(spec_fields),
         frozenset(source.literal_values(spec_fields["method"])) if "method" in spec_fields
         else frozenset(),
-        rules, {**BUILTIN_CONVERTERS, **_release_converters(source)}, aliases)
+        rules, {**BUILTIN_CONVERTERS, **_release_converters(source)}, aliases,
+        frozenset(name for name, module in RUNNER_MODULES.items() if (tree / module).is_file()))
 
 
 class _SourceIndex:
