@@ -1,7 +1,7 @@
 """The backports of vLLM PR #43982, PR #44297 and PR #47920 (patches/series.yaml), on the real
 release trees.
 
-For every release 0.21.0..0.33.0 the status the engine computes must be what the release's own
+For every release the series checks (0.21.0..0.34.0) the status the engine computes must be what the release's own
 source says: `applies` where the buggy lines are there and the patched file still compiles,
 `already-upstream` where upstream's fixed lines are there, `not-needed` outside the range or
 where upstream rewrote the code after fixing it (the buggy lines gone, the fix's mechanism
@@ -86,7 +86,10 @@ FACTS = {
                        b"                detect_reasoning_end = (\n"),
              (SO_INIT, b"                        accepted = grammar.accept_tokens(req_id, [token])\n"
                        b"                        if accepted:\n")),
-        fix_rewritten=((SO_INIT, b"bonus_apply"),)),
+        # 0.29.0-0.33.0 keep the PR's bonus_apply; 0.34.0 bounds each draft row's mask by where
+        # the constraint starts within the window (_get_constraint_bounds)
+        fix_rewritten=((SO_INIT, b"bonus_apply"),
+                       (SO_INIT, b"# Rows before constraint_start are still reasoning.\n"))),
     # PR #44297 part 2: the same-step structural-tag advance feeds reasoning to the grammar.
     "structured-reasoning-trim": SourceFacts(
         bug=((SO_INIT, b"== StructuredOutputOptions.STRUCTURAL_TAG\n"),
@@ -106,24 +109,24 @@ EXPECTED = {
     "gemma4-mtp-block-table-slice": {
         "0.21.0": A, "0.22.0": A, "0.22.1": A, **dict.fromkeys(
             ("0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0",
-             "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"), U)},
+             "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"), U), "0.34.0": N},
     "gemma4-mtp-draft-seq-lens": {
         **dict.fromkeys(("0.21.0", "0.22.0", "0.22.1"), N),
         **dict.fromkeys(("0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0"), A),
         **dict.fromkeys(("0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0"), U),
-        "0.32.0": N, "0.33.0": N},
+        "0.32.0": N, "0.33.0": N, "0.34.0": N},
     "structured-draft-window": {
         "0.21.0": A, "0.22.0": A, "0.22.1": A, "0.23.0": A, **dict.fromkeys(
             ("0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0",
-             "0.30.0", "0.31.0", "0.32.0", "0.33.0"), N)},
+             "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"), N)},
     "structured-draft-window-0.24": {
         **dict.fromkeys(("0.21.0", "0.22.0", "0.22.1", "0.23.0"), N), "0.24.0": A,
         **dict.fromkeys(("0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0"), U),
-        **dict.fromkeys(("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"), N)},
+        **dict.fromkeys(("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"), N)},
     "structured-reasoning-trim": {
         "0.21.0": N, "0.22.0": A, "0.22.1": A, "0.23.0": A, "0.24.0": A, "0.25.0": U,
         "0.25.1": U, **dict.fromkeys(("0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0",
-                                      "0.31.0", "0.32.0", "0.33.0"), N)},
+                                      "0.31.0", "0.32.0", "0.33.0", "0.34.0"), N)},
 }
 
 
@@ -143,6 +146,10 @@ def _expected_from_source(patch, tree: Path, version: Version) -> str:
     assert version >= fixed_in, (patch.id, str(version), "no bug before fixed_in")
     if facts.has(tree, facts.fix):
         return U
+    if not any((tree / rel).is_file() for rel, _ in facts.bug):
+        # Upstream removed the code altogether (0.34.0 dropped the V1 runner, and
+        # vllm/v1/spec_decode/gemma4.py with it): nothing left to patch.
+        return N
     # Upstream rewrote the fixed code: the fix lives on in another form, the diff cannot show it.
     assert facts.has_any(tree, facts.fix_rewritten), (patch.id, str(version), "fix not found")
     return N
