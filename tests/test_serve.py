@@ -187,6 +187,28 @@ def test_on_a_release_with_only_the_v2_runner_v2_needs_no_switch_and_v1_is_refus
     assert "VLLM_USE_V2_MODEL_RUNNER" not in command.shell()
 
 
+def test_verify_engines_follow_the_installed_vllms_runners(vllm_site, tmp_path):
+    """The smoke and the bench on an install: a copy of the real 0.34.0 tree gets no runner switch
+    and refuses a V1 engine before it starts; 0.33.0 keeps the switch as the recipe sets it."""
+    from forge.serving.serve import installed_runner_env
+    from verify import bench
+
+    v2, v1 = load_recipe("gemma-4-26b-a4b-it", "h200"), load_recipe("gemma-4-31b-it", "h100")
+    new, old = str(vllm_site("0.34.0")), str(vllm_site("0.33.0"))
+    assert installed_runner_env(v2.env(), "v2", v2, new) == {}
+    assert installed_runner_env(v1.env(), "v1", v1, old) == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    with pytest.raises(ForgeError, match=r"^recipes/gemma-4-31b-it.yaml: targets.h100.serve.model_runner: "
+                                         r"v1: the vLLM 0.34.0 at .* has no V1 runner \(removed in 0.34.0\)"):
+        installed_runner_env(v1.env(), "v1", v1, new)
+    args = bench.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy", "--layers", "2"])
+    for site, runner, switch in ((new, "v2", None), (old, "v2", "1"), (old, "v1", "0")):
+        engine = bench.parse_engine(f"name=e-{runner},k=4,runner={runner},site={site}")
+        spec = bench.engine_spec(v2, args, engine, tmp_path / f"out-{runner}")
+        assert spec["env"].get("VLLM_USE_V2_MODEL_RUNNER") == switch, (site, runner)
+    with pytest.raises(ForgeError, match=r"^--engine e-v1: recipes/gemma-4-26b-a4b-it.yaml: .*has no V1 runner"):
+        bench.engine_spec(v2, args, bench.parse_engine(f"name=e-v1,k=4,runner=v1,site={new}"), tmp_path / "o")
+
+
 # --- --run with the real docker CLI and engine --------------------------------------------------
 
 @pytest.mark.docker
@@ -589,3 +611,16 @@ def test_valid_oci_repositories_are_accepted(repository):
     assert checked_repository(repository) == repository
     plan = plan_serve("gemma-4-26b-a4b-it", "gb10", "0.27.1", repository=repository)
     assert f"{repository}:vllm0.27.1-gb10" in plan.argv
+
+
+def test_the_smoke_on_an_install_without_the_v1_runner_sets_no_switch(vllm_site, tmp_path, monkeypatch):
+    """verify/mtp_smoke.py finds the vLLM on sys.path, as the GPU host's python does."""
+    from verify import mtp_smoke
+
+    monkeypatch.syspath_prepend(str(vllm_site("0.34.0")))
+    args = mtp_smoke.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy", "--layers", "2"])
+    _, env = mtp_smoke.engine_setup(load_recipe("gemma-4-26b-a4b-it", "h200"), args, tmp_path)
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in env
+    args.runner = "v1"
+    with pytest.raises(ForgeError, match=r"model_runner: v1: the vLLM 0.34.0 at .* has no V1 runner"):
+        mtp_smoke.engine_setup(load_recipe("gemma-4-26b-a4b-it", "h200"), args, tmp_path / "v1")

@@ -48,6 +48,7 @@ from forge.errors import ForgeError
 from forge.files import check_output_dir
 from forge.serving.acceptance import parse_profile
 from forge.serving.recipes import KV_CACHE_DTYPES, fp8_kv_refusal, pin_attention_backend
+from forge.serving.serve import installed_runner_env
 from verify import bench_report, controls
 from verify.bench_report import FP8_DTYPES, ONLINE_FP8, PREQUANTIZED_FP8, long_window
 from verify.dummy_models import (
@@ -442,6 +443,10 @@ def engine_spec(recipe, args, engine: dict, out: Path, max_num_seqs: int | None 
     env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
     if runner != "default":
         env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if runner == "v2" else "0"
+        try:  # the vLLM this engine imports: its site= copy, else the one installed here
+            env = installed_runner_env(env, runner, recipe, engine.get("site"))
+        except ForgeError as exc:
+            raise ForgeError(f"--engine {name}: {exc}") from None
     # Separate compile caches: engines compiling at once never share a cache entry.
     env["VLLM_CACHE_ROOT"] = f"/tmp/vllm-forge-bench-cache/{out.name}-{name}"
     moe = engine.get("moe") or args.moe_config_dir

@@ -44,6 +44,7 @@ if not __package__ and __name__ == "__main__":
 from forge.errors import ForgeError
 from forge.files import check_output_dir
 from forge.serving.recipes import pin_attention_backend
+from forge.serving.serve import installed_runner_env
 from verify import checks as gate
 from verify import controls
 from verify.dummy_models import check_shape_flag, encode_without_tokenizer, recipe_shape, write_dummy_models
@@ -180,6 +181,8 @@ def engine_setup(recipe, args, out: Path, speculative: bool = True) -> tuple[dic
     env = dict(recipe.env())
     if args.runner:
         env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if args.runner == "v2" else "0"
+    # 0.34.0 on: no V1 runner and no switch (vLLM refuses VLLM_USE_V2_MODEL_RUNNER=0 at start)
+    env = installed_runner_env(env, args.runner or recipe.serve.model_runner, recipe)
     if args.dummy:
         target_dir, draft_dir = write_dummy_models(out / "models", args.layers, args.shape,
                                                    args.centroids)

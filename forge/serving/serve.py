@@ -324,6 +324,26 @@ def _runner_env(recipe: Recipe, release) -> tuple[dict[str, str], list[str]]:
     return env, [f"note: vLLM {release.version} has no {RUNNER_ENV} ({runner.upper()} only); not set"]
 
 
+def installed_runner_env(env: dict[str, str], runner: str, recipe: Recipe,
+                         site_packages: str | None = None) -> dict[str, str]:
+    """An engine's environment for the vLLM installed here (or in `site_packages`), as
+    _runner_env adapts it to a release: without the V1 runner (0.34.0 on) no runner switch, and
+    a V1 engine refused before its start. Unchanged where no vLLM is found: its start says so."""
+    from forge.patching.installed import find_vllm
+
+    try:
+        installed = find_vllm(site_packages)
+    except ForgeError:
+        return env
+    if "v1" in vllm_args.runners_in(installed.site_dir):
+        return env
+    if runner == "v1":
+        raise ForgeError(f"{_where(recipe)}.serve.model_runner: v1: the vLLM {installed.version} at "
+                         f"{installed.package_dir} has no V1 runner (removed in 0.34.0): pass "
+                         "--runner v2 to measure it on the runner it has")
+    return {k: v for k, v in env.items() if k != RUNNER_ENV}
+
+
 def check_for_release(recipe: Recipe, release) -> None:
     """Refuse (one line naming the recipe field) anything the release's parser would reject:
     a missing flag, a value outside the flag's Literal choices, an unknown speculative key or

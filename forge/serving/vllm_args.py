@@ -131,7 +131,13 @@ def release_args(version: str) -> ReleaseArgs:
         frozenset(source.literal_values(spec_fields["method"])) if "method" in spec_fields
         else frozenset(),
         rules, {**BUILTIN_CONVERTERS, **_release_converters(source)}, aliases,
-        frozenset(name for name, module in RUNNER_MODULES.items() if (tree / module).is_file()))
+        runners_in(tree))
+
+
+def runners_in(root: Path) -> frozenset[str]:
+    """The GPU model runners of the vLLM whose vllm/ package sits in `root` (a release tree or
+    an install's site-packages)."""
+    return frozenset(name for name, module in RUNNER_MODULES.items() if (root / module).is_file())
 
 
 class _SourceIndex:
