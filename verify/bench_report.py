@@ -428,12 +428,12 @@ def _values(full, zero, controlled: bool) -> str:
 
 def long_context_table(engines: dict[str, dict], controlled: bool) -> list[str]:
     """One row per engine and long window measured; nothing for a run without one."""
-    rows = [_long_row(name, e, base, controlled) for name, e in engines.items()
+    split = any((e.get("derived") or {}).get("decode_split") for e in engines.values())
+    rows = [_long_row(name, e, base, controlled, split) for name, e in engines.items()
             for base in dict.fromkeys(w.split("@")[0] for w in e.get("figures") or {} if long_window(w))]
     if not rows:
         return []
     pair = "full / zero acc." if controlled else "as measured"
-    split = any((e.get("derived") or {}).get("decode_split") for e in engines.values())
     return ["", "Long context (`long<N>k[-conc<C>]`: N x 1024 prompt tokens from the prose prompts, "
                 "C requests at once): decode = 1/TPOT over the reply, at that context; vs default KV "
                 "cache: an engine with kv= over the same engine without it; prefill ms = "
@@ -445,16 +445,11 @@ def long_context_table(engines: dict[str, dict], controlled: bool) -> list[str]:
             f"| engine | window | prompt tokens | requests at once | decode tok/s {pair} | speedup vs "
             f"plain / vs stock / vs default KV cache ({'full acc.' if controlled else 'as measured'}) "
             f"| prefill ms {pair} | prefill tok/s {pair} |" + (" steady step ms / fixed ms a request |" if split else ""),
-            "|" + "---|" * (9 if split else 8), *(_with_split(r, split) for r in rows)]
+            "|" + "---|" * (9 if split else 8), *rows]
 
 
-def _with_split(row: tuple[str, str | None], split: bool) -> str:
-    text, cell = row
-    return text + (f" {cell or '–'} |" if split else "")
-
-
-def _long_row(name: str, engine: dict, base: str, controlled: bool) -> tuple[str, str | None]:
-    """The row's cells, and its decode split's (None where it has none)."""
+def _long_row(name: str, engine: dict, base: str, controlled: bool, split: bool) -> str:
+    """The row; with `split` (some engine of the run has one) also its decode split's cell."""
     figures = engine["figures"]
     full, zero = _pair(figures, base)
     speedups = ((engine.get("derived") or {}).get("windows") or {}).get(_name(figures, base, "agree"), {})
@@ -462,9 +457,10 @@ def _long_row(name: str, engine: dict, base: str, controlled: bool) -> tuple[str
            _fmt((full or {}).get("concurrency")), _both(full, zero, "decode_tok_s", controlled),
            " / ".join(_fmt(speedups.get(f"speedup_vs_{ref}")) for ref in ("plain", "stock", "default_kv")),
            _both(full, zero, "prefill_ms", controlled), _both(full, zero, "prefill_tok_s", controlled)]
-    split = ((engine.get("derived") or {}).get("decode_split") or {}).get(base)
-    cell = f"{_fmt(split['step_ms'])} / {_fmt(split['fixed_ms'])}" if split else None
-    return "| " + " | ".join(row) + " |", cell
+    if split:
+        own = ((engine.get("derived") or {}).get("decode_split") or {}).get(base)
+        row.append(f"{_fmt(own['step_ms'])} / {_fmt(own['fixed_ms'])}" if own else "–")
+    return "| " + " | ".join(row) + " |"
 
 
 def engine_label(name: str, engine: dict) -> str:
