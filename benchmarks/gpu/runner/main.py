@@ -1,0 +1,223 @@
+"""benchmarks/gpu/run.py PLAN.yaml [--out DIR] [--dry-run] [--python PATH]: check the host's vLLM
+against the plan, run its jobs (benchmarks/gpu/runner/schedule.py says when each starts), and
+leave under --out one folder and one log per job, timeline.txt, run.json and, where the plan asks,
+results.tgz. Exit 0 when every job passed, 1 when one did not, 2 when the plan or the host cannot
+run (one line naming the plan file and the field, nothing started)."""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.gpu.runner import host, processes, record, schedule
+from benchmarks.gpu.runner.plan import Job, Plan, PlanError, load_plan
+
+REPO = Path(__file__).resolve().parents[3]
+POLL_S = 0.05
+# Every job names one lock file: verify's engines take it alone for each timed window and shared
+# while they start (verify/engine_worker.py, gpu_turn), so two verify runs that do share the GPU
+# never time a window while the other's engine starts. The schedule already keeps timed jobs alone.
+MEASURE_LOCK_ENV = "VLLM_FORGE_MEASURE_LOCK"
+
+
+class Stopped(Exception):
+    """The runner was asked to stop (SIGTERM, SIGINT)."""
+
+
+@dataclass
+class Running:
+    job: Job
+    process: subprocess.Popen
+    started: float      # time.monotonic()
+
+
+class Run:
+    def __init__(self, plan: Plan, out: Path, python: str, run: record.RunRecord, timeline: record.Timeline):
+        self.plan, self.out, self.python, self.run, self.timeline = plan, out, python, run, timeline
+        self.status = {job.id: schedule.PENDING for job in plan.jobs}
+        self.running: dict[str, Running] = {}
+
+    def fields(self, job: Job) -> dict[str, str]:
+        return {"out": str(self.out / job.id), "repo": str(REPO), "python": self.python}
+
+    def loop(self) -> None:
+        while True:
+            self.skip_blocked()
+            ready = schedule.to_start(self.plan, self.status)
+            for job in ready:
+                self.start(job)
+            if not self.running:
+                if ready:       # each failed to start: what depends on it is skipped next
+                    continue
+                return
+            time.sleep(POLL_S)
+            for item in list(self.running.values()):
+                if item.process.poll() is not None:
+                    self.finish(item)
+                elif time.monotonic() - item.started > item.job.timeout_s:
+                    self.cut(item)
+
+    def skip_blocked(self) -> None:
+        while True:
+            reasons = schedule.blocked(self.plan, self.status)
+            if not reasons:
+                return
+            for job_id, reason in reasons.items():
+                self.set(job_id, schedule.SKIPPED, reason=reason)
+                self.timeline.say(f"skipped {job_id}: {reason}")
+
+    def start(self, job: Job) -> None:
+        fields = self.fields(job)
+        Path(fields["out"]).mkdir(parents=True, exist_ok=True)
+        env = host.job_env(self.plan, job.env, fields, dict(os.environ))
+        env[MEASURE_LOCK_ENV] = str(self.out / "measure.lock")
+        try:
+            process = processes.start(job.argv(fields), env, REPO, self.out / "logs" / f"{job.id}.log")
+        except OSError as error:
+            reason = f"cannot start {job.argv(fields)[0]}: {error.strerror}"
+            self.set(job.id, schedule.FAILED, start=time.time(), end=time.time(), reason=reason)
+            self.timeline.say(f"failed {job.id}: {reason}")
+            return
+        self.running[job.id] = Running(job, process, time.monotonic())
+        self.set(job.id, schedule.RUNNING, start=time.time())
+        used = sum(item.job.gpu_memory_gib for item in self.running.values())
+        kind = "timed, alone" if job.timed else "untimed"
+        self.timeline.say(f"start {job.id} ({kind}, {job.gpu_memory_gib:g} GiB reserved, "
+                          f"{used:g} of {self.plan.gpu_memory_gib:g} in use, at most {job.timeout_s:g} s)")
+
+    def finish(self, item: Running) -> None:
+        job, process = item.job, item.process
+        left = processes.leftovers(process)
+        if left:   # a server it left running would hold GPU memory its reservation no longer counts
+            processes.stop_group(process, self.plan.kill_grace_s)
+        del self.running[job.id]
+        elapsed = time.monotonic() - item.started
+        code = process.returncode
+        log = self.out / "logs" / f"{job.id}.log"
+        if code == 0:
+            self.set(job.id, schedule.PASSED, end=time.time(), exit=code)
+            self.timeline.say(f"passed {job.id} exit 0 after {elapsed:.1f} s"
+                              + (" (its leftover processes stopped)" if left else ""))
+        else:
+            reason = record.last_line(log)
+            self.set(job.id, schedule.FAILED, end=time.time(), exit=code, reason=reason)
+            self.timeline.say(f"failed {job.id} exit {code} after {elapsed:.1f} s: {reason}")
+        record.pack(self.plan, self.out)
+
+    def cut(self, item: Running) -> None:
+        job = item.job
+        processes.stop_group(item.process, self.plan.kill_grace_s)
+        del self.running[job.id]
+        kept = record.keep_partial(self.out / job.id, job.keep_when_cut)
+        reason = f"cut at its timeout of {job.timeout_s:g} s: its process group killed"
+        self.set(job.id, schedule.CUT, end=time.time(), exit=item.process.returncode, reason=reason, kept=kept)
+        self.timeline.say(f"cut {job.id}: {reason}; partial output kept: {job.id}/ ({len(kept)} files), "
+                          f"logs/{job.id}.log")
+        record.pack(self.plan, self.out)
+
+    def stop(self, why: str) -> None:
+        for item in list(self.running.values()):
+            processes.stop_group(item.process, self.plan.kill_grace_s)
+            del self.running[item.job.id]
+            self.set(item.job.id, schedule.STOPPED, end=time.time(), exit=item.process.returncode, reason=why)
+            self.timeline.say(f"stopped {item.job.id}: {why}")
+        for job_id, state in self.status.items():
+            if state == schedule.PENDING:
+                self.set(job_id, schedule.SKIPPED, reason=why)
+                self.timeline.say(f"skipped {job_id}: {why}")
+
+    def set(self, job_id: str, status: str, **values) -> None:
+        self.status[job_id] = status
+        entry = self.run.job(job_id)
+        entry.status = status
+        for name, value in values.items():
+            setattr(entry, name, value)
+        self.run.write(self.out)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="run.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("plan", help="the plan, e.g. benchmarks/gpu/plans/smoke.yaml")
+    parser.add_argument("--out", help="the run's folder, new or empty (default: a new folder under "
+                                      "the system's temporary directory)")
+    parser.add_argument("--dry-run", action="store_true", help="print the schedule; run nothing")
+    parser.add_argument("--python", default=sys.executable,
+                        help="the interpreter {python} names, whose vLLM is checked (default: this one)")
+    return parser.parse_args(argv)
+
+
+def print_dry_run(plan: Plan, python: str) -> None:
+    print(f"plan {plan.path}: vLLM {plan.vllm} expected (not checked in a dry run), "
+          f"{plan.gpu_memory_gib:g} GiB to reserve")
+    end = 0.0
+    for offset, job in schedule.dry_run(plan):
+        fields = {"out": f"OUT/{job.id}", "repo": str(REPO), "python": python}
+        kind = "timed, alone" if job.timed else "untimed"
+        after = f", after {', '.join(job.depends_on)}" if job.depends_on else ""
+        print(f"+{offset:.0f} s  {job.id} ({kind}, {job.gpu_memory_gib:g} GiB, at most {job.timeout_s:g} s{after}): "
+              f"{shlex.join(job.argv(fields))}")
+        end = max(end, offset + job.timeout_s)
+    print(f"at most {end:.0f} s if every job runs to its timeout")
+
+
+def prepare_out(plan: Plan, out: str | None) -> Path:
+    if out is None:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        return Path(tempfile.mkdtemp(prefix=f"{plan.name}-{stamp}-", dir=tempfile.gettempdir()))
+    path = Path(out).resolve()
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise PlanError(f"--out: {path} is not an empty folder (a run never writes over another)")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        plan = load_plan(args.plan)
+        if args.dry_run:
+            print_dry_run(plan, args.python)
+            return 0
+        env = host.job_env(plan, {}, {"out": "", "repo": str(REPO), "python": args.python}, dict(os.environ))
+        versions = host.installed_versions(args.python, env)
+        host.check_release(plan, versions, args.python)
+        out = prepare_out(plan, args.out)
+    except (PlanError, host.HostError) as error:
+        print(f"run.py: {error}", file=sys.stderr)
+        return 2
+    return execute(plan, out, args.python, versions)
+
+
+def execute(plan: Plan, out: Path, python: str, versions: dict) -> int:
+    (out / "logs").mkdir(exist_ok=True)
+    timeline = record.Timeline(out)
+    jobs = [record.JobRecord.of(job, job.argv({"out": str(out / job.id), "repo": str(REPO), "python": python}))
+            for job in plan.jobs]
+    summary = record.RunRecord(str(plan.path), plan.vllm, plan.gpu_memory_gib, jobs, versions, host.gpus())
+    run = Run(plan, out, python, summary, timeline)
+    timeline.say(f"run {plan.path} into {out}: vLLM {versions.get('vllm')}, {len(plan.jobs)} jobs")
+
+    def stop(number, _frame):
+        raise Stopped(f"the runner got {signal.Signals(number).name}")
+
+    previous = {number: signal.signal(number, stop) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        run.loop()
+    except Stopped as reason:
+        run.stop(str(reason))
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    summary.end = time.time()
+    summary.write(out)
+    record.pack(plan, out)
+    passed = sum(state == schedule.PASSED for state in run.status.values())
+    timeline.say(f"done: {passed} of {len(plan.jobs)} jobs passed; {out / 'run.json'}")
+    return 0 if passed == len(plan.jobs) else 1
