@@ -141,7 +141,8 @@ def test_a_failed_dependency_skips_what_needs_it_and_the_rest_runs(tmp_path, hos
         {"id": "apply", "command": "sh -c 'echo patched nothing; echo refused: vLLM 0.33.0 >&2; exit 3'",
          "gpu_memory_gib": 0, "timeout_s": 5},
         job("smoke", 0.1, depends_on=["apply"]), job("bench", 0.1, timed=True, depends_on=["smoke"]),
-        job("machine", 0.1)])
+        {"id": "machine", "command": "sh -c 'echo lots of output; echo RESULT: PASS'", "gpu_memory_gib": 0,
+         "timeout_s": 5}])
     result = run(plan, tmp_path / "out", host)
     assert result.returncode == 1
     jobs = jobs_of(tmp_path / "out")
@@ -152,6 +153,8 @@ def test_a_failed_dependency_skips_what_needs_it_and_the_rest_runs(tmp_path, hos
     assert jobs["machine"]["status"] == "passed"
     assert "failed apply exit 3 after" in result.stdout and "skipped smoke: dependency apply failed" in result.stdout
     assert "done: 1 of 4 jobs passed" in result.stdout
+    passed = next(line for line in result.stdout.splitlines() if " passed machine " in line)
+    assert passed.endswith(": RESULT: PASS")              # a passed job's line ends with its verdict
 
 
 def test_a_job_that_leaves_a_process_behind_has_it_stopped(tmp_path, host):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The command `build.py serve --recipe R --target T --vllm V` prints, minus docker, made to run
-on a GPU host with a staged vLLM and dummy weights (tests/gpu/session/s17.sh runs it).
+on a GPU host with vLLM installed and dummy weights.
 
     serve_local.py --vllm V --models DIR --work DIR [--recipe R] [--target T] [--layers N]
                    [--shape 26b-a4b|31b] [--port 8012]

@@ -101,12 +101,13 @@ class Run:
         elapsed = time.monotonic() - item.started
         code = process.returncode
         log = self.out / "logs" / f"{job.id}.log"
+        last = record.last_line(log)     # a verify script's verdict is its last line
         if code == 0:
             self.set(job.id, schedule.PASSED, end=time.time(), exit=code)
             self.timeline.say(f"passed {job.id} exit 0 after {elapsed:.1f} s"
-                              + (" (its leftover processes stopped)" if left else ""))
+                              + (" (its leftover processes stopped)" if left else "") + f": {last}")
         else:
-            reason = record.last_line(log)
+            reason = last
             self.set(job.id, schedule.FAILED, end=time.time(), exit=code, reason=reason)
             self.timeline.say(f"failed {job.id} exit {code} after {elapsed:.1f} s: {reason}")
         record.pack(self.plan, self.out)

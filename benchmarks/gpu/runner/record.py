@@ -79,10 +79,13 @@ def last_line(log: Path, width: int = 160) -> str:
     """The log's last non-empty line: a failed job's event names its cause."""
     try:
         with open(log, "rb") as handle:
-            handle.seek(max(0, os.path.getsize(log) - 8192))
+            start = max(0, os.path.getsize(log) - 8192)
+            handle.seek(start)
             lines = [line.strip() for line in handle.read().decode(errors="replace").splitlines()]
     except OSError:
         return ""
+    if start == 0:
+        lines = lines[1:]        # the command the runner wrote first, not the job's output
     lines = [line for line in lines if line]
     return lines[-1][:width] if lines else ""
 
