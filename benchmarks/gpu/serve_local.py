@@ -25,7 +25,7 @@ off and only what a host without the image must change is changed, each change l
 - VLLM_TUNED_CONFIG_FOLDER points at patches/moe-configs, as the image sets it;
 - the server gets its own compile cache under --work;
 - with --gpu-memory-utilization F, the recipe's share of the GPU becomes F (other engines of the
-  same session share the one GPU);
+  same run share the one GPU);
 - with --kv-cache-gib G, the KV cache is a fixed G GiB (--kv-cache-memory-bytes): on a GPU that other
   engines share, vLLM's profiling counts their growth as its own and sizes the cache below zero (H200,
   2026-12-01, docs/gpu-evidence.md §10: "Available KV cache memory: -43.62 GiB", no server);
