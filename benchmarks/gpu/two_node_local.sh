@@ -1,8 +1,9 @@
 #!/bin/bash
 # Two vLLM "nodes" on one host with two GPUs (two H200s, vLLM 0.25.0 installed into $SITE): the
 # commands `build.py serve --recipe gemma-4-26b-a4b-it --target h200 --nodes 2` lays out, minus
-# docker (benchmarks/gpu/two_node_commands.py says what a single host changes), Gemma-4-26B-A4B shapes with dummy weights, TP=2 across the two "nodes", the MTP
-# drafter, CUDA graphs on. Then verify/mtp_smoke.py --endpoint and a 500-request burst against
+# docker (benchmarks/gpu/two_node_commands.py says what a single host changes), Gemma-4-26B-A4B
+# shapes with dummy weights, TP=2 across the two "nodes", the MTP drafter, CUDA graphs on. Then
+# verify/mtp_smoke.py --endpoint and a 500-request burst against
 # it. Everything (both ranks' logs, smoke report, burst figures, the deciding log lines) goes into
 # one tarball under $OUT. Run from the repository root: bash benchmarks/gpu/two_node_local.sh
 # Budget: < 9 minutes (engine start up to START_LIMIT s, smoke 60 s, burst 90 s). One file lands
