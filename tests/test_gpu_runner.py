@@ -157,6 +157,18 @@ def test_a_failed_dependency_skips_what_needs_it_and_the_rest_runs(tmp_path, hos
     assert passed.endswith(": RESULT: PASS")              # a passed job's line ends with its verdict
 
 
+def test_a_command_that_cannot_start_fails_and_says_why(tmp_path, host):
+    plan = write_plan(tmp_path, [{"id": "tune", "command": ["no-such-tool", "--space", "small"],
+                                  "gpu_memory_gib": 1, "timeout_s": 5}, job("report", 0, 0, depends_on=["tune"])])
+    result = run(plan, tmp_path / "out", host)
+    assert result.returncode == 1
+    jobs = jobs_of(tmp_path / "out")
+    assert jobs["tune"]["status"] == "failed"
+    assert jobs["tune"]["reason"] == "cannot start no-such-tool: No such file or directory"
+    assert jobs["report"]["reason"] == "dependency tune failed"
+    assert "cannot start no-such-tool" in (tmp_path / "out" / "logs" / "tune.log").read_text()
+
+
 def test_a_job_that_leaves_a_process_behind_has_it_stopped(tmp_path, host):
     plan = write_plan(tmp_path, [{"id": "serve", "command": ["sh", "-c", "sleep 60 & echo $! > {out}/pid"],
                                   "gpu_memory_gib": 1, "timeout_s": 5}])

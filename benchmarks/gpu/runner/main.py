@@ -27,10 +27,6 @@ POLL_S = 0.05
 MEASURE_LOCK_ENV = "VLLM_FORGE_MEASURE_LOCK"
 
 
-class Stopped(Exception):
-    """The runner was asked to stop (SIGTERM, SIGINT)."""
-
-
 @dataclass
 class Running:
     job: Job
@@ -43,12 +39,13 @@ class Run:
         self.plan, self.out, self.python, self.run, self.timeline = plan, out, python, run, timeline
         self.status = {job.id: schedule.PENDING for job in plan.jobs}
         self.running: dict[str, Running] = {}
+        self.stop_reason: str | None = None    # set by a signal; the loop stops at its next turn
 
     def fields(self, job: Job) -> dict[str, str]:
         return {"out": str(self.out / job.id), "repo": str(REPO), "python": self.python}
 
     def loop(self) -> None:
-        while True:
+        while self.stop_reason is None:
             self.skip_blocked()
             ready = schedule.to_start(self.plan, self.status)
             for job in ready:
@@ -58,6 +55,8 @@ class Run:
                     continue
                 return
             time.sleep(POLL_S)
+            if self.stop_reason is not None:
+                break
             for item in list(self.running.values()):
                 if item.process.poll() is not None:
                     self.finish(item)
@@ -206,13 +205,13 @@ def execute(plan: Plan, out: Path, python: str, versions: dict) -> int:
     timeline.say(f"run {plan.path} into {out}: vLLM {versions.get('vllm')}, {len(plan.jobs)} jobs")
 
     def stop(number, _frame):
-        raise Stopped(f"the runner got {signal.Signals(number).name}")
+        run.stop_reason = f"the runner got {signal.Signals(number).name}"
 
     previous = {number: signal.signal(number, stop) for number in (signal.SIGTERM, signal.SIGINT)}
     try:
         run.loop()
-    except Stopped as reason:
-        run.stop(str(reason))
+        if run.stop_reason is not None:
+            run.stop(run.stop_reason)
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
