@@ -45,6 +45,8 @@ def kind_of(job: Job) -> str:
         return "vllm"
     if argv[:2] == ("{python}", "-c"):
         return "inline"
+    if argv[:2] == ("{python}", "-m"):
+        return argv[2]
     if argv[0] == "{python}" and argv[1].startswith("{repo}/") and argv[1].endswith(".py"):
         return argv[1].removeprefix("{repo}/")
     return "unknown"
@@ -53,7 +55,8 @@ def kind_of(job: Job) -> str:
 def test_every_command_is_one_these_tests_check():
     for plan in map(load_plan, PLANS):
         for job in plan.jobs:
-            assert kind_of(job) in ("vllm", "inline", *SCRIPTS), f"{plan.path.name}: {job.id}: {job.command[:2]}"
+            assert kind_of(job) in ("vllm", "inline", *SCRIPTS, *MODULES), \
+                f"{plan.path.name}: {job.id}: {job.command[:3]}"
             if kind_of(job) in SCRIPTS:
                 assert (ROOT / kind_of(job)).is_file()
 
@@ -170,3 +173,33 @@ def test_bench_latency_reads_flags_a_typo_would_miss():
     flags = bench_latency_flags("0.27.1")
     assert {"--input-len", "--num-iters", "--output-json", "--speculative-config", "--load-format"} <= flags
     assert "--port" not in flags and "--num-iter" not in flags
+
+
+def check_serve_local(plan: Plan, job: Job, argv: list[str], capsys, where: str):
+    """A server job: serve_local's own parser takes its flags, it serves the plan's release,
+    runs the server in its place (--exec) and is up when its ready_url answers on its --port."""
+    from urllib.parse import urlsplit
+
+    from benchmarks.gpu import serve_local
+
+    args = parsed(serve_local.parse_args, argv, capsys, where)
+    assert args.vllm == plan.vllm, f"{where}: --vllm {args.vllm} is not the plan's {plan.vllm}"
+    assert args.exec and args.installed, f"{where}: a server job runs the installed release (--installed --exec)"
+    assert job.ready_url and urlsplit(job.ready_url).port == args.port, f"{where}: ready_url is not its --port"
+
+
+MODULES = {"benchmarks.gpu.serve_local": check_serve_local}
+
+
+def test_server_jobs_serve_the_plans_release_on_the_port_they_wait_for(tmp_path, capsys):
+    jobs = jobs_of("benchmarks.gpu.serve_local")
+    assert jobs
+    for plan, job in jobs:
+        MODULES[kind_of(job)](plan, job, argv_of(job, tmp_path)[3:], capsys, f"{plan.path.name}: {job.id}")
+    # each endpoint client depends on the server of the port it talks to
+    for plan in map(load_plan, PLANS):
+        servers = {job.ready_url.rsplit(":", 1)[1].split("/")[0]: job.id for job in plan.jobs if job.ready_url}
+        for job in plan.jobs:
+            if "--endpoint" in job.command:
+                port = job.command[job.command.index("--endpoint") + 1].rsplit(":", 1)[1]
+                assert servers[port] in job.depends_on, f"{plan.path.name}: {job.id} talks to {port}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -281,6 +282,12 @@ BAD_PLANS = [
      "a dependency cycle: a -> b -> a"),
     ("jobs[0] (smoke).env.X", {}, [good_job(env={"X": {"nested": 1}})], "a string or a number"),
     ("leases", {"leases": 2}, [good_job()], "not a field of a plan"),
+    ("jobs[0] (smoke).ready_url", {}, [good_job(ready_url="localhost:8012")], "an http:// URL"),
+    ("jobs[0] (smoke).timed", {}, [good_job(ready_url="http://127.0.0.1:8012/health", timed=True)],
+     "a server (ready_url) is untimed"),
+    ("jobs[1] (bench).depends_on", {}, [good_job(ready_url="http://127.0.0.1:8012/health"),
+                                        good_job(id="bench", timed=True, depends_on=["smoke"])],
+     "a timed job runs alone, not beside the server smoke"),
 ]
 
 
@@ -301,3 +308,63 @@ def test_a_plan_that_is_not_yaml_says_where(tmp_path, host):
     result = run(plan, None, host)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert result.stderr.startswith(f"run.py: {plan}: not YAML (line ")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+FETCH = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).status)"
+
+
+def test_a_server_serves_its_clients_and_is_stopped_once_they_ended(tmp_path, host):
+    url = f"http://127.0.0.1:{free_port()}/"
+    port = url.rsplit(":", 1)[1].strip("/")
+    plan = write_plan(tmp_path, [
+        {"id": "serve", "command": ["{python}", "-m", "http.server", port, "--bind", "127.0.0.1",
+                                    "--directory", "{out}"],
+         "gpu_memory_gib": 4, "timeout_s": 20, "ready_url": url},
+        {"id": "smoke", "command": ["{python}", "-c", FETCH, url], "gpu_memory_gib": 0, "timeout_s": 5,
+         "depends_on": ["serve"]},
+        {"id": "burst", "command": ["{python}", "-c", FETCH, url], "gpu_memory_gib": 0, "timeout_s": 5,
+         "depends_on": ["serve"]}])
+    result = run(plan, tmp_path / "out", host)
+    assert result.returncode == 0, result.stdout
+    jobs = jobs_of(tmp_path / "out")
+    serve = jobs["serve"]
+    assert serve["status"] == "passed" and serve["ready"] is not None
+    for client in ("smoke", "burst"):
+        assert jobs[client]["status"] == "passed"
+        assert serve["ready"] <= jobs[client]["start"] and jobs[client]["end"] <= serve["end"]
+        assert (tmp_path / "out" / "logs" / f"{client}.log").read_text().splitlines()[-1] == "200"
+    assert f"serving serve: {url} answered after" in result.stdout
+    assert "passed serve: stopped once its clients ended" in result.stdout
+    with socket.socket() as probe:      # the server is gone
+        assert probe.connect_ex(("127.0.0.1", int(port))) != 0
+
+
+def test_a_server_that_never_answers_is_cut_and_its_clients_skipped(tmp_path, host):
+    plan = write_plan(tmp_path, [
+        {"id": "serve", "command": "sleep 30", "gpu_memory_gib": 4, "timeout_s": 1.5,
+         "ready_url": f"http://127.0.0.1:{free_port()}/health"},
+        job("smoke", 0, depends_on=["serve"])])
+    result = run(plan, tmp_path / "out", host)
+    assert result.returncode == 1
+    jobs = jobs_of(tmp_path / "out")
+    assert jobs["serve"]["status"] == "cut" and jobs["serve"]["ready"] is None
+    assert jobs["smoke"]["reason"] == "dependency serve cut"
+
+
+def test_the_dry_run_starts_a_servers_clients_beside_it_and_a_timed_job_after_it(tmp_path):
+    from benchmarks.gpu.runner.plan import load_plan
+    from benchmarks.gpu.runner.schedule import dry_run
+
+    plan = load_plan(write_plan(tmp_path, [
+        {**job("serve", 0, 4), "timeout_s": 600, "ready_url": "http://127.0.0.1:8012/health"},
+        {**job("smoke", 0, depends_on=["serve"]), "timeout_s": 60},
+        {**job("burst", 0, depends_on=["serve"]), "timeout_s": 100},
+        {**job("bench", 0, 8, timed=True), "timeout_s": 300}]))
+    assert [(offset, entry.id) for offset, entry in dry_run(plan)] == [
+        (0, "serve"), (0, "smoke"), (0, "burst"), (100, "bench")]

@@ -21,6 +21,7 @@ from benchmarks.gpu.runner.plan import Job, Plan, PlanError, load_plan
 
 REPO = Path(__file__).resolve().parents[3]
 POLL_S = 0.05
+PROBE_S = 1.0
 # Every job names one lock file: verify's engines take it alone for each timed window and shared
 # while they start (verify/engine_worker.py, gpu_turn), so two verify runs that do share the GPU
 # never time a window while the other's engine starts. The schedule already keeps timed jobs alone.
@@ -32,6 +33,7 @@ class Running:
     job: Job
     process: subprocess.Popen
     started: float      # time.monotonic()
+    probed: float = 0.0  # a server's last readiness probe (time.monotonic())
 
 
 class Run:
@@ -62,6 +64,10 @@ class Run:
                     self.finish(item)
                 elif time.monotonic() - item.started > item.job.timeout_s:
                     self.cut(item)
+                elif item.job.ready_url and self.status[item.job.id] == schedule.RUNNING:
+                    self.probe(item)
+            for server in schedule.servers_done(self.plan, self.status):
+                self.retire(self.running[server.id])
 
     def skip_blocked(self) -> None:
         while True:
@@ -109,6 +115,26 @@ class Run:
             reason = last
             self.set(job.id, schedule.FAILED, end=time.time(), exit=code, reason=reason)
             self.timeline.say(f"failed {job.id} exit {code} after {elapsed:.1f} s: {reason}")
+        record.pack(self.plan, self.out)
+
+    def probe(self, item: Running) -> None:
+        """Once a second: a server whose URL answers is serving, and its clients may start."""
+        now = time.monotonic()
+        if now - item.probed < PROBE_S:
+            return
+        item.probed = now
+        if not processes.answers(str(item.job.ready_url)):
+            return
+        self.set(item.job.id, schedule.SERVING, ready=time.time())
+        self.timeline.say(f"serving {item.job.id}: {item.job.ready_url} answered after {now - item.started:.1f} s")
+
+    def retire(self, item: Running) -> None:
+        """A server whose clients have all ended: stopped, and it passed."""
+        processes.stop_group(item.process, self.plan.kill_grace_s)
+        del self.running[item.job.id]
+        self.set(item.job.id, schedule.PASSED, end=time.time(), exit=item.process.returncode)
+        self.timeline.say(f"passed {item.job.id}: stopped once its clients ended, after "
+                          f"{time.monotonic() - item.started:.1f} s")
         record.pack(self.plan, self.out)
 
     def cut(self, item: Running) -> None:

@@ -14,6 +14,7 @@
         depends_on: [apply]   # optional: runs once these passed, skipped when one did not
         keep_when_cut: ["**"] # optional: globs under OUT/<id> kept when cut (default all)
         env: {NAME: value}    # optional, templated like the command
+        ready_url: http://127.0.0.1:8012/health   # optional: a server (see schedule.py)
 
 A command names only the fields {out} (the job's own folder), {repo} (the repository root) and
 {python} (the interpreter running the plan); any other {word} is refused. Other braces (a JSON
@@ -33,7 +34,8 @@ TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 JOB_ID = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 RELEASE = re.compile(r"^\d+\.\d+\.\d+$")
 PLAN_KEYS = {"vllm", "gpu_memory_gib", "env", "kill_grace_s", "pack", "jobs"}
-JOB_KEYS = {"id", "command", "gpu_memory_gib", "timed", "timeout_s", "depends_on", "keep_when_cut", "env"}
+JOB_KEYS = {"id", "command", "gpu_memory_gib", "timed", "timeout_s", "depends_on", "keep_when_cut", "env",
+            "ready_url"}
 
 
 class PlanError(ValueError):
@@ -50,6 +52,7 @@ class Job:
     depends_on: tuple[str, ...] = ()
     keep_when_cut: tuple[str, ...] = ("**",)
     env: dict[str, str] = field(default_factory=dict)
+    ready_url: str | None = None      # a server: its dependants start once this URL answers
 
     def argv(self, fields: dict[str, str]) -> list[str]:
         return [fill(part, fields) for part in self.command]
@@ -125,11 +128,16 @@ def _job(item, where: str, budget: float, fail) -> Job:
     timed = item.get("timed", False)
     if not isinstance(timed, bool):
         fail(f"{where}.timed", f"true or false, not {timed!r}")
+    ready_url = item.get("ready_url")
+    if ready_url is not None and (not isinstance(ready_url, str) or not re.match(r"^https?://\S+$", ready_url)):
+        fail(f"{where}.ready_url", f"an http:// URL the server answers once it is up, not {ready_url!r}")
+    if ready_url is not None and timed:
+        fail(f"{where}.timed", "a server (ready_url) is untimed: its clients run beside it")
     return Job(job_id, _command(item.get("command"), f"{where}.command", fail), reservation, timed,
                _number(item.get("timeout_s"), f"{where}.timeout_s", fail, positive=True),
                tuple(_strings(item.get("depends_on", []), f"{where}.depends_on", fail)),
                tuple(_strings(item.get("keep_when_cut", ["**"]), f"{where}.keep_when_cut", fail)),
-               _env(item.get("env", {}), f"{where}.env", fail))
+               _env(item.get("env", {}), f"{where}.env", fail), ready_url)
 
 
 def _command(value, where: str, fail) -> tuple[str, ...]:
@@ -205,6 +213,8 @@ def _check_ids(jobs: tuple[Job, ...], fail) -> None:
                 fail(f"jobs[{index}] ({job.id}).depends_on", f"{dependency!r} is no job of this plan")
             if dependency == job.id:
                 fail(f"jobs[{index}] ({job.id}).depends_on", "a job cannot depend on itself")
+            if job.timed and jobs[seen[dependency]].ready_url:
+                fail(f"jobs[{index}] ({job.id}).depends_on", f"a timed job runs alone, not beside the server {dependency}")
     cycle = _cycle(jobs)
     if cycle:
         index = seen[cycle[0]]

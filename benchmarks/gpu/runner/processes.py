@@ -7,6 +7,8 @@ import shlex
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 
@@ -58,3 +60,12 @@ def _signal(pgid: int, number: int) -> None:
         os.killpg(pgid, number)
     except ProcessLookupError:
         pass
+
+
+def answers(url: str) -> bool:
+    """Whether a server answers `url` with a success (its health route once it is up)."""
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return 200 <= response.status < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False

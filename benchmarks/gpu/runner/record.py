@@ -33,6 +33,7 @@ class JobRecord:
     log: str = ""
     out: str = ""
     kept: list[str] | None = None    # a cut job: the partial output kept under out/
+    ready: float | None = None       # a server: when its ready_url first answered
 
     @classmethod
     def of(cls, job: Job, argv: list[str]) -> JobRecord:
