@@ -5,6 +5,7 @@ ones alone), and writes one log per job, a timeline and run.json under --out.
 
 Standard library and PyYAML only: it runs on the GPU host beside vLLM, and on the CPU for its
 tests. Modules: plan (load and validate), schedule (what starts next; the dry run), processes
-(start, stop a process group), host (the installed versions, the GPU, the job environment),
-record (run.json, the timeline, the archive), main (the loop and the command line).
+(start, stop a process group, probe a server), host (the installed versions, the GPU, the job
+environment), loop (one run: start, watch, record), record (run.json, the timeline, the
+archive), main (the command line, the dry run).
 """
