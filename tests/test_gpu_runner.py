@@ -281,7 +281,7 @@ BAD_PLANS = [
     ("jobs[0] (a).depends_on", {}, [good_job(id="a", depends_on=["b"]), good_job(id="b", depends_on=["a"])],
      "a dependency cycle: a -> b -> a"),
     ("jobs[0] (smoke).env.X", {}, [good_job(env={"X": {"nested": 1}})], "a string or a number"),
-    ("leases", {"leases": 2}, [good_job()], "not a field of a plan"),
+    ("gpus", {"gpus": 2}, [good_job()], "not a field of a plan"),
     ("jobs[0] (smoke).ready_url", {}, [good_job(ready_url="localhost:8012")], "an http:// URL"),
     ("jobs[0] (smoke).timed", {}, [good_job(ready_url="http://127.0.0.1:8012/health", timed=True)],
      "a server (ready_url) is untimed"),

@@ -1,4 +1,4 @@
-"""benchmarks/gpu/serve_local.py: the single-node server the GPU session starts is the command
+"""benchmarks/gpu/serve_local.py: the single-node server a GPU run starts is the command
 `build.py serve` prints for the release, docker peeled off, checked against that release's real
 parser, with only the stand-ins its docstring lists."""
 import json

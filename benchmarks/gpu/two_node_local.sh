@@ -46,8 +46,8 @@ fi
 mapfile -t NODE_CMDS < "$WORK/commands.sh"
 say "node commands in $WORK/commands.sh (${#NODE_CMDS[@]} nodes, $LAYERS layers)"
 
-# Each node in its own session (setsid), so stopping it stops its engine and workers too.
-# (exec: the background job's pid stays the node's own pid, and with setsid its session id)
+# Each node leads a process group of its own (setsid), so stopping it stops its engine and workers too.
+# (exec: the background job's pid stays the node's own pid, and with setsid its group id)
 launch() {
   if command -v setsid > /dev/null; then exec setsid bash -c "exec $1"; else exec bash -c "exec $1"; fi
 }

@@ -1,5 +1,5 @@
-"""One job's process: started in a session of its own, so that stopping it stops everything it
-started (vLLM's engine cores, a server and its workers), and stopped by its process group."""
+"""One job's process: the leader of a new process group (start_new_session), so that stopping
+the group stops everything it started (vLLM's engine cores, a server and its workers)."""
 from __future__ import annotations
 
 import os
