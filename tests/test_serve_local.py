@@ -1,4 +1,4 @@
-"""benchmarks/gpu/serve_local.py: the single-node server the GPU session starts is the command
+"""benchmarks/gpu/serve_local.py: the single-node server a GPU run starts is the command
 `build.py serve` prints for the release, docker peeled off, checked against that release's real
 parser, with only the stand-ins its docstring lists."""
 import json
@@ -210,3 +210,13 @@ def test_a_bad_control_is_refused_in_one_line_before_anything_is_written(tmp_pat
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines() == ["error: --control: 'agreeing' is not one of agree, random"]
     assert not (tmp_path / "models").exists() and not (tmp_path / "work").exists()
+
+
+def test_exec_prints_the_command_then_runs_it_in_its_place(tmp_path):
+    """--exec (a GPU run's server job): the printed command is what runs, in serve_local's own
+    process and on its interpreter; here, with no vLLM installed, that interpreter says so."""
+    result = _serve_local(tmp_path, "--exec", "--port", "8019")
+    printed = result.stdout.splitlines()[0]
+    assert printed.startswith("env ") and "VLLM_TUNED_CONFIG_FOLDER=" in printed
+    assert f"{sys.executable} -m vllm.entrypoints.cli.main serve " in printed and "--port 8019" in printed
+    assert result.returncode == 1 and "No module named 'vllm'" in result.stderr

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The command `build.py serve --recipe R --target T --vllm V` prints, minus docker, made to run
-on a GPU host with a staged vLLM and dummy weights (tests/gpu/session/s17.sh runs it).
+on a GPU host with vLLM installed and dummy weights.
 
     serve_local.py --vllm V --models DIR --work DIR [--recipe R] [--target T] [--layers N]
                    [--shape 26b-a4b|31b] [--port 8012]
                    [--gpu-memory-utilization F] [--kv-cache-gib G] [--control agree|random]
-                   [--installed] [--json]
+                   [--installed] [--json | --exec]
 
 With --control agree|random the server itself serves verify's control model (verify/controls.py):
 the controls plugin is written under --work, and the server gets it and the repository root
@@ -25,7 +25,7 @@ off and only what a host without the image must change is changed, each change l
 - VLLM_TUNED_CONFIG_FOLDER points at patches/moe-configs, as the image sets it;
 - the server gets its own compile cache under --work;
 - with --gpu-memory-utilization F, the recipe's share of the GPU becomes F (other engines of the
-  same session share the one GPU);
+  same run share the one GPU);
 - with --kv-cache-gib G, the KV cache is a fixed G GiB (--kv-cache-memory-bytes): on a GPU that other
   engines share, vLLM's profiling counts their growth as its own and sizes the cache below zero (H200,
   2026-12-01, docs/gpu-evidence.md §10: "Available KV cache memory: -43.62 GiB", no server);
@@ -154,7 +154,7 @@ def _with_flag(args: list[str], flag: str, value: str) -> list[str]:
     return [*args, flag, value]
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--recipe", default="gemma-4-26b-a4b-it")
     p.add_argument("--target", default="h200")
@@ -172,7 +172,17 @@ def main(argv=None) -> int:
     p.add_argument("--installed", action="store_true",
                    help="check the flags against the vLLM installed here, not the release's sdist")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    a = p.parse_args(argv)
+    p.add_argument("--exec", action="store_true",
+                   help="print the command, then run the server in this process's place, on this "
+                        "interpreter (a GPU run's server job: benchmarks/gpu/plans/serve.yaml)")
+    args = p.parse_args(argv)
+    if args.json and args.exec:
+        p.error("--json prints the plan, --exec runs it: one of them")
+    return args
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
     try:
         if a.control is not None and a.control not in controls.CONTROLS:
             # checked before anything is written (the models, --installed's cache link)
@@ -190,7 +200,10 @@ def main(argv=None) -> int:
             stand_in = stand_in.rstrip("\n") + CONTROL_STAND_IN
         print(json.dumps({**run, "stand_in": stand_in}, indent=1))
         return 0
-    print(shlex.join(["env", *[f"{k}={v}" for k, v in sorted(run["env"].items())], *run["argv"]]))
+    argv = run["argv"]        # its vLLM is this interpreter's (two_node_commands.VLLM)
+    print(shlex.join(["env", *[f"{k}={v}" for k, v in sorted(run["env"].items())], *argv]), flush=True)
+    if a.exec:
+        os.execvpe(argv[0], argv, {**os.environ, **run["env"]})
     return 0
 
 

@@ -1,13 +1,13 @@
 #!/bin/bash
-# Two vLLM "nodes" on one host with two GPUs (device kind nvidia-h200-x2, vLLM 0.25.0 staged by
-# /work/shared/gpu-lab): the commands `build.py serve --recipe gemma-4-26b-a4b-it --target h200
-# --nodes 2` lays out, minus docker (benchmarks/gpu/two_node_commands.py says what a single host
-# changes), Gemma-4-26B-A4B shapes with dummy weights, TP=2 across the two "nodes", the MTP
-# drafter, CUDA graphs on. Then verify/mtp_smoke.py --endpoint and a 500-request burst against
+# Two vLLM "nodes" on one host with two GPUs (two H200s, vLLM 0.25.0 installed into $SITE): the
+# commands `build.py serve --recipe gemma-4-26b-a4b-it --target h200 --nodes 2` lays out, minus
+# docker (benchmarks/gpu/two_node_commands.py says what a single host changes), Gemma-4-26B-A4B
+# shapes with dummy weights, TP=2 across the two "nodes", the MTP drafter, CUDA graphs on. Then
+# verify/mtp_smoke.py --endpoint and a 500-request burst against
 # it. Everything (both ranks' logs, smoke report, burst figures, the deciding log lines) goes into
 # one tarball under $OUT. Run from the repository root: bash benchmarks/gpu/two_node_local.sh
-# Budget: < 9 minutes (engine start up to START_LIMIT s, smoke 60 s, burst 90 s). Only one file
-# comes back in $OUT (the tarball; the device tool returns a few files per call).
+# Budget: < 9 minutes (engine start up to START_LIMIT s, smoke 60 s, burst 90 s). One file lands
+# in $OUT: the tarball.
 # Overrides: STAGE (default .gpu-stage), SITE (/tmp/site), LAYERS (10), OUT, WORK, PORT,
 # MASTER_PORT, START_LIMIT.
 set -u
@@ -19,8 +19,8 @@ LAYERS=${LAYERS:-10}            # target layers of the dummy 26B-A4B (30 = all; 
 PORT=${PORT:-8011}
 MASTER_PORT=${MASTER_PORT:-29611}
 START_LIMIT=${START_LIMIT:-330}
-SITE=${SITE:-/tmp/site}          # where gpu-lab's gpu_setup.sh installs vLLM
-STAGE=${STAGE:-.gpu-stage}       # gpu-lab's staged parts and gpu_setup.sh (stage.py PROJECT_ROOT)
+SITE=${SITE:-/tmp/site}          # where the wheels' gpu_setup.sh installs vLLM
+STAGE=${STAGE:-.gpu-stage}       # the release's wheels and their gpu_setup.sh
 RECIPE=gemma-4-26b-a4b-it TARGET=h200 VLLM_VERSION=0.25.0
 rm -rf "$WORK" && mkdir -p "$WORK" "$OUT"
 
@@ -46,8 +46,8 @@ fi
 mapfile -t NODE_CMDS < "$WORK/commands.sh"
 say "node commands in $WORK/commands.sh (${#NODE_CMDS[@]} nodes, $LAYERS layers)"
 
-# Each node in its own session (setsid), so stopping it stops its engine and workers too.
-# (exec: the background job's pid stays the node's own pid, and with setsid its session id)
+# Each node leads a process group of its own (setsid), so stopping it stops its engine and workers too.
+# (exec: the background job's pid stays the node's own pid, and with setsid its group id)
 launch() {
   if command -v setsid > /dev/null; then exec setsid bash -c "exec $1"; else exec bash -c "exec $1"; fi
 }

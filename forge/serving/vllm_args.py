@@ -140,6 +140,22 @@ def runners_in(root: Path) -> frozenset[str]:
     return frozenset(name for name, module in RUNNER_MODULES.items() if (root / module).is_file())
 
 
+BENCH_LATENCY = "vllm/benchmarks/latency.py"   # `vllm bench latency`: its add_cli_args
+
+
+@functools.cache
+def bench_latency_flags(version: str) -> frozenset[str]:
+    """Every option string `vllm bench latency` of release `version` accepts: latency.py's own
+    add_argument calls, then EngineArgs.add_cli_args (read as for serve, so the few flags only
+    AsyncEngineArgs adds are in it too). Their values: ReleaseArgs.value_problem."""
+    source = _SourceIndex(releases.release_tree(version))
+    flags = _option_strings(source.parse(BENCH_LATENCY), source, {}, {}, {}, {})
+    flags |= _engine_flags(source, {}, {}, {}) | {"-h", "--help"}
+    if _pairs_enable_with_disable(source):
+        flags |= _enable_disable_inverses(flags)
+    return frozenset(flags)
+
+
 class _SourceIndex:
     """Parsed files of one release tree, and where each config class is defined."""
 
