@@ -28,8 +28,8 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
               each turns arguments into values, calls the packages below and prints; patches
               (patches, apply, readme-table), patch_work (new-patch, refresh-patch,
               patch-headers), images (build, lock, bake, release-matrix, publish,
-              published), serving (serve, tune-moe), watch (drift, upstream-watch). The packages
-              below compute and raise; none defines a `cmd_*`.
+              published), serving (serve, tune-moe), watch (drift, upstream-watch), upgrade
+              (upgrade). The packages below compute and raise; none defines a `cmd_*`.
 
 Above forge, outside the package, the code that uses it (the same test walks it: it imports
 forge, nothing in forge imports it, and it has no cycle either):
