@@ -202,7 +202,20 @@ def test_marlin_and_fp4_builds_are_read_from_cmakelists_and_name_the_recipes_on_
         routed = recipe.weights == "nvfp4" or (recipe.weights == "fp8" and Version(capability) < Version("8.9"))
         assert bool(on_marlin) == (marlin_lost and routed), (recipe.name, lines)
         for line in on_marlin:
-            assert "no longer built" in line and '"8.0+PTX;12.0f"' in line
+            assert "no longer built" in line
+            assert f'MARLIN_ARCHS "{";".join(first_archs(before, "MARLIN_ARCHS") or [])}"' in line
+
+
+def test_the_branch_for_the_target_cuda_is_taken():
+    """CUDA 12.8 takes the `else()` branch of each compiler test: there the second request of a
+    variable in the file (12.0a;12.1a, no family cubin) is the one that counts."""
+    from forge.upgrade.kernels import arch_requests
+
+    text = sdist_text("0.27.1", "CMakeLists.txt")
+    requests_of = re.findall(r'cuda_archs_loose_intersection\(MARLIN_ARCHS\s+"([^"]*)"', text)
+    assert len(requests_of) == 2
+    assert arch_requests(text, "13.0")["MARLIN_ARCHS"].text == requests_of[0]
+    assert arch_requests(text, "12.8")["MARLIN_ARCHS"].text == requests_of[1]
 
 
 @pytest.mark.parametrize("before,after,target", PAIRS)
@@ -243,6 +256,24 @@ def test_evidence_reads_versions_vllm_of_each_cited_record(tmp_path):
     assert evidence.coverage_of(ids, "0.34.0", tmp_path).records == ["h200-0.34.0-smoke-26b"]
     assert evidence.coverage_of(ids, "0.27.1", tmp_path).state == evidence.NOT_MEASURED
     assert evidence.missing_records(ids, tmp_path) == ["h200-0.27.1-gone"]
+
+
+def test_drift_records_of_the_package_on_the_new_release_are_named(tmp_path):
+    from forge.upgrade.requirements import drift_records
+
+    def record(name, kind, vllm, command, verdict):
+        path = tmp_path / name / evidence.RECORD_FILE
+        path.parent.mkdir()
+        path.write_text(json.dumps({"schema": 1, "id": name, "kind": kind, "command": command,
+                                    "versions": {"vllm": vllm}, "verdict": verdict}))
+    record("cpu-0.34.0-drift-transformers-5.25.0", "drift", "0.34.0",
+           "python3 build.py drift --version 5.25.0 --vllm 0.34.0", "fail")
+    record("cpu-0.34.0-drift-fastapi", "drift", "0.34.0",
+           "python3 build.py drift --package fastapi --version 0.140.0", "pass")
+    record("cpu-0.33.0-drift-transformers", "drift", "0.33.0", "python3 build.py drift --newest", "fail")
+    record("h200-0.34.0-smoke-26b", "smoke", "0.34.0", "python3 verify/mtp_smoke.py", "pass")
+    assert drift_records("transformers", "0.34.0", tmp_path) == ["cpu-0.34.0-drift-transformers-5.25.0: fail"]
+    assert drift_records("fastapi", "0.34.0", tmp_path) == ["cpu-0.34.0-drift-fastapi: pass"]
 
 
 def test_the_schema_refuses_a_report_it_does_not_describe():

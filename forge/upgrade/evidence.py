@@ -70,3 +70,18 @@ def coverage_of(ids: list[str], release: str, results: Path = RESULTS_DIR) -> Co
 def missing_records(ids: list[str], results: Path = RESULTS_DIR) -> list[str]:
     """Cited ids with no readable record (or one naming no vLLM release)."""
     return [i for i in ids if record_release(i, results) is None]
+
+
+def records_of(kind: str, release: str, results: Path = RESULTS_DIR) -> list[dict]:
+    """Every record of `kind` measured on `release` (e.g. the drift checks run against it), as
+    written, in id order."""
+    found = []
+    for path in sorted(results.glob(f"*/{RECORD_FILE}")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        versions = data.get("versions") if isinstance(data, dict) else None
+        if isinstance(versions, dict) and data.get("kind") == kind and str(versions.get("vllm")) == str(release):
+            found.append({**data, "id": str(data.get("id") or path.parent.name)})
+    return found

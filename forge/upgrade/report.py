@@ -83,8 +83,10 @@ def _dependency_lines(u: Upgrade) -> list[str]:
         unchecked = (f"; {len(d.unchecked)} admitted version(s) newer than the drift check's "
                      f"{d.checked_through}, not checked: {', '.join(d.unchecked)}" if d.unchecked
                      else f"; every admitted version up to {d.checked_through} drift-checked")
+        records = f"; drift records: {', '.join(d.records)}" if d.records else \
+            f"; no drift record on {u.after}"
         lines.append(f"drift {d.package} on {u.after} ({d.declared or 'not required'}): "
-                     f"{covered}{fixed}{unchecked}")
+                     f"{covered}{fixed}{unchecked}{records}")
     return lines
 
 

@@ -1,15 +1,19 @@
 """What the two releases declare on each package (requirements/cuda.txt and its includes, markers
 evaluated for a Linux CUDA image as forge.patching.dependencies does), the pins and constraints
-that change, and what the watched dependencies' drift record says about the new release."""
+that change, and, per watched dependency (patches/dependency-watch.yaml), how far the drift check
+went, the constraints that keep a known break out on the new release and the drift records
+(benchmarks/results, kind drift) measured on it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from forge.patching import dependencies
 from forge.patching.dependencies import REQUIREMENTS_ENTRY
+from forge.upgrade.evidence import RESULTS_DIR, records_of
 
 
 @dataclass(frozen=True)
@@ -60,11 +64,13 @@ class DriftNote:
     unchecked: list[str]               # admitted published versions newer than checked_through
     covering: list[str]                # constraint ids in range on the new release
     fixed: list[str]                   # constraint ids in range on the old release only
+    records: list[str]                 # "id: verdict" of the drift records on the new release
 
     def to_dict(self) -> dict:
         return {"package": self.package, "checked_through": self.checked_through,
                 "declared": self.declared, "unchecked": self.unchecked,
-                "covering_constraints": self.covering, "no_longer_needed": self.fixed}
+                "covering_constraints": self.covering, "no_longer_needed": self.fixed,
+                "records": self.records}
 
 
 def drift_notes(before: str, after: str, series, watch, offline: bool = False) -> list[DriftNote]:
@@ -89,5 +95,22 @@ def drift_notes(before: str, after: str, series, watch, offline: bool = False) -
                      and all(p.specifier.contains(v, prereleases=True) for p in covering)]
         notes.append(DriftNote(entry.package, entry.checked_through,
                                None if spec is None else str(spec), unchecked,
-                               [p.id for p in covering], fixed))
+                               [p.id for p in covering], fixed,
+                               drift_records(name, after)))
     return notes
+
+
+def drift_records(package: str, release: str, results: Path = RESULTS_DIR) -> list[str]:
+    """"id: verdict" of the drift records of `package` on `release` (a record names its package
+    in settings.package or its command's --package; `build.py drift` checks transformers
+    without one)."""
+    found = []
+    for record in records_of("drift", release, results):
+        settings = record.get("settings")
+        settings = settings if isinstance(settings, dict) else {}
+        command = str(record.get("command") or "").split()
+        named = settings.get("package") or (command[command.index("--package") + 1]
+                                            if "--package" in command[:-1] else "transformers")
+        if canonicalize_name(str(named)) == canonicalize_name(package):
+            found.append(f"{record['id']}: {record.get('verdict')}")
+    return found

@@ -34,7 +34,7 @@ PATCH = {
 REQUIREMENT = {"package": Field(str), "from": _optional(str), "to": _optional(str)}
 DRIFT = {"package": Field(str), "checked_through": Field(str), "declared": _optional(str),
          "unchecked": Field(TEXTS), "covering_constraints": Field(TEXTS),
-         "no_longer_needed": Field(TEXTS)}
+         "no_longer_needed": Field(TEXTS), "records": Field(TEXTS)}
 FUNCTION = {"path": Field(str), "function": Field(str), "lines": Field(ListOf(int), required=False),
             "families": Field(ListOf(int))}
 ARCHS = {"archs": Field(str), "line": Field(int)}
