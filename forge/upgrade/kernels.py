@@ -65,6 +65,10 @@ class KernelBuild:
         return native_for(self.after, self.capability)
 
     @property
+    def ptx_after(self) -> list[str]:
+        return ptx_for(self.after, self.capability)
+
+    @property
     def changed(self) -> bool:
         return (self.before.archs if self.before else None) != (self.after.archs if self.after else None)
 
@@ -82,6 +86,14 @@ class KernelBuild:
         return {"family": self.family, "variable": self.variable, "from": side(self.before),
                 "to": side(self.after), "native_from": self.native_before,
                 "native_to": self.native_after}
+
+
+def ptx_for(request: ArchRequest | None, capability: str) -> list[str]:
+    """The `X+PTX` entries whose PTX the driver can compile for the capability (X <= it)."""
+    if request is None:
+        return []
+    wanted = Version(capability)
+    return [a for a in request.archs if a.endswith("+PTX") and Version(a[:-4]) <= wanted]
 
 
 def native_for(request: ArchRequest | None, capability: str) -> bool:

@@ -124,6 +124,9 @@ def _kernel_lines(u: Upgrade) -> list[str]:
             return "not built" if request is None else f'"{request.text}" (line {request.line})'
         native = {(True, False): "native code lost", (False, True): "native code gained"}.get(
             (b.native_before, b.native_after), "native" if b.native_after else "no native code")
+        if not b.native_after and b.ptx_after:
+            native += (f" (no cubin; only the PTX of {', '.join(b.ptx_after)}, for the driver to "
+                       "compile at load: not measured)")
         lines.append(f"{b.family}: {b.variable} {side(b.before)} -> {side(b.after)}: {native}")
     return lines
 
