@@ -161,6 +161,39 @@ def test_a_removed_v1_runner_refuses_exactly_the_v1_recipes(before, after, targe
 
 
 @pytest.mark.parametrize("before,after,target", PAIRS)
+def test_new_spellings_of_the_recipes_flags_are_named(before, after, target):
+    from forge.serving.vllm_args import release_args
+
+    _, report, _ = upgrade(before, after, target)
+    old, new = release_args(before), release_args(after)
+    for recipe in target_recipes(target, after):
+        renamed = " ".join(recipe_entry(report, recipe.name)["renamed"])
+        for flag in {t for t in recipe.cli_args() if t.startswith("--")}:
+            fresh = [alias for alias, canonical in new.aliases.items() if alias.startswith("--")
+                     and canonical == new.canonical(flag) and old.aliases.get(alias) != canonical]
+            for alias in fresh:
+                assert f"{flag}: vLLM {after} also spells it" in renamed and alias in renamed
+
+
+def test_a_variable_the_new_release_no_longer_reads_is_refused():
+    from dataclasses import replace
+
+    from forge.serving.recipes import Section
+    from forge.serving.vllm_args import release_args
+    from forge.upgrade.recipe_changes import refusals
+
+    old, new = release_args("0.27.1"), release_args("0.34.0")
+    gone = sorted(name for name in old.env_vars - new.env_vars if name.startswith("VLLM_")
+                  and name != "VLLM_USE_V2_MODEL_RUNNER")[0]
+    recipe = load_recipe("gemma-4-26b-a4b-it", "gb10")
+    recipe = replace(recipe, serve=Section({**recipe.serve.values, "env": {gone: "1"}}))
+    assert refusals(recipe, old, new) == [
+        f"recipes/gemma-4-26b-a4b-it.yaml: targets.gb10.serve.env.{gone}: vLLM 0.34.0 does not "
+        f"read it (read by 0.27.1)"]
+    assert refusals(recipe, old, old) == []
+
+
+@pytest.mark.parametrize("before,after,target", PAIRS)
 def test_pins_and_constraints_that_change_come_from_both_releases_requirements(before, after, target):
     _, report, text = upgrade(before, after, target)
     old, new = requirement_specs(before), requirement_specs(after)
