@@ -116,7 +116,7 @@ def statements(text: str):
     joined into one (its parentheses balanced outside quoted strings)."""
     pending, start = "", 0
     for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip() if not raw.lstrip().startswith('"') else raw.strip()
+        line = _without_comment(raw).strip()
         if not line and not pending:
             continue
         if not pending:
@@ -126,6 +126,17 @@ def statements(text: str):
         if unquoted.count("(") <= unquoted.count(")"):
             yield start, pending
             pending = ""
+
+
+def _without_comment(line: str) -> str:
+    """The line up to its first `#` outside a quoted string (CMake's line comment)."""
+    quoted = False
+    for index, char in enumerate(line):
+        if char == '"':
+            quoted = not quoted
+        elif char == "#" and not quoted:
+            return line[:index]
+    return line
 
 
 def _condition(text: str, cuda: Version) -> bool:

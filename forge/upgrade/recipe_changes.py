@@ -35,12 +35,12 @@ class KernelRole:
 # (W8A16) only on GPUs without FP8 tensor cores (below sm_89: the A100's "MARLIN Fp8").
 QUANT_PATHS = {
     "nvfp4": (KernelRole("FP4", "its FP4 GEMM and MoE kernels"),
-              KernelRole("Marlin", "the W4A16 fallback of its linear layers (marlin_utils_fp4.py)"),
-              KernelRole("Marlin MoE", "the MARLIN backend of its MoE oracle (oracle/nvfp4.py)",
+              KernelRole("Marlin", "the W4A16 fallback of its linear layers, marlin_utils_fp4.py"),
+              KernelRole("Marlin MoE", "the MARLIN backend of its MoE oracle, oracle/nvfp4.py",
                          moe_only=True)),
-    "fp8": (KernelRole("Marlin", "W8A16 linear layers without FP8 tensor cores "
-                                 "(marlin_utils_fp8.py)", below_capability="8.9"),
-            KernelRole("Marlin MoE", "the MARLIN backend of its MoE oracle (oracle/fp8.py)",
+    "fp8": (KernelRole("Marlin", "W8A16 linear layers without FP8 tensor cores, "
+                                 "marlin_utils_fp8.py", below_capability="8.9"),
+            KernelRole("Marlin MoE", "the MARLIN backend of its MoE oracle, oracle/fp8.py",
                        moe_only=True, below_capability="8.9")),
 }
 
