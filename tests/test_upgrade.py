@@ -239,6 +239,13 @@ def test_marlin_and_fp4_builds_are_read_from_cmakelists_and_name_the_recipes_on_
             assert f'MARLIN_ARCHS "{";".join(first_archs(before, "MARLIN_ARCHS") or [])}"' in line
 
 
+def test_a_build_file_is_taken_from_the_sdist_once():
+    path = releases.release_build_file("0.34.0", "CMakeLists.txt")
+    assert path is not None and path.read_text() == sdist_text("0.34.0", "CMakeLists.txt")
+    assert releases.release_build_file("0.34.0", "CMakeLists.txt") == path
+    assert releases.release_build_file("0.34.0", "no/such/file.txt") is None
+
+
 def test_the_branch_for_the_target_cuda_is_taken():
     """CUDA 12.8 takes the `else()` branch of each compiler test: there the second request of a
     variable in the file (12.0a;12.1a, no family cubin) is the one that counts."""
