@@ -21,20 +21,23 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
   4 images    lock, plan, build context, BuildKit build and bake, host checks (engine, emulation),
               registry, retag, published index, the release matrix (watch and images do not
               import each other)
-  5 commands  the argparse CLI behind build.py / `vllm-forge` and every command handler (`cmd_*`):
+  5 upgrade   two releases compared for a target (`build.py upgrade`): patch statuses, declared
+              requirements, serve checks, defaults and kernel builds read from the sources, the
+              image plans and the commands that follow
+  6 commands  the argparse CLI behind build.py / `vllm-forge` and every command handler (`cmd_*`):
               each turns arguments into values, calls the packages below and prints; patches
               (patches, apply, readme-table), patch_work (new-patch, refresh-patch,
               patch-headers), images (build, lock, bake, release-matrix, publish,
-              published), serving (serve, tune-moe), watch (drift, upstream-watch). The packages
-              below compute and raise; none defines a `cmd_*`.
+              published), serving (serve, tune-moe), watch (drift, upstream-watch), upgrade
+              (upgrade). The packages below compute and raise; none defines a `cmd_*`.
 
 Above forge, outside the package, the code that uses it (the same test walks it: it imports
 forge, nothing in forge imports it, and it has no cycle either):
 
-  6 verify     the image-side checks (verify/): the scripts (mtp_smoke, bench, profile and the
+  7 verify     the image-side checks (verify/): the scripts (mtp_smoke, bench, profile and the
                engine_worker they start) on top, the modules they share (report, checks,
                endpoint, machine, metrics, ...) below them, never importing a script
-  7 benchmarks timings of builds and patch runs, and the GPU host's serve and two-node runs
+  8 benchmarks timings of builds and patch runs, and the GPU host's serve and two-node runs
 """
 import os
 from pathlib import Path
@@ -58,6 +61,6 @@ def _repo_root() -> Path:
 REPO_ROOT = _repo_root()
 
 LAYERS = {"core": 0, "upstream": 1, "patching": 2, "serving": 3, "watch": 4, "images": 4,
-          "commands": 5}
+          "upgrade": 5, "commands": 6}
 # The top-level folders above forge (by name: forge never imports them).
-ABOVE_FORGE = {"verify": 6, "benchmarks": 7}
+ABOVE_FORGE = {"verify": 7, "benchmarks": 8}

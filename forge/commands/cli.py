@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from forge.commands import images, patch_work, patches, serving, watch
+from forge.commands import images, patch_work, patches, serving, upgrade, watch
 from forge.errors import ForgeError
 from forge.image_names import check_repository_argument
 from forge.versions import Release
@@ -359,10 +359,30 @@ def _add_release_matrix(commands) -> None:
     p.set_defaults(handler=images.cmd_release_matrix)
 
 
+def _add_upgrade(commands) -> None:
+    p = commands.add_parser("upgrade", help="what moving a target's image from one vLLM release to "
+                                            "another changes: patches, dependencies, recipes, image")
+    p.add_argument("--from", dest="from_release", type=lambda v: Release(v, "--from"),
+                   required=True, metavar="VERSION", help="the release the image is on")
+    p.add_argument("--to", dest="to_release", type=lambda v: Release(v, "--to"), required=True,
+                   metavar="VERSION", help="the release to move to")
+    p.add_argument("--target", required=True, help="hardware target from images/targets.yaml")
+    p.add_argument("--recipe", action="append", metavar="NAME",
+                   help="only this recipe of the target (repeatable; default: all of them)")
+    p.add_argument("--allow-downgrade", action="store_true", help="allow --to older than --from")
+    p.add_argument("--json", action="store_true",
+                   help="print the report as JSON (schema: forge/upgrade/schema.py)")
+    p.add_argument("--run", action="store_true",
+                   help="when ready: build the --to image, then smoke each recipe in it on this "
+                        "host's GPU (stops at the first failure; pushes and publishes nothing)")
+    _add_repository_flag(p)
+    p.set_defaults(handler=upgrade.cmd_upgrade)
+
+
 COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,
                     _add_roofline, _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
                     _add_drift, _add_readme_table, _add_new_patch, _add_refresh_patch, _add_patch_headers,
-                    _add_release_matrix]
+                    _add_release_matrix, _add_upgrade]
 
 
 def program_name() -> str:

@@ -306,6 +306,12 @@ def docker_argv(image: str, recipe: Recipe, env: dict[str, str], port: int,
     return argv
 
 
+def release_env(recipe: Recipe, release) -> tuple[dict[str, str], list[str]]:
+    """The recipe's engine environment on `release` and the notes on what was adapted, or the
+    one-line refusal `serve` gives (a V1 recipe on a release without the V1 runner)."""
+    return _runner_env(recipe, release)
+
+
 def _runner_env(recipe: Recipe, release) -> tuple[dict[str, str], list[str]]:
     env = recipe.env()
     runner = recipe.serve.model_runner

@@ -5,6 +5,7 @@ Everything lives under the cache directory ($VLLM_FORGE_CACHE, default ~/.cache/
   index.json              the release list and sdist hashes last read from the index
   sdists/vllm-X.tar.gz    each release's sdist, verified on download
   trees/X/vllm/...        the release's Python package tree, extracted once
+  build-files/X/...       files of the sdist outside vllm/ (CMakeLists.txt, ...), read once
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from urllib.parse import urljoin
 from packaging.version import InvalidVersion, Version
 
 from forge.errors import ForgeError
-from forge.files import check_output_dir, write_text_atomically
+from forge.files import check_output_dir, write_bytes_atomically, write_text_atomically
 from forge.http_session import retrying_session
 from forge.progress import Progress
 from forge.upstream.archives import extract_safely
@@ -246,3 +247,24 @@ def release_file(version: str, relative_path: str, offline: bool = False) -> Pat
     """One file of a release's package tree (path relative to the tree, e.g. `vllm/envs.py`)."""
     path = release_tree(version, offline=offline) / relative_path
     return path if path.exists() else None
+
+
+def release_build_file(version: str, relative_path: str, offline: bool = False) -> Path | None:
+    """A file of release `version`'s sdist outside the vllm/ package (`CMakeLists.txt`,
+    `cmake/utils.cmake`, `docker/Dockerfile`), taken from the sdist once and cached; None when the
+    sdist has no such file."""
+    parsed = Release(version).version
+    cached = cache_dir() / "build-files" / str(parsed) / relative_path
+    if cached.is_file():
+        return cached
+    sdist = fetch_sdist(str(parsed), offline=offline)
+    with tarfile.open(sdist) as archive:
+        try:
+            member = archive.getmember(f"vllm-{parsed}/{relative_path}")
+        except KeyError:
+            return None
+        handle = archive.extractfile(member) if member.isfile() else None
+        if handle is None:
+            return None
+        data = handle.read()
+    return write_bytes_atomically(cached, data)

@@ -1,0 +1,85 @@
+"""`build.py upgrade --from V1 --to V2 --target T`: what changes for the target's image and
+recipes (forge.upgrade), as text or --json; exit 0 ready, 1 needs work, 2 bad input. With --run,
+when ready: the image of V2 built as `build.py --target T --vllm V2` builds it, then each recipe's
+smoke inside it on this host's GPU; nothing is pushed or published."""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+
+from forge.errors import ForgeError
+
+NEEDS_WORK = 1
+
+
+def cmd_upgrade(args) -> int:
+    from forge.upgrade.compare import compare
+    from forge.upgrade.report import render, to_dict
+    from forge.upgrade.schema import check_report
+
+    upgrade = compare(args.from_release, args.to_release, args.target, args.recipe,
+                      allow_downgrade=args.allow_downgrade, repository=args.repository)
+    if args.json:
+        print(json.dumps(check_report(to_dict(upgrade)), indent=1))
+    else:
+        print(render(upgrade))
+    if upgrade.blocking:
+        if args.run:
+            print(f"--run: not started: the upgrade needs work ({upgrade.blocking[0]})",
+                  file=sys.stderr)
+        return NEEDS_WORK
+    return _run(upgrade, args) if args.run else 0
+
+
+def _run(upgrade, args) -> int:
+    """Build, then smoke each recipe; the first step that fails stops the run, saying which."""
+    from forge.commands.images import cmd_build
+    from forge.upgrade.image import smoke_argv
+
+    out = sys.stderr if args.json else sys.stdout
+    print(f"--run: step 1: build the {upgrade.after} image for {upgrade.target.name}", file=out,
+          flush=True)
+    try:
+        cmd_build(_build_args(upgrade, args))
+    except ForgeError as failure:
+        raise ForgeError(f"--run: step 1 (build) failed: {failure}") from failure
+    recipes = [c.recipe for c in upgrade.recipes if c.served_to]
+    gpu = gpu_problem()
+    if gpu:
+        commands = [shlex.join(smoke_argv(name, upgrade.target.name, upgrade.after,
+                                          args.repository)) for name in recipes]
+        print(f"--run: built; step 2 (smoke) not run: {gpu}. On a GPU host run: "
+              + (" && ".join(commands) or "(no recipe is served on this release)"), file=out)
+        return NEEDS_WORK
+    for step, name in enumerate(recipes, start=2):
+        argv = smoke_argv(name, upgrade.target.name, upgrade.after, args.repository)
+        print(f"--run: step {step}: smoke {name}: {shlex.join(argv)}", file=out, flush=True)
+        code = subprocess.run(argv, check=False).returncode
+        if code != 0:
+            print(f"--run: step {step} (smoke {name}) failed with exit {code}: its report is in "
+                  f"verify-out/{name}; fix that before publishing", file=out)
+            return NEEDS_WORK
+    print(f"--run: built and smoked; publish with: {upgrade.next[-1]}", file=out)
+    return 0
+
+
+def _build_args(upgrade, args) -> argparse.Namespace:
+    """What `build.py --target T --vllm V2` parses to: a local build, no push."""
+    return argparse.Namespace(target=upgrade.target.name, vllm=upgrade.after,
+                              repository=args.repository, push=False, plan=False, locked=False,
+                              allow_unlocked=False, allow_base_change=False, base_image=None,
+                              lock=None, json=False, no_attest=False)
+
+
+def gpu_problem() -> str | None:
+    """Why no smoke can run here (no NVIDIA GPU the driver lists), or None."""
+    if shutil.which("nvidia-smi") is None:
+        return "no NVIDIA GPU on this host (no nvidia-smi)"
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    if listed.returncode != 0 or "GPU" not in listed.stdout:
+        return "no NVIDIA GPU on this host (`nvidia-smi -L` lists none)"
+    return None

@@ -1,0 +1,143 @@
+"""An upgrade as data (`--json`, validated against forge/upgrade/schema.py) and as text."""
+from __future__ import annotations
+
+from forge.serving.vllm_args import RUNNER_MODULES
+from forge.upgrade import patch_changes as pc
+from forge.upgrade.compare import Upgrade
+
+SCHEMA_VERSION = 1
+# The patch changes the text shows, in this order (the JSON holds every patch).
+SHOWN = (pc.CONFLICT, pc.RETIRES, pc.DROPS, pc.NEW, pc.CARRIED)
+
+
+def to_dict(u: Upgrade) -> dict:
+    old_fn, new_fn = u.gemma4_attention
+    return {
+        "schema": SCHEMA_VERSION, "from": u.before, "to": u.after, "target": u.target.name,
+        "downgrade": u.downgrade, "unchecked": u.unchecked, "verdict": u.verdict,
+        "blocking": u.blocking,
+        "patches": [c.to_dict() for c in u.patches],
+        "dependencies": {"requirements": [c.to_dict() for c in u.requirements],
+                         "constraints": [c.to_dict() for c in u.patches if c.kind == "dependency"],
+                         "drift": [d.to_dict() for d in u.drift]},
+        "defaults": {
+            "runners": {"from": u.runners[0], "to": u.runners[1], "removed": u.removed_runners,
+                        "recipes": u.runner_recipes()},
+            "choices": [c.to_dict() for c in u.choices],
+            "gemma4_attention": {"from": old_fn.to_dict(), "to": new_fn.to_dict(),
+                                 "changed": old_fn.digest != new_fn.digest},
+            "moe_backends": u.moe_backends,
+        },
+        "kernels": [b.to_dict() for b in u.kernels],
+        "recipes": [c.to_dict() for c in u.recipes],
+        "image": {"from": u.images[0].to_dict(), "to": u.images[1].to_dict()},
+        "next": u.next,
+    }
+
+
+def render(u: Upgrade) -> str:
+    way = "downgrade" if u.downgrade else "upgrade"
+    lines = [f"{way} vLLM {u.before} -> {u.after} for {u.target.name} "
+             f"(sm_{u.target.cuda_arch.replace('.', '')}, CUDA {u.target.cuda}): {u.verdict}"]
+    lines += _section("blocking", u.blocking)
+    lines += _section("patches", _patch_lines(u))
+    lines += _section("dependencies", _dependency_lines(u))
+    lines += _section("defaults", _default_lines(u))
+    lines += _section(f"kernel builds for sm_{u.target.cuda_arch.replace('.', '')} "
+                      "(CMakeLists.txt, CUDA " + u.target.cuda + ")", _kernel_lines(u))
+    for change in u.recipes:
+        lines += _section(f"recipe {change.recipe}", _recipe_lines(change))
+    lines += _section("image", [side.line() for side in u.images])
+    lines += _section("next", u.next)
+    return "\n".join(lines)
+
+
+def _section(title: str, body: list[str]) -> list[str]:
+    return [f"{title}:"] + [f"  {line}" for line in body or ["none"]]
+
+
+def _patch_lines(u: Upgrade) -> list[str]:
+    lines = []
+    for change in sorted((c for c in u.patches if c.change in SHOWN),
+                         key=lambda c: SHOWN.index(c.change)):
+        upstream = f" [{change.upstream_text}]" if change.upstream_text else ""
+        candidate = " (candidate: images leave it out)" if change.candidate else ""
+        lines.append(f"{change.change:<9} {change.id}{candidate}: {change.before} -> "
+                     f"{change.after}{upstream}: {change.detail}")
+    unchanged = [c.id for c in u.patches if c.change not in SHOWN]
+    if unchanged:
+        lines.append(f"not applied on either: {', '.join(unchanged)}")
+    return lines
+
+
+def _dependency_lines(u: Upgrade) -> list[str]:
+    lines = [c.line(u.before, u.after) for c in u.requirements]
+    for c in u.patches:
+        if c.kind == "dependency" and c.before != c.after:
+            lines.append(f"constraint {c.id}: {c.before} -> {c.after} [{c.upstream_text}]: "
+                         f"{c.detail}")
+    for d in u.drift:
+        covered = (f"known break kept out by {', '.join(d.covering)}" if d.covering
+                   else "no constraint on it applies")
+        fixed = f"; {', '.join(d.fixed)} no longer applies" if d.fixed else ""
+        unchecked = (f"; {len(d.unchecked)} admitted version(s) newer than the drift check's "
+                     f"{d.checked_through}, not checked: {', '.join(d.unchecked)}" if d.unchecked
+                     else f"; every admitted version up to {d.checked_through} drift-checked")
+        records = f"; drift records: {', '.join(d.records)}" if d.records else \
+            f"; no drift record on {u.after}"
+        lines.append(f"drift {d.package} on {u.after} ({d.declared or 'not required'}): "
+                     f"{covered}{fixed}{unchecked}{records}")
+    return lines
+
+
+def _default_lines(u: Upgrade) -> list[str]:
+    lines = [f"model runners: {', '.join(u.runners[0])} -> {', '.join(u.runners[1])}"]
+    for runner in u.removed_runners:
+        module = RUNNER_MODULES.get(runner, "?")
+        lines.append(f"the {runner.upper()} runner is removed in {u.after} ({module} is gone); "
+                     f"recipes on it: {', '.join(u.runner_recipes()) or 'none'}")
+    for choice in u.choices:
+        if choice.removed or choice.added:
+            lines.append(f"{choice.flag}: removed {', '.join(choice.removed) or 'none'}; added "
+                         f"{', '.join(choice.added) or 'none'}")
+    old_fn, new_fn = u.gemma4_attention
+    if old_fn.digest != new_fn.digest:
+        where = f"{new_fn.path}, {new_fn.name}" + (f" lines {new_fn.lines[0]}-{new_fn.lines[1]}"
+                                                   if new_fn.lines else " (gone)")
+        lines.append(f"Gemma 4's attention choice changed ({where}): GPU families it tests "
+                     f"{old_fn.families or 'none'} -> {new_fn.families or 'none'}; a recipe "
+                     "that pins serve.attention_backend keeps its backend")
+    for change in u.moe_backends:
+        if change["removed"] or change["added"]:
+            lines.append(f"{change['weights']} MoE backends ({change['oracle']}): removed "
+                         f"{', '.join(change['removed']) or 'none'}; added "
+                         f"{', '.join(change['added']) or 'none'}")
+    return lines
+
+
+def _kernel_lines(u: Upgrade) -> list[str]:
+    lines = []
+    for b in u.kernels:
+        if not b.changed:
+            continue
+        def side(request):
+            return "not built" if request is None else f'"{request.text}" (line {request.line})'
+        native = {(True, False): "native code lost", (False, True): "native code gained"}.get(
+            (b.native_before, b.native_after), "native" if b.native_after else "no native code")
+        if not b.native_after and b.ptx_after:
+            native += (f" (no cubin; only the PTX of {', '.join(b.ptx_after)}, for the driver to "
+                       "compile at load: not measured)")
+        lines.append(f"{b.family}: {b.variable} {side(b.before)} -> {side(b.after)}: {native}")
+    return lines
+
+
+def _recipe_lines(change) -> list[str]:
+    lines = [f"refused: {line}" for line in change.refused]
+    lines += [f"renamed: {line}" for line in change.renamed]
+    lines += [f"kernels: {line}" for line in change.kernels]
+    lines += [f"known failure: {line}" for line in change.known_failures]
+    lines += list(change.notes)
+    lines.append("evidence: " + "; ".join(c.line() for c in change.evidence))
+    lines += [f"evidence: cited record {i} has no result.json naming a vLLM release"
+              for i in change.missing_evidence]
+    return lines

@@ -1,0 +1,116 @@
+"""What the two releases declare on each package (requirements/cuda.txt and its includes, markers
+evaluated for a Linux CUDA image as forge.patching.dependencies does), the pins and constraints
+that change, and, per watched dependency (patches/dependency-watch.yaml), how far the drift check
+went, the constraints that keep a known break out on the new release and the drift records
+(benchmarks/results, kind drift) measured on it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from forge.patching import dependencies
+from forge.patching.dependencies import REQUIREMENTS_ENTRY
+from forge.upgrade.evidence import RESULTS_DIR, records_of
+
+
+@dataclass(frozen=True)
+class RequirementChange:
+    package: str
+    before: str | None         # the specifier text ("" for any version); None: not required
+    after: str | None
+
+    def to_dict(self) -> dict:
+        return {"package": self.package, "from": self.before, "to": self.after}
+
+    def line(self, before: str, after: str) -> str:
+        def spell(spec):
+            return "not required" if spec is None else (spec or "any version")
+        return f"{self.package}: {spell(self.before)} ({before}) -> {spell(self.after)} ({after})"
+
+
+def declared(version: str) -> dict[str, str]:
+    """package -> the combined specifier text release `version` installs it with on CUDA."""
+    lines = dependencies.release_requirements(version)
+    names = set()
+    for line in lines:
+        try:
+            names.add(canonicalize_name(Requirement(line).name))
+        except InvalidRequirement:
+            continue
+    found: dict[str, str] = {}
+    for name in sorted(names):
+        spec = dependencies.declared_in(lines, name, REQUIREMENTS_ENTRY).specifier
+        if spec is not None:
+            found[name] = str(spec)
+    return found
+
+
+def changed_requirements(before: str, after: str) -> list[RequirementChange]:
+    old, new = declared(before), declared(after)
+    return [RequirementChange(name, old.get(name), new.get(name))
+            for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+
+
+@dataclass(frozen=True)
+class DriftNote:
+    """A watched dependency (patches/dependency-watch.yaml) on the new release: how far the drift
+    check went, what the release admits past it, and the constraints that keep a known break out."""
+    package: str
+    checked_through: str
+    declared: str | None               # the new release's specifier on it (None: not required)
+    unchecked: list[str]               # admitted published versions newer than checked_through
+    covering: list[str]                # constraint ids in range on the new release
+    fixed: list[str]                   # constraint ids in range on the old release only
+    records: list[str]                 # "id: verdict" of the drift records on the new release
+
+    def to_dict(self) -> dict:
+        return {"package": self.package, "checked_through": self.checked_through,
+                "declared": self.declared, "unchecked": self.unchecked,
+                "covering_constraints": self.covering, "no_longer_needed": self.fixed,
+                "records": self.records}
+
+
+def drift_notes(before: str, after: str, series, watch, offline: bool = False) -> list[DriftNote]:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    from forge.upstream import pypi
+
+    notes = []
+    for entry in watch.dependencies:
+        name = canonicalize_name(entry.package)
+        spec = dependencies.release_declares(after, name, offline=offline).specifier
+        published = pypi.published_versions(name, offline=offline)
+        through = Version(entry.checked_through)
+        admitted = SpecifierSet(str(spec)) if spec is not None else SpecifierSet()
+        constraints = [p for p in series.patches if p.kind == "dependency" and p.package == name]
+        covering = [p for p in constraints if p.in_range(Version(after))]
+        fixed = [p.id for p in constraints if p.in_range(Version(before)) and p not in covering]
+        # What an image of `after` may carry past the drift check: admitted, newer, and let
+        # through by every constraint in range there.
+        unchecked = [str(v) for v in admitted.filter(published) if v > through
+                     and all(p.specifier.contains(v, prereleases=True) for p in covering)]
+        notes.append(DriftNote(entry.package, entry.checked_through,
+                               None if spec is None else str(spec), unchecked,
+                               [p.id for p in covering], fixed,
+                               drift_records(name, after)))
+    return notes
+
+
+def drift_records(package: str, release: str, results: Path = RESULTS_DIR) -> list[str]:
+    """"id: verdict" of the drift records of `package` on `release` (a record names its package
+    in settings.package or its command's --package; `build.py drift` checks transformers
+    without one)."""
+    found = []
+    for record in records_of("drift", release, results):
+        settings = record.get("settings")
+        settings = settings if isinstance(settings, dict) else {}
+        command = str(record.get("command") or "").split()
+        named = settings.get("package") or (command[command.index("--package") + 1]
+                                            if "--package" in command[:-1] else "transformers")
+        if canonicalize_name(str(named)) == canonicalize_name(package):
+            found.append(f"{record['id']}: {record.get('verdict')}")
+    return found

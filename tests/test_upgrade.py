@@ -1,0 +1,419 @@
+"""`build.py upgrade` on real vLLM sdists (0.25.0, 0.27.1, 0.33.0, 0.34.0; cached in
+~/.cache/vllm-forge), run as users run it. What each report must name is derived here, per pair,
+from the two releases' own files (the sdists' CMakeLists.txt and requirements/, their package
+trees) and the project's data (patches/series.yaml, recipes/), never written down per pair."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import requests
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from forge.errors import ForgeError
+from forge.image_names import moving_tag
+from forge.images.lock import load_lock
+from forge.patching.series import load_series
+from forge.patching.status import release_status
+from forge.serving.recipes import load_recipe
+from forge.targets import get_target
+from forge.upgrade import evidence
+from forge.upgrade.schema import check_report
+from forge.upstream import releases
+from tests.build_cli import REPO_ROOT, run_build
+
+PAIRS = [("0.27.1", "0.34.0", "gb10"), ("0.25.0", "0.27.1", "a100"), ("0.33.0", "0.34.0", "h200")]
+V1_RUNNER = "vllm/v1/worker/gpu_model_runner.py"     # vLLM's V1 GPU model runner module
+MARLIN_VARIABLES = ("MARLIN_ARCHS", "MARLIN_MOE_ARCHS", "FP4_SM120_ARCHS")
+WATCHED = ("torch", "transformers", "flashinfer-python")
+REPORTS: dict[tuple[str, str, str], tuple[int, dict, str]] = {}
+
+
+def upgrade(before: str, after: str, target: str):
+    """(exit code, the --json report, the text report) of one pair, run once per session."""
+    key = (before, after, target)
+    if key not in REPORTS:
+        args = ["upgrade", "--from", before, "--to", after, "--target", target]
+        as_json, as_text = run_build(*args, "--json"), run_build(*args)
+        assert as_json.returncode == as_text.returncode, (as_json.stderr, as_text.stderr)
+        REPORTS[key] = (as_json.returncode, json.loads(as_json.stdout), as_text.stdout)
+    return REPORTS[key]
+
+
+# --- what the releases' own files say, read here --------------------------------------------
+
+def sdist_text(version: str, name: str) -> str:
+    with tarfile.open(releases.fetch_sdist(version)) as archive:
+        member = archive.extractfile(f"vllm-{version}/{name}")
+        assert member is not None
+        return member.read().decode()
+
+
+def requirement_specs(version: str) -> dict[str, SpecifierSet]:
+    """package -> what requirements/cuda.txt (and its -r includes) put on it, on Linux."""
+    environment = {**default_environment(), "sys_platform": "linux", "platform_system": "Linux",
+                   "platform_machine": "x86_64", "python_version": "3.12", "extra": ""}
+    specs: dict[str, SpecifierSet] = {}
+
+    def read(name: str) -> None:
+        for raw in sdist_text(version, f"requirements/{name}").splitlines():
+            line = raw.split("#", 1)[0].strip()
+            if line.startswith("-r "):
+                read(line.split()[1])
+            elif line and not line.startswith("-"):
+                requirement = Requirement(line)
+                if requirement.marker is None or requirement.marker.evaluate(environment):
+                    key = canonicalize_name(requirement.name)
+                    specs[key] = specs.get(key, SpecifierSet()) & requirement.specifier
+    read("cuda.txt")
+    return specs
+
+
+def first_archs(version: str, variable: str) -> list[str] | None:
+    """The arch list of the first `cuda_archs_loose_intersection(VARIABLE "...")` in the release's
+    CMakeLists.txt: where the file branches on the compiler, the CUDA >= 13 branch comes first."""
+    found = re.search(rf'cuda_archs_loose_intersection\({variable}\s+"([^"]*)"',
+                      sdist_text(version, "CMakeLists.txt"))
+    return found.group(1).split(";") if found else None
+
+
+def native(archs: list[str] | None, capability: str) -> bool:
+    wanted = Version(capability)
+    for arch in archs or []:
+        if "+PTX" in arch:
+            continue
+        base = Version(arch.rstrip("af"))
+        if base == wanted or (arch.endswith("f") and base.major == wanted.major and base <= wanted):
+            return True
+    return False
+
+
+def target_recipes(target: str, version: str):
+    return [r for r in (load_recipe(n, target) for n in get_target(target).recipes) if r.admits(version)]
+
+
+def recipe_entry(report: dict, name: str) -> dict:
+    return next(r for r in report["recipes"] if r["recipe"] == name)
+
+
+# --- the three pairs -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("before,after,target", PAIRS)
+def test_the_report_validates_and_its_exit_code_follows_what_blocks(before, after, target):
+    code, report, text = upgrade(before, after, target)
+    assert check_report(report) is not None
+    assert (report["from"], report["to"], report["target"]) == (before, after, target)
+    assert code == (1 if report["blocking"] else 0)
+    assert report["verdict"] == ("needs-work" if report["blocking"] else "ready")
+    assert text.splitlines()[0].endswith(report["verdict"])
+
+
+@pytest.mark.parametrize("before,after,target", PAIRS)
+def test_patches_that_retire_or_drop_are_named_with_their_upstream_pr(before, after, target):
+    _, report, text = upgrade(before, after, target)
+    series = load_series()
+    device = get_target(target).moe_device_name
+    old = {s.id: s.status for s in release_status(before, series=series, moe_device=device)}
+    new = {s.id: s.status for s in release_status(after, series=series, moe_device=device)}
+    by_id = {p["id"]: p for p in report["patches"]}
+    assert set(by_id) == set(new)
+    for patch_id in new:
+        assert (by_id[patch_id]["from"], by_id[patch_id]["to"]) == (old[patch_id], new[patch_id])
+        if old[patch_id] == "applies" and new[patch_id] in ("already-upstream", "not-needed"):
+            expected = "retires" if new[patch_id] == "already-upstream" else "drops"
+            assert by_id[patch_id]["change"] == expected
+            line = next(line for line in text.splitlines() if f" {patch_id}" in line and expected in line)
+            pr = (series.get(patch_id).upstream or {}).get("pr")
+            if pr:
+                assert f"PR #{pr}" in line
+        if new[patch_id] == "conflict":
+            assert f"refresh-patch {patch_id} --vllm {after}" in " ".join(report["next"])
+
+
+@pytest.mark.parametrize("before,after,target", PAIRS)
+def test_a_removed_v1_runner_refuses_exactly_the_v1_recipes(before, after, target):
+    _, report, text = upgrade(before, after, target)
+    had = (releases.release_tree(before) / V1_RUNNER).is_file()
+    has = (releases.release_tree(after) / V1_RUNNER).is_file()
+    v1_recipes = [r.name for r in target_recipes(target, after) if r.serve.model_runner == "v1"]
+    runners = report["defaults"]["runners"]
+    assert runners["removed"] == (["v1"] if had and not has else [])
+    expected = v1_recipes if had and not has else []
+    assert runners["recipes"] == expected
+    for name in v1_recipes:
+        refused = recipe_entry(report, name)["refused"]
+        assert bool(refused) == (not has)
+        assert all("no V1 runner" in line for line in refused)
+    if expected:
+        removal = next(line for line in text.splitlines() if "V1 runner is removed" in line)
+        assert all(name in removal for name in expected)
+
+
+@pytest.mark.parametrize("before,after,target", PAIRS)
+def test_new_spellings_of_the_recipes_flags_are_named(before, after, target):
+    from forge.serving.vllm_args import release_args
+
+    _, report, _ = upgrade(before, after, target)
+    old, new = release_args(before), release_args(after)
+    for recipe in target_recipes(target, after):
+        renamed = " ".join(recipe_entry(report, recipe.name)["renamed"])
+        for flag in {t for t in recipe.cli_args() if t.startswith("--")}:
+            fresh = [alias for alias, canonical in new.aliases.items() if alias.startswith("--")
+                     and canonical == new.canonical(flag) and old.aliases.get(alias) != canonical]
+            for alias in fresh:
+                assert f"{flag}: vLLM {after} also spells it" in renamed and alias in renamed
+
+
+def test_a_variable_the_new_release_no_longer_reads_is_refused():
+    from dataclasses import replace
+
+    from forge.serving.recipes import Section
+    from forge.serving.vllm_args import release_args
+    from forge.upgrade.recipe_changes import refusals
+
+    old, new = release_args("0.27.1"), release_args("0.34.0")
+    gone = sorted(name for name in old.env_vars - new.env_vars if name.startswith("VLLM_")
+                  and name != "VLLM_USE_V2_MODEL_RUNNER")[0]
+    recipe = load_recipe("gemma-4-26b-a4b-it", "gb10")
+    recipe = replace(recipe, serve=Section({**recipe.serve.values, "env": {gone: "1"}}))
+    assert refusals(recipe, old, new) == [
+        f"recipes/gemma-4-26b-a4b-it.yaml: targets.gb10.serve.env.{gone}: vLLM 0.34.0 does not "
+        f"read it (read by 0.27.1)"]
+    assert refusals(recipe, old, old) == []
+
+
+@pytest.mark.parametrize("before,after,target", PAIRS)
+def test_pins_and_constraints_that_change_come_from_both_releases_requirements(before, after, target):
+    _, report, text = upgrade(before, after, target)
+    old, new = requirement_specs(before), requirement_specs(after)
+    listed = {r["package"]: r for r in report["dependencies"]["requirements"]}
+    for package in WATCHED:
+        if old.get(package) == new.get(package):
+            assert package not in listed
+            continue
+        entry = listed[package]
+        assert SpecifierSet(entry["from"] or "") == old.get(package, SpecifierSet())
+        assert SpecifierSet(entry["to"] or "") == new.get(package, SpecifierSet())
+    # A dependency constraint of the series in range before and not after no longer applies.
+    for patch in load_series().patches:
+        if patch.kind == "dependency" and patch.in_range(Version(before)) \
+                and not patch.in_range(Version(after)):
+            constraint = next(c for c in report["dependencies"]["constraints"] if c["id"] == patch.id)
+            assert constraint["to"] == "not-needed" and constraint["change"] == "drops"
+            drift = [d for d in report["dependencies"]["drift"] if d["package"] == patch.package]
+            assert all(patch.id in d["no_longer_needed"] for d in drift)
+            assert f"{patch.id} no longer applies" in text or not drift
+
+
+@pytest.mark.parametrize("before,after,target", PAIRS)
+def test_marlin_and_fp4_builds_are_read_from_cmakelists_and_name_the_recipes_on_them(before, after, target):
+    _, report, _ = upgrade(before, after, target)
+    capability = get_target(target).cuda_arch
+    kernels = {k["variable"]: k for k in report["kernels"]}
+    for variable in MARLIN_VARIABLES:
+        archs = (first_archs(before, variable), first_archs(after, variable))
+        entry = kernels[variable]
+        assert [side and side["archs"].split(";") for side in (entry["from"], entry["to"])] == list(archs)
+        assert (entry["native_from"], entry["native_to"]) == tuple(native(a, capability) for a in archs)
+    marlin_lost = native(first_archs(before, "MARLIN_ARCHS"), capability) and \
+        not native(first_archs(after, "MARLIN_ARCHS"), capability)
+    for recipe in target_recipes(target, after):
+        lines = recipe_entry(report, recipe.name)["kernels"]
+        on_marlin = [line for line in lines if line.startswith(f"{recipe.weights} weights: Marlin (")]
+        # NVFP4 falls back to Marlin everywhere; FP8 goes through it only below sm_89.
+        routed = recipe.weights == "nvfp4" or (recipe.weights == "fp8" and Version(capability) < Version("8.9"))
+        assert bool(on_marlin) == (marlin_lost and routed), (recipe.name, lines)
+        for line in on_marlin:
+            assert "no longer built" in line
+            assert f'MARLIN_ARCHS "{";".join(first_archs(before, "MARLIN_ARCHS") or [])}"' in line
+
+
+def test_a_build_file_is_taken_from_the_sdist_once():
+    path = releases.release_build_file("0.34.0", "CMakeLists.txt")
+    assert path is not None and path.read_text() == sdist_text("0.34.0", "CMakeLists.txt")
+    assert releases.release_build_file("0.34.0", "CMakeLists.txt") == path
+    assert releases.release_build_file("0.34.0", "no/such/file.txt") is None
+
+
+def test_the_branch_for_the_target_cuda_is_taken():
+    """CUDA 12.8 takes the `else()` branch of each compiler test: there the second request of a
+    variable in the file (12.0a;12.1a, no family cubin) is the one that counts."""
+    from forge.upgrade.kernels import arch_requests
+
+    text = sdist_text("0.27.1", "CMakeLists.txt")
+    requests_of = re.findall(r'cuda_archs_loose_intersection\(MARLIN_ARCHS\s+"([^"]*)"', text)
+    assert len(requests_of) == 2
+    assert arch_requests(text, "13.0")["MARLIN_ARCHS"].text == requests_of[0]
+    assert arch_requests(text, "12.8")["MARLIN_ARCHS"].text == requests_of[1]
+
+
+@pytest.mark.parametrize("before,after,target", PAIRS)
+def test_image_tags_lock_state_and_next_commands(before, after, target):
+    _, report, _ = upgrade(before, after, target)
+    pins = load_lock()
+    for side, version in (("from", before), ("to", after)):
+        image = report["image"][side]
+        base = get_target(target).base_for(version).ref
+        assert (image["moving_tag"], image["base"]) == (moving_tag(target, version), base)
+        assert image["locked"] == (base in pins) and (image["digest"] == pins.get(base))
+    commands = report["next"]
+    assert f"python3 build.py --target {target} --vllm {after}" in commands
+    assert any(c.startswith(f"python3 build.py publish --target {target} --vllm {after} ") for c in commands)
+    if not report["image"]["to"]["locked"]:
+        assert f"python3 build.py lock --vllm {after}" in commands
+    for recipe in report["recipes"]:
+        smoke = f"--recipe {recipe['recipe']} --target {target} "
+        assert any(smoke in c for c in commands) == (recipe["served_to"] and not recipe["refused"])
+
+
+@pytest.mark.parametrize("before,after,target", PAIRS)
+def test_evidence_coverage_follows_the_records_each_recipe_cites(before, after, target):
+    _, report, _ = upgrade(before, after, target)
+    for recipe in target_recipes(target, after):
+        ids = evidence.cited_ids(recipe)
+        states = [c["state"] for c in recipe_entry(report, recipe.name)["evidence"]]
+        assert states == [evidence.MEASURED if any(evidence.record_release(i) == v for i in ids)
+                          else evidence.NOT_MEASURED for v in (before, after)]
+
+
+def test_evidence_reads_versions_vllm_of_each_cited_record(tmp_path):
+    record = tmp_path / "h200-0.34.0-smoke-26b" / evidence.RECORD_FILE
+    record.parent.mkdir()
+    record.write_text(json.dumps({"schema": 1, "id": "h200-0.34.0-smoke-26b",
+                                  "versions": {"vllm": "0.34.0"}}))
+    ids = ["h200-0.34.0-smoke-26b", "h200-0.27.1-gone"]
+    assert evidence.coverage_of(ids, "0.34.0", tmp_path).records == ["h200-0.34.0-smoke-26b"]
+    assert evidence.coverage_of(ids, "0.27.1", tmp_path).state == evidence.NOT_MEASURED
+    assert evidence.missing_records(ids, tmp_path) == ["h200-0.27.1-gone"]
+
+
+def test_drift_records_of_the_package_on_the_new_release_are_named(tmp_path):
+    from forge.upgrade.requirements import drift_records
+
+    def record(name, kind, vllm, command, verdict):
+        path = tmp_path / name / evidence.RECORD_FILE
+        path.parent.mkdir()
+        path.write_text(json.dumps({"schema": 1, "id": name, "kind": kind, "command": command,
+                                    "versions": {"vllm": vllm}, "verdict": verdict}))
+    record("cpu-0.34.0-drift-transformers-5.25.0", "drift", "0.34.0",
+           "python3 build.py drift --version 5.25.0 --vllm 0.34.0", "fail")
+    record("cpu-0.34.0-drift-fastapi", "drift", "0.34.0",
+           "python3 build.py drift --package fastapi --version 0.140.0", "pass")
+    record("cpu-0.33.0-drift-transformers", "drift", "0.33.0", "python3 build.py drift --newest", "fail")
+    record("h200-0.34.0-smoke-26b", "smoke", "0.34.0", "python3 verify/mtp_smoke.py", "pass")
+    assert drift_records("transformers", "0.34.0", tmp_path) == ["cpu-0.34.0-drift-transformers-5.25.0: fail"]
+    assert drift_records("fastapi", "0.34.0", tmp_path) == ["cpu-0.34.0-drift-fastapi: pass"]
+
+
+def test_the_schema_refuses_a_report_it_does_not_describe():
+    _, report, _ = upgrade(*PAIRS[0])
+    with pytest.raises(ForgeError, match="verdict: must be one of"):
+        check_report({**report, "verdict": "maybe"})
+    with pytest.raises(ForgeError, match="unknown field"):
+        check_report({**report, "extra": 1})
+    broken = json.loads(json.dumps(report))
+    del broken["recipes"][0]["evidence"]
+    with pytest.raises(ForgeError, match=r"recipes\[0\]\.evidence: required field is missing"):
+        check_report(broken)
+
+
+def test_a_downgrade_is_compared_only_when_allowed():
+    refused = run_build("upgrade", "--from", "0.34.0", "--to", "0.33.0", "--target", "h200")
+    assert refused.returncode == 2 and "--allow-downgrade" in refused.stderr
+    allowed = run_build("upgrade", "--from", "0.34.0", "--to", "0.33.0", "--target", "h200",
+                        "--allow-downgrade", "--json")
+    report = json.loads(allowed.stdout)
+    assert report["downgrade"] is True and check_report(report)
+    assert allowed.returncode == (1 if report["blocking"] else 0)
+
+
+# --- bad input: one line, exit 2, nothing written --------------------------------------------
+
+def tree_digest(root: Path = REPO_ROOT) -> str:
+    digest = hashlib.sha256()
+    skip = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not skip & set(path.relative_to(root).parts):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+BAD_INPUTS = [
+    (["--from", "0.27.1", "--to", "0.99.0", "--target", "gb10"], "--to 0.99.0: not a published vLLM release"),
+    (["--from", "0.27.9", "--to", "0.34.0", "--target", "gb10"], "--from 0.27.9: not a published vLLM release"),
+    (["--from", "banana", "--to", "0.34.0", "--target", "gb10"], "--from: not a vLLM version"),
+    (["--from", "0.20.0", "--to", "0.34.0", "--target", "gb10"], "--from 0.20.0: before the series' checked_from"),
+    (["--from", "0.34.0", "--to", "0.27.1", "--target", "gb10"], "--to 0.27.1: older than --from 0.34.0"),
+    (["--from", "0.27.1", "--to", "0.27.1", "--target", "gb10"], "--to 0.27.1: the same release as --from"),
+    (["--from", "0.27.1", "--to", "0.34.0", "--target", "tpu9"], "unknown target 'tpu9'"),
+    (["--from", "0.27.1", "--to", "0.34.0", "--target", "gb10", "--recipe", "no-such"],
+     "--recipe no-such: unknown recipe 'no-such'"),
+    (["--from", "0.27.1", "--to", "0.34.0", "--target", "h200", "--recipe", "gemma-4-31b-it-nvfp4"],
+     "--recipe gemma-4-31b-it-nvfp4: recipes/gemma-4-31b-it-nvfp4.yaml: targets: recipe "
+     "'gemma-4-31b-it-nvfp4' has no target 'h200'"),
+    (["--from", "0.23.0", "--to", "0.24.0", "--target", "gb10", "--recipe", "gemma-4-26b-a4b-it"],
+     "--recipe gemma-4-26b-a4b-it: recipes/gemma-4-26b-a4b-it.yaml: targets.gb10.vllm: the recipe "
+     "is for vLLM >=0.25.0"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUTS, ids=[m for _, m in BAD_INPUTS])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, message):
+    before = tree_digest()
+    result = run_build("upgrade", *args)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+    assert result.stdout == ""
+    assert tree_digest() == before
+
+
+# --- --run: the build of --to against a stand-in base, then no GPU ---------------------------
+
+def _snapshot(into: Path) -> Path:
+    """A committed copy of the checkout (builds read the source revision from git)."""
+    repo = into / "snapshot"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("forge", "patches", "verify", "models", "recipes", "images", "benchmarks"):
+        shutil.copytree(REPO_ROOT / name, repo / name, ignore=ignore)
+    for name in ("build.py", ".gitignore"):
+        shutil.copy2(REPO_ROOT / name, repo / name)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    for command in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "snapshot"]):
+        subprocess.run(["git", "-C", str(repo), *command], check=True, capture_output=True, env=env)
+    return repo
+
+
+@pytest.mark.docker
+def test_run_builds_the_new_image_then_stops_where_there_is_no_gpu(standin_base, docker_engine, buildx,
+                                                                  tmp_path):
+    repo = _snapshot(tmp_path)
+    repository = f"{standin_base.mirror}/forge-upgrade"
+    env = {"VLLM_FORGE_BASE_MIRROR": standin_base.mirror, "VLLM_FORGE_LOCK": str(tmp_path / "lock.yaml"),
+           "VLLM_FORGE_REPOSITORY": repository}
+    assert shutil.which("nvidia-smi") is None      # the host this test runs on has no GPU
+    result = run_build("upgrade", "--from", "0.24.0", "--to", standin_base.version, "--target", "a100",
+                       "--run", cwd=repo, env=env)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "--run: step 1: build the 0.25.0 image for a100" in result.stdout
+    stop = [line for line in result.stdout.splitlines() if "step 2 (smoke) not run" in line]
+    assert len(stop) == 1 and "no NVIDIA GPU on this host" in stop[0]
+    assert "/opt/vllm-forge/verify/mtp_smoke.py --recipe gemma-4-26b-a4b-it --target a100" in stop[0]
+    image = docker_engine.images.get(f"{repository}:{moving_tag('a100', '0.25.0')}")
+    assert image.labels["io.vllm-forge.vllm-version"] == "0.25.0"
+    assert image.labels["org.opencontainers.image.base.digest"] == standin_base.digest
+    # Nothing was pushed: the registry holds no tag of the repository.
+    tags = requests.get(standin_base.registry.url("forge-upgrade/tags/list"), timeout=30)
+    assert tags.status_code == 404 or not tags.json().get("tags")
