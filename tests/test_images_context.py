@@ -47,7 +47,7 @@ def test_same_size_other_content_gets_another_mtime(tmp_path):
     plan_file = root / "forge" / "images" / "plan.py"
     text = plan_file.read_text()
     first, _ = context.build_context(RECORD, 1700000000, root)
-    plan_file.write_text(text.replace("import json", "import jso_", 1))
+    plan_file.write_text(text.replace("import hashlib", "import hashli_", 1))
     edited, _ = context.build_context(RECORD, 1700000000, root)
     plan_file.write_text(text)
     again, _ = context.build_context(RECORD, 1700000000, root)
