@@ -424,3 +424,16 @@ def test_a_key_named_twice_in_the_index_is_refused(tmp_path):
     index_file.write_text('{"schema_version": 1, "builds": [], "builds": [], "known_good": []}')
     with pytest.raises(ForgeError, match="the key 'builds' appears twice in one object"):
         published.load_index(index_file)
+
+
+def test_what_a_damaged_index_says_is_shown_not_obeyed(tmp_path):
+    """Before: a key holding an escape sequence reached the terminal raw (here: clear the screen)
+    through the one-line error that quotes it."""
+    index_file = tmp_path / "published.json"
+    index_file.write_text('{"schema_version": 1, "builds": [], "known_good": [], '
+                          '"\\u001b[2Jevil": 1}')
+    result = run_cli("published", "--index", str(index_file))
+    assert result.returncode == 2
+    assert "\x1b" not in result.stderr
+    assert result.stderr == (f"error: {index_file}: \\x1b[2Jevil: unknown field (known: builds, "
+                             "known_good, schema_version)\n")
