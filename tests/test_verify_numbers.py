@@ -291,13 +291,25 @@ def entry_points() -> list[Path]:
 
 @pytest.mark.parametrize("script", entry_points(), ids=lambda p: str(p.relative_to(REPO)))
 def test_every_entry_point_ends_a_ctrl_c_in_one_line(script):
-    """Each script's main runs under forge.errors.exit_on_interrupt (the engine worker runs in a
-    session of its own, which no Ctrl-C reaches: its parent kills it)."""
+    """Each script's main runs under forge.errors.exit_on_interrupt, run as a file or as the
+    installed command (the engine worker runs in a session of its own, which no Ctrl-C reaches:
+    its parent kills it)."""
     text = script.read_text()
     if script.name == "engine_worker.py":
         assert "start_new_session=True" in (REPO / "verify/mtp_smoke.py").read_text()
         return
-    assert 'if __name__ == "__main__":\n    sys.exit(exit_on_interrupt(main))' in text
+    assert ('if __name__ == "__main__":\n    sys.exit(exit_on_interrupt(main))' in text
+            or ('if __name__ == "__main__":\n    sys.exit(run())' in text
+                and "    return exit_on_interrupt(main)\n" in text)), script
+
+
+def test_the_installed_commands_end_a_ctrl_c_in_one_line():
+    import tomllib
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"vllm-forge": "forge.commands.cli:main",   # catches it itself
+                       "vllm-forge-mtp-smoke": "verify.mtp_smoke:run",
+                       "vllm-forge-bench": "verify.bench:run", "vllm-forge-profile": "verify.profile:run"}
 
 
 def test_exit_on_interrupt_is_one_line_and_130_even_with_a_thread_waiting(tmp_path):

@@ -783,5 +783,11 @@ def main(argv=None) -> int:
     return 1 if failed or (burst and burst["failed"]) else 0
 
 
+def run() -> int:
+    """`python3 verify/bench.py` and the installed `vllm-forge-bench` (pyproject.toml): main, with Ctrl-C
+    as one line and exit 130 (forge.errors.exit_on_interrupt)."""
+    return exit_on_interrupt(main)
+
+
 if __name__ == "__main__":
-    sys.exit(exit_on_interrupt(main))
+    sys.exit(run())

@@ -571,5 +571,11 @@ def main(argv=None) -> int:
     return 0 if verdict(checks) else 1
 
 
+def run() -> int:
+    """`python3 verify/mtp_smoke.py` and the installed `vllm-forge-mtp-smoke` (pyproject.toml): main, with Ctrl-C
+    as one line and exit 130 (forge.errors.exit_on_interrupt)."""
+    return exit_on_interrupt(main)
+
+
 if __name__ == "__main__":
-    sys.exit(exit_on_interrupt(main))
+    sys.exit(run())

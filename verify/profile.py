@@ -598,5 +598,11 @@ def main(argv=None) -> int:
     os._exit(code)
 
 
+def run() -> int:
+    """`python3 verify/profile.py` and the installed `vllm-forge-profile` (pyproject.toml): main, with Ctrl-C
+    as one line and exit 130 (forge.errors.exit_on_interrupt)."""
+    return exit_on_interrupt(main)
+
+
 if __name__ == "__main__":
-    sys.exit(exit_on_interrupt(main))
+    sys.exit(run())
