@@ -113,6 +113,10 @@ def test_a_reading_is_refused_where_it_is_made():
         "vllm:spec_decode_num_drafts_total", 1)
     with pytest.raises(MetricsError, match=r"drafts_total\{engine='1'\} is -5.0"):
         counters_from_prometheus(text)
+    # one sample twice: its counts would be summed twice
+    line = next(t for t in prometheus(10, 30, 20).splitlines() if t.startswith("vllm:spec_decode_num_drafts"))
+    with pytest.raises(MetricsError, match="drafts_total.* the same sample appears twice"):
+        counters_from_prometheus(prometheus(10, 30, 20) + line + "\n")
 
 
 def snapshot(drafts, tokens, accepted, per_position):

@@ -651,11 +651,11 @@ def inprocess_report(recipe, args, out: Path) -> dict:
 
 
 def engine_outcome(result: dict, facts) -> tuple[dict | None, str | None]:
-    """(figures, error) of one engine: its log's root cause when it did not start; no figures
+    """(figures, error) of one engine: its log's root cause (if any) when it did not start; no figures
     and the reason when its spec-decode counters cannot be true (verify/metrics.py), so the
     report counts it failed rather than print figures derived from them."""
     if not result.get("engine", {}).get("started"):
-        return None, facts.root_cause or result.get("error") or "the engine did not start"
+        return None, facts.root_cause or result.get("error")
     try:
         return bench_report.engine_figures(result), None
     except MetricsError as exc:

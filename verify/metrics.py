@@ -137,12 +137,18 @@ def counters_from_prometheus(text: str) -> SpecCounters:
         raise MetricsError(f"no {', '.join(missing)} in the metrics (a server started without "
                            "--speculative-config, or not a vLLM server)")
 
-    # Each sample on its own: a negative one summed with others would hide inside the total.
+    # Each sample on its own: a negative one summed with others would hide inside the total, and
+    # a label set named twice (a sample repeated by a proxy or a broken exporter) would count twice.
     for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POS):
+        seen: set[tuple] = set()
         for labels, value in samples.get(name + "_total", []):
+            where = f"{name}_total{{{_labels_text(labels)}}}"
             if not math.isfinite(value) or value < 0:
-                raise MetricsError(f"{name}_total{{{_labels_text(labels)}}} is {value!r}: a "
-                                   "counter is a finite number, 0 or more")
+                raise MetricsError(f"{where} is {value!r}: a counter is a finite number, 0 or more")
+            key = tuple(sorted(labels.items()))
+            if key in seen:
+                raise MetricsError(f"{where}: the same sample appears twice in one reading")
+            seen.add(key)
 
     def total(name: str) -> float:
         return sum(value for _, value in samples.get(name + "_total", []))
