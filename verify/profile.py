@@ -229,7 +229,7 @@ class Recorder:
                                                        indent=1) + "\n")
 
     def say(self, text: str) -> None:
-        print(f"[profile {time.monotonic() - self.started:6.1f} s] {text}", flush=True)
+        print(f"[profile {time.monotonic() - self.started:6.1f} s] {visible(text)}", flush=True)
 
     def left(self, limit: float) -> float:
         return limit - (time.monotonic() - self.started)
