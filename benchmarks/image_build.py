@@ -28,6 +28,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from forge import REPO_ROOT as REPO
+from forge.errors import exit_on_interrupt
+from forge.files import write_text_atomically
 from tests import fixtures_docker as infra  # the tests' real-infrastructure helpers
 
 VERSION = infra.STANDIN_VERSION
@@ -164,9 +166,9 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    write_text_atomically(args.out, text)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_on_interrupt(main))

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 
 from forge import REPO_ROOT as REPO
+from forge.errors import exit_on_interrupt
+from forge.files import write_text_atomically
 from forge.patching.series import load_series
 from forge.upstream import releases
 
@@ -96,7 +98,7 @@ def main() -> int:
     print(report)
     if args.write:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(report)
+        write_text_atomically(RESULTS, report)
     warm = figures[0][1]
     return 0 if warm < 5.0 else 1
 
@@ -127,4 +129,4 @@ def render(figures, count, versions, series) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_on_interrupt(main))

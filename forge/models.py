@@ -24,6 +24,7 @@ from packaging.specifiers import SpecifierSet
 
 from forge import REPO_ROOT
 from forge.errors import ForgeError
+from forge.json_text import dump_json
 from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
 
 MODELS_DIR = REPO_ROOT / "models"
@@ -361,7 +362,7 @@ class Family:
         scheme = FP8_CHECKPOINT_SCHEMES[dtype]
         return {"quant_method": "compressed-tensors", "format": "float-quantized",
                 "quantization_status": "compressed", "global_compression_ratio": None,
-                "kv_cache_scheme": None, "config_groups": {"group_0": json.loads(json.dumps(scheme))},
+                "kv_cache_scheme": None, "config_groups": {"group_0": json.loads(dump_json(scheme))},
                 "ignore": list(quant["ignore"])}
 
     def assistant_config(self, model: Model, centroids: bool = False) -> dict:
@@ -408,7 +409,7 @@ class Family:
                             self.assistant_config(model, centroids)))
         for directory, config in written:
             directory.mkdir(parents=True, exist_ok=True)
-            (directory / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+            (directory / "config.json").write_text(dump_json(config, indent=1) + "\n")
         return written[0][0], (written[1][0] if len(written) > 1 else None)
 
 

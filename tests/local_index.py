@@ -21,6 +21,7 @@ from pathlib import Path
 
 import requests
 from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from forge.upstream import releases
 
@@ -62,9 +63,12 @@ def pypi_versions(name: str) -> list[str]:
 
 
 @contextmanager
-def local_index(wheels: list[Path]) -> Iterator[str]:
+def local_index(wheels: list[Path], newest: dict[str, str] | None = None) -> Iterator[str]:
     """The simple-index URL of a loopback index: PyPI's pages plus `wheels` (each listed under
-    its project, replacing any PyPI file of the same version)."""
+    its project, replacing any PyPI file of the same version). `newest` caps a project's page at
+    a release ({"transformers": "5.15.0"}: nothing later listed), so "the index's newest" is a
+    release a test knows, whatever PyPI published since."""
+    caps = {canonicalize_name(name): Version(version) for name, version in (newest or {}).items()}
     added: dict[str, list[Path]] = {}
     for wheel in wheels:
         added.setdefault(parse_wheel_filename(wheel.name)[0], []).append(wheel)
@@ -101,6 +105,9 @@ def local_index(wheels: list[Path]) -> Iterator[str]:
                                "hashes": {"sha256": hashlib.sha256(w.read_bytes()).hexdigest()}}
                               for w in local]
             page["versions"] = sorted(set(page.get("versions", [])) | local_versions)
+            if name in caps:
+                page["files"] = [f for f in page["files"] if _at_most(f["filename"], caps[name])]
+                page["versions"] = [v for v in page["versions"] if Version(v) <= caps[name]]
             return page
 
         def _send(self, code: int, body: bytes, content_type: str) -> None:
@@ -120,6 +127,11 @@ def local_index(wheels: list[Path]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _at_most(filename: str, cap: Version) -> bool:
+    version = _file_version(filename)
+    return version is not None and Version(version) <= cap
 
 
 def _file_version(filename: str) -> str | None:

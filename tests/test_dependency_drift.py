@@ -221,24 +221,26 @@ def test_build_py_drift_exits_1_on_a_finding(bare_series, report_5_15):
     assert (report["version"], report["findings"]) == ("5.14.1", [])
 
 
-def test_build_py_drift_newest_checks_pypis_newest_release(bare_series):
-    newest = drift.newest_version("transformers")
-    result = run_drift("--newest", "--vllm", "0.28.0", "--series", str(bare_series), "--json")
-    if result.returncode == 2:
-        # PyPI's newest may not be installable from PyPI at all (2026-12-02: transformers 5.25.0
-        # requires kernels<0.20,>=0.19.1, and PyPI's newest kernels is 0.17.2): not checked, said
-        # on one line naming the release and the requirement, never a pass
-        assert result.stderr.startswith(f"error: transformers {newest} cannot be installed from the "
-                                        "index: it requires "), result.stderr
-        assert result.stderr.count("\n") == 1
-        report = json.loads(result.stdout)
-        assert (report["version"], report["results"], report["findings"]) == (newest, [], [])
-        assert result.stderr == f"error: transformers {newest} {report['uninstallable']}\n"
-        return
-    assert result.returncode in (0, 1), result.stderr
+def test_build_py_drift_newest_checks_the_indexs_newest_release(bare_series, report_5_15, tmp_path):
+    """--newest checks the newest final release the index lists, for real. Against PyPI itself
+    this test used to return early, passing, whenever that release could not be installed
+    (transformers 5.25.0 requires kernels>=0.19.1,<0.20, which PyPI does not publish): it then
+    checked nothing. Here the index is PyPI's own pages capped at 5.15.0 (tests/local_index.py),
+    so the newest is a release known to install and to break vLLM 0.27.1 (an uninstallable newest
+    is tests/test_drift_uninstallable.py's)."""
+    from tests.local_index import isolated_cache, local_index
+
+    with local_index([], newest={"transformers": "5.15.0"}) as index:
+        env = {**os.environ, "VLLM_FORGE_PYPI": index, "VLLM_FORGE_CACHE": str(isolated_cache(tmp_path))}
+        result = run_drift("--newest", "--vllm", "0.27.1", "--vllm", "0.28.0", "--series",
+                           str(bare_series), "--json", env=env)
+    assert result.returncode == 1, result.stderr
     report = json.loads(result.stdout)
-    assert report["version"] == newest
-    assert (result.returncode == 1) == bool(report["findings"])
+    assert report["version"] == "5.15.0"
+    fixed = "excluded-by-vllm" if excluded_by_vllm("0.28.0", "5.15.0") else "works"
+    assert {r["release"]: r["verdict"] for r in report["results"]} == {"0.27.1": "breaks",
+                                                                        "0.28.0": fixed}
+    assert report["findings"] == ["0.27.1"]
 
 
 def release_copy_missing(tmp_path: Path, release: str, relative: str, name: str, renamed: str) -> Path:

@@ -1,9 +1,13 @@
 """The build context is byte-reproducible and carries only what the image needs."""
 import io
+import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
+
+import pytest
 
 from forge.images import context
 
@@ -47,7 +51,7 @@ def test_same_size_other_content_gets_another_mtime(tmp_path):
     plan_file = root / "forge" / "images" / "plan.py"
     text = plan_file.read_text()
     first, _ = context.build_context(RECORD, 1700000000, root)
-    plan_file.write_text(text.replace("import json", "import jso_", 1))
+    plan_file.write_text(text.replace("import hashlib", "import hashli_", 1))
     edited, _ = context.build_context(RECORD, 1700000000, root)
     plan_file.write_text(text)
     again, _ = context.build_context(RECORD, 1700000000, root)
@@ -98,3 +102,39 @@ def test_source_revision_epoch_and_dirty(tmp_path):
     (root / "forge" / "images" / "plan.py").write_text("# changed\n")
     dirty = context.source_info(root)
     assert dirty.revision == head + "+dirty" and dirty.dirty
+
+
+# --- SOURCE_DATE_EPOCH ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["abc", "-5", "1.5", " 17", "1e9", "253402300800",
+                                   "99999999999999999999"])
+def test_a_source_date_epoch_out_of_range_is_one_line_naming_it(tmp_path, value):
+    """Before: `abc` was a ValueError traceback and `-5` was taken (an image dated 1969)."""
+    from forge.images.lock import save_lock
+    from forge.targets import load_targets
+
+    refs = {t.base_for("0.27.1").ref for t in load_targets().values()}
+    lock = save_lock({ref: "sha256:" + "a" * 64 for ref in refs}, tmp_path / "lock.yaml",
+                     {ref: ["linux/amd64", "linux/arm64"] for ref in refs})
+    done = subprocess.run([sys.executable, "build.py", "--target", "gb10", "--vllm", "0.27.1",
+                           "--plan"], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**_environment(), "VLLM_FORGE_LOCK": str(lock),
+                               "SOURCE_DATE_EPOCH": value})
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr
+    assert done.stderr == (f"error: $SOURCE_DATE_EPOCH={value!r}: not a whole number of seconds "
+                           "since 1970 from 0 to 253402300799 (9999-12-31); unset it to use the "
+                           "commit's time\n")
+
+
+def _environment() -> dict:
+    return {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock",
+            "VLLM_FORGE_REPOSITORY": "ghcr.io/acme/vllm-forge"}
+
+
+@pytest.mark.parametrize("value, epoch", [("0", 0), ("1790000000", 1790000000),
+                                          ("253402300799", 253402300799), ("", None)])
+def test_a_source_date_epoch_in_range_is_taken(monkeypatch, value, epoch):
+    from forge.images.context import source_date_epoch
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", value)
+    assert source_date_epoch() == epoch

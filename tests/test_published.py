@@ -369,3 +369,71 @@ def test_a_directory_of_reports_stands_for_every_report_in_it(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == (f"error: {tmp_path / 'empty'}: no verify report "
                                      "(mtp_smoke.json) in this directory")
+
+
+@pytest.mark.parametrize("figure, written", [("NaN", "nan"), ("Infinity", "inf"),
+                                             ("-Infinity", "-inf"), ("1e999", "inf")])
+def test_a_report_whose_figures_are_not_numbers_is_refused(tmp_path, figure, written):
+    """Before: publish copied a report's NaN/Infinity summary into images/published.json (not
+    JSON: jq and browsers refuse the whole index), and with --move-tag would have moved the tag
+    first. Python's json reads NaN, Infinity and 1e999 as floats: the report is read whole and
+    refused by the field, before the registry or the index is touched."""
+    index_file = tmp_path / "published.json"
+    moved_in_index(index_file, ("gb10", TAG, DIGEST_A))
+    before = index_file.read_bytes()
+    good = json.loads(write_report(tmp_path, True).read_text())
+    text = json.dumps(good).replace('"acceptance_rate": 0.71', f'"acceptance_rate": {figure}')
+    assert figure in text
+    (tmp_path / "nan.json").write_text(text)
+    result = publish(index_file, report=tmp_path / "nan.json",
+                     extra=["--move-tag", "--repository", DEAD_REGISTRY])
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (f"error: {tmp_path / 'nan.json'}: summary.acceptance_rate: {written} "
+                             "is not a finite number; a verify report's figures must be; nothing "
+                             "recorded, moving tag not moved\n")
+    assert index_file.read_bytes() == before
+
+
+def test_a_build_recorded_twice_is_refused_on_read(tmp_path):
+    """Before: the same build (tag and digest) listed twice loaded without a word."""
+    index_file = tmp_path / "published.json"
+    assert publish(index_file).returncode == 1
+    data = json.loads(index_file.read_text())
+    data["builds"].append(dict(data["builds"][0]))
+    index_file.write_text(json.dumps(data))
+    with pytest.raises(ForgeError, match=r"builds\[1\]: .* is recorded twice \(also builds\[0\]\)"):
+        published.load_index(index_file)
+
+
+def test_two_known_good_entries_of_one_release_are_refused_on_read(tmp_path):
+    index_file = tmp_path / "published.json"
+    moved_in_index(index_file, ("gb10", TAG, DIGEST_A))
+    data = json.loads(index_file.read_text())
+    data["known_good"].append(dict(data["known_good"][0], moving_tag="vllm0.27.1-gb10-again"))
+    index_file.write_text(json.dumps(data))
+    result = run_cli("published", "--index", str(index_file))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: {index_file}: known_good[1]: gb10 vLLM 0.27.1 has a "
+                                    "known-good entry already (known_good[0])")
+    assert result.stderr.count("\n") == 1
+
+
+def test_a_key_named_twice_in_the_index_is_refused(tmp_path):
+    """json.loads keeps the last of two `builds` lists: the first would vanish on the next save."""
+    index_file = tmp_path / "published.json"
+    index_file.write_text('{"schema_version": 1, "builds": [], "builds": [], "known_good": []}')
+    with pytest.raises(ForgeError, match="the key 'builds' appears twice in one object"):
+        published.load_index(index_file)
+
+
+def test_what_a_damaged_index_says_is_shown_not_obeyed(tmp_path):
+    """Before: a key holding an escape sequence reached the terminal raw (here: clear the screen)
+    through the one-line error that quotes it."""
+    index_file = tmp_path / "published.json"
+    index_file.write_text('{"schema_version": 1, "builds": [], "known_good": [], '
+                          '"\\u001b[2Jevil": 1}')
+    result = run_cli("published", "--index", str(index_file))
+    assert result.returncode == 2
+    assert "\x1b" not in result.stderr
+    assert result.stderr == (f"error: {index_file}: \\x1b[2Jevil: unknown field (known: builds, "
+                             "known_good, schema_version)\n")

@@ -9,6 +9,8 @@ engine results captured on H200s (vLLM 0.25.0, dummy weights):
   and in benchmarks/results/verify-sweep-h200-vllm0.25.0.md §2."""
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ from verify.report import (
     write_report,
 )
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 GPU = Path(__file__).parent / "fixtures" / "gpu"
 L6 = GPU / "bench-L6"
 ENGINES_L6 = [f"{c}-{r}" for c in ("bf16", "fp8", "fp8-mtp1", "fp8-mtp2", "fp8-mtp3") for r in ("v1", "v2")]
@@ -272,15 +275,32 @@ def test_markdown_labels_every_figure(collected, sweep):
     assert "best at profile `spark343`" in swept and "fp8-mtp2-v2 (k=2, runner v2)" in swept
 
 
-def test_plot_is_rendered_or_its_absence_explained(collected):
-    report = collected[2]
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        assert report["plot"] is None and "matplotlib is not installed" in report["plot_note"]
-        assert "Plot: not rendered (matplotlib is not installed here)" in (collected[1] / "bench.md").read_text()
-    else:
-        assert (collected[1] / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+def test_the_plot_is_rendered(collected):
+    """matplotlib is a test requirement (requirements-dev.txt): the plot is drawn for real here.
+    Before, CI had no matplotlib and only ever ran the branch that explains its absence."""
+    import matplotlib
+
+    report, out = collected[2], collected[1]
+    assert matplotlib.__version__ and report["plot"] == "bench.png"
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Plot: bench.png" in (out / "bench.md").read_text()
+    assert not list(out.glob("*.partial"))
+
+
+def test_without_matplotlib_the_report_says_the_plot_was_not_rendered(collected, tmp_path):
+    """A GPU host without matplotlib: `bench.py --render` in a Python that cannot import it
+    (sys.modules["matplotlib"] = None is Python's own way to make an import fail)."""
+    shutil.copy(collected[1] / "bench.json", tmp_path / "bench.json")
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from verify import bench\n"
+            f"raise SystemExit(bench.main(['--render', {str(tmp_path / 'bench.json')!r}]))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert report["plot"] is None and report["plot_note"] == "matplotlib is not installed here"
+    assert "Plot: not rendered (matplotlib is not installed here)" in (tmp_path / "bench.md").read_text()
+    assert not (tmp_path / "bench.png").exists()
 
 
 def test_render_from_json_reproduces_the_markdown(collected, sweep, tmp_path):

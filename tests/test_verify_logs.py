@@ -188,3 +188,39 @@ def test_captured_h200_engines_report_what_they_ran():
     nothing = parse_engine_log("INFO nothing here\n")
     assert checks.check_quantization(nothing, "fp8").status == FAIL
     assert checks.check_attention_backend(nothing, "TRITON_ATTN").status == FAIL
+
+
+WARMUP_LOG = Path(__file__).parent / "fixtures" / "logs" / "h200-0.27.1-chat-template-warmup.log"
+
+
+def test_a_passing_run_names_no_root_cause():
+    """Lines of the engine log of a passing H200 run (vLLM 0.27.1, 11 of 11 checks passed,
+    2026-12-01): vLLM logs its chat-template warm-up failing under skip_tokenizer_init as a
+    WARNING and serves on. Before, that report carried `root_cause: "ValueError: Tokenizer not
+    available ..."`: a reader could not tell a cause from noise."""
+    from verify.vllm_logs import UNRELATED_ERROR, report_log_facts
+
+    facts = parse_engine_log(WARMUP_LOG.read_text())
+    assert facts.graph_capture_s == 41.0 and facts.vllm_version == "0.27.1"
+    tokenizer = "ValueError: Tokenizer not available when `skip_tokenizer_init=True`"
+    assert facts.root_cause == tokenizer     # the line is there; it caused nothing
+    passed = report_log_facts(facts.to_dict(), run_passed=True)
+    assert passed["root_cause"] is None and passed[UNRELATED_ERROR] == tokenizer
+    failed = report_log_facts(facts.to_dict(), run_passed=False)
+    assert failed["root_cause"] == tokenizer and UNRELATED_ERROR not in failed
+
+
+def test_an_engine_run_eager_fails_the_cuda_graph_check_whatever_else_the_log_says():
+    """check_cuda_graphs' enforce_eager branch, which no test reached before: the real 0.27.1
+    engine config line of the run above, once as it was (graphs captured: PASS) and once as
+    `--enforce-eager` would have it (enforce_eager=True), where the configured cudagraph mode and
+    a capture line must not make it pass."""
+    text = WARMUP_LOG.read_text()
+    assert text.count("enforce_eager=False") == 1
+    as_run = parse_engine_log(text)
+    assert as_run.enforce_eager is False and as_run.cudagraph_mode == "FULL_AND_PIECEWISE"
+    assert checks.check_cuda_graphs(as_run, None).status == PASS
+    eager = parse_engine_log(text.replace("enforce_eager=False", "enforce_eager=True"))
+    assert eager.enforce_eager is True and eager.graph_capture_s == 41.0
+    check = checks.check_cuda_graphs(eager, "FULL_AND_PIECEWISE")
+    assert (check.status, check.detail) == (FAIL, "engine ran eager (enforce_eager=True)")

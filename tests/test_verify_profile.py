@@ -433,17 +433,33 @@ def test_report_compares_the_spec_step_with_the_plain_one(tmp_path):
     assert [f["k"] for f in figures] == [0, 4]
 
 
-def test_report_plot_needs_matplotlib_or_writes_a_png(tmp_path, capsys):
+def test_report_plot_writes_a_png(tmp_path):
+    """matplotlib is a test requirement (requirements-dev.txt): the plot is drawn for real.
+    Before, CI had no matplotlib and ran only the branch that refuses --plot."""
+    import matplotlib
+
     paths = _write_profiles(tmp_path)
     png = tmp_path / "profile.png"
     code = profile.main(["--report", *map(str, paths), "--plot", str(png)])
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        assert code == 2 and not png.exists()
-        assert "--plot needs matplotlib" in capsys.readouterr().err
-    else:
-        assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert matplotlib.__version__ and code == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_report_plot_without_matplotlib_is_one_line(tmp_path):
+    """A Python that cannot import matplotlib (sys.modules["matplotlib"] = None: Python's own way
+    to make an import fail): --plot is refused in one line, nothing drawn."""
+    paths = _write_profiles(tmp_path)
+    png = tmp_path / "profile.png"
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from verify import profile\n"
+            f"raise SystemExit(profile.main(['--report', *{[str(p) for p in paths]!r}, '--plot', "
+            f"{str(png)!r}]))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ") and "--plot needs matplotlib" in done.stderr
+    assert done.stderr.count("\n") == 1 and not png.exists()
 
 
 @pytest.mark.parametrize("how", [["verify/profile.py"], ["-m", "verify.profile"]])

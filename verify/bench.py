@@ -44,11 +44,13 @@ from pathlib import Path
 if not __package__ and __name__ == "__main__":
     import _repository_on_path  # noqa: F401
 
-from forge.errors import ForgeError
-from forge.files import check_output_dir
+from forge.errors import ForgeError, exit_on_interrupt
+from forge.files import check_output_dir, write_text_atomically
+from forge.json_text import dump_json
 from forge.serving.acceptance import parse_profile
 from forge.serving.recipes import KV_CACHE_DTYPES, fp8_kv_refusal, pin_attention_backend
 from forge.serving.serve import installed_runner_env
+from forge.untrusted import visible, visible_lines
 from verify import bench_report, controls
 from verify.bench_report import FP8_DTYPES, ONLINE_FP8, PREQUANTIZED_FP8, long_window
 from verify.dummy_models import (
@@ -59,8 +61,9 @@ from verify.dummy_models import (
     write_dummy_models,
 )
 from verify.endpoint import Endpoint, server_release
-from verify.engine_worker import measure_lock
+from verify.engine_worker import measure_lock, read_result
 from verify.machine import detect_target, kill_group
+from verify.metrics import MetricsError
 from verify.prompts import gate_prompts, load_prompts
 from verify.report import UNKNOWN, checked_versions, unknown_versions
 from verify.vllm_logs import parse_engine_log
@@ -497,7 +500,7 @@ def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
                                "count": len(group) + bool(server), "timeout_s": timeout}
             spec["lock_file"] = measure_lock(str(out / "measure.lock"))
             path = engines_dir / f"{spec['name']}.spec.json"
-            path.write_text(json.dumps(spec, indent=1))
+            write_text_atomically(path, dump_json(spec, f"engine spec {path}", indent=1))
             log = open(engines_dir / f"{spec['name']}.log", "w")
             procs[spec["name"]] = (subprocess.Popen(
                 [sys.executable, str(WORKER), str(path)], stdout=log, stderr=subprocess.STDOUT,
@@ -507,11 +510,17 @@ def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
                 # of 2026-11-30 left orphaned EngineCores holding 14-20 GiB each).
                 start_new_session=True), log, spec)
             print(f"[bench] started {spec['name']}", flush=True)
-        _wait(procs, timeout, server, start_timeout)
+        try:
+            _wait(procs, timeout, server, start_timeout)
+        except KeyboardInterrupt:
+            # The workers run in sessions of their own (no Ctrl-C reaches them): stop them all,
+            # EngineCores included, before the interrupt ends the run.
+            for proc, _, _ in procs.values():
+                kill_group(proc)
+            raise
         server = None  # only the first group waits for it
         for name, (_, _, spec) in procs.items():
-            result_file = Path(spec["result_file"])
-            result = json.loads(result_file.read_text()) if result_file.exists() else {}
+            result = read_result(Path(spec["result_file"]))
             log_text = (engines_dir / f"{name}.log").read_text(errors="replace")
             results[name] = {"result": result, "log": parse_engine_log(log_text), "log_text": log_text}
     return results
@@ -521,11 +530,10 @@ def collect_engines(specs: list[dict], out: Path) -> dict[str, dict]:
     """The results and logs a run left under out/engines (written as each window finishes)."""
     raw = {}
     for spec in specs:
-        result_file = out / "engines" / f"{spec['name']}.result.json"
         log_file = out / "engines" / f"{spec['name']}.log"
         log_text = log_file.read_text(errors="replace") if log_file.exists() else ""
         raw[spec["name"]] = {
-            "result": json.loads(result_file.read_text()) if result_file.exists() else {},
+            "result": read_result(out / "engines" / f"{spec['name']}.result.json"),
             "log": parse_engine_log(log_text), "log_text": log_text}
     return raw
 
@@ -623,15 +631,15 @@ def inprocess_report(recipe, args, out: Path) -> dict:
         result, facts = raw[name]["result"], raw[name]["log"]
         engine = result.get("engine", {})
         versions = versions or recorded_versions(result)
+        figures, error = engine_outcome(result, facts)
         engines[name] = {**spec["meta"], "k": int(spec["meta"]["k"] or 0),
                          "init_s": engine.get("init_s"), "cudagraph_mode": engine.get("cudagraph_mode"),
                          "moe_backends": facts.moe_backends, "v2_runner_log": facts.v2_runner,
                          "attention_log": facts_attention(raw[name].get("log_text", "")),
                          "moe_config_log": facts.moe_config_used or (
                              ["default (Config file not found)"] if facts.moe_config_missing else []),
-                         "error": None if engine.get("started") else (facts.root_cause or result.get("error")),
-                         "window_errors": result.get("window_errors"),
-                         "figures": bench_report.engine_figures(result) if engine.get("started") else None}
+                         "error": error, "window_errors": result.get("window_errors"),
+                         "figures": figures}
         if engine.get("started"):
             device = engine.get("device")
     machine = {"device": device, **checked_versions(
@@ -640,6 +648,18 @@ def inprocess_report(recipe, args, out: Path) -> dict:
     bench_report.derive(engines, profiles)
     return {"engines": engines, "machine": machine, "profiles": profiles,
             "picks": bench_report.picks(engines, profiles)}
+
+
+def engine_outcome(result: dict, facts) -> tuple[dict | None, str | None]:
+    """(figures, error) of one engine: its log's root cause (if any) when it did not start; no figures
+    and the reason when its spec-decode counters cannot be true (verify/metrics.py), so the
+    report counts it failed rather than print figures derived from them."""
+    if not result.get("engine", {}).get("started"):
+        return None, facts.root_cause or result.get("error")
+    try:
+        return bench_report.engine_figures(result), None
+    except MetricsError as exc:
+        return None, f"the spec-decode counters cannot be true: {exc}"
 
 
 def recorded_versions(result: dict) -> dict[str, str] | None:
@@ -695,8 +715,12 @@ def server_burst(url: str, count: int, max_tokens: int = 32, token_prompts: bool
         return ok, time.perf_counter() - started
 
     started = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=count) as pool:
+    pool = ThreadPoolExecutor(max_workers=count)
+    try:
         results = list(pool.map(one, range(count)))
+    finally:
+        # Ctrl-C: the requests in flight are not waited for (their 900 s timeout)
+        pool.shutdown(wait=False, cancel_futures=True)
     latencies = sorted(t for _, t in results)
     return {"requests": count, "answered": sum(ok for ok, _ in results),
             "failed": sum(not ok for ok, _ in results), "wall_s": round(time.perf_counter() - started, 2),
@@ -717,7 +741,10 @@ def main(argv=None) -> int:
     out = Path(args.out)
     try:
         if args.render:
-            report = json.loads(Path(args.render).read_text())
+            try:
+                report = json.loads(Path(args.render).read_text())
+            except (OSError, ValueError) as exc:
+                raise ForgeError(f"--render {args.render}: not a bench report ({exc})") from None
             paths = bench_report.write_outputs(report, Path(args.render).parent)
             print(f"rendered {', '.join(str(p) for p in paths.values())}")
             return 0
@@ -746,15 +773,21 @@ def main(argv=None) -> int:
                                                   token_prompts=args.token_prompts)
         else:
             report.update(inprocess_report(recipe, args, out))
+        paths = bench_report.write_outputs(report, out)
     except ForgeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {visible(exc)}", file=sys.stderr)
         return 2
-    paths = bench_report.write_outputs(report, out)
-    print(Path(paths["md"]).read_text())
+    print(visible_lines(Path(paths["md"]).read_text()))
     failed = [n for n, e in report["engines"].items() if e.get("error") or not e.get("figures")]
     burst = report.get("server_burst")
     return 1 if failed or (burst and burst["failed"]) else 0
 
 
+def run() -> int:
+    """`python3 verify/bench.py` and the installed `vllm-forge-bench` (pyproject.toml): main, with Ctrl-C
+    as one line and exit 130 (forge.errors.exit_on_interrupt)."""
+    return exit_on_interrupt(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

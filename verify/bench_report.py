@@ -19,14 +19,16 @@ acceptance, and the projection uses their mean and reports their spread.
 """
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from pathlib import Path
 
+from forge.files import write_text_atomically
+from forge.json_text import dump_json
 from forge.serving.acceptance import profile_length
+from forge.untrusted import visible, visible_lines
 from verify.metrics import counters_from_snapshot
-from verify.report import versions_line
+from verify.report import save_figure, versions_line
 
 SPECIAL_WINDOWS = ("followup",)
 # bench.py's windows of C gate prompts at once (conc<C>), in the concurrency table's order.
@@ -341,7 +343,7 @@ def render_markdown(report: dict) -> str:
     for name, e in report["engines"].items():
         f = e.get("figures")
         if not f:
-            lines.append(f"| {engine_label(name, e)} | failed: {e.get('error') or 'no result'} |"
+            lines.append(f"| {engine_label(name, e)} | failed: {visible(e.get('error') or 'no result')} |"
                          + " |" * (12 + len(profiles)))
             continue
         d = e.get("derived") or {}
@@ -408,7 +410,7 @@ def _concurrency_row(name: str, engine: dict, measured: list[str], stocked: list
     cells = [engine_label(name, engine)]
     if not engine.get("figures"):
         blanks = len(measured) + len(stocked) + bool(stocked) - 1
-        return f"| {cells[0]} | failed: {engine.get('error') or 'no result'} |" + " |" * blanks
+        return f"| {cells[0]} | failed: {visible(engine.get('error') or 'no result')} |" + " |" * blanks
     figures = _concurrency(engine)
     for window in measured:
         entry = figures.get(window, {})
@@ -553,8 +555,7 @@ def render_plot(report: dict, path: Path) -> str | None:
                  f"{report['machine'].get('vllm')}, {report.get('shape') or ''} {report['layers']} layers"
                  f"{', dummy weights' if report['dummy'] else ''}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
     return str(path)
 
 
@@ -566,8 +567,11 @@ def write_outputs(report: dict, out: Path) -> dict[str, Path]:
     if not plot:
         report["plot_note"] = "matplotlib is not installed here"
     paths = {"json": out / "bench.json", "md": out / "bench.md"}
-    paths["json"].write_text(json.dumps(report, indent=1) + "\n")
-    paths["md"].write_text(render_markdown(report))
+    # Each whole or not at all; the JSON strict (a NaN figure is refused by its field's path).
+    write_text_atomically(paths["json"], dump_json(report, f"bench report {paths['json']}",
+                                                   indent=1) + "\n")
+    # Engine errors are log lines: a reader's `cat bench.md` must not obey what the log said.
+    write_text_atomically(paths["md"], visible_lines(render_markdown(report)))
     if plot:
         paths["png"] = png
     return paths

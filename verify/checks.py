@@ -6,6 +6,11 @@ from verify.metrics import SpecCounters
 from verify.report import INFO, NOT_CHECKED, PASS, Check, failed, passed
 from verify.vllm_logs import EngineLogFacts
 
+# The acceptance checks' names (the first is a required gate: forge/verify_report.py).
+ACCEPTANCE = "acceptance (temperature 0)"
+SAMPLING = "acceptance (recipe sampling)"
+NEGATIVE_CONTROL = "acceptance, random model (negative control)"
+
 
 def check_engine_started(started: bool, facts: EngineLogFacts, error: str | None) -> Check:
     if started:
@@ -112,7 +117,7 @@ def _looked_for(facts: EngineLogFacts) -> str:
 
 
 def check_acceptance(window: SpecCounters | None, min_rate: float, min_length: float,
-                     label: str = "acceptance (temperature 0)") -> Check:
+                     label: str = ACCEPTANCE) -> Check:
     if window is None:
         return Check(label, NOT_CHECKED, "no metrics window (engine did not run the prompts)")
     if not window.drafts:
@@ -132,11 +137,21 @@ def check_acceptance(window: SpecCounters | None, min_rate: float, min_length: f
     return passed(label, figures)
 
 
+def counters_refused(label: str, why: str) -> Check:
+    """A window whose spec-decode counters cannot be true (verify/metrics.py says why): FAIL,
+    whatever the gate would have made of them, and never run through a control (a negative
+    control passes a failed gate)."""
+    return failed(label, f"the spec-decode counters cannot be true: {why}")
+
+
 def report_sampling(window: SpecCounters | None, sampling: dict) -> Check:
-    label = "acceptance (recipe sampling)"
+    label = SAMPLING
     settings = ", ".join(f"{k}={v}" for k, v in sampling.items() if k != "source")
     if window is None or not window.drafts:
         return Check(label, NOT_CHECKED, f"{settings}: no drafts in the window", gating=False)
+    if window.acceptance_rate is None or window.mean_acceptance_length is None:
+        return failed(label, f"{settings}: drafts proposed but no draft tokens counted: the "
+                             "spec-decode counters disagree")
     return Check(label, INFO, f"{settings}: rate {window.acceptance_rate:.1%}, mean length "
                               f"{window.mean_acceptance_length:.2f} (reported, not gated)")
 
@@ -177,7 +192,7 @@ def positive_control(gate: Check) -> Check:
 
 
 def negative_control(gate: Check) -> Check:
-    label = "acceptance, random model (negative control)"
+    label = NEGATIVE_CONTROL
     if gate.status == NOT_CHECKED:
         return Check(label, NOT_CHECKED, gate.detail)
     if gate.failed:

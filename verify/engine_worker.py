@@ -31,7 +31,10 @@ from pathlib import Path
 if not __package__ and __name__ == "__main__":
     import _repository_on_path  # noqa: F401
 
-from verify.report import installed_versions  # noqa: E402 (needs the path above)
+from forge.errors import ForgeError  # noqa: E402 (needs the path above)
+from forge.files import write_text_atomically  # noqa: E402
+from forge.json_text import dump_json  # noqa: E402
+from verify.report import installed_versions  # noqa: E402
 
 
 def main(spec_path: str) -> int:
@@ -240,10 +243,31 @@ def _prompt(prompt):
 
 
 def _write(path: Path, result: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(path)
+    """The result, atomically and as strict JSON. A figure vLLM gave as NaN or Infinity cannot be
+    written as a number: the windows go and `error` says which field held it, so the reader
+    (mtp_smoke, bench) sees a run whose measurements were refused, not a number it cannot trust."""
+    try:
+        text = dump_json(result, f"engine result {path}", indent=1)
+    except ForgeError as exc:
+        text = dump_json({**result, "windows": {}, "error": str(exc)}, f"engine result {path}",
+                         indent=1, default=str)
+    write_text_atomically(path, text)
+
+
+def read_result(result_file: Path) -> dict:
+    """A worker's result JSON as its reader takes it; a missing or unreadable one is an engine
+    that did not start, with the reason as its error (the worker writes it atomically: a broken
+    one was not written by it)."""
+    if not result_file.exists():
+        return {"engine": {"started": False}}
+    try:
+        result = json.loads(result_file.read_text(errors="replace"))
+    except (OSError, ValueError) as exc:
+        return {"engine": {"started": False},
+                "error": f"{result_file}: not the worker's result ({exc})"}
+    if not isinstance(result, dict):
+        return {"engine": {"started": False}, "error": f"{result_file}: not a JSON object"}
+    return result
 
 
 def _arrive(barrier: dict | None, state: str) -> None:

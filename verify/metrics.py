@@ -3,9 +3,16 @@
 Sources: Prometheus text from a server's /metrics, or the snapshot of `LLM.get_metrics()` taken
 in-process (names without `_total`; the per-position counter is a Vector). Figures are always a
 delta between two readings: a server's lifetime totals include warm-up and other users' traffic.
+
+Every reading and every window is checked where it is made (SpecCounters refuses to exist
+otherwise): each counter a finite, non-negative number, no counter going down between two
+readings, no more tokens accepted than drafted, and no draft position accepted more often than
+there were drafts. A server (or a proxy in front of it) can send anything; figures derived from
+counters that cannot be true would pass the gate at 1666% acceptance, or crash it on NaN.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 
@@ -29,6 +36,29 @@ class SpecCounters:
     draft_tokens: float = 0
     accepted: float = 0
     accepted_per_position: tuple = ()
+
+    def __post_init__(self):
+        named = [(DRAFTS, self.drafts), (DRAFT_TOKENS, self.draft_tokens), (ACCEPTED, self.accepted)]
+        if not isinstance(self.accepted_per_position, (tuple, list)):
+            raise MetricsError(f"{ACCEPTED_PER_POS}: not a list of per-position counts "
+                               f"({self.accepted_per_position!r})")
+        named += [(f"{ACCEPTED_PER_POS}{{position={i}}}", v)
+                  for i, v in enumerate(self.accepted_per_position)]
+        for name, value in named:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise MetricsError(f"counter {name} is {value!r}, not a number")
+            if not math.isfinite(value) or value < 0:
+                raise MetricsError(f"counter {name} is {value!r}: a counter is a finite number, "
+                                   "0 or more")
+        if self.accepted > self.draft_tokens:
+            raise MetricsError(f"{self.accepted:g} tokens accepted ({ACCEPTED}) of only "
+                               f"{self.draft_tokens:g} drafted ({DRAFT_TOKENS}): more accepted than "
+                               "drafted cannot be true")
+        for i, count in enumerate(self.accepted_per_position):
+            if count > self.drafts:
+                raise MetricsError(f"draft position {i} accepted {count:g} times in only "
+                                   f"{self.drafts:g} drafts ({ACCEPTED_PER_POS} vs {DRAFTS}): "
+                                   "a position is accepted at most once per draft")
 
     def __sub__(self, earlier: SpecCounters) -> SpecCounters:
         positions = max(len(self.accepted_per_position), len(earlier.accepted_per_position))
@@ -107,6 +137,19 @@ def counters_from_prometheus(text: str) -> SpecCounters:
         raise MetricsError(f"no {', '.join(missing)} in the metrics (a server started without "
                            "--speculative-config, or not a vLLM server)")
 
+    # Each sample on its own: a negative one summed with others would hide inside the total, and
+    # a label set named twice (a sample repeated by a proxy or a broken exporter) would count twice.
+    for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POS):
+        seen: set[tuple] = set()
+        for labels, value in samples.get(name + "_total", []):
+            where = f"{name}_total{{{_labels_text(labels)}}}"
+            if not math.isfinite(value) or value < 0:
+                raise MetricsError(f"{where} is {value!r}: a counter is a finite number, 0 or more")
+            key = tuple(sorted(labels.items()))
+            if key in seen:
+                raise MetricsError(f"{where}: the same sample appears twice in one reading")
+            seen.add(key)
+
     def total(name: str) -> float:
         return sum(value for _, value in samples.get(name + "_total", []))
 
@@ -116,6 +159,10 @@ def counters_from_prometheus(text: str) -> SpecCounters:
         per_position[position] = per_position.get(position, 0) + value
     ordered = tuple(per_position.get(i, 0) for i in range(max(per_position, default=-1) + 1))
     return SpecCounters(total(DRAFTS), total(DRAFT_TOKENS), total(ACCEPTED), ordered)
+
+
+def _labels_text(labels: dict) -> str:
+    return ",".join(f"{key}={value!r}" for key, value in labels.items())
 
 
 def _position(labels: dict) -> int:
@@ -131,5 +178,7 @@ def _position(labels: dict) -> int:
 
 def counters_from_snapshot(snapshot: dict) -> SpecCounters:
     """From {name: value or [values]} as verify's engine worker records `LLM.get_metrics()`."""
+    if not isinstance(snapshot, dict):
+        raise MetricsError(f"a metrics snapshot is a mapping of counters, not {snapshot!r}")
     return SpecCounters(snapshot.get(DRAFTS, 0), snapshot.get(DRAFT_TOKENS, 0),
                         snapshot.get(ACCEPTED, 0), tuple(snapshot.get(ACCEPTED_PER_POS, ())))

@@ -41,14 +41,17 @@ from pathlib import Path
 if not __package__ and __name__ == "__main__":
     import _repository_on_path  # noqa: F401
 
-from forge.errors import ForgeError
-from forge.files import check_output_dir
+from forge.errors import ForgeError, exit_on_interrupt
+from forge.files import check_output_dir, write_text_atomically
+from forge.json_text import dump_json
 from forge.serving.recipes import pin_attention_backend
 from forge.serving.serve import installed_runner_env
+from forge.untrusted import visible
 from verify import checks as gate
 from verify import controls
 from verify.dummy_models import check_shape_flag, encode_without_tokenizer, recipe_shape, write_dummy_models
 from verify.endpoint import Endpoint, EndpointError, excerpt, served_model, server_release
+from verify.engine_worker import read_result
 from verify.machine import detect_target, kill_group
 from verify.metrics import MetricsError, SpecCounters, counters_from_prometheus, counters_from_snapshot
 from verify.prompts import gate_prompts, load_prompts
@@ -66,7 +69,7 @@ from verify.report import (
     versions_line,
     write_report,
 )
-from verify.vllm_logs import EngineLogFacts, parse_engine_log
+from verify.vllm_logs import EngineLogFacts, parse_engine_log, report_log_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("engine_worker.py")
@@ -228,7 +231,7 @@ def run_workers(jobs: list[tuple[dict, str]], work: Path, timeout: int) -> dict[
     for spec, label in jobs:
         spec_path, log_path = work / f"{label}.spec.json", work / f"{label}.log"
         spec["result_file"] = str(work / f"{label}.result.json")
-        spec_path.write_text(json.dumps(spec, indent=1))
+        write_text_atomically(spec_path, dump_json(spec, f"engine spec {spec_path}", indent=1))
         print(f"[mtp_smoke] starting engine ({label}); log: {log_path}", flush=True)
         log = open(log_path, "w")
         procs[label] = (subprocess.Popen([sys.executable, str(WORKER), str(spec_path)], stdout=log,
@@ -245,21 +248,50 @@ def run_workers(jobs: list[tuple[dict, str]], work: Path, timeout: int) -> dict[
         except subprocess.TimeoutExpired:
             kill_group(proc)
             log.write(f"\nTimeoutError: engine run exceeded {timeout} s\n")
+        except KeyboardInterrupt:
+            # The engines run in sessions of their own (no Ctrl-C reaches them): stop them all,
+            # EngineCores included, before the interrupt ends this run.
+            for other, *_ in procs.values():
+                kill_group(other)
+            raise
         log.close()
         print(f"[mtp_smoke] engine ({label}) done in {time.time() - started:.0f} s", flush=True)
         result_file = Path(spec["result_file"])
-        result = (json.loads(result_file.read_text()) if result_file.exists()
-                  else {"engine": {"started": False}})
+        result = read_result(result_file)
         results[label] = (result, log_path.read_text(errors="replace"))
     return results
 
 
 def window_counters(result: dict, name: str) -> SpecCounters | None:
+    """The counters' delta over one window of the engine's result; None if it did not run;
+    MetricsError where a reading or the delta cannot be true (verify/metrics.py)."""
     window = result.get("windows", {}).get(name)
     if not window:
         return None
-    return (counters_from_snapshot(window["metrics_after"])
-            - counters_from_snapshot(window["metrics_before"]))
+    if not isinstance(window, dict) or not {"metrics_before", "metrics_after"} <= window.keys():
+        raise MetricsError(f"the {name} window names no metrics_before and metrics_after")
+    try:
+        return (counters_from_snapshot(window["metrics_after"])
+                - counters_from_snapshot(window["metrics_before"]))
+    except MetricsError as exc:
+        raise MetricsError(f"{name} window: {exc}") from None
+
+
+def windows_measured(result: dict, names: list[str]) -> dict[str, SpecCounters | None | MetricsError]:
+    """window_counters of each name, a refusal kept as its MetricsError (it becomes a FAIL)."""
+    measured: dict[str, SpecCounters | None | MetricsError] = {}
+    for name in names:
+        try:
+            measured[name] = window_counters(result, name)
+        except MetricsError as exc:
+            measured[name] = exc
+    return measured
+
+
+def window_summary(window: SpecCounters | None | MetricsError) -> dict | None:
+    if isinstance(window, MetricsError):
+        return {"refused": str(window)}
+    return window.summary() if window else None
 
 
 def inprocess_checks(recipe, args, out: Path) -> tuple[list[Check], dict]:
@@ -287,14 +319,22 @@ def inprocess_checks(recipe, args, out: Path) -> tuple[list[Check], dict]:
         runner_v2 = env.get("VLLM_USE_V2_MODEL_RUNNER") == "1" or facts.v2_runner
         checks += log_checks(facts, recipe, runner_v2, engine.get("cudagraph_mode"))
     thresholds = recipe.thresholds
+    names = [_greedy_window(c) for c in gated] + ["recipe_sampling"]
+    measured = windows_measured(result, names)
     for control in gated:
-        verdict_ = gate.check_acceptance(window_counters(result, _greedy_window(control)),
-                                         thresholds.min_acceptance_rate,
+        window = measured[_greedy_window(control)]
+        if isinstance(window, MetricsError):
+            label = gate.NEGATIVE_CONTROL if control == "random" else gate.ACCEPTANCE
+            checks.append(gate.counters_refused(label, str(window)))
+            continue
+        verdict_ = gate.check_acceptance(window, thresholds.min_acceptance_rate,
                                          thresholds.min_mean_acceptance_length)
         checks.append({None: verdict_, "agree": gate.positive_control(verdict_),
                        "random": gate.negative_control(verdict_)}[control])
-    checks.append(gate.report_sampling(window_counters(result, "recipe_sampling"),
-                                       recipe.sampling.values))
+    sampled = measured["recipe_sampling"]
+    checks.append(gate.counters_refused(gate.SAMPLING, str(sampled))
+                  if isinstance(sampled, MetricsError)
+                  else gate.report_sampling(sampled, recipe.sampling.values))
     if args.lossless:
         without, _ = runs["engine-no-draft"]
         for control in gated:
@@ -308,13 +348,11 @@ def inprocess_checks(recipe, args, out: Path) -> tuple[list[Check], dict]:
                 # ties differently: reported, gated only where logits are exact (agreeing model).
                 check = Check(check.name, INFO, f"{check.detail} (near-tied random logits; not gated)")
             checks.append(check)
-    names = [_greedy_window(c) for c in gated] + ["recipe_sampling"]
     # Read inside the engine's process before it started (engine_worker.py).
     versions = result.get("versions") or unknown_versions("the engine process wrote no result")
     context = {"engine": engine, "versions": versions, "log_facts": facts.to_dict(),
                "engine_kwargs": kwargs, "env": env,
-               "windows": {n: (c.summary() if (c := window_counters(result, n)) else None)
-                           for n in names}}
+               "windows": {n: window_summary(w) for n, w in measured.items()}}
     return checks, context
 
 
@@ -409,7 +447,7 @@ def measure_window(server: Endpoint, model: str, prompts: list, params: dict,
         what = f"POST /v1/completions ({name} window, prompt {number} of {len(prompts)})"
         answer = server.post_json("/v1/completions", what, {"model": model, "prompt": prompt, **params})
         if not isinstance(answer.get("choices"), list) or not answer["choices"]:
-            raise EndpointError(f"{what}: the answer has no choices: {excerpt(json.dumps(answer))}")
+            raise EndpointError(f"{what}: the answer has no choices: {excerpt(json.dumps(answer, default=str))}")
     after = read_counters(server, f"GET /metrics (after the {name} window)")
     try:
         return after - before
@@ -501,7 +539,7 @@ def main(argv=None) -> int:
         if args.dummy:
             args.shape = recipe_shape(recipe, args.shape)
     except (ForgeError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {visible(exc)}", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)  # only once the arguments are known to be good
     if args.endpoint:
@@ -509,22 +547,35 @@ def main(argv=None) -> int:
     else:
         checks, context = inprocess_checks(recipe, args, out)
     broken = gate.controls_broken(checks)
+    if "log_facts" in context:
+        context["log_facts"] = report_log_facts(context["log_facts"], verdict(checks))
     context = {**context, **report_identity(recipe, args, context)}
-    report = write_report(out / REPORT_NAME, checks, recipe=recipe.name,
-                          dummy=args.dummy, shape=args.shape if args.dummy else None,
-                          layers=args.layers if args.dummy else None, centroids=args.centroids,
-                          compile_backend=args.compile_backend or "inductor",
-                          runner=args.runner or recipe.serve.model_runner,
-                          verify_broken=bool(broken), **context,
-                          **({"batch": args.batch} if args.batch else {}))
+    try:
+        report = write_report(out / REPORT_NAME, checks, recipe=recipe.name,
+                              dummy=args.dummy, shape=args.shape if args.dummy else None,
+                              layers=args.layers if args.dummy else None, centroids=args.centroids,
+                              compile_backend=args.compile_backend or "inductor",
+                              runner=args.runner or recipe.serve.model_runner,
+                              verify_broken=bool(broken), **context,
+                              **({"batch": args.batch} if args.batch else {}))
+    except (ForgeError, OSError) as exc:
+        print(render_table(checks))
+        print(f"error: the report was not written: {visible(exc)}", file=sys.stderr)
+        return 2
     print(render_table(checks))
     print(f"ran on: {versions_line(context['versions'])}")
-    print(f"report: {report}")
+    print(f"report: {visible(report)}")
     if broken:
-        print(f"VERIFY BROKEN: {broken[0].detail}", file=sys.stderr)
+        print(f"VERIFY BROKEN: {visible(broken[0].detail)}", file=sys.stderr)
         return 3
     return 0 if verdict(checks) else 1
 
 
+def run() -> int:
+    """`python3 verify/mtp_smoke.py` and the installed `vllm-forge-mtp-smoke` (pyproject.toml): main, with Ctrl-C
+    as one line and exit 130 (forge.errors.exit_on_interrupt)."""
+    return exit_on_interrupt(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

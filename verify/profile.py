@@ -49,7 +49,10 @@ import time  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from forge.errors import ForgeError  # noqa: E402
+from forge.errors import ForgeError, exit_on_interrupt  # noqa: E402
+from forge.files import write_text_atomically  # noqa: E402
+from forge.json_text import dump_json  # noqa: E402
+from forge.untrusted import visible, visible_lines  # noqa: E402
 from verify import controls, profile_report  # noqa: E402
 from verify.dummy_models import check_shape_flag, encode_without_tokenizer, recipe_shape  # noqa: E402
 from verify.kernel_groups import load_kernel_map  # noqa: E402
@@ -127,12 +130,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def report(args) -> int:
     text, entries = report_text(args)
-    print(text)
+    print(visible_lines(text))
     if args.json:
-        Path(args.json).write_text(report_json(entries))
+        write_text_atomically(args.json, report_json(entries))
         print(f"wrote {args.json}")
     if args.md:
-        Path(args.md).write_text(text)
+        write_text_atomically(args.md, visible_lines(text))
         print(f"wrote {args.md}")
     if args.plot:
         print(f"wrote {profile_report.render_plot(entries, Path(args.plot))}")
@@ -197,7 +200,7 @@ def recorded_roofline(profile: dict, path: str) -> dict:
 
 
 def report_json(entries: list[tuple[dict, dict]]) -> str:
-    return json.dumps([a for _, a in entries], indent=1) + "\n"
+    return dump_json([a for _, a in entries], "profile analysis", indent=1) + "\n"
 
 
 def report_command(args) -> str:
@@ -222,12 +225,11 @@ class Recorder:
     def write(self) -> None:
         with self.lock:
             self.data["elapsed_s"] = round(time.monotonic() - self.started, 1)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.data, indent=1) + "\n")
-            tmp.replace(self.path)
+            write_text_atomically(self.path, dump_json(self.data, f"profile {self.path}",
+                                                       indent=1) + "\n")
 
     def say(self, text: str) -> None:
-        print(f"[profile {time.monotonic() - self.started:6.1f} s] {text}", flush=True)
+        print(f"[profile {time.monotonic() - self.started:6.1f} s] {visible(text)}", flush=True)
 
     def left(self, limit: float) -> float:
         return limit - (time.monotonic() - self.started)
@@ -495,7 +497,7 @@ def measure(args, spec: dict, recorder: Recorder, short: int, long: int, work: P
             out: Path) -> None:
     from verify.engine_worker import gpu_turn, measure_lock, set_control, start_engine
 
-    recorder.say(f"starting the engine: {json.dumps(spec['engine_kwargs'])}")
+    recorder.say(f"starting the engine: {dump_json(spec['engine_kwargs'])}")
     lock = measure_lock(None)
     with gpu_turn(lock, alone=False):  # start and warm-up: never while another run's clock runs
         llm, info = start_engine(spec["engine_kwargs"])
@@ -556,8 +558,8 @@ def finish(recorder: Recorder, kernel_map, roofline: dict | None, out: Path) -> 
             # The figures as derived here; --report derives them again from the raw tables.
             data["analysis"] = analysis
             text = profile_report.render_markdown(data, analysis)
-            (out / "profile.md").write_text(text)
-            print(text, flush=True)
+            write_text_atomically(out / "profile.md", visible_lines(text))
+            print(visible_lines(text), flush=True)
     recorder.write()
     recorder.say(f"wrote {recorder.path}")
     return 0 if data["phase"] == "done" and not data.get("error") else 1
@@ -588,7 +590,7 @@ def main(argv=None) -> int:
         check_lengths(args)
         code = gpu_run(args)
     except ForgeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {visible(exc)}", file=sys.stderr)
         return 2
     # An in-process engine can hold the interpreter at exit (its threads): everything is written.
     sys.stdout.flush()
@@ -596,5 +598,11 @@ def main(argv=None) -> int:
     os._exit(code)
 
 
+def run() -> int:
+    """`python3 verify/profile.py` and the installed `vllm-forge-profile` (pyproject.toml): main, with Ctrl-C
+    as one line and exit 130 (forge.errors.exit_on_interrupt)."""
+    return exit_on_interrupt(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

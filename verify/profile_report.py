@@ -17,6 +17,7 @@ from pathlib import Path
 
 from forge.errors import ForgeError
 from verify.kernel_groups import OTHER, KernelMap
+from verify.report import save_figure
 
 # Chrome-trace categories of work that runs on the GPU (kineto's names); the rest (cuda_runtime,
 # cpu_op, python_function, flow events) is host-side.
@@ -412,6 +413,5 @@ def render_plot(entries: list[tuple[dict, dict]], path: Path) -> Path:
                  f"{first.get('shape')} {first.get('layers')} layers"
                  f"{', dummy weights' if first.get('dummy') else ''}, batch 1", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
     return path

@@ -7,10 +7,12 @@ verify's scripts name one module for everything about a report.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 
+from forge.files import write_text_atomically
+from forge.json_text import dump_json
+from forge.untrusted import visible
 from forge.verify_report import (  # noqa: F401 (re-exported for verify's scripts and tests)
     FAIL,
     INFO,
@@ -39,6 +41,10 @@ UNKNOWN = "unknown"
 
 
 def render_table(checks: list[Check], width: int = 100) -> str:
+    """The checks as a table ending in the RESULT line. A check's name and detail quote what a
+    server or a log said (a model id, a log line): shown through forge.untrusted.visible, so no
+    escape sequence reaches the terminal and no line of theirs passes for one of the table's."""
+    checks = [Check(visible(c.name), c.status, visible(c.detail), c.gating) for c in checks]
     name_width = max([len(c.name) for c in checks] + [5])
     status_width = max(len(s) for s in STATUSES)
     lines = [f"{'check':<{name_width}}  {'result':<{status_width}}  detail",
@@ -102,7 +108,8 @@ def checked_versions(versions: object) -> dict[str, str]:
 
 def versions_line(versions: dict[str, str]) -> str:
     """'vllm 0.25.0, torch 2.11.0, transformers 5.14.1' (a missing one as its value says)."""
-    return ", ".join(f"{package} {versions.get(package, 'not recorded')}" for package in RAN_ON)
+    return ", ".join(f"{package} {visible(versions.get(package, 'not recorded'))}"
+                     for package in RAN_ON)
 
 
 def write_report(path: Path | str, checks: list[Check], versions: dict[str, str], **context) -> Path:
@@ -110,6 +117,20 @@ def write_report(path: Path | str, checks: list[Check], versions: dict[str, str]
     path = Path(path)
     payload = {"passed": verdict(checks), "checks": [asdict(c) for c in checks],
                "versions": checked_versions(versions), **context}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
-    return path
+    # Whole or not at all (Ctrl-C, a full disk), and strict JSON: no NaN or Infinity.
+    return write_text_atomically(path, dump_json(payload, f"report {path}", indent=1,
+                                                 default=str) + "\n")
+
+
+def save_figure(fig, path: Path) -> None:
+    """A matplotlib figure as PNG at `path`, drawn beside it and renamed: an interrupted or
+    failed run leaves no half-drawn file. The figure is closed either way."""
+    import matplotlib.pyplot as plt
+
+    partial = path.with_name(path.name + ".partial")
+    try:
+        fig.savefig(partial, dpi=100, format="png")
+        partial.replace(path)
+    finally:
+        plt.close(fig)
+        partial.unlink(missing_ok=True)

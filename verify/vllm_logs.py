@@ -104,6 +104,23 @@ def parse_engine_log(text: str) -> EngineLogFacts:
     return facts
 
 
+# A passing run's log may still hold an error line that caused nothing (vLLM 0.27.1 logs its chat
+# template warm-up failing with "ValueError: Tokenizer not available when
+# `skip_tokenizer_init=True`" as a WARNING, and serves on): in a report it goes under this name.
+UNRELATED_ERROR = "unrelated_error_line"
+
+
+def report_log_facts(facts: dict, run_passed: bool) -> dict:
+    """The facts as a report holds them: `root_cause` only for a run that failed. A run that passed
+    has no cause to name, so the last error line of its log, if any, is kept as
+    `unrelated_error_line` and `root_cause` is null: a reader cannot take noise for a cause."""
+    reported = dict(facts)
+    if run_passed:
+        reported[UNRELATED_ERROR] = reported["root_cause"]
+        reported["root_cause"] = None
+    return reported
+
+
 def root_cause(text: str) -> str | None:
     """The line that says why an engine failed: a known signature, else the last `XError: msg`
     line (the innermost exception of a Python traceback is printed last). None if no error."""

@@ -10,9 +10,11 @@ name back to the same fields) and exits 1 on any disagreement.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from forge.errors import exit_on_interrupt
+from forge.files import write_text_atomically
+from forge.json_text import dump_json
 from forge.patching.moe_config_names import config_file_name, parse_config_name
 
 # (experts, N, the tuner's dtype): the 26B-A4B at TP=1 and TP=2, the unquantized kernel, and a
@@ -53,12 +55,11 @@ def main(argv=None) -> int:
         print(f"{'OK ' if ok else 'BAD'} vllm={row['vllm']} forge={row['forge']}")
     summary = {"device": device, "vllm": vllm.__version__, "rows": rows}
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=1)
+        write_text_atomically(args.json, dump_json(summary, args.json, indent=1) + "\n")
     bad = [r for r in rows if not (r["same_name"] and r["forge_parses_vllm_name"])]
     print(f"{len(rows) - len(bad)}/{len(rows)} names agree (vLLM {vllm.__version__}, {device})")
     return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_on_interrupt(main))

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
-import json
 import os
 import shlex
 import sys
@@ -46,7 +45,8 @@ from packaging.version import Version
 
 from benchmarks.gpu.two_node_commands import VLLM, _swap_models
 from forge import REPO_ROOT as ROOT
-from forge.errors import ForgeError
+from forge.errors import ForgeError, exit_on_interrupt
+from forge.json_text import dump_json
 from forge.serving.recipes import load_recipe
 from forge.serving.serve import plan_serve
 from forge.versions import Release
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
         stand_in = __doc__.split("each change listed under")[1]
         if a.control is not None:
             stand_in = stand_in.rstrip("\n") + CONTROL_STAND_IN
-        print(json.dumps({**run, "stand_in": stand_in}, indent=1))
+        print(dump_json({**run, "stand_in": stand_in}, "the serve plan", indent=1))
         return 0
     argv = run["argv"]        # its vLLM is this interpreter's (two_node_commands.VLLM)
     print(shlex.join(["env", *[f"{k}={v}" for k, v in sorted(run["env"].items())], *argv]), flush=True)
@@ -208,4 +208,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_on_interrupt(main))

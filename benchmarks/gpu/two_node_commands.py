@@ -38,6 +38,8 @@ import sys
 from pathlib import Path
 
 from forge import REPO_ROOT as ROOT
+from forge.errors import exit_on_interrupt
+from forge.json_text import dump_json
 from forge.serving.recipes import load_recipe
 from forge.serving.serve import Interconnect, NodeCommand, layout_for, node_commands
 from verify.dummy_models import write_dummy_models
@@ -85,7 +87,7 @@ def _swap_models(args: list[str], recipe, target_dir: Path, draft_dir: Path | No
     args[1] = str(target_dir)
     if draft_dir is not None:
         at = args.index("--speculative-config") + 1
-        args[at] = json.dumps({**json.loads(args[at]), "model": str(draft_dir)}, separators=(",", ":"))
+        args[at] = dump_json({**json.loads(args[at]), "model": str(draft_dir)}, separators=(",", ":"))
     return args
 
 
@@ -104,7 +106,7 @@ def main(argv=None) -> int:
     nodes, runs = local_commands(a.recipe, a.target, Path(a.models), work, a.layers, a.port,
                                  a.master_port)
     if a.json:
-        print(json.dumps({"recipe_commands": [n.bare_shell() for n in nodes], "runs": runs,
+        print(dump_json({"recipe_commands": [n.bare_shell() for n in nodes], "runs": runs,
                           "stand_in": __doc__.split("every change is listed under")[1]},
                          indent=1))
         return 0
@@ -116,4 +118,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_on_interrupt(main))

@@ -15,6 +15,7 @@ import sys
 from forge.commands import images, patch_work, patches, serving, upgrade, watch
 from forge.errors import ForgeError
 from forge.image_names import check_repository_argument
+from forge.untrusted import visible
 from forge.versions import Release
 
 # Typing `python3 build.py --target gb10 --vllm 0.27.1` means "build": no command word needed.
@@ -445,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
         _check_output_files(args)
         return args.handler(args) or 0
     except ForgeError as exc:
-        print(f"error: {exc}{data_home_hint(str(exc))}", file=sys.stderr)
+        # A message may quote what a file, a server or a registry said: shown, never obeyed.
+        print(f"error: {visible(str(exc))}{data_home_hint(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -3,11 +3,11 @@ and `published`. Each turns its arguments into values, calls forge.images, and p
 knowledge (plans, pins, BuildKit, the registry, the published index) stays in forge/images/."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.json_text import dump_json
 
 # --- build.py build ----------------------------------------------------------------------------
 
@@ -28,7 +28,7 @@ def _locked_plan(args):
         return plan
     if args.locked and args.plan:
         # A plan shows the unlocked base before it fails as the build would (to inspect it).
-        print(json.dumps(plan.to_dict(), indent=1) if args.json else format_plan(plan), flush=True)
+        print(dump_json(plan.to_dict(), indent=1) if args.json else format_plan(plan), flush=True)
     print(lock_missing(plan.base.ref, plan.target, plan.vllm, args.lock, locked=args.locked),
           file=sys.stderr, flush=True)
     return plan_with(allow_unlocked=False)
@@ -40,7 +40,7 @@ def cmd_build(args) -> int:
 
     plan = _locked_plan(args)
     if args.plan:
-        print(json.dumps(plan.to_dict(), indent=1) if args.json else format_plan(plan))
+        print(dump_json(plan.to_dict(), indent=1) if args.json else format_plan(plan))
         return 0
     client = host.connect()
     host.check_emulation(plan)
@@ -103,11 +103,11 @@ def cmd_release_matrix(args) -> int:
     vllm = args.vllm or vllm_of_tag(args.tag)
     runners = dict(parse_runner(r) for r in args.runner or [])
     matrix = release_matrix(vllm, args.target, args.repository, runners)
-    print(json.dumps(matrix, indent=1 if args.pretty else None, sort_keys=True))
+    print(dump_json(matrix, indent=1 if args.pretty else None, sort_keys=True))
     if args.github_output:
         with open(args.github_output, "a") as out:
             # A job matrix takes only the include list; every other key would become a dimension.
-            out.write(f"vllm={vllm}\nmatrix={json.dumps({'include': matrix['include']})}\n")
+            out.write(f"vllm={vllm}\nmatrix={dump_json({'include': matrix['include']})}\n")
     return 0
 
 
@@ -151,7 +151,7 @@ def cmd_published(args) -> int:
 
     entries = known_good_entries(load_index(args.index), args.target, args.vllm)
     if args.json:
-        print(json.dumps(entries, indent=2, sort_keys=True))
+        print(dump_json(entries, indent=2, sort_keys=True))
         return 0
     if not entries:
         print("no verified image published yet" + (f" for {args.target}" if args.target else ""))

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.json_text import dump_json
 
 # --- build.py serve ----------------------------------------------------------------------------
 
@@ -58,8 +59,6 @@ def _split(text: str | None) -> list[str] | None:
 # --- build.py roofline ------------------------------------------------------------------------
 
 def cmd_roofline(args) -> int:
-    import json
-
     from forge.serving.acceptance import parse_profile, parse_rates
     from forge.serving.recipes import load_recipe
     from forge.serving.roofline import recipe_report, render_text
@@ -71,7 +70,7 @@ def cmd_roofline(args) -> int:
     report = recipe_report(load_recipe(args.recipe, args.target, _recipes_dir(args)), get_target(args.target),
                            args.vllm, args.dtype, args.context, rates, args.step_cost_ratio, args.device,
                            args.layers)
-    print(json.dumps(report, indent=1) if args.json else render_text(report))
+    print(dump_json(report, indent=1) if args.json else render_text(report))
     return 0
 
 

@@ -3,11 +3,12 @@ release?) and `build.py upstream-watch` (what new vLLM and dependency releases c
 and the proposal's text live in forge/watch/; here arguments become values and results output."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.json_text import dump_json
 from forge.schema import pep440_version
+from forge.untrusted import visible, visible_lines
 
 
 def cmd_drift(args) -> int:
@@ -19,7 +20,9 @@ def cmd_drift(args) -> int:
     series = load_series(args.series)
     version = drift.newest_version(args.package, offline=args.offline) if args.newest else args.version
     report = drift.check(args.package, version, series, args.vllm, offline=args.offline)
-    print(json.dumps(report.to_dict(), indent=1) + "\n" if args.json else drift.render(report), end="")
+    # the probe's errors quote what the dependency's own code raised: shown, never obeyed
+    print(dump_json(report.to_dict(), indent=1) + "\n" if args.json else visible_lines(drift.render(report)),
+          end="")
     drift.refuse_probe_errors(report)
     return drift.FINDING_EXIT if report.findings else 0
 
@@ -36,10 +39,10 @@ def cmd_upstream_watch(args) -> int:
     through = dict(_package_version(p) for p in args.dependency_through or [])
     proposal = upstream.propose(series, offline=args.offline, watch=watch, through=through)
     if args.json:
-        print(json.dumps(proposal.to_dict(), indent=1))
+        print(dump_json(proposal.to_dict(), indent=1))
     else:
-        print(upstream.title(proposal))
-        print(upstream.body(proposal), end="")
+        print(visible(upstream.title(proposal)))
+        print(visible_lines(upstream.body(proposal)), end="")
     if args.pr_body:
         Path(args.pr_body).write_text(upstream.body(proposal))
     if args.github_output:

@@ -18,7 +18,6 @@ driver"): `--no-attest` writes a file without them for such an engine.
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 import tarfile
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from forge.errors import ForgeError
 from forge.images.plan import Plan, resolve_plan
+from forge.json_text import dump_json
 from forge.targets import load_targets
 from forge.upstream.archives import extract_safely
 
@@ -89,7 +89,7 @@ def write_bake(plans: list[Plan], output: Path, attest: bool = True) -> Path:
         _unpack(plan, directory)
         context_dirs[plan.target.name] = str(directory.relative_to(root))
     try:
-        output.write_text(json.dumps(bake_file(plans, context_dirs, attest), indent=2) + "\n")
+        output.write_text(dump_json(bake_file(plans, context_dirs, attest), indent=2) + "\n")
     except OSError as exc:
         raise ForgeError(f"{output}: cannot write: {exc.strerror}") from exc
     return output

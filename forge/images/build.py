@@ -13,7 +13,6 @@ engine ping and queries, inspect, tag, push.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from forge.errors import ConflictError, ForgeError
 from forge.images.plan import Plan, pin_base
+from forge.json_text import dump_json
 
 APPLY_CONFLICT_EXIT = 3  # `build.py apply` exits 3 on a conflict; BuildKit reports the RUN's code
 BUILD_REPOSITORY = "vllm-forge-build"  # local only: holds a fresh image until its real tags are set
@@ -213,14 +213,14 @@ def same_image_pushed(client, plan: Plan, image_id: str, existing: str | None) -
 def _identity(attrs: dict) -> tuple:
     """An image as the engine's inspect shows it: what makes two images the same image."""
     return (attrs.get("Os"), attrs.get("Architecture"), tuple(attrs["RootFS"].get("Layers") or ()),
-            json.dumps((attrs.get("Config") or {}).get("Labels") or {}, sort_keys=True))
+            dump_json((attrs.get("Config") or {}).get("Labels") or {}, sort_keys=True))
 
 
 def _remote_identity(config: dict) -> tuple:
     """The same for an image config blob from the registry."""
     return (config.get("os"), config.get("architecture"),
             tuple(config.get("rootfs", {}).get("diff_ids") or ()),
-            json.dumps((config.get("config") or {}).get("Labels") or {}, sort_keys=True))
+            dump_json((config.get("config") or {}).get("Labels") or {}, sort_keys=True))
 
 
 def push(client, plan: Plan, already_pushed: str | None = None) -> str:

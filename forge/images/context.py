@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
+import re
 import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from forge import REPO_ROOT
+from forge.errors import ForgeError
+from forge.json_text import dump_json
 
 DOCKERFILE = "images/Dockerfile"
 # What the image carries, lightest-changing first is the Dockerfile's business; here only the set.
@@ -48,12 +50,32 @@ def _git(*args: str, root: Path = REPO_ROOT) -> str | None:
     return result.stdout if result.returncode == 0 else None
 
 
+# The latest SOURCE_DATE_EPOCH taken: 9999-12-31 23:59:59 UTC (a date that every tool downstream,
+# BuildKit and the OCI labels' RFC 3339 dates included, can still write with a four-digit year).
+EPOCH_MAX = 253402300799
+
+
+def source_date_epoch() -> int | None:
+    """$SOURCE_DATE_EPOCH as the reproducible-builds spec defines it: a whole number of seconds
+    since 1970, 0 .. EPOCH_MAX, digits only; None where it is unset (or empty). Anything else is
+    one line naming the variable: a typo must not build an image dated from a wrong number."""
+    text = os.environ.get("SOURCE_DATE_EPOCH")
+    if not text:
+        return None
+    if not re.fullmatch(r"[0-9]{1,12}", text) or int(text) > EPOCH_MAX:
+        raise ForgeError(f"$SOURCE_DATE_EPOCH={text!r}: not a whole number of seconds "
+                         f"since 1970 from 0 to {EPOCH_MAX} (9999-12-31); unset it to use the "
+                         "commit's time")
+    return int(text)
+
+
 def source_info(root: Path = REPO_ROOT) -> Source:
     head = (_git("rev-parse", "HEAD", root=root) or "").strip()
-    override = os.environ.get("SOURCE_DATE_EPOCH")
+    override = source_date_epoch()
     if not head:
-        return Source("unknown", int(override or 0), dirty=False)
-    epoch = int(override or (_git("log", "-1", "--format=%ct", root=root) or "0").strip())
+        return Source("unknown", override or 0, dirty=False)
+    epoch = override if override is not None else \
+        int((_git("log", "-1", "--format=%ct", root=root) or "0").strip())
     status = _git("status", "--porcelain", "--untracked-files=all", "--", DOCKERFILE,
                   *CONTEXT_PATHS, root=root) or ""
     # Byte-code caches never reach the context, so they do not make a checkout dirty either.
@@ -109,7 +131,7 @@ def build_context(record: dict, epoch: int, root: Path = REPO_ROOT) -> tuple[byt
     files = context_files(root)
     entries: dict[str, tuple[bytes, int]] = {
         "Dockerfile": ((root / DOCKERFILE).read_bytes(), 0o644),
-        RECORD_NAME: ((json.dumps(record, indent=1, sort_keys=True) + "\n").encode(), 0o644),
+        RECORD_NAME: ((dump_json(record, indent=1, sort_keys=True) + "\n").encode(), 0o644),
     }
     for name in files:
         path = root / name

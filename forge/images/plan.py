@@ -9,7 +9,6 @@ locked yet is pinned first through the registry: forge/commands/images.py).
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -18,6 +17,7 @@ from forge.errors import ForgeError
 from forge.image_names import default_repository, immutable_tag, moving_tag
 from forge.images import context
 from forge.images.lock import lock_file, read_lock
+from forge.json_text import dump_json
 from forge.patching.vocabulary import Kind, Status
 from forge.targets import BaseImage, Target, get_target
 from forge.versions import Release
@@ -288,7 +288,7 @@ def content_digest(plan: Plan, labels: dict[str, str]) -> str:
     build_args = {k: v for k, v in plan.build_args().items() if k != "BASE_IMAGE"}
     inputs = {"context_sha256": plan.context_sha256, "base_digest": plan.base_digest,
               "platform": plan.target.platform, "build_args": build_args, "labels": labels}
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(dump_json(inputs, sort_keys=True).encode()).hexdigest()
 
 
 def content_labels(plan: Plan) -> dict[str, str]:

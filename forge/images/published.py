@@ -30,6 +30,7 @@ from pathlib import Path
 from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
+from forge.json_text import dump_json, non_finite_field
 from forge.schema import Field, ListOf, pep440_version, validate
 from forge.verify_report import REPORT_NAME, checks_from_report, unmet_gates
 from forge.versions import Release
@@ -105,7 +106,7 @@ def load_index(path: Path | str | None = None) -> dict:
     if not path.exists():
         return empty_index()
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(), object_pairs_hook=_refuse_duplicate_keys)
     except OSError as exc:
         raise ForgeError(f"{path}: cannot read the index: {exc.strerror}") from exc
     except ValueError as exc:
@@ -115,15 +116,39 @@ def load_index(path: Path | str | None = None) -> dict:
     return index
 
 
+def _refuse_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    """json's object hook: a key named twice in one object is refused (json.loads would keep the
+    last one silently, and a second `builds` list would hide the first)."""
+    found: dict = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        found[key] = value
+    return found
+
+
 def _check_consistent(index: dict, source: str) -> None:
-    """Immutable tags are unique, and every moving tag points at a recorded, passed build."""
-    seen: dict[tuple[str, str], str] = {}
+    """Each build is recorded once (immutable tags are unique), each target x release has one
+    known_good entry, and every moving tag points at a recorded, passed build."""
+    seen: dict[tuple[str, str], tuple[int, str]] = {}
     for i, build in enumerate(index["builds"]):
         key = (build["repository"], build["immutable_tag"])
-        if key in seen and seen[key] != build["digest"]:
-            raise ImmutableTagError(f"{source}: builds[{i}].digest: immutable tag {reference(*key)} "
-                                    f"already names {seen[key]}")
-        seen[key] = build["digest"]
+        if key in seen:
+            first, digest = seen[key]
+            if digest != build["digest"]:
+                raise ImmutableTagError(f"{source}: builds[{i}].digest: immutable tag "
+                                        f"{reference(*key)} already names {digest}")
+            raise ForgeError(f"{source}: builds[{i}]: {reference(*key)} is recorded twice "
+                             f"(also builds[{first}]); an index lists each build once")
+        seen[key] = (i, build["digest"])
+    releases: dict[tuple[str, str], int] = {}
+    for i, entry in enumerate(index["known_good"]):
+        key = (entry["target"], entry["vllm"])
+        if key in releases:
+            raise ForgeError(f"{source}: known_good[{i}]: {entry['target']} vLLM {entry['vllm']} "
+                             f"has a known-good entry already (known_good[{releases[key]}]); one "
+                             "moving tag names one build")
+        releases[key] = i
     for i, entry in enumerate(index["known_good"]):
         build = find_build(index, entry["repository"], entry["immutable_tag"])
         if build is None or build["digest"] != entry["digest"]:
@@ -141,7 +166,7 @@ def save_index(index: dict, path: Path | str | None = None) -> None:
     _check_consistent(index, str(path))
     index["builds"].sort(key=lambda b: (b["target"], _version_key(b["vllm"]), b["published_at"]))
     index["known_good"].sort(key=lambda e: (e["target"], _version_key(e["vllm"])))
-    write_text_atomically(path, json.dumps(index, indent=2, sort_keys=True) + "\n")
+    write_text_atomically(path, dump_json(index, indent=2, sort_keys=True) + "\n")
 
 
 def _version_key(version: str):
@@ -237,6 +262,7 @@ def verify_result(report_paths: list | None, target: str, vllm: str, digest: str
         return {"passed": False, "report": "", "checked_at": "", "summary": {"note": "not verified"}}
     reports = [_read_report(path) for path in _report_files(report_paths)]
     for path, report in reports:
+        _check_finite(path, report)
         _check_identity(path, report, target, vllm, digest)
         _check_passed(path, report)
     summary = {_report_name(path, report): _report_summary(report) for path, report in reports}
@@ -270,6 +296,17 @@ def _read_report(path: Path) -> tuple[Path, dict]:
     if not isinstance(report, dict) or not isinstance(report.get("passed"), bool):
         raise ForgeError(f"{path}: passed: the verify report must say passed: true or false")
     return path, report
+
+
+def _check_finite(path: Path, report: dict) -> None:
+    """Every number in the report is finite: Python's json reads NaN, Infinity and 1e999 as
+    floats, and the index must not copy a figure that is no number (nor could it be written as
+    strict JSON once the tag had moved)."""
+    found = non_finite_field(report)
+    if found is not None:
+        field, value = found
+        raise ForgeError(f"{path}: {field}: {value!r} is not a finite number; a verify report's "
+                         "figures must be; nothing recorded, moving tag not moved")
 
 
 def _check_identity(path: Path, report: dict, target: str, vllm: str, digest: str) -> None:

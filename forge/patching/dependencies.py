@@ -25,6 +25,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from forge.errors import ForgeError
+from forge.json_text import dump_json
 from forge.patching.vocabulary import Status
 
 REQUIREMENTS_ENTRY = "requirements/cuda.txt"
@@ -70,7 +71,7 @@ def release_requirements(version: str, offline: bool = False) -> list[str]:
     lines = _resolve_includes(files, REQUIREMENTS_ENTRY, seen=set())
     from forge.files import write_text_atomically
 
-    write_text_atomically(cached, json.dumps(lines, indent=1))
+    write_text_atomically(cached, dump_json(lines, indent=1))
     return lines
 
 

@@ -8,13 +8,14 @@ import json
 from pathlib import Path
 
 from forge.files import write_bytes_atomically, write_text_atomically
+from forge.json_text import dump_json
 
 
 def write_all(journal: Path, files: dict[Path, bytes], remove: bool = True) -> list[Path]:
     """Write `files` (in their order: put the manifest last) through `journal`."""
     # surrogateescape: any byte survives the JSON round trip, UTF-8 or not.
     entries = {str(path): data.decode("utf-8", "surrogateescape") for path, data in files.items()}
-    write_text_atomically(journal, json.dumps(entries, indent=1))
+    write_text_atomically(journal, dump_json(entries, indent=1))
     return replay(journal, remove)
 
 

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.json_text import dump_json
 from forge.patching.installed import InstalledVllm
 from forge.patching.vocabulary import RecordState, RevertStep
 
@@ -79,7 +80,7 @@ def holds_files(directory: Path) -> bool:
 
 
 def write_run_files(record_dir: Path, prefix: str, run: dict) -> None:
-    (record_dir / f"{prefix}{RUN_FILES}").write_text(json.dumps(run, indent=1) + "\n")
+    (record_dir / f"{prefix}{RUN_FILES}").write_text(dump_json(run, indent=1) + "\n")
 
 
 def run_files_name(prefix: str) -> str:

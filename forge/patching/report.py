@@ -1,10 +1,9 @@
 """Printing patch statuses: a table for one release, a matrix for many, or JSON for machines."""
 from __future__ import annotations
 
-import json
-
 from packaging.version import Version
 
+from forge.json_text import dump_json
 from forge.patching.vocabulary import Status
 from forge.versions import Release
 
@@ -40,7 +39,7 @@ CANDIDATE_NOTE = ("*: a candidate: status shown, but `build.py apply` and image 
 
 def print_release(version: str, statuses, series, as_json: bool = False) -> None:
     if as_json:
-        print(json.dumps({"vllm": version, "series": series.digest[:12],
+        print(dump_json({"vllm": version, "series": series.digest[:12],
                           "checked_through": series.checked_through,
                           "unchecked": _unchecked(version, series),
                           "patches": [_as_dict(s, series) for s in statuses]}, indent=1))
@@ -57,7 +56,7 @@ def print_release(version: str, statuses, series, as_json: bool = False) -> None
 
 def print_matrix(results: dict, series, as_json: bool = False) -> None:
     if as_json:
-        print(json.dumps({"series": series.digest[:12], "checked_through": series.checked_through,
+        print(dump_json({"series": series.digest[:12], "checked_through": series.checked_through,
                           "releases": {v: {"unchecked": _unchecked(v, series),
                                            "patches": [_as_dict(s, series) for s in statuses]}
                                        for v, statuses in results.items()}}, indent=1))

@@ -29,6 +29,7 @@ from packaging.version import Version
 
 from forge.errors import ConflictError
 from forge.files import write_text_atomically
+from forge.json_text import dump_json
 from forge.patching import diffs
 from forge.patching.moe_config_names import parse_config_name
 from forge.patching.series import Patch, Series, load_series
@@ -219,7 +220,7 @@ def release_status(version: str, offline: bool = False, series: Series | None = 
     except (OSError, ValueError, TypeError):
         statuses = tree_status(series, releases.release_tree(str(parsed), offline=offline), parsed,
                                kinds=TREE_KINDS)
-        write_text_atomically(cached, json.dumps([s.to_dict() for s in statuses], indent=1))
+        write_text_atomically(cached, dump_json([s.to_dict() for s in statuses], indent=1))
     # Dependency statuses also depend on what the package index publishes, which moves on its
     # own: computed each time (from the cached requirements and index), never cached here.
     by_id = {s.id: s for s in statuses}

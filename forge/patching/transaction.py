@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.json_text import dump_json
 from forge.patching import record as records
 from forge.patching.installed import InstalledVllm
 from forge.patching.record import RECORD_DIR, RECORD_FILE, originals_prefix, runs
@@ -219,7 +219,7 @@ def _stage(target: Path, data: bytes, mode: int | None = None) -> Path:
 
 def write_record(record_dir: Path, record: dict) -> None:
     temp = record_dir / f"{RECORD_FILE}.tmp"
-    temp.write_text(json.dumps(record, indent=1) + "\n")
+    temp.write_text(dump_json(record, indent=1) + "\n")
     os.replace(temp, record_dir / RECORD_FILE)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from forge import REPO_ROOT
 from forge.errors import ForgeError
+from forge.json_text import dump_json
 from forge.patching import diffs, journal
 from forge.patching.series import Patch
 from forge.upstream import releases
@@ -73,7 +74,7 @@ def create(command: str, patch_id: str, vllm: str) -> WorkTree:
     try:
         shutil.copytree(pristine / "vllm", staging / "vllm")
         state = {"id": patch_id, "vllm": vllm, "command": command}
-        (staging / STATE_FILE).write_text(json.dumps(state, indent=1) + "\n")
+        (staging / STATE_FILE).write_text(dump_json(state, indent=1) + "\n")
         os.replace(staging, root_of(patch_id))
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from forge import REPO_ROOT
 from forge.errors import ForgeError
+from forge.json_text import dump_json
 from forge.models import MoeShape, moe_models
 from forge.patching.moe_config_names import config_file_name, parse_config_name
 from forge.patching.vocabulary import Kind
@@ -144,7 +145,7 @@ def render_config_json(configs: dict[int, dict], triton_version: str | None) -> 
     data: dict = {str(m): _kernel_keys(configs[m]) for m in sorted(configs)}
     if triton_version:
         data["triton_version"] = triton_version
-    return json.dumps(data, indent=4) + "\n"
+    return dump_json(data, indent=4) + "\n"
 
 
 def patch_id(file_name: str) -> str:
@@ -468,5 +469,5 @@ def tune(dtype: str, batch_sizes: list[int], shape: MoeShape, space: str = "smal
 
 def write_results(result: dict, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1) + "\n")
+    path.write_text(dump_json(result, indent=1) + "\n")
     return path

@@ -22,6 +22,7 @@ from typing import Any
 from packaging.version import Version
 
 from forge.errors import ForgeError
+from forge.json_text import dump_json
 from forge.models import Family, Model, MoeShape, model_for_id
 from forge.schema import Field, ListOf, load_yaml, pep440_specifier, pep440_version, validate
 from forge.targets import RECIPES_DIR
@@ -424,7 +425,7 @@ def check_extra_args_repeat_nothing(recipe: Recipe, where: str,
 
 def cli_value(value) -> str:
     if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"))
+        return dump_json(value, separators=(",", ":"))
     return str(value)
 
 

@@ -32,6 +32,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from forge.errors import ForgeError
+from forge.json_text import dump_json
 from forge.upstream import pypi
 from forge.upstream.releases import cache_dir
 
@@ -126,7 +127,7 @@ def _build(env: Path, package: str, version: str) -> None:
     if Version(installed) != Version(version):
         raise ForgeError(f"{env}: pip installed {package} {installed}, not {version}")
     frozen = _run([python, "-m", "pip", "freeze", "--all"], f"pip freeze failed in {env}")
-    (env / MARKER).write_text(json.dumps(
+    (env / MARKER).write_text(dump_json(
         {"package": package, "version": version, "python": sys.version.split()[0],
          "installed": frozen.split()}, indent=1) + "\n")
 

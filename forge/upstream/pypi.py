@@ -24,6 +24,7 @@ from packaging.version import Version
 
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
+from forge.json_text import dump_json
 
 DEFAULT_SIMPLE_URL = "https://pypi.org/simple/"
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
@@ -110,7 +111,7 @@ def published_versions(name: str, offline: bool = False, refresh: bool = False) 
         raise ForgeError(f"cannot read {name!r} from the package index {simple_url()} "
                          f"({'offline' if offline else 'unreachable'}) and nothing is cached at "
                          f"{_cache_file(name)}")
-    write_text_atomically(_cache_file(name), json.dumps(
+    write_text_atomically(_cache_file(name), dump_json(
         {"index": simple_url(), "fetched_at": time.time(), "versions": fetched}, indent=1))
     return [Version(v) for v in fetched]
 
@@ -121,7 +122,7 @@ def live_versions(name: str) -> list[Version] | None:
     fetched = _fetch(name)
     if fetched is None:
         return None
-    write_text_atomically(_cache_file(name), json.dumps(
+    write_text_atomically(_cache_file(name), dump_json(
         {"index": simple_url(), "fetched_at": time.time(), "versions": fetched}, indent=1))
     return [Version(v) for v in fetched]
 

@@ -27,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 from forge.errors import ForgeError
 from forge.files import check_output_dir, write_bytes_atomically, write_text_atomically
 from forge.http_session import retrying_session
+from forge.json_text import dump_json
 from forge.progress import Progress
 from forge.upstream.archives import extract_safely
 from forge.versions import Release
@@ -131,7 +132,7 @@ def load_index(offline: bool = False, refresh: bool = False) -> dict[str, dict]:
     releases = parse_simple_index(response.text, url)
     if not releases:
         raise ForgeError(f"the index {url} lists no vLLM sdists")
-    write_text_atomically(_index_file(), json.dumps(
+    write_text_atomically(_index_file(), dump_json(
         {"fetched_at": time.time(), "index_url": url, "releases": releases}, indent=1, sort_keys=True))
     return releases
 

@@ -42,6 +42,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from forge.errors import ForgeError
+from forge.json_text import dump_json
 from forge.patching.vocabulary import Kind
 
 PROBE_SCRIPT = Path(__file__).resolve().parent / "drift_probe.py"
@@ -157,7 +158,7 @@ def run_probe(python: Path, trees: dict[str, Path]) -> dict:
                    "assistant_type": family.config_types["assistant"],
                    "releases": {r: str(t) for r, t in trees.items()}}
         try:
-            done = subprocess.run([str(python), str(PROBE_SCRIPT)], input=json.dumps(request),
+            done = subprocess.run([str(python), str(PROBE_SCRIPT)], input=dump_json(request),
                                   capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
         except subprocess.TimeoutExpired as exc:
             raise ForgeError(f"{PROBE_SCRIPT.name}: no answer in {PROBE_TIMEOUT_S} s") from exc

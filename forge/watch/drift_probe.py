@@ -302,7 +302,7 @@ def main() -> int:
         report["releases"][release] = {
             role: probe(code, model_dir, role, request["assistant_type"])
             for role, model_dir in request["models"].items()}
-    json.dump(report, sys.stdout, indent=1)
+    json.dump(report, sys.stdout, indent=1, allow_nan=False)  # strict JSON, as forge.json_text writes it
     return 0
 
 
