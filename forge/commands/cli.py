@@ -9,6 +9,7 @@ handler modules imports neither the Docker SDK nor requests (the functions that 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -189,7 +190,7 @@ def _add_roofline(commands) -> None:
     p.add_argument("--profile", metavar="P1/P2/..",
                    help="per-position acceptance rates (or NAME=P1/P2/.., rate@R) for the ceiling "
                         "(default: every draft accepted)")
-    p.add_argument("--step-cost-ratio", type=float, metavar="X",
+    p.add_argument("--step-cost-ratio", type=positive_number, metavar="X",
                    help="one speculative step's cost over a plain one (default: the recipe's)")
     p.add_argument("--device", help="one of the target's device_names (default: the first)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -206,6 +207,17 @@ def counts(text: str) -> list[int]:
     if any(value < 1 for value in values):
         raise argparse.ArgumentTypeError(f"every number must be 1 or more: {text!r}")
     return values
+
+
+def positive_number(text: str) -> float:
+    """A finite number above 0 (a ratio, a cost): NaN, infinities, 0 and below make no figure."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0 (got {text!r})")
+    return value
 
 
 def _add_tune_moe(commands) -> None:
