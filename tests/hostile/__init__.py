@@ -10,7 +10,10 @@
   tree.py           the session tree, its snapshot and the reset between cases
   server.py         the hostile HTTP server on 127.0.0.1
   session.py        all of the above, set up once per run
+  runner.py         the selected cases on two sessions at once
+  __main__.py       `python3 -m tests.hostile [-v] [ID-SUBSTRING...]`: the same, without pytest
   test_corpus.py    the pytest face: one test per case
+  test_properties.py  hypothesis over the parsers (YAML, diffs, Prometheus, versions, index, reports)
 
 Adding a case is adding a row (README.md, "The hostile corpus", says the keys).
 """

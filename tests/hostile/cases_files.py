@@ -120,6 +120,8 @@ def file_cases() -> list[dict]:
                 case.update(exit=2, stderr=("{case}/" + rel, rel.removeprefix("repo/")))
             if kind in QUICK_REFUSALS:
                 case["timeout"] = 2.0
+            elif kind.startswith("deep"):
+                case["timeout"] = 15.0
 
             cases.append(case)
     return cases

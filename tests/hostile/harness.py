@@ -34,8 +34,10 @@ MEMORY_LIMIT_KB = 512 * 1024
 ADDRESS_SPACE = 1 << 30
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x9b]")
+# A case's wall-clock limit: the slowest command here (a plan, pure-Python YAML over every recipe)
+# takes 4-8 s on a busy 2-core machine; a hang is a failure whatever the limit.
 DEFAULTS = {"setup": (), "env": {}, "exit": 2, "stderr": None, "stdout": None, "creates": (),
-            "timeout": 10.0, "sigint_after": None}
+            "timeout": 30.0, "sigint_after": None}
 
 
 def expand(value, fields: dict):
