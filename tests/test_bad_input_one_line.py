@@ -151,3 +151,22 @@ def test_cache_variable_naming_a_file_is_one_line_and_the_file_is_kept(tmp_path)
     assert_one_line_refusal(result, f"$VLLM_FORGE_CACHE {cache}: is not a directory")
     assert cache.read_text() == "not a directory\n"
     assert [p.name for p in tmp_path.iterdir()] == ["cache"]
+
+
+# --- usage errors: one line naming the command and the flag, not the whole usage ------------------
+
+@pytest.mark.parametrize("args, expected", [
+    (["serve", "--recipe", "r", "--target", "t", "--vllm", "0.27.1", "--port", "abc"],
+     "error: build.py serve: argument --port: invalid int value: 'abc'"),
+    (["tune-moe", "--batch-sizes", "1,,2"],
+     "error: build.py tune-moe: argument --batch-sizes: not comma-separated whole numbers: '1,,2'"),
+    (["tune-moe", "--k", "0"], "error: build.py tune-moe: argument --k: every number must be 1 or more"),
+    (["roofline", "--recipe", "r", "--target", "t", "--vllm", "0.27.1", "--step-cost-ratio", "nan"],
+     "argument --step-cost-ratio: must be a finite number above 0 (got 'nan')"),
+    (["patches", "--vllm", "0.25.0", "\x1b[2J"], "unrecognized arguments: \\x1b[2J"),
+])
+def test_usage_error_is_one_line_naming_the_flag(args, expected):
+    result = run_build(*args)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and expected in result.stderr, result.stderr
+    assert "\x1b" not in result.stderr

@@ -354,7 +354,7 @@ def test_a_package_listed_twice_is_refused(tmp_path):
 
 @pytest.mark.parametrize("args, error", [
     (["--package", "fastapi", "--version", "0.137.0"],
-     "error: no drift reproduction for fastapi (known: transformers)\n"),
+     "error: no drift reproduction for 'fastapi' (known: transformers)\n"),
     (["--version", "5.x"], "error: not a version of transformers: '5.x'\n"),
     (["--version", "5.15.0", "--vllm", "0.0.99"],
      f"error: vLLM 0.0.99 has no sdist on the index {releases.index_url()}\n"),

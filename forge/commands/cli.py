@@ -9,6 +9,7 @@ handler modules imports neither the Docker SDK nor requests (the functions that 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -30,6 +31,18 @@ OUTPUT_FILES = {
     "tune-moe": (("--results", "results"),),          # written after a GPU run of minutes
     "upstream-watch": (("--pr-body", "pr_body"), ("--github-output", "github_output")),
 }
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line, like every other refusal, naming the command and the flag:
+    `error: build.py serve: argument --port: invalid int value: 'abc' (build.py serve --help)`.
+    (argparse prints the whole usage first, which buries the one line that matters.) What the
+    user typed is shown with its control characters escaped, never sent to the terminal raw."""
+
+    def error(self, message: str):  # type: ignore[override]  # argparse's NoReturn, by SystemExit
+        shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(message.split()))
+        print(f"error: {self.prog}: {shown} ({self.prog} --help lists the flags)", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def _add_repository_flag(p) -> None:
@@ -178,7 +191,7 @@ def _add_roofline(commands) -> None:
     p.add_argument("--profile", metavar="P1/P2/..",
                    help="per-position acceptance rates (or NAME=P1/P2/.., rate@R) for the ceiling "
                         "(default: every draft accepted)")
-    p.add_argument("--step-cost-ratio", type=float, metavar="X",
+    p.add_argument("--step-cost-ratio", type=positive_number, metavar="X",
                    help="one speculative step's cost over a plain one (default: the recipe's)")
     p.add_argument("--device", help="one of the target's device_names (default: the first)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -186,18 +199,40 @@ def _add_roofline(commands) -> None:
     p.set_defaults(handler=serving.cmd_roofline)
 
 
+def counts(text: str) -> list[int]:
+    """A comma-separated list of whole numbers of 1 or more (token counts, draft tokens, requests)."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not comma-separated whole numbers: {text!r}") from None
+    if any(value < 1 for value in values):
+        raise argparse.ArgumentTypeError(f"every number must be 1 or more: {text!r}")
+    return values
+
+
+def positive_number(text: str) -> float:
+    """A finite number above 0 (a ratio, a cost): NaN, infinities, 0 and below make no figure."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0 (got {text!r})")
+    return value
+
+
 def _add_tune_moe(commands) -> None:
     p = commands.add_parser("tune-moe", help="tune fused-MoE Triton configs on this GPU")
     p.add_argument("--dtype", choices=["bf16", "fp8_w8a8"],
                    help="weight dtype to tune (required unless --import-results)")
-    p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")],
+    p.add_argument("--batch-sizes", type=counts,
                    help="token counts to tune, comma-separated (default: every count a server runs)")
     p.add_argument("--recipe", help="derive the token counts from this recipe: M = k+1 and "
                                     "(k+1) x each --concurrency, k the recipe's draft tokens")
     p.add_argument("--target", help="with --recipe: the recipe's target (e.g. h200)")
-    p.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")],
+    p.add_argument("--k", type=counts,
                    help="with --recipe: these draft token counts instead of the recipe's")
-    p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")],
+    p.add_argument("--concurrency", type=counts,
                    help="with --recipe: concurrent requests per decode step (default 1,8 and "
                         "the recipe's max_num_seqs)")
     p.add_argument("--merge-into", metavar="DIR",
@@ -395,7 +430,7 @@ def program_name() -> str:
 def build_parser() -> argparse.ArgumentParser:
     prog = program_name()
     example = "python3 build.py" if prog == "build.py" else prog
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=prog,
         description="vllm-forge: patched, verified vLLM serving images per GPU target.",
         epilog=f"Without a command, {prog} builds: {example} --target gb10 --vllm 0.27.1")

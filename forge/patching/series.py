@@ -34,9 +34,17 @@ CANDIDATE_FLAG = "--with-candidate"
 KINDS = tuple(kind.value for kind in Kind)
 
 
+# An id names files (patches/source/<id>.diff, build/patch-work/<id>): well under NAME_MAX.
+MAX_PATCH_ID = 100
+
+
 def patch_id_problem(value: str) -> str | None:
     ok = value and all(c.isalnum() or c in "-._" for c in value) and value[0].isalnum()
-    return None if ok else f"must be letters, digits, '-', '.', '_' (got {value!r})"
+    if not ok:
+        return f"must be letters, digits, '-', '.', '_' (got {value!r})"
+    if len(value) > MAX_PATCH_ID:
+        return f"must be at most {MAX_PATCH_ID} characters (got {len(value)})"
+    return None
 
 
 def _relative_path(value: str) -> str | None:

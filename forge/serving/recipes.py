@@ -472,9 +472,18 @@ def recipe_names(root: Path | None = None) -> list[str]:
     return [path.stem for path in _model_files(root)]
 
 
+def _is_recipe_file(path: Path) -> bool:
+    """Whether a recipe of that name exists: a name the OS refuses (longer than NAME_MAX, a NUL)
+    names no recipe either, instead of an OSError traceback."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def load_recipe(model: str, target: str, root: Path | None = None) -> Recipe:
     path = recipe_path(model, target, root)
-    if not path.exists():
+    if not _is_recipe_file(path):
         known = recipe_names(root)
         raise ForgeError(f"unknown recipe {model!r} "
                          f"(recipes: {', '.join(known) or f'none in {root or RECIPES_DIR}'})")

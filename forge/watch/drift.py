@@ -143,7 +143,7 @@ def newest_version(package: str, offline: bool = False) -> str:
 def probe_for(package: str) -> str:
     name = canonicalize_name(package)
     if name not in PROBES:
-        raise ForgeError(f"no drift reproduction for {package} (known: {', '.join(sorted(PROBES))})")
+        raise ForgeError(f"no drift reproduction for {package!r} (known: {', '.join(sorted(PROBES))})")
     return PROBES[name]
 
 
