@@ -129,6 +129,7 @@ def load_record(folder: Path, name: str | None = None) -> Record:
             problem = f"no such file beside the record: {file_name!r}"
         if problem:
             raise SchemaError(f"{source}: files[{i}]: {problem}")
+    del fields["schema"]
     return Record(folder=folder, **fields)
 
 
