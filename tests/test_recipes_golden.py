@@ -36,8 +36,8 @@ DELIBERATE = {
         "2026-11-30 (recipes/gemma-4-31b-it/h200.sweep.md, docs/gpu-evidence.md §7)",
         "measured: H200, vLLM 0.25.0, FP8, V2 runner, k=3, 31B shapes, 10 layers, dummy weights, "
         "eager compile backend, every draft accepted: 4.60 ms per step against 2.76 ms plain, "
-        "2026-11-30 (recipes/gemma-4-31b-it.h200-sweep.md, docs/gpu-evidence.md §7)",
-        "the sweep's evidence moved beside the model's file"),
+        "2026-11-30 (record h200-0.25.0-bench-31b-sweep-v2)",
+        "the sweep's evidence moved beside the model's file, then into a result record"),
 }
 RELEASES = ("0.25.0", "0.27.1", "0.33.0")
 # Releases the admitted ranges are probed at (below, inside and past the checked range).

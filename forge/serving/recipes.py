@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from packaging.version import Version
 
@@ -509,7 +509,7 @@ def _model_file(data, source: str) -> dict:
     return values
 
 
-def fail_at(source: str, where: str, problem: str):
+def fail_at(source: str, where: str, problem: str) -> NoReturn:
     raise ForgeError(f"{source}: {where}: {problem}")
 
 
