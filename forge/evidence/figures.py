@@ -84,11 +84,23 @@ def profile_figures(record: Record, records: dict[str, Record]) -> dict:
     return figures
 
 
+def tune_figures(record: Record) -> dict:
+    """Per tuned token count M: the tuned config's kernel speedup over vLLM's default
+    (`build.py tune-moe --results`), `<dtype>.M<m>.speedup`."""
+    figures: dict = {}
+    for name in sorted(n for n in record.files if n.startswith("tune-moe-") and n.endswith(".json")):
+        results = _json(record, name)
+        for decision in results.get("decisions") or []:
+            _put(figures, f"{results.get('dtype')}.M{decision.get('M')}.speedup", decision.get("speedup"))
+    return figures
+
+
 DERIVERS: dict[str, Callable[[Record, dict], dict]] = {
     "mtp_smoke.json": lambda record, records: smoke_figures(record),
     "bench.json": lambda record, records: bench_figures(record),
     "analysis.json": profile_figures,
 }
+TUNE_PREFIX = "tune-moe-"
 
 
 def derive(record: Record, records: dict[str, Record]) -> dict | None:
@@ -97,4 +109,6 @@ def derive(record: Record, records: dict[str, Record]) -> dict | None:
     for name, deriver in DERIVERS.items():
         if name in record.files:
             return deriver(record, records)
+    if any(n.startswith(TUNE_PREFIX) for n in record.files):
+        return tune_figures(record)
     return None
