@@ -76,6 +76,9 @@ def profile_figures(record: Record, records: dict[str, Record]) -> dict:
     _put(figures, "bytes_per_step", floor.get("bytes_per_step"))
     _put(figures, "pct_of_floor", floor.get("pct_of_floor_wall"))
     _put(figures, "pct_of_floor_kernels", floor.get("pct_of_floor_kernels"))
+    for group, values in (step.get("groups") or {}).items():
+        for name in ("us_per_step", "floor_us", "pct_of_floor"):
+            _put(figures, f"group.{group}.{name}", (values or {}).get(name))
     baseline = record.settings.get("baseline")
     if baseline:
         plain = _json(records[baseline], "analysis.json")[0]
