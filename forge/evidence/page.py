@@ -98,7 +98,7 @@ def group_section(records: list[Record]) -> list[str]:
              "GPU's bandwidth (floor) and the share of the group's time that is (docs/roofline.md).", ""]
     for r in sorted(records, key=lambda r: (r.recipe or "", r.id)):
         groups = sorted({k.split(".")[1] for k in r.figures if k.startswith("group.")},
-                        key=lambda g: -r.figures.get(f"group.{g}.us_per_step", 0))
+                        key=lambda g: (-r.figures.get(f"group.{g}.us_per_step", 0), g))
         if not groups:
             continue
         lines += [f"### `{r.id}`: {r.summary or _what(r)}", "",
