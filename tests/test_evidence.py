@@ -167,9 +167,10 @@ def test_a_recipe_citing_a_missing_or_foreign_record_is_refused(tmp_path, cited,
 
 # --- traceability: a decimal figure written beside a record id is one of its figures ---------
 
-DECIMAL = re.compile(r"(?<![\w.])(\d+\.\d+)(?![\w.]*\d)")
+DECIMAL = re.compile(r"(?<![\w./])(\d+\.\d+)(?![\w.]*\d)")
 # release numbers are not figures: "vLLM 0.24+", "0.25-0.33", "0.27.1"
-RELEASE = re.compile(r"(?:vLLM |release )?\d+\.\d+(?:\.\d+|\+|(?=-\d))")
+RELEASE = re.compile(r"(?:vLLM |release )?\d+\.\d+(?:\.\d+|\+|(?=-\d+\.\d+\b(?!x)))"
+                     r"|(?<=\d-)\d+\.\d+(?:\.\d+|\b(?!x))")
 
 
 def _spans(path: Path) -> list[str]:
@@ -178,7 +179,8 @@ def _spans(path: Path) -> list[str]:
     if path == ROOT / "README.md":
         text = text.split("\n## Measurements", 1)[1].split("\n## ", 1)[0]
     if path.suffix == ".md":
-        return text.split("\n\n")
+        # a paragraph, a list item, a table row
+        return re.split(r"\n\s*\n|\n(?=\s*[-*] |\|)", text)
     return text.splitlines()
 
 

@@ -253,15 +253,14 @@ def test_projection_is_mean_length_over_step_cost(sweep):
 
 
 def test_the_first_31b_sweep_chose_k2_among_what_it_measured(sweep):
-    """The first 31B sweep measured k <= 2 (k = 3..5 were cut): its pick, k=2 on V2, and its step
-    cost are what h200.sweep.md reports for it. The second sweep (k = 3..5) and the recipe's
-    final k are checked in tests/test_gpu_evidence_s15.py."""
+    """The first 31B sweep measured k <= 2 (k = 3..5 were cut): its pick, k=2 on V2, and its
+    figures are its record's (h200-0.25.0-bench-31b-sweep-k0-2)."""
     pick = sweep[2]["picks"]["spark343"]
     assert (pick["engine"], pick["k"], pick["runner"]) == ("fp8-mtp2-v2", 2, "v2")
-    evidence = (Path("recipes") / "gemma-4-31b-it.h200-sweep.md").read_text()
-    assert f"{pick['tok_s']:.0f}" in evidence.replace("562 tok/s", "562")
-    step_x_plain = sweep[2]["engines"]["fp8-mtp2-v2"]["derived"]["step_cost_x_plain"]
-    assert f"| FP8, V2, k=2 | 692 / 230 | 340/340 | 4.33 / 4.35 | {step_x_plain:.2f} | 562 |" in evidence
+    figures = json.loads((SWEEP_31B / "result.json").read_text())["figures"]
+    assert figures["fp8-mtp2-v2.projected_tok_s"] == pick["tok_s"]
+    derived = sweep[2]["engines"]["fp8-mtp2-v2"]["derived"]
+    assert figures["fp8-mtp2-v2.step_cost_x_plain"] == derived["step_cost_x_plain"]
 
 
 def test_markdown_labels_every_figure(collected, sweep):
