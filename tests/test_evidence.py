@@ -124,7 +124,7 @@ def _record_copy(tmp_path: Path, record_id: str, **changes) -> Path:
     ({"figures": {"step_ms": "fast"}}, r"figures: step_ms: must be a finite number"),
     ({"files": ["../result.json"]}, r"files\[0\]: not a file beside the record"),
     ({"files": ["missing.log"]}, r"files\[0\]: no such file beside the record"),
-    ({"lease": 1}, r"lease: unknown field"),
+    ({"diary": 1}, r"diary: unknown field"),
 ])
 def test_a_bad_record_is_one_line_naming_the_file_and_field(tmp_path, changes, message):
     folder = _record_copy(tmp_path, "h200-0.27.1-smoke-26b-a4b-v2", **changes)
@@ -244,3 +244,22 @@ def test_a_recipe_target_says_why_in_a_few_comment_lines(path):
     assert counts, path
     long = {t: n for t, n in counts.items() if n > MAX_TARGET_COMMENT_LINES}
     assert not long, long
+
+
+def test_derive_fills_a_records_figures_from_its_raw_report_and_refuses_an_unknown_id(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS, results)
+    path = results / "h200-0.27.1-smoke-26b-a4b-v2" / "result.json"
+    data = json.loads(path.read_text())
+    expected, data["figures"] = data["figures"], {}
+    path.write_text(json.dumps(data))
+    base = [sys.executable, "build.py", "evidence", "--results", str(results), "--page", str(tmp_path / "e.md")]
+    refused = subprocess.run(base + ["--derive", "h200-0.27.1-smoke-26b-a4b-v2", "--derive", "nope"],
+                             cwd=ROOT, capture_output=True, text=True)
+    assert refused.returncode == 2 and "--derive: no result record 'nope'" in refused.stderr
+    assert json.loads(path.read_text())["figures"] == {}  # nothing written
+    done = subprocess.run(base + ["--derive", "h200-0.27.1-smoke-26b-a4b-v2"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(path.read_text())["figures"] == expected
+    assert (tmp_path / "e.md").read_text() == page.PAGE.read_text()

@@ -9,10 +9,10 @@ without the drafter, cli args, env, thresholds, expect, sampling, moe_config per
 size, the releases it admits). The qwen3.6-35b-a3b entries were recorded the same way from the
 code of the branch that added them (commit cb74f98, its per-target files), before they were
 converted to one file, and re-recorded on 2026-12-01 when the family's drafter pin joined their
-speculative config (models/qwen3_5_moe.yaml drafter.attention_backend, docs/gpu-evidence.md
-§10.3: on vLLM 0.27.1 the MTP drafter ignored --attention-backend), and again when the H200
+speculative config (models/qwen3_5_moe.yaml drafter.attention_backend, record
+h200-0.27.1-smoke-35b-a3b-v1-flash-attn: on vLLM 0.27.1 the MTP drafter ignored --attention-backend), and again when the H200
 bench moved them to the V2 runner with the step cost it measured and the MoE backend it saw
-(docs/gpu-evidence.md §11.4). The recipes may be reorganised freely; what they serve may not
+(record h200-0.27.1-bench-35b-a3b-v2). The recipes may be reorganised freely; what they serve may not
 change without this file changing with it, on purpose, in the same commit.
 """
 import json

@@ -639,7 +639,7 @@ def test_a_second_run_into_the_same_out_clears_the_old_barrier(tmp_path):
 
 
 def test_a_candidate_engine_compares_with_the_plain_engine_of_its_own_site():
-    """The s21 head512 run had two plain engines, the release's and the candidate's: a spec engine's
+    """The head512 bench (record h200-0.27.1-bench-26b-a4b-l10-head512) had two plain engines, the release's and the candidate's: a spec engine's
     step x plain is over the plain engine of its own site, and over the release's own one where
     its site has none (a patch that changes only the spec step, like the split-KV backport)."""
     def engine(k: int, site: str | None, step_ms: float) -> dict:
@@ -660,7 +660,7 @@ def test_a_candidate_engine_compares_with_the_plain_engine_of_its_own_site():
 
 
 def test_an_engine_moe_backend_is_vllms_moe_backend_and_part_of_its_family(tmp_path):
-    """moe_backend= holds a comparison to one MoE kernel (s21: a static FP8 checkpoint made vLLM
+    """moe_backend= holds a comparison to one MoE kernel (record h200-0.27.1-bench-26b-a4b-l10-fp8-static: a static FP8 checkpoint made vLLM
     0.27.1 pick FLASHINFER_CUTLASS where the online path runs TRITON): vLLM's own --moe-backend."""
     from forge.serving.recipes import load_recipe
 

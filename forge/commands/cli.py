@@ -310,6 +310,8 @@ def _add_evidence(commands) -> None:
                                              "(benchmarks/results/<id>/result.json)")
     p.add_argument("--page", help="the page to write (default docs/evidence.md)")
     p.add_argument("--results", help="the records' folder (default benchmarks/results)")
+    p.add_argument("--derive", action="append", metavar="ID",
+                   help="first set this record's figures from its raw report (repeatable)")
     p.add_argument("--check", action="store_true", help="exit 1 if the page is stale; write nothing")
     p.set_defaults(handler=evidence.cmd_evidence)
 

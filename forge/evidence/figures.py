@@ -115,3 +115,20 @@ def derive(record: Record, records: dict[str, Record]) -> dict | None:
     if any(n.startswith(TUNE_PREFIX) for n in record.files):
         return tune_figures(record)
     return None
+
+
+def write_derived(record: Record, records: dict[str, Record]) -> dict:
+    """Set the record's `figures` in its result.json to what its raw report makes (the rest of
+    the file as it is); returns them. A record with no raw report to derive from is refused."""
+    from forge.evidence.records import RECORD_FILE
+    from forge.files import write_text_atomically
+
+    figures = derive(record, records)
+    if figures is None:
+        raise ForgeError(f"{record.folder / RECORD_FILE}: files: no raw report to derive figures "
+                         f"from (mtp_smoke.json, bench.json, analysis.json or tune-moe-*.json)")
+    path = record.folder / RECORD_FILE
+    data = json.loads(path.read_text())
+    data["figures"] = figures
+    write_text_atomically(path, json.dumps(data, indent=2) + "\n")
+    return figures
