@@ -263,3 +263,16 @@ def test_derive_fills_a_records_figures_from_its_raw_report_and_refuses_an_unkno
     assert done.returncode == 0, done.stderr
     assert json.loads(path.read_text())["figures"] == expected
     assert (tmp_path / "e.md").read_text() == page.PAGE.read_text()
+
+
+def test_defaults_evidence_holds_for_every_target_and_is_checked_against_the_recipe(tmp_path):
+    root = _recipe_tree(tmp_path, "\ndefaults:\n", "\ndefaults:\n  evidence: [h200-0.25.0-bench-26b-a4b-l30-first]\n")
+    # k=3, fp8, this recipe: cited for every target, whatever its own target
+    assert load_recipe("gemma-4-26b-a4b-it", "gb10", root).evidence == ("h200-0.25.0-bench-26b-a4b-l30-first",)
+    # a target's own list replaces it
+    assert "h200-0.27.1-smoke-26b-a4b-v2" in load_recipe("gemma-4-26b-a4b-it", "h200", root).evidence
+    path = root / "gemma-4-26b-a4b-it.yaml"
+    path.write_text(path.read_text().replace("[h200-0.25.0-bench-26b-a4b-l30-first]", "[h200-0.27.1-smoke-31b-v2]"))
+    with pytest.raises(ForgeError, match=r"gemma-4-26b-a4b-it.yaml: defaults.evidence\[0\]: record "
+                                         r"'h200-0.27.1-smoke-31b-v2' measured recipe 'gemma-4-31b-it'"):
+        load_recipe("gemma-4-26b-a4b-it", "gb10", root)
