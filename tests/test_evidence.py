@@ -1,5 +1,5 @@
 """The result records (benchmarks/results/<id>/result.json) as one generic check: every record
-validates and its figures are what its raw report makes; every id the repository cites exists;
+validates and holds every figure its raw report makes, at that value; every id the repository cites exists;
 docs/evidence.md is what the records make (and goes stale when one changes); every decimal figure
 written next to a record id is one of that record's figures; recipe targets say why in a few
 comment lines, not how a run went."""
@@ -42,14 +42,14 @@ def test_a_records_figures_are_what_its_raw_report_makes(record_id):
     record = RECORDS[record_id]
     derived = derive(record, RECORDS)
     if derived is None:
-        # no raw report to derive from: figures typed by hand only where no raw file is kept
-        # (the record's summary says so), else none
-        assert record.summary and (record.files == [] or record.figures == {}), record_id
+        # no raw report the code reads (a latency run, a build): the record states what it
+        # measured, in figures or a verdict
+        assert record.figures or record.verdict in ("pass", "fail"), record_id
     else:
-        assert record.figures == derived
+        assert {k: record.figures.get(k) for k in derived} == derived
 
 
-@pytest.mark.parametrize("record_id", sorted(r for r in RECORDS if RECORDS[r].kind == "profile"))
+@pytest.mark.parametrize("record_id", sorted(r for r in RECORDS if "analysis.json" in RECORDS[r].files))
 def test_a_profile_analysis_is_what_verify_profile_makes_of_its_raw_profile(record_id):
     from verify import profile
 
@@ -122,6 +122,7 @@ def _record_copy(tmp_path: Path, record_id: str, **changes) -> Path:
     ({"kind": "diary"}, r"kind: must be one of"),
     ({"date": "yesterday"}, r"date: not a date"),
     ({"figures": {"step_ms": "fast"}}, r"figures: step_ms: must be a finite number"),
+    ({"versions": {"vllm": 0.27}}, r"versions: vllm: a package's version must be text"),
     ({"files": ["../result.json"]}, r"files\[0\]: not a file beside the record"),
     ({"files": ["missing.log"]}, r"files\[0\]: no such file beside the record"),
     ({"diary": 1}, r"diary: unknown field"),
@@ -258,10 +259,16 @@ def test_derive_fills_a_records_figures_from_its_raw_report_and_refuses_an_unkno
                              cwd=ROOT, capture_output=True, text=True)
     assert refused.returncode == 2 and "--derive: no result record 'nope'" in refused.stderr
     assert json.loads(path.read_text())["figures"] == {}  # nothing written
+    data["figures"] = {"read_off_a_log": 1.5, "agree_accepted": 0}
+    path.write_text(json.dumps(data))
     done = subprocess.run(base + ["--derive", "h200-0.27.1-smoke-26b-a4b-v2"], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert json.loads(path.read_text())["figures"] == expected
+    # the derived figures set (a stale one replaced), a figure of another name kept
+    assert json.loads(path.read_text())["figures"] == {**expected, "read_off_a_log": 1.5}
+    data["figures"] = expected
+    path.write_text(json.dumps(data))
+    subprocess.run(base, cwd=ROOT, check=True, capture_output=True)
     assert (tmp_path / "e.md").read_text() == page.PAGE.read_text()
 
 

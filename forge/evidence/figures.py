@@ -1,7 +1,8 @@
 """A record's figures, taken by code from the raw report beside it, so no figure is typed by hand:
 a smoke's two controls (mtp_smoke.json), a bench's engines (bench.json, as verify/bench.py
 writes it), a profile's step (analysis.json, as `verify/profile.py --report --json` writes it).
-`derive(record, records)` is what the record's `figures` must equal (tests/test_evidence.py)."""
+Every figure `derive(record, records)` makes must be in the record's `figures` with that value
+(tests/test_evidence.py); a record may state more, read off raw files no code here reads."""
 from __future__ import annotations
 
 import json
@@ -51,13 +52,21 @@ def engine_figures(engine: dict) -> dict:
     return figures
 
 
+def _engine_of_k(report: dict, settings: dict) -> str | None:
+    """The record's own engine where its settings name none: the one engine that ran its k."""
+    k = settings.get("num_speculative_tokens")
+    ran = [n for n, e in (report.get("engines") or {}).items() if k and e.get("k") == k]
+    return ran[0] if len(ran) == 1 else None
+
+
 def bench_figures(record: Record) -> dict:
-    """Per engine `<engine>.<figure>`; the record's own engine (settings.engine) also unprefixed."""
+    """Per engine `<engine>.<figure>`; the record's own engine (settings.engine, else the one that
+    ran the record's k) also unprefixed."""
     report = _json(record, "bench.json")
     figures: dict = {}
     for name, engine in sorted((report.get("engines") or {}).items()):
         figures.update({f"{name}.{k}": v for k, v in engine_figures(engine).items()})
-    headline = record.settings.get("engine")
+    headline = record.settings.get("engine") or _engine_of_k(report, record.settings)
     if headline:
         figures.update(engine_figures(report["engines"][headline]))
     for name, value in sorted((report.get("server_burst") or {}).items()):
@@ -118,8 +127,9 @@ def derive(record: Record, records: dict[str, Record]) -> dict | None:
 
 
 def write_derived(record: Record, records: dict[str, Record]) -> dict:
-    """Set the record's `figures` in its result.json to what its raw report makes (the rest of
-    the file as it is); returns them. A record with no raw report to derive from is refused."""
+    """Set in the record's result.json every figure its raw report makes (figures of other names,
+    read off other raw files, and the rest of the file stay as they are); returns the derived
+    ones. A record with no raw report to derive from is refused."""
     from forge.evidence.records import RECORD_FILE
     from forge.files import write_text_atomically
 
@@ -129,6 +139,6 @@ def write_derived(record: Record, records: dict[str, Record]) -> dict:
                          f"from (mtp_smoke.json, bench.json, analysis.json or tune-moe-*.json)")
     path = record.folder / RECORD_FILE
     data = json.loads(path.read_text())
-    data["figures"] = figures
+    data["figures"] = {**data.get("figures", {}), **figures}
     write_text_atomically(path, json.dumps(data, indent=2) + "\n")
     return figures

@@ -61,12 +61,11 @@ GPU_SCHEMA = {
     "count": Field(int, check=lambda n: None if n >= 1 else "must be at least 1"),
     "driver": Field(str, required=False),
 }
-VERSIONS_SCHEMA = {
-    "vllm": Field(str, required=False),
-    "torch": Field(str, required=False),
-    "transformers": Field(str, required=False),
-    "triton": Field(str, required=False),
-}
+def _version_texts(versions: dict) -> str | None:
+    for name, value in versions.items():
+        if not isinstance(name, str) or not (value is None or isinstance(value, str) and value):
+            return f"{name}: a package's version must be text, or null where not recorded (got {value!r})"
+    return None
 SCHEMA = {
     "schema": Field(int, choices=(1,)),
     "id": Field(str, check=lambda v: None if ID_PATTERN.fullmatch(v) else
@@ -77,7 +76,8 @@ SCHEMA = {
     "recipe": Field(str, required=False),
     "target": Field(str, required=False),
     "gpu": Field(GPU_SCHEMA, required=False),
-    "versions": Field(VERSIONS_SCHEMA, required=False, default={}),
+    # package -> version as the run named it: vllm, torch, transformers, triton, ...
+    "versions": Field(dict, required=False, default={}, check=_version_texts),
     "settings": Field(dict, required=False, default={}, check=_plain_settings),
     "figures": Field(dict, check=_finite_figures),
     "verdict": Field(str, choices=VERDICTS),
