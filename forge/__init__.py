@@ -14,6 +14,8 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
               their verdict: verify/ writes by it, publish reads by it)
   1 upstream  vLLM releases on PyPI (sdists, source trees), the PyPI JSON index, archives, cached
               per-package Python environments
+  1 evidence  the result records (benchmarks/results/<id>/result.json: schema, loader) and the
+              page generated from them (docs/evidence.md)
   2 patching  the patch series: manifest (series), its vocabulary (Kind, Status), diffs, status
               per release or install, atomic apply, the installed vLLM, dependency constraints,
               MoE config file names, the status report and README table, the diffs' generated
@@ -28,7 +30,7 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
               image plans and the commands that follow
   6 commands  the argparse CLI behind build.py / `vllm-forge` and every command handler (`cmd_*`):
               each turns arguments into values, calls the packages below and prints; patches
-              (patches, apply, readme-table), patch_work (new-patch, refresh-patch,
+              (patches, apply, readme-table), evidence (evidence), patch_work (new-patch, refresh-patch,
               patch-headers), images (build, lock, bake, release-matrix, publish,
               published), serving (serve, tune-moe), watch (drift, upstream-watch), upgrade
               (upgrade). The packages below compute and raise; none defines a `cmd_*`.
@@ -62,7 +64,7 @@ def _repo_root() -> Path:
 
 REPO_ROOT = _repo_root()
 
-LAYERS = {"core": 0, "upstream": 1, "patching": 2, "serving": 3, "watch": 4, "images": 4,
-          "upgrade": 5, "commands": 6}
+LAYERS = {"core": 0, "upstream": 1, "evidence": 1, "patching": 2, "serving": 3, "watch": 4,
+          "images": 4, "upgrade": 5, "commands": 6}
 # The top-level folders above forge (by name: forge never imports them).
 ABOVE_FORGE = {"verify": 7, "benchmarks": 8}

@@ -69,7 +69,7 @@ def test_the_entry_is_a_candidate_for_the_releases_the_recipes_serve():
     assert set(checked_releases(series)) == set(EXPECTED)
     for pr in ("#56996", "#54191"):
         assert pr in patch.why
-    assert "benchmarks/results/profile-k4-s18-h200-vllm0.27.1.md" in patch.why
+    assert "h200-0.27.1-profile-26b-a4b-l30-k4" in patch.why
 
 
 def test_every_checked_release_has_the_bug_and_none_the_fix_until_upstream_makes_it():

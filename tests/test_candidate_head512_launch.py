@@ -53,7 +53,7 @@ def test_the_entry_is_a_candidate_for_the_releases_the_recipes_serve():
     assert {k: v for k, v in patch.upstream.items() if v} == {"pr": 43257}
     # 0.34.0 rewrote the launcher's tuning: the hunk fits nowhere, and the candidate lost
     assert patch.touches == [LAUNCHER] and patch.releases == ">=0.25.0,<0.34.0"
-    assert "benchmarks/results/profile-k4-s18-h200-vllm0.27.1.md" in patch.why
+    assert "h200-0.27.1-profile-26b-a4b-l30-k4" in patch.why
 
 
 def test_every_covered_release_launches_one_kernel_with_the_launch_kwargs_and_no_head512_rule():

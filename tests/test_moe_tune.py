@@ -17,7 +17,7 @@ from forge.serving import moe_tune
 ROOT = Path(__file__).resolve().parents[1]
 # Gemma-4-26B-A4B's experts as models/gemma4.yaml states them: 128 of 704, top-8
 SHAPE = load_family("gemma4").model("26b-a4b").moe
-TUNE = ROOT / "tests" / "fixtures" / "gpu" / "tune"
+TUNE = ROOT / "benchmarks" / "results" / "h200-0.25.0-tune-moe-26b-a4b"
 
 
 def test_search_space_prunes_tiles_taller_than_the_tokens_per_expert():
@@ -100,8 +100,8 @@ def copy_patches(tmp_path) -> Path:
 
 
 # The H200 runs of 2026-11-30 that measured the k=4 engine with the k+1 tune and with none.
-S15 = ROOT / "tests" / "fixtures" / "gpu" / "s15-h200x2-2026-11-30"
-MOE_RUNS = [S15 / run / "captured" / "bench.json" for run in ("moe-26b-L30", "moe-26b-L30-r2")]
+MOE_RUNS = [ROOT / "benchmarks" / "results" / f"h200-0.25.0-bench-26b-a4b-l30-moe-config{run}" / "bench.json"
+            for run in ("", "-r2")]
 H200_FP8 = "E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
 WITH_TUNE, WITHOUT = "fp8-mtp4-v2-moe-tuned-kplus1", "fp8-mtp4-v2-moe-none"
 
@@ -208,7 +208,7 @@ def test_cli_errors_are_one_line(tmp_path):
 # ------------------------------------------------------------------------------------------
 # Token counts from the recipe, and the merged folder the end-to-end comparison reads
 
-V11_TUNE = Path(__file__).parent / "fixtures" / "gpu" / "v11-h200x2-2026-11-30" / "tune"
+V11_TUNE = ROOT / "benchmarks" / "results" / "h200-0.25.0-tune-moe-26b-a4b-kplus1"
 
 
 def test_token_counts_come_from_the_recipe():

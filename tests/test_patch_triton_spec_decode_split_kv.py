@@ -1,6 +1,6 @@
 """`triton-spec-decode-split-kv`: the backport of vLLM PR #52879, which lets the speculative verify
 pass use the Triton 3D split-KV attention path. A candidate until it won end to end on an H200
-(docs/gpu-evidence.md §12); shipped since, so `build.py apply` and the images apply it wherever its
+(record h200-0.27.1-bench-26b-a4b-l30-splitkv); shipped since, so `build.py apply` and the images apply it wherever its
 status is `applies` (0.27.1-0.31.x).
 
 Read on the real release trees (PyPI sdists, cached): the status is `applies` exactly where the
@@ -46,8 +46,8 @@ def test_the_entry_ships_with_its_end_to_end_evidence():
     assert {k: v for k, v in patch.upstream.items() if v} == {"issue": 48076, "pr": 52879}
     assert patch.touches == [BACKEND, LAUNCHER] and patch.releases == ">=0.27.1,<0.32.0"
     assert set(checked_releases(series)) == set(EXPECTED)
-    for evidence in ("docs/gpu-evidence.md §12", "tests/fixtures/gpu/s21-h200-2026-12-01/bench30b",
-                     "docs/gpu-evidence.md §10.2"):
+    for evidence in ("h200-0.27.1-bench-26b-a4b-l30-splitkv", "h200-0.27.1-smoke-26b-a4b-v2-splitkv",
+                     "h200-0.27.1-bench-26b-a4b-l30-stock-splitkv"):
         assert evidence in patch.why, evidence
     assert "--with-candidate" not in patch.why
 

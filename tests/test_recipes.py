@@ -15,7 +15,6 @@ from forge.errors import ForgeError
 from forge.serving import recipes
 from forge.serving.recipes import (
     ENGINE_SETTINGS,
-    RECIPES_DIR,
     load_all,
     load_recipe,
     moe_config_name,
@@ -31,10 +30,9 @@ MODELS = {"gemma-4-26b-a4b-it": "google/gemma-4-26B-A4B-it",
           "gemma-4-31b-it-nvfp4": "nvidia/Gemma-4-31B-IT-NVFP4",
           "gemma-4-31b-it-nvfp4-ct": "RedHatAI/gemma-4-31B-it-NVFP4",
           "qwen3.6-35b-a3b": "Qwen/Qwen3.6-35B-A3B"}
-# A cited source: a public issue/PR, a release file, or the project's reference notes.
-# A cited source: the reference notes, an upstream issue/PR, a release file, or a committed
-# measurement (docs/gpu-evidence.md).
-CITED = re.compile(r"docs/reference\.md|docs/gpu-evidence\.md|#\d+|vllm/[\w/]+\.py")
+# A cited source: the reference notes, an upstream issue/PR, a release file, or a result record
+# (benchmarks/results/<id>/).
+CITED = re.compile(r"docs/reference\.md|record [a-z0-9.-]+|#\d+|vllm/[\w/]+\.py")
 
 
 def test_every_model_has_a_recipe_on_every_target_that_lists_it():
@@ -108,7 +106,7 @@ def test_moe_model_runs_v2_and_names_vllms_config_file():
             assert recipe.moe_config.expected in (True, False)
         elif recipe.moe_shape is not None:
             # another family's MoE (models/<family>.yaml): the file named by its own experts, V2
-            # (Qwen3.6-35B-A3B: chosen by the H200 bench, docs/gpu-evidence.md §11.4)
+            # (Qwen3.6-35B-A3B: chosen by the H200 bench, record h200-0.27.1-bench-35b-a3b-v2)
             shape, device = recipe.moe_shape, targets[recipe.target].moe_device_name
             assert recipe.moe_config.name == (f"E={shape.experts},N={shape.intermediate},"
                                               f"device_name={device},dtype=fp8_w8a8.json")
@@ -116,8 +114,8 @@ def test_moe_model_runs_v2_and_names_vllms_config_file():
             assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
         else:
             assert recipe.moe_config is None
-            # dense models: V1, except where a sweep chose V2 (recipes/<model>.<target>-sweep.md)
-            measured = (RECIPES_DIR / f"{recipe.name}.{recipe.target}-sweep.md").exists()
+            # dense models: V1, except where a sweep chose V2 (the target cites its bench records)
+            measured = any(i.split("-")[2] == "bench" for i in recipe.evidence)
             runner = "1" if measured and recipe.serve.model_runner == "v2" else "0"
             assert recipe.env() == {"VLLM_USE_V2_MODEL_RUNNER": runner}
     shape = load_recipe("gemma-4-26b-a4b-it", "h200").moe_shape  # models/gemma4.yaml: E=128, N=704

@@ -9,10 +9,10 @@ without the drafter, cli args, env, thresholds, expect, sampling, moe_config per
 size, the releases it admits). The qwen3.6-35b-a3b entries were recorded the same way from the
 code of the branch that added them (commit cb74f98, its per-target files), before they were
 converted to one file, and re-recorded on 2026-12-01 when the family's drafter pin joined their
-speculative config (models/qwen3_5_moe.yaml drafter.attention_backend, docs/gpu-evidence.md
-§10.3: on vLLM 0.27.1 the MTP drafter ignored --attention-backend), and again when the H200
+speculative config (models/qwen3_5_moe.yaml drafter.attention_backend, record
+h200-0.27.1-smoke-35b-a3b-v1-flash-attn: on vLLM 0.27.1 the MTP drafter ignored --attention-backend), and again when the H200
 bench moved them to the V2 runner with the step cost it measured and the MoE backend it saw
-(docs/gpu-evidence.md §11.4). The recipes may be reorganised freely; what they serve may not
+(record h200-0.27.1-bench-35b-a3b-v2). The recipes may be reorganised freely; what they serve may not
 change without this file changing with it, on purpose, in the same commit.
 """
 import json
@@ -36,8 +36,8 @@ DELIBERATE = {
         "2026-11-30 (recipes/gemma-4-31b-it/h200.sweep.md, docs/gpu-evidence.md §7)",
         "measured: H200, vLLM 0.25.0, FP8, V2 runner, k=3, 31B shapes, 10 layers, dummy weights, "
         "eager compile backend, every draft accepted: 4.60 ms per step against 2.76 ms plain, "
-        "2026-11-30 (recipes/gemma-4-31b-it.h200-sweep.md, docs/gpu-evidence.md §7)",
-        "the sweep's evidence moved beside the model's file"),
+        "2026-11-30 (record h200-0.25.0-bench-31b-sweep-v2)",
+        "the sweep's evidence moved beside the model's file, then into a result record"),
 }
 RELEASES = ("0.25.0", "0.27.1", "0.33.0")
 # Releases the admitted ranges are probed at (below, inside and past the checked range).

@@ -349,11 +349,11 @@ def _floor_ms(shape: str, layers: int, weights: str, target: str, vllm: str, fam
 
 
 def test_no_measured_step_beats_its_floor():
-    """Every step the H200 runs measured (benchmarks/results, the data docs/gpu-evidence.md is
-    rebuilt from), plain or speculative, batch 1 or 8: a step reads the target's weights at least
-    once, so it cannot take less than the floor of the layers and weights it ran."""
+    """Every step the H200 runs measured (the bench records under benchmarks/results), plain or
+    speculative, batch 1 or 8: a step reads the target's weights at least once, so it cannot take
+    less than the floor of the layers and weights it ran."""
     checked, plain_qwen, families = 0, 0, set()
-    for path in sorted((REPO / "benchmarks" / "results").glob("verify-*.json")):
+    for path in sorted((REPO / "benchmarks" / "results").glob("*-bench-*/bench.json")):
         run = json.loads(path.read_text())
         family = load_recipe(run["recipe"], run["target"]).family_model[0]
         shape = run["shape"] or family.dummy_shapes()[0]
@@ -363,14 +363,16 @@ def test_no_measured_step_beats_its_floor():
             weights = "bf16" if dtype == "auto" else "fp8" if dtype in FP8_DTYPES else dtype
             floor = _floor_ms(shape, run["layers"], weights, run["target"], run["machine"]["vllm"], family)
             for window, figures in (engine.get("figures") or {}).items():
+                if "step_ms" not in figures:
+                    continue  # the 6-layer run of 2026-11-29 recorded no per-window step yet
                 assert figures["step_ms"] >= floor, (path.name, engine["name"], window, floor)
                 checked += 1
                 if family.name == "qwen3_5_moe" and not engine["k"] and window.startswith("sustained"):
                     # and a real bound: the plain batch-1 step (~2.7 ms at 8 layers) within 10x of it
                     assert figures["step_ms"] < 10 * floor, (path.name, engine["name"], window, floor)
                     plain_qwen += 1
-    # the windows of the twenty-three committed Gemma 4 H200 runs (s24's long-context one: 60) and
-    # the two Qwen ones
+    # the windows of the Gemma 4 H200 bench records (the long-context one alone: 60) and the two
+    # Qwen ones
     assert checked >= 490 + 22
     assert families == {"gemma4", "qwen3_5_moe"} and plain_qwen == 4
 

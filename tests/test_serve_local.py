@@ -108,7 +108,7 @@ def _serve_local(tmp_path, *extra, site: Path | None = None, cache: Path | None 
 
 
 def test_installed_reads_the_flags_from_the_installed_vllm_without_the_network(tmp_path, installed_vllm):
-    """The H200 run of 2026-12-01 (tests/fixtures/gpu/s18-h200-2026-12-01/logs/serve-plan.json):
+    """The H200 run of 2026-12-01 (vLLM 0.27.1):
     the host has no network, so the release's sdist could not be fetched to check the flags."""
     from_sdist = _serve_local(tmp_path)
     assert from_sdist.returncode == 0, from_sdist.stderr

@@ -177,13 +177,13 @@ def test_script_rehearsal_on_the_cpu(tmp_path):
     smi = bin_dir / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\necho 'GPU 1: NVIDIA H200 (UUID: GPU-1)'\n")
     smi.chmod(0o755)
-    fixtures = REPO / "tests" / "fixtures" / "gpu"
+    results = REPO / "benchmarks" / "results"
     out, work = tmp_path / "out", tmp_path / "work"
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SITE": str(site),
            "OUT": str(out), "WORK": str(work), "PORT": str(_free_port()),
            "MASTER_PORT": str(_free_port()), "START_LIMIT": "60",
-           "STAND_IN_LOG": str(fixtures / "bench-L6" / "engines" / "fp8-mtp3-v2.log"),
-           "STAND_IN_PROM": str(fixtures / "smoke-patched-L6" / "prometheus" / "greedy.after.prom")}
+           "STAND_IN_LOG": str(results / "h200-0.25.0-bench-26b-a4b-l6" / "engines" / "fp8-mtp3-v2.log"),
+           "STAND_IN_PROM": str(results / "h200-0.25.0-smoke-26b-a4b-v1-l6-patched" / "prometheus" / "greedy.after.prom")}
     result = subprocess.run(["bash", "benchmarks/gpu/two_node_local.sh"], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -2,7 +2,7 @@
 concurrency 8 and 16; the triton-attn-group-kv-heads candidate changes anything only at 17-64
 sequences): the conc32/conc64 windows, the engines' max_num_seqs, and the concurrency table, all
 on the CPU from hand-built worker results of the shape the H200 runs wrote
-(tests/fixtures/gpu/s18-h200-2026-12-01/bench26/engines/*.result.json)."""
+(the bench.json of record h200-0.27.1-bench-26b-a4b-l10-fp8-scales)."""
 import json
 import shutil
 

@@ -1,7 +1,7 @@
 """bench.py at long context (issue 19): an engine's KV cache dtype (kv=), the long-context windows
 (long<N>k[-conc<C>]) and how the report shows them, all on the CPU: engine specs are built, not
 run, and the report is rendered from hand-built worker results of the shape the H200 runs wrote
-(tests/fixtures/gpu/s18-h200-2026-12-01/bench26/engines/*.result.json)."""
+(the bench.json of record h200-0.27.1-bench-26b-a4b-l10-fp8-scales)."""
 import json
 import shutil
 import sys

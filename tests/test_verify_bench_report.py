@@ -1,12 +1,13 @@
 """bench.py's figures, derived step costs, projections and rendering, rebuilt on the CPU from
 engine results captured on H200s (vLLM 0.25.0, dummy weights):
-- bench-L6: 2026-11-29, 26B-A4B shapes, 6 layers, no controls (every draft rejected);
-- v11-h200x2-2026-11-30/sweep-31b: 31B shapes, 10 layers, eager compile backend, each window on
+the result records under benchmarks/results/ (each record's engines/ beside its result.json):
+- h200-0.25.0-bench-26b-a4b-l6: 2026-11-29, 26B-A4B shapes, 6 layers, no controls (every draft
+  rejected);
+- h200-0.25.0-bench-31b-sweep-k0-2: 31B shapes, 10 layers, eager compile backend, each window on
   the agreeing model (@agree) and the random one (@random), verify/controls.py;
-- lead-h200x2-2026-11-30/sweep-26b-{v2,v1}: 26B-A4B shapes, 10 layers, eager compile backend,
-  k = 1..5 on each runner with controls, stock in the V2 sweep (tests/gpu/session/lead.sh, call a);
-  the rebuilt reports are committed as benchmarks/results/verify-sweep-26b-{v2,v1}-h200-vllm0.25.0.json
-  and in benchmarks/results/verify-sweep-h200-vllm0.25.0.md §2."""
+- h200-0.25.0-bench-26b-a4b-sweep-{v2,v1}: 26B-A4B shapes, 10 layers, eager compile backend,
+  k = 1..5 on each runner with controls, stock in the V2 sweep; bench.json is the rebuilt report,
+  captured/ the one the GPU host wrote."""
 import json
 import shutil
 import subprocess
@@ -29,17 +30,21 @@ from verify.report import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-GPU = Path(__file__).parent / "fixtures" / "gpu"
-L6 = GPU / "bench-L6"
+RESULTS = Path(__file__).parent.parent / "benchmarks" / "results"
+L6 = RESULTS / "h200-0.25.0-bench-26b-a4b-l6"
 ENGINES_L6 = [f"{c}-{r}" for c in ("bf16", "fp8", "fp8-mtp1", "fp8-mtp2", "fp8-mtp3") for r in ("v1", "v2")]
-V11 = GPU / "v11-h200x2-2026-11-30"
+SWEEP_31B = RESULTS / "h200-0.25.0-bench-31b-sweep-k0-2"
 SWEEP_ARGS = ["--recipe", "gemma-4-31b-it", "--target", "h200", "--dummy", "--shape", "31b",
               "--layers", "10", "--configs", "stock,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3,fp8-mtp4,fp8-mtp5",
               "--runners", "v1,v2", "--compile-backend", "eager", "--windows", "sustained,conc8",
               "--attention-backend", "TRITON_ATTN", "--moe-config-dir", "patches/moe-configs",
               "--profile", "spark343=0.84/0.60/0.39/0.27", "--profile", "seed87=rate@0.87"]
-LEAD = GPU / "lead-h200x2-2026-11-30"
-RESULTS = Path(__file__).parent.parent / "benchmarks" / "results"
+SMOKE_L6 = RESULTS / "h200-0.25.0-smoke-26b-a4b-v1-l6-patched"
+SMOKE_L30 = RESULTS / "h200-0.25.0-smoke-26b-a4b-v1-l30-unpatched"
+
+
+def sweep_26b(runner: str) -> Path:
+    return RESULTS / f"h200-0.25.0-bench-26b-a4b-sweep-{runner}"
 SWEEP_26B_ARGS = ["--recipe", "gemma-4-26b-a4b-it", "--shape", "26b-a4b", "--target", "h200", "--dummy",
                   "--layers", "10", "--compile-backend", "eager", "--windows", "sustained,conc8",
                   "--attention-backend", "TRITON_ATTN", "--moe-config-dir", "patches/moe-configs",
@@ -66,12 +71,12 @@ def collected(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    return _collect(tmp_path_factory, V11 / "sweep-31b", SWEEP_ARGS)
+    return _collect(tmp_path_factory, SWEEP_31B / "engines", SWEEP_ARGS)
 
 
 @pytest.fixture(scope="module")
 def sweeps_26b(tmp_path_factory):
-    return {runner: _collect(tmp_path_factory, LEAD / f"sweep-26b-{runner}" / "engines",
+    return {runner: _collect(tmp_path_factory, sweep_26b(runner) / "engines",
                              SWEEP_26B_ARGS + ["--configs", configs, "--runners", runner])
             for runner, configs in SWEEP_26B_CONFIGS.items()}
 
@@ -134,13 +139,13 @@ def test_bench_names_the_versions_the_engine_processes_recorded(tmp_path):
 
 def test_collect_rebuilds_the_sweep_report_exactly(sweep):
     code, out, report = sweep
-    captured = json.loads((V11 / "sweep-31b-report" / "bench.json").read_text())
+    captured = json.loads((SWEEP_31B / "bench.json").read_text())
     # k = 3..5 were cut by the call's time limit: the report says so rather than dropping them.
     assert code == 1
     assert report["engines"] == captured["engines"]
     assert report["picks"] == captured["picks"]
     table = [line for line in (out / "bench.md").read_text().splitlines() if line.startswith("|")]
-    assert table == [line for line in (V11 / "sweep-31b-report" / "bench.md").read_text().splitlines()
+    assert table == [line for line in (SWEEP_31B / "bench.md").read_text().splitlines()
                      if line.startswith("|")]
 
 
@@ -251,15 +256,14 @@ def test_projection_is_mean_length_over_step_cost(sweep):
 
 
 def test_the_first_31b_sweep_chose_k2_among_what_it_measured(sweep):
-    """The first 31B sweep measured k <= 2 (k = 3..5 were cut): its pick, k=2 on V2, and its step
-    cost are what h200.sweep.md reports for it. The second sweep (k = 3..5) and the recipe's
-    final k are checked in tests/test_gpu_evidence_s15.py."""
+    """The first 31B sweep measured k <= 2 (k = 3..5 were cut): its pick, k=2 on V2, and its
+    figures are its record's (h200-0.25.0-bench-31b-sweep-k0-2)."""
     pick = sweep[2]["picks"]["spark343"]
     assert (pick["engine"], pick["k"], pick["runner"]) == ("fp8-mtp2-v2", 2, "v2")
-    evidence = (Path("recipes") / "gemma-4-31b-it.h200-sweep.md").read_text()
-    assert f"{pick['tok_s']:.0f}" in evidence.replace("562 tok/s", "562")
-    step_x_plain = sweep[2]["engines"]["fp8-mtp2-v2"]["derived"]["step_cost_x_plain"]
-    assert f"| FP8, V2, k=2 | 692 / 230 | 340/340 | 4.33 / 4.35 | {step_x_plain:.2f} | 562 |" in evidence
+    figures = json.loads((SWEEP_31B / "result.json").read_text())["figures"]
+    assert figures["fp8-mtp2-v2.projected_tok_s"] == pick["tok_s"]
+    derived = sweep[2]["engines"]["fp8-mtp2-v2"]["derived"]
+    assert figures["fp8-mtp2-v2.step_cost_x_plain"] == derived["step_cost_x_plain"]
 
 
 def test_markdown_labels_every_figure(collected, sweep):
@@ -312,7 +316,7 @@ def test_render_from_json_reproduces_the_markdown(collected, sweep, tmp_path):
 
 def test_failed_engine_is_reported_not_dropped(tmp_path):
     (tmp_path / "engines").mkdir()
-    shutil.copy(GPU / "smoke-unpatched-L30" / "engine.log", tmp_path / "engines" / "fp8-mtp3-v1.log")
+    shutil.copy(SMOKE_L30 / "engine.log", tmp_path / "engines" / "fp8-mtp3-v1.log")
     code = bench.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy",
                        "--configs", "fp8-mtp3", "--runners", "v1", "--collect", "--out", str(tmp_path)])
     report = json.loads((tmp_path / "bench.json").read_text())
@@ -325,7 +329,7 @@ def test_out_of_memory_behind_orphaned_engines_is_named(tmp_path):
     """The 2026-11-30 26B wave: engines of a killed wave kept their memory; the next wave's
     report names the CUDA out-of-memory root cause."""
     (tmp_path / "engines").mkdir()
-    shutil.copy(V11 / "sweep-26b" / "fp8-mtp3-v1.log", tmp_path / "engines" / "fp8-mtp3-v1.log")
+    shutil.copy(sweep_26b("v1") / "oom-wave" / "fp8-mtp3-v1.log", tmp_path / "engines" / "fp8-mtp3-v1.log")
     code = bench.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy", "--layers", "10",
                        "--configs", "fp8-mtp3", "--runners", "v1", "--collect", "--out", str(tmp_path)])
     assert code == 1
@@ -548,7 +552,7 @@ def test_a_family_without_fp8_dynamic_data_is_refused_in_one_line(tmp_path):
 
 
 def test_smoke_report_table_and_verdict_from_the_captured_run(tmp_path):
-    captured = json.loads((GPU / "smoke-patched-L6" / "mtp_smoke.json").read_text())
+    captured = json.loads((SMOKE_L6 / "mtp_smoke.json").read_text())
     checks = [Check(**c) for c in captured["checks"]]
     assert [c.status for c in checks] == [PASS, PASS, PASS, PASS, INFO, FAIL, INFO]
     table = render_table(checks)
@@ -557,7 +561,7 @@ def test_smoke_report_table_and_verdict_from_the_captured_run(tmp_path):
     assert failed.detail in table  # a failure's root cause is never cut
     assert all(len(line) <= 160 for line in table.splitlines() if " FAIL " not in line)
     unpatched = [Check(**c) for c in json.loads(
-        (GPU / "smoke-unpatched-L30" / "mtp_smoke.json").read_text())["checks"]]
+        (SMOKE_L30 / "mtp_smoke.json").read_text())["checks"]]
     assert "#47794" in render_table(unpatched) and "build.py apply" in render_table(unpatched)
     path = write_report(tmp_path / "r.json", checks, installed_versions(), recipe="gemma-4-26b-a4b-it")
     assert json.loads(path.read_text())["passed"] is False
@@ -568,34 +572,26 @@ def _table(markdown: str) -> list[str]:
     return [line for line in markdown.splitlines() if line.startswith("|")]
 
 
-def _results_section(title: str) -> str:
-    """One runner's part of the committed sweep report, up to the next heading."""
-    text = (RESULTS / "verify-sweep-h200-vllm0.25.0.md").read_text()
-    return text.split(title, 1)[1].split("\n#", 1)[0]
-
-
-@pytest.mark.parametrize("runner, title", [("v2", "### 2.1 V2 runner"), ("v1", "### 2.2 V1 runner")])
-def test_collect_rebuilds_the_committed_26b_sweeps(sweeps_26b, runner, title):
+@pytest.mark.parametrize("runner", ["v2", "v1"])
+def test_collect_rebuilds_the_committed_26b_sweeps(sweeps_26b, runner):
     code, out, report = sweeps_26b[runner]
-    committed = json.loads((RESULTS / f"verify-sweep-26b-{runner}-h200-vllm0.25.0.json").read_text())
-    captured = json.loads((LEAD / f"sweep-26b-{runner}" / "captured" / "bench.json").read_text())
+    committed = json.loads((sweep_26b(runner) / "bench.json").read_text())
+    captured = json.loads((sweep_26b(runner) / "captured" / "bench.json").read_text())
     assert code == 0  # every engine of both sweeps measured
     assert report["engines"] == committed["engines"] == captured["engines"]
     assert report["picks"] == committed["picks"] == captured["picks"]
-    rebuilt = (out / "bench.md").read_text()
-    assert _table(rebuilt) == _table(_results_section(title))
     # the GPU host's own table (rendered there by the same code) says the same
-    assert _table(rebuilt) == _table((LEAD / f"sweep-26b-{runner}" / "captured" / "bench.md").read_text())
+    rebuilt = (out / "bench.md").read_text()
+    assert _table(rebuilt) == _table((sweep_26b(runner) / "captured" / "bench.md").read_text())
 
 
 def test_render_rebuilds_the_committed_26b_markdown(tmp_path):
-    for runner, title in (("v2", "### 2.1 V2 runner"), ("v1", "### 2.2 V1 runner")):
-        shutil.copy(RESULTS / f"verify-sweep-26b-{runner}-h200-vllm0.25.0.json", tmp_path / "bench.json")
+    for runner in ("v2", "v1"):
+        shutil.copy(sweep_26b(runner) / "bench.json", tmp_path / "bench.json")
         assert bench.main(["--render", str(tmp_path / "bench.json")]) == 0
         rendered = (tmp_path / "bench.md").read_text()
-        assert _table(rendered) == _table(_results_section(title))
-        picks = [line for line in rendered.splitlines() if line.startswith("- best at")]
-        assert picks and all(line in _results_section(title) for line in picks)
+        captured = (sweep_26b(runner) / "captured" / "bench.md").read_text()
+        assert _table(rendered) == _table(captured)
 
 
 def test_26b_controls_accept_everything_agreeing_and_nothing_random(sweeps_26b):
@@ -663,7 +659,7 @@ def test_a_second_run_into_the_same_out_clears_the_old_barrier(tmp_path):
 
 
 def test_a_candidate_engine_compares_with_the_plain_engine_of_its_own_site():
-    """The s21 head512 run had two plain engines, the release's and the candidate's: a spec engine's
+    """The head512 bench (record h200-0.27.1-bench-26b-a4b-l10-head512) had two plain engines, the release's and the candidate's: a spec engine's
     step x plain is over the plain engine of its own site, and over the release's own one where
     its site has none (a patch that changes only the spec step, like the split-KV backport)."""
     def engine(k: int, site: str | None, step_ms: float) -> dict:
@@ -684,7 +680,7 @@ def test_a_candidate_engine_compares_with_the_plain_engine_of_its_own_site():
 
 
 def test_an_engine_moe_backend_is_vllms_moe_backend_and_part_of_its_family(tmp_path):
-    """moe_backend= holds a comparison to one MoE kernel (s21: a static FP8 checkpoint made vLLM
+    """moe_backend= holds a comparison to one MoE kernel (record h200-0.27.1-bench-26b-a4b-l10-fp8-static: a static FP8 checkpoint made vLLM
     0.27.1 pick FLASHINFER_CUTLASS where the online path runs TRITON): vLLM's own --moe-backend."""
     from forge.serving.recipes import load_recipe
 

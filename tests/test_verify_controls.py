@@ -16,7 +16,7 @@ from verify.metrics import counters_from_snapshot
 from verify.report import FAIL, NOT_CHECKED, PASS
 
 REPO = Path(__file__).resolve().parents[1]
-SWEEP = REPO / "tests" / "fixtures" / "gpu" / "v11-h200x2-2026-11-30" / "sweep-31b"
+SWEEP = REPO / "benchmarks" / "results" / "h200-0.25.0-bench-31b-sweep-k0-2" / "engines"
 
 
 def test_plugin_is_found_as_vllm_finds_general_plugins(tmp_path):

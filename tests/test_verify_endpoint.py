@@ -16,7 +16,7 @@ import pytest
 from verify import bench, mtp_smoke
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-GPU = Path(__file__).parent / "fixtures" / "gpu" / "smoke-patched-L6"
+GPU = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "h200-0.25.0-smoke-26b-a4b-v1-l6-patched"
 BEFORE = (GPU / "prometheus" / "greedy.before.prom").read_text()
 AFTER = (GPU / "prometheus" / "greedy.after.prom").read_text()
 GATE_PROMPTS = 8  # chat + code + prose in verify/prompts.yaml

@@ -1,5 +1,5 @@
 """verify/vllm_logs.py and the gate's log checks, on engine logs captured on an H200 with vLLM 0.25.0
-(tests/fixtures/gpu, see docs/gpu-evidence.md)."""
+(the raw files of the result records under benchmarks/results/)."""
 from pathlib import Path
 
 import pytest
@@ -9,13 +9,23 @@ from verify import checks
 from verify.report import FAIL, INFO, PASS
 from verify.vllm_logs import parse_engine_log, root_cause
 
-GPU = Path(__file__).parent / "fixtures" / "gpu"
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+# the records whose raw engine logs these tests read
+RECORD_OF = {"smoke-unpatched-L30": "h200-0.25.0-smoke-26b-a4b-v1-l30-unpatched",
+             "smoke-patched-L6": "h200-0.25.0-smoke-26b-a4b-v1-l6-patched",
+             "smoke-patched-L30-timeout": "h200-0.25.0-smoke-26b-a4b-v1-l30-patched-timeout",
+             "bench-L6": "h200-0.25.0-bench-26b-a4b-l6"}
 GEMMA4 = load_family("gemma4")
 SHAPE_ERROR = "a and b must have same reduction dim, but got [s47, 3840] X [5632, 1024]"
 
 
+def _raw(relative: str) -> Path:
+    folder, _, name = relative.partition("/")
+    return RESULTS / RECORD_OF[folder] / name
+
+
 def facts(relative: str):
-    return parse_engine_log((GPU / relative).read_text())
+    return parse_engine_log(_raw(relative).read_text())
 
 
 def test_unpatched_v1_engine_fails_with_the_47794_shape_error():
@@ -39,7 +49,7 @@ def test_unpatched_draft_keeps_its_own_embedding_and_the_gate_says_so():
 
 
 def test_smoke_output_of_the_unpatched_run_names_the_shape_error():
-    stdout = (GPU / "smoke-unpatched-L30" / "stdout.txt").read_text()
+    stdout = _raw("smoke-unpatched-L30/stdout.txt").read_text()
     assert SHAPE_ERROR in stdout and "exit 1" in stdout
 
 
@@ -99,7 +109,7 @@ def test_eager_engine_fails_the_cuda_graph_check():
 def test_a_servers_unresolved_mode_is_not_read_as_a_mode():
     # vLLM's API server logs its arguments ("'cudagraph_mode': None") before the engine resolves
     # them; the two-node run of 2026-11-30 15:20 reported "mode N" until the parser took the last
-    # resolved mode (tests/fixtures/gpu/s15-h200x2-2026-11-30/two-node/rank0.log).
+    # resolved mode (benchmarks/results/h200-0.25.0-serve-26b-a4b-two-node-burst/rank0.log).
     server = parse_engine_log("(APIServer pid=1) INFO non-default args: {'compilation_config': "
                               "{'cudagraph_mode': None, 'cudagraph_num_of_warmups': 0}}\n"
                               "(EngineCore pid=2) INFO [core.py:114] Initializing a V1 LLM engine "

@@ -15,7 +15,7 @@ from verify.metrics import (
 )
 from verify.report import FAIL, PASS
 
-SMOKE = Path(__file__).parent / "fixtures" / "gpu" / "smoke-patched-L6"
+SMOKE = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "h200-0.25.0-smoke-26b-a4b-v1-l6-patched"
 
 
 def window_from_prometheus() -> SpecCounters:

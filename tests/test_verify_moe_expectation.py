@@ -7,7 +7,7 @@ from verify import checks as gate
 from verify.mtp_smoke import tuned_config_expected
 from verify.vllm_logs import parse_engine_log
 
-FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
+FIXTURES = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 H200_FP8 = "E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
 H200_BF16 = "E=128,N=704,device_name=NVIDIA_H200.json"
 # A recipe that expects a file this project ships (the bf16 tune, shipped for 0.25-0.26).
@@ -15,7 +15,7 @@ FORGE_BF16 = Section({"name": H200_BF16, "expected": True, "provider": "forge"})
 
 
 def _patched_run_facts():
-    return parse_engine_log((FIXTURES / "smoke-patched-L6" / "engine.log").read_text())
+    return parse_engine_log((FIXTURES / "h200-0.25.0-smoke-26b-a4b-v1-l6-patched" / "engine.log").read_text())
 
 
 def test_engine_log_names_its_release():
@@ -25,7 +25,7 @@ def test_engine_log_names_its_release():
 def test_series_ships_the_h200_bf16_tune_for_025_and_026_only_and_no_fp8_tune():
     assert H200_BF16 in shipped_moe_configs("0.25.0") and H200_BF16 in shipped_moe_configs("0.26.0")
     assert H200_BF16 not in shipped_moe_configs("0.27.1")
-    # withdrawn: it lost end to end at the recipe's k=4 (patches/series.yaml, gpu-evidence §7)
+    # withdrawn: it lost end to end at the recipe's k=4 (patches/series.yaml, h200-0.25.0-bench-26b-a4b-l30-moe-config)
     assert not any(H200_FP8 in shipped_moe_configs(v) for v in ("0.25.0", "0.26.0", "0.27.1"))
 
 

@@ -145,12 +145,13 @@ def test_a_family_without_a_map_is_named(tmp_path):
 # The map on the H200's recorded profiles (vLLM 0.27.1, 26B-A4B shapes, online FP8, Inductor):
 # every kernel name both steps ran, as the GPU host's profiler recorded them.
 
-S18 = ROOT / "tests" / "fixtures" / "gpu" / "s18-h200-2026-12-01"
-S18_PROFILES = {"plain": S18 / "profile-plain" / "profile.json", "k4": S18 / "profile-k4" / "profile.json"}
+RESULTS = ROOT / "benchmarks" / "results"
+RECORDED_PROFILES = {"plain": RESULTS / "h200-0.27.1-profile-26b-a4b-l30-plain" / "profile.json",
+                "k4": RESULTS / "h200-0.27.1-profile-26b-a4b-l30-k4" / "profile.json"}
 
 
-def _s18_names(which: str) -> set[str]:
-    profiles = json.loads(S18_PROFILES[which].read_text())["profiles"]
+def _recorded_names(which: str) -> set[str]:
+    profiles = json.loads(RECORDED_PROFILES[which].read_text())["profiles"]
     return {r["name"] for reply in ("short", "long") for r in profiles[reply]["kernels"]}
 
 
@@ -160,33 +161,33 @@ def _is_fused_quantize(name: str) -> bool:
             and all(op in name for op in ("abs", "max", "reciprocal")))
 
 
-@pytest.mark.parametrize("which", list(S18_PROFILES))
+@pytest.mark.parametrize("which", list(RECORDED_PROFILES))
 def test_inductor_fused_quantize_kernels_are_activation_quant_not_fp8_gemm(gemma4, which):
-    fused = sorted(n for n in _s18_names(which) if _is_fused_quantize(n))
+    fused = sorted(n for n in _recorded_names(which) if _is_fused_quantize(n))
     assert fused, "the recorded profile holds no fused quantize kernel: the test tests nothing"
     # `cutlass_scaled_mm` is in their names (their output feeds it); the GEMM is not theirs.
     assert any("cutlass_scaled_mm" in n for n in fused)
     assert {n: gemma4.group_of(n) for n in fused} == {n: "activation_quant" for n in fused}
 
 
-@pytest.mark.parametrize("which", list(S18_PROFILES))
+@pytest.mark.parametrize("which", list(RECORDED_PROFILES))
 def test_fp8_gemm_holds_the_cutlass_device_kernels_only(gemma4, which):
-    names = _s18_names(which)
+    names = _recorded_names(which)
     fp8 = sorted(n for n in names if gemma4.group_of(n) == "fp8_gemm")
     assert fp8 and all(n.startswith("void cutlass::device_kernel<") for n in fp8), fp8
     # ... and every cutlass device kernel is there (FP8 GEMMs: the attention backend is Triton).
     assert {n for n in names if n.startswith("void cutlass::device_kernel<")} == set(fp8)
 
 
-@pytest.mark.parametrize("which", list(S18_PROFILES))
+@pytest.mark.parametrize("which", list(RECORDED_PROFILES))
 def test_split_k_reductions_go_with_their_bf16_gemms(gemma4, which):
-    split = [n for n in _s18_names(which) if "splitKreduce" in n]
+    split = [n for n in _recorded_names(which) if "splitKreduce" in n]
     assert split and {gemma4.group_of(n) for n in split} == {"bf16_gemm"}
 
 
-@pytest.mark.parametrize("which", list(S18_PROFILES))
+@pytest.mark.parametrize("which", list(RECORDED_PROFILES))
 def test_recorded_profiles_leave_only_a_tiny_gather_in_other(gemma4, which):
-    data = json.loads(S18_PROFILES[which].read_text())
+    data = json.loads(RECORDED_PROFILES[which].read_text())
     analysis = profile_report.analyse(data, gemma4)
     other = analysis["groups"]["other"]
     # The one kernel the map leaves to `other`: an ATen gather (the spec step's bookkeeping).
@@ -194,9 +195,9 @@ def test_recorded_profiles_leave_only_a_tiny_gather_in_other(gemma4, which):
     assert other["us_per_step"] < 0.01 * analysis["kernel_us_per_step"]
 
 
-@pytest.mark.parametrize("which", list(S18_PROFILES))
+@pytest.mark.parametrize("which", list(RECORDED_PROFILES))
 def test_recorded_group_sums_add_up_to_the_profiles_gpu_total(gemma4, which):
-    data = json.loads(S18_PROFILES[which].read_text())
+    data = json.loads(RECORDED_PROFILES[which].read_text())
     short, long = data["profiles"]["short"], data["profiles"]["long"]
     analysis = profile_report.analyse(data, gemma4)
     total = sum(g["us_total"] for g in analysis["groups"].values())
@@ -647,19 +648,20 @@ def load_recipe_family(recipe: str) -> str:
 
 
 def test_roofline_auto_is_the_floor_build_py_prints_for_what_the_profile_ran(monkeypatch):
-    """s18's committed plain profile and its committed roofline (`build.py roofline --context 356`,
-    tests/test_profile_results_s18.py): `--roofline auto` derives the same floor from the profile's
-    own record (26B-A4B, h200, 0.27.1, 30 layers, its prompt plus the mean reply)."""
+    """The recorded plain profile and the roofline printed beside it then (`build.py roofline
+    --context 356`, record h200-0.27.1-profile-26b-a4b-l30-plain): `--roofline auto` derives the
+    same floor from the profile's own record (26B-A4B, h200, 0.27.1, 30 layers, its prompt plus
+    the mean reply)."""
     monkeypatch.chdir(ROOT)
-    s18 = "tests/fixtures/gpu/s18-h200-2026-12-01"
-    recorded = json.loads(Path(f"{s18}/profile-plain/profile.json").read_text())
+    record = "benchmarks/results/h200-0.27.1-profile-26b-a4b-l30-plain"
+    recorded = json.loads(Path(f"{record}/profile.json").read_text())
     auto = profile.recorded_roofline(recorded, "profile.json")
-    committed = profile_report.read_roofline(f"{s18}/roofline-0.27.1.json")
+    committed = profile_report.read_roofline(f"{record}/roofline.json")
     assert {k: v for k, v in auto.items() if k != "source"} == \
         {k: v for k, v in committed.items() if k != "source"}
     assert auto["source"] == ("build.py roofline --recipe gemma-4-26b-a4b-it --target h200 --vllm 0.27.1 "
                               "--layers 30 --context 356")
-    args = profile.parse_args(["--report", f"{s18}/profile-plain/profile.json", "--roofline", "auto"])
+    args = profile.parse_args(["--report", f"{record}/profile.json", "--roofline", "auto"])
     text, entries = profile.report_text(args)
     assert entries[0][1]["floor"]["step_floor_us"] == pytest.approx(1e3 * committed["floor_ms"])
     assert "--roofline auto" in text and auto["source"] in text

@@ -112,7 +112,7 @@ print("main re-run")
 
 @pytest.mark.parametrize("script", ["bench.py", "engine_worker.py", "mtp_smoke.py", "profile.py"])
 def test_a_spawned_child_re_runs_a_verify_script_with_the_parents_sys_path(script):
-    """The H200 run of 2026-12-01 (tests/fixtures/gpu/s18-h200-2026-12-01/smoke-qwen-v1/
+    """The H200 run of 2026-12-01 (a Qwen3.6-35B-A3B smoke, vLLM 0.27.1, its
     engine.log): vLLM re-spawned verify/engine_worker.py, run as a file, and the child died with
     `ModuleNotFoundError: No module named '_repository_on_path'`."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -1,6 +1,6 @@
 """mtp_smoke --batch N: the gate prompts cycled to N requests sent at once, so a check (lossless
 above all) can run where a path depends on the number of sequences, e.g. the split-KV choice of
-the candidate triton-attn-group-kv-heads above 16 sequences (docs/gpu-evidence.md §11.5)."""
+the candidate triton-attn-group-kv-heads above 16 sequences (record h200-0.27.1-smoke-26b-a4b-v2-groupkv)."""
 import subprocess
 import sys
 from pathlib import Path

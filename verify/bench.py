@@ -543,8 +543,8 @@ def _wait(procs: dict, timeout: int, server: tuple[str, str] | None = None,
     """Wait for every worker; one that dies before it is ready is marked failed at the barrier,
     so the others do not wait for it. One still not ready start_timeout s in (0: no limit) is
     killed and marked failed too: an engine hung in its start holds the GPU lock shared and the
-    barrier open, so no window of any engine could run (the H200 run of 2026-12-01, §12.4 of
-    docs/gpu-evidence.md). A server beside them arrives when its health URL answers (or its
+    barrier open, so no window of any engine could run (the H200 run of 2026-12-01 that record
+    h200-0.27.1-bench-26b-a4b-l10-fp8-static holds). A server beside them arrives when its health URL answers (or its
     process is gone)."""
     started = time.monotonic()
     deadline = started + timeout

@@ -207,7 +207,7 @@ def decode_split(full: dict | None, zero: dict | None) -> dict | None:
     cost + a fixed cost a request, solved from its two controls: the agreeing model decodes the
     same reply in fewer steps than the random one, and a step costs the same at any acceptance
     (module docstring). None where the two do not differ in steps, or requests overlapped.
-    s20/s24 (docs/gpu-evidence.md §15.4): at 32k tokens the k=4 engine's decode holds a fixed
+    Records h200-0.27.1-bench-26b-a4b-l10-long-kv8 and h200-0.27.1-bench-26b-a4b-l10-long-attention: at 32k tokens the k=4 engine's decode holds a fixed
     ~110-140 ms a request (240 with a candidate) that TPOT x tokens/step spreads over a short
     reply's few steps; at short context the solve's fixed part stays within -39..+13 ms."""
     if not full or not zero or full.get("concurrency", 1) != 1 or zero.get("concurrency", 1) != 1:

@@ -13,7 +13,7 @@ import math
 import os
 import sys
 
-from forge.commands import images, patch_work, patches, serving, upgrade, watch
+from forge.commands import evidence, images, patch_work, patches, serving, upgrade, watch
 from forge.errors import ForgeError
 from forge.image_names import check_repository_argument
 from forge.untrusted import visible
@@ -341,6 +341,17 @@ def _add_readme_table(commands) -> None:
     p.set_defaults(handler=patches.cmd_readme_table)
 
 
+def _add_evidence(commands) -> None:
+    p = commands.add_parser("evidence", help="regenerate docs/evidence.md from the result records "
+                                             "(benchmarks/results/<id>/result.json)")
+    p.add_argument("--page", help="the page to write (default docs/evidence.md)")
+    p.add_argument("--results", help="the records' folder (default benchmarks/results)")
+    p.add_argument("--derive", action="append", metavar="ID",
+                   help="first set this record's figures from its raw report (repeatable)")
+    p.add_argument("--check", action="store_true", help="exit 1 if the page is stale; write nothing")
+    p.set_defaults(handler=evidence.cmd_evidence)
+
+
 def _add_new_patch(commands) -> None:
     p = commands.add_parser("new-patch", help="make a source patch: unpack a release into "
                                               "build/patch-work/ID, edit it, then --finish")
@@ -417,8 +428,8 @@ def _add_upgrade(commands) -> None:
 
 COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,
                     _add_roofline, _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
-                    _add_drift, _add_readme_table, _add_new_patch, _add_refresh_patch, _add_patch_headers,
-                    _add_release_matrix, _add_upgrade]
+                    _add_drift, _add_readme_table, _add_evidence, _add_new_patch, _add_refresh_patch,
+                    _add_patch_headers, _add_release_matrix, _add_upgrade]
 
 
 def program_name() -> str:

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from packaging.version import Version
 
@@ -169,6 +169,9 @@ RECIPE = {
     "moe_config": Field(MOE_CONFIG, required=False),
     "multi_node": Field(ListOf(LAYOUT), required=False, default=[]),
     # The acceptance gates are derived from these (acceptance_gates, recipes/README.md).
+    # Result records (benchmarks/results/<id>/) behind the recipe's choices, checked on load:
+    # each exists and measured this recipe (its target, k and quantization where it names them).
+    "evidence": Field(ListOf(str), required=False, default=[]),
     "thresholds": Field({
         "min_speedup": Field(float, check=_positive),
         # The cost of one speculative step over one plain step: the break-even mean
@@ -238,6 +241,7 @@ class Recipe:
     # family's drafter takes its backend from there (models/<family>.yaml drafter.attention_backend),
     # derived on load with the rest of the family's facts; None: the drafter runs the target's.
     drafter_attention_backend: str | None = None
+    evidence: tuple = ()               # result record ids (forge/evidence), checked on load
 
     @property
     def base_model(self) -> str:
@@ -515,7 +519,7 @@ def _model_file(data, source: str) -> dict:
     return values
 
 
-def fail_at(source: str, where: str, problem: str):
+def fail_at(source: str, where: str, problem: str) -> NoReturn:
     raise ForgeError(f"{source}: {where}: {problem}")
 
 
@@ -554,9 +558,40 @@ def _recipe(file: dict, target: str, path: Path) -> Recipe:
                     drafter=values["drafter"], vllm=values["vllm"], moe_config=moe,
                     checkpoint=checkpoint, multi_node=layouts,
                     reference=file["reference"], path=path, stated_vllm=values["stated_vllm"],
-                    drafter_attention_backend=values["drafter_attention_backend"], **sections)
+                    drafter_attention_backend=values["drafter_attention_backend"],
+                    evidence=tuple(values["evidence"]), **sections)
     check_extra_args_repeat_nothing(recipe, f"{source}: {where}")
+    own = (file["targets"][target] or {}).get("evidence")
+    check_evidence(recipe, source, "defaults.evidence" if own is None else f"{where}.evidence",
+                   same_target=own is not None, root=path.parent.parent)
     return recipe
+
+
+def check_evidence(recipe: Recipe, source: str, where: str, same_target: bool, root: Path) -> None:
+    """Each cited record exists and measured this recipe: its name, and where the record states
+    them its k and quantization (and its target, for a target's own list; `defaults.evidence`
+    holds for every target)."""
+    from forge.evidence.records import load_records
+
+    results = root / "benchmarks" / "results"
+    if not recipe.evidence or not results.is_dir():
+        return  # an image's or an install's data home ships recipes without the records
+    records = load_records(results)
+    k = recipe.speculative.num_speculative_tokens
+    expected = {"recipe": recipe.name, "target": recipe.target if same_target else None}
+    for i, record_id in enumerate(recipe.evidence):
+        record = records.get(record_id)
+        if record is None:
+            fail_at(source, f"{where}[{i}]", f"no result record {record_id!r} "
+                                             f"(benchmarks/results/<id>/result.json)")
+        stated = {"recipe": record.recipe, "target": record.target,
+                  "num_speculative_tokens": record.settings.get("num_speculative_tokens"),
+                  "quantization": record.settings.get("quantization")}
+        wanted = {**expected, "num_speculative_tokens": k, "quantization": recipe.serve.quantization}
+        for name, value in wanted.items():
+            if value is not None and stated[name] is not None and stated[name] != value:
+                fail_at(source, f"{where}[{i}]", f"record {record_id!r} measured {name} "
+                                                 f"{stated[name]!r}, the recipe has {value!r}")
 
 
 def _derive(values: dict, family: Family, model: Model, fail) -> None:
