@@ -44,7 +44,7 @@ if not __package__ and __name__ == "__main__":
 from forge.errors import ForgeError
 from forge.files import check_output_dir
 from forge.serving.recipes import pin_attention_backend
-from forge.serving.serve import installed_runner_env
+from forge.serving.serve import installed_runner_env, installed_runs_v2_only
 from verify import checks as gate
 from verify import controls
 from verify.dummy_models import check_shape_flag, encode_without_tokenizer, recipe_shape, write_dummy_models
@@ -284,8 +284,7 @@ def inprocess_checks(recipe, args, out: Path) -> tuple[list[Check], dict]:
     engine = result.get("engine", {})
     checks = [gate.check_engine_started(engine.get("started", False), facts, result.get("error"))]
     if engine.get("started"):
-        runner_v2 = env.get("VLLM_USE_V2_MODEL_RUNNER") == "1" or facts.v2_runner
-        checks += log_checks(facts, recipe, runner_v2, engine.get("cudagraph_mode"))
+        checks += log_checks(facts, recipe, engine_runs_v2(env, facts), engine.get("cudagraph_mode"))
     thresholds = recipe.thresholds
     for control in gated:
         verdict_ = gate.check_acceptance(window_counters(result, _greedy_window(control)),
@@ -352,6 +351,13 @@ def tuned_config_expected(moe, vllm_version: str | None) -> bool:
     from forge.patching.status import shipped_moe_configs
 
     return moe.name in shipped_moe_configs(vllm_version)
+
+
+def engine_runs_v2(env: dict, facts: EngineLogFacts, site_packages: str | None = None) -> bool:
+    """Whether the in-process engine ran the V2 runner: the switch set, the runner's own line in the
+    log (0.33.0 and earlier), or a vLLM that has no other runner (0.34.0 on: no switch, no line)."""
+    return (env.get("VLLM_USE_V2_MODEL_RUNNER") == "1" or facts.v2_runner
+            or installed_runs_v2_only(site_packages))
 
 
 def lossless_spec(recipe, args, out: Path, prompts: list, gated: list) -> dict:

@@ -324,6 +324,18 @@ def _runner_env(recipe: Recipe, release) -> tuple[dict[str, str], list[str]]:
     return env, [f"note: vLLM {release.version} has no {RUNNER_ENV} ({runner.upper()} only); not set"]
 
 
+def installed_runs_v2_only(site_packages: str | None = None) -> bool:
+    """Whether the vLLM installed here (or in `site_packages`) has the V2 runner alone (0.34.0 on):
+    its engines run V2 without the switch, and log no "Using V2 Model Runner" line to say so."""
+    from forge.patching.installed import find_vllm
+
+    try:
+        installed = find_vllm(site_packages)
+    except ForgeError:
+        return False
+    return vllm_args.runners_in(installed.site_dir) == {"v2"}
+
+
 def installed_runner_env(env: dict[str, str], runner: str, recipe: Recipe,
                          site_packages: str | None = None) -> dict[str, str]:
     """An engine's environment for the vLLM installed here (or in `site_packages`), as
