@@ -47,3 +47,21 @@ def test_the_h200_reports_before_and_after_the_fix_differ_in_that_check_alone():
     assert changed == {"draft shares target embedding"}
     assert before["draft shares target embedding"] == "FAIL" and after["draft shares target embedding"] == "PASS"
     assert json.loads((PASSED / "result.json").read_text())["verdict"] == "pass"
+
+
+def test_an_endpoints_log_is_judged_v2_where_the_install_here_is_the_servers_release(vllm_site, monkeypatch):
+    """--endpoint: the server is another process; verify, in the server's image, reads the
+    installed vLLM for it only when the server's log names that release (the 0.34.0 log here)."""
+    from verify.mtp_smoke import server_log_checks
+
+    recipe = load_recipe("gemma-4-26b-a4b-it", "h200")
+
+    def embedding_check(version: str):
+        with monkeypatch.context() as m:
+            m.syspath_prepend(str(vllm_site(version)))
+            checks = server_log_checks(recipe, str(FAILED / "engine.log"))
+        return next(c for c in checks if c.name == "draft shares target embedding")
+
+    assert embedding_check("0.34.0").status == "PASS"
+    # another release installed here says nothing about a 0.34.0 server: judged from its log alone
+    assert embedding_check("0.33.0").status == "FAIL"

@@ -396,7 +396,10 @@ def server_log_checks(recipe, server_log: str | None) -> list[Check]:
                 + [not_checked(name, "the server's log could not be read")
                    for name in log_check_names(recipe)])
     facts = parse_engine_log(text)
-    return log_checks(facts, recipe, facts.v2_runner, None)
+    # The server is another process: the vLLM installed here speaks for it only where the log
+    # names the same release (verify runs in the server's image).
+    v2_only = facts.vllm_version is not None and installed_runs_v2_only(release=facts.vllm_version)
+    return log_checks(facts, recipe, facts.v2_runner or v2_only, None)
 
 
 def read_counters(server: Endpoint, what: str) -> SpecCounters:
