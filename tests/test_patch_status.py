@@ -133,7 +133,9 @@ def test_moe_config_status_follows_what_the_release_bundles(tmp_path):
 def test_patch_set_hash_names_exactly_the_applied_patches(tmp_path):
     on_0_25, on_0_27 = release_status("0.25.0"), release_status("0.27.0")
     assert len(patch_set_hash(on_0_25)) == 12
-    assert patch_set_hash(on_0_25) == patch_set_hash(release_status("0.26.0"))
+    assert patch_set_hash(on_0_25) == patch_set_hash(release_status("0.25.1"))
+    # 0.26.0 adds gemma4-mtp-draft-kv-scales (>=0.26.0) to 0.25.x's set
+    assert patch_set_hash(on_0_25) != patch_set_hash(release_status("0.26.0"))
     assert patch_set_hash(on_0_25) != patch_set_hash(on_0_27)
     entry, diff = real_patch_entry(id=PATCH)
     other = load_series(write_series(tmp_path, [entry], {"source/p.diff": diff + b"\n"}))

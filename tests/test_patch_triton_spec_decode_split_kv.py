@@ -19,7 +19,7 @@ from forge.patching import diffs
 from forge.patching.readme_table import checked_releases
 from forge.patching.series import load_series
 from forge.upstream import releases
-from tests.fixtures_patches import applied_record, snapshot, statuses_on_checked_releases
+from tests.fixtures_patches import applied_record, snapshot, source_patches_applying, statuses_on_checked_releases
 from tests.test_candidate_patches import patches_row
 from tests.test_images_plan import copy_repo, plan, write_lock
 from tests.test_patch_series import run_build
@@ -110,10 +110,14 @@ def test_a_plain_apply_writes_it_and_a_revert_restores_every_byte(vllm_site):
     original = snapshot(site)
     applied = run_build("apply", "--site-packages", str(site), "--vllm", "0.27.1")
     assert applied.returncode == 0, applied.stderr
-    # 0.27.1 needs no other file patched (this site holds no transformers to pin): only this one.
+    # This site holds no transformers to pin: the source patches the series applies to 0.27.1
+    # (this one, and gemma4-mtp-draft-kv-scales in another file), no more.
+    expected = source_patches_applying("0.27.1")
+    assert PATCH in expected
     first = applied.stdout.splitlines()[0]
-    assert first.startswith("applied 1 patch(es) to vLLM 0.27.1") and first.endswith(f": {PATCH}")
-    assert applied_record(site)["applied"] == [PATCH]
+    assert first.startswith(f"applied {len(expected)} patch(es) to vLLM 0.27.1") and \
+        first.endswith(": " + ", ".join(expected))
+    assert applied_record(site)["applied"] == expected
     for rel in (BACKEND, LAUNCHER):
         assert (site / rel).read_bytes() != original[rel], rel
         compile((site / rel).read_bytes(), rel, "exec", dont_inherit=True)

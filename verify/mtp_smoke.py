@@ -45,7 +45,7 @@ from forge.errors import ForgeError, exit_on_interrupt
 from forge.files import check_output_dir, write_text_atomically
 from forge.json_text import dump_json
 from forge.serving.recipes import pin_attention_backend
-from forge.serving.serve import installed_runner_env
+from forge.serving.serve import installed_runner_env, installed_runs_v2_only
 from forge.untrusted import visible
 from verify import checks as gate
 from verify import controls
@@ -316,8 +316,7 @@ def inprocess_checks(recipe, args, out: Path) -> tuple[list[Check], dict]:
     engine = result.get("engine", {})
     checks = [gate.check_engine_started(engine.get("started", False), facts, result.get("error"))]
     if engine.get("started"):
-        runner_v2 = env.get("VLLM_USE_V2_MODEL_RUNNER") == "1" or facts.v2_runner
-        checks += log_checks(facts, recipe, runner_v2, engine.get("cudagraph_mode"))
+        checks += log_checks(facts, recipe, engine_runs_v2(env, facts), engine.get("cudagraph_mode"))
     thresholds = recipe.thresholds
     names = [_greedy_window(c) for c in gated] + ["recipe_sampling"]
     measured = windows_measured(result, names)
@@ -392,6 +391,13 @@ def tuned_config_expected(moe, vllm_version: str | None) -> bool:
     return moe.name in shipped_moe_configs(vllm_version)
 
 
+def engine_runs_v2(env: dict, facts: EngineLogFacts, site_packages: str | None = None) -> bool:
+    """Whether the in-process engine ran the V2 runner: the switch set, the runner's own line in the
+    log (0.33.0 and earlier), or a vLLM that has no other runner (0.34.0 on: no switch, no line)."""
+    return (env.get("VLLM_USE_V2_MODEL_RUNNER") == "1" or facts.v2_runner
+            or installed_runs_v2_only(site_packages))
+
+
 def lossless_spec(recipe, args, out: Path, prompts: list, gated: list) -> dict:
     """The same engine without the drafter, run beside the speculative one: greedy output must
     match token for token (on each control model under --dummy)."""
@@ -428,7 +434,10 @@ def server_log_checks(recipe, server_log: str | None) -> list[Check]:
                 + [not_checked(name, "the server's log could not be read")
                    for name in log_check_names(recipe)])
     facts = parse_engine_log(text)
-    return log_checks(facts, recipe, facts.v2_runner, None)
+    # The server is another process: the vLLM installed here speaks for it only where the log
+    # names the same release (verify runs in the server's image).
+    v2_only = facts.vllm_version is not None and installed_runs_v2_only(release=facts.vllm_version)
+    return log_checks(facts, recipe, facts.v2_runner or v2_only, None)
 
 
 def read_counters(server: Endpoint, what: str) -> SpecCounters:

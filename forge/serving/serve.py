@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import Version
+
 from forge.errors import ForgeError
 from forge.serving import vllm_args
 from forge.serving.recipes import (
@@ -328,6 +330,21 @@ def _runner_env(recipe: Recipe, release) -> tuple[dict[str, str], list[str]]:
     # refuses VLLM_USE_V2_MODEL_RUNNER=0 at start and warns that =1 is redundant).
     del env[RUNNER_ENV]
     return env, [f"note: vLLM {release.version} has no {RUNNER_ENV} ({runner.upper()} only); not set"]
+
+
+def installed_runs_v2_only(site_packages: str | None = None, release: str | None = None) -> bool:
+    """Whether the vLLM installed here (or in `site_packages`) has the V2 runner alone (0.34.0 on):
+    its engines run V2 without the switch, and log no "Using V2 Model Runner" line to say so.
+    `release`: the engine's own (a server's log names it): the install only speaks for that one."""
+    from forge.patching.installed import find_vllm
+
+    try:
+        installed = find_vllm(site_packages)
+    except ForgeError:
+        return False
+    if release is not None and installed.version != Version(release):
+        return False
+    return vllm_args.runners_in(installed.site_dir) == {"v2"}
 
 
 def installed_runner_env(env: dict[str, str], runner: str, recipe: Recipe,
