@@ -110,24 +110,29 @@ def recorded() -> dict:
 RECORDED_THROUGH = "0.33.0"
 
 
-@pytest.fixture(scope="module")
-def current(tmp_path_factory) -> dict:
+def capture_as_recorded(scratch: Path) -> dict:
+    """capture() with the series stopped at RECORDED_THROUGH (a copy in `scratch`), through JSON
+    as recorded: tuples become lists, keys strings."""
     from forge.patching.series import DEFAULT_SERIES, load_series
 
     live = Path(DEFAULT_SERIES).read_text()
-    series = tmp_path_factory.mktemp("series") / "series.yaml"
+    series = scratch / "series.yaml"
     series.write_text(live.replace(f"checked_through: {load_series().checked_through}\n",
                                    f"checked_through: {RECORDED_THROUGH}\n"))
     before = os.environ.get("VLLM_FORGE_SERIES")
     os.environ["VLLM_FORGE_SERIES"] = str(series)
     try:
-        # through JSON, as recorded: tuples become lists, keys strings
         return json.loads(json.dumps(capture()))
     finally:
         if before is None:
             del os.environ["VLLM_FORGE_SERIES"]
         else:
             os.environ["VLLM_FORGE_SERIES"] = before
+
+
+@pytest.fixture(scope="module")
+def current(tmp_path_factory) -> dict:
+    return capture_as_recorded(tmp_path_factory.mktemp("series"))
 
 
 def test_the_same_recipes_exist_on_the_same_targets(recorded, current):
@@ -161,3 +166,30 @@ def test_the_fixture_covers_the_layouts_and_releases(recorded):
     assert all(set(RELEASES) <= set(f["single_node"]) for f in recorded.values())
     with_layouts = [k for k, f in recorded.items() if f["multi_node"]]
     assert {"gemma-4-26b-a4b-it/gb10", "gemma-4-26b-a4b-it/h200"} <= set(with_layouts)
+
+
+def record_new() -> list[str]:
+    """Add to the record the (recipe, target) pairs it lacks, as the code serves them now (a new
+    target or recipe: docs/guides/); a recorded pair is never rewritten here."""
+    import tempfile
+
+    from forge.files import write_text_atomically
+
+    recorded = json.loads(FIXTURE.read_text())
+    with tempfile.TemporaryDirectory() as scratch:
+        current = capture_as_recorded(Path(scratch))
+    added = sorted(set(current) - set(recorded))
+    if added:
+        record = {**recorded, **{key: current[key] for key in added}}
+        write_text_atomically(FIXTURE, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return added
+
+
+if __name__ == "__main__":
+    # python3 -m tests.test_recipes_golden --record-new
+    import sys
+
+    if sys.argv[1:] != ["--record-new"]:
+        sys.exit("usage: python3 -m tests.test_recipes_golden --record-new")
+    ADDED = record_new()
+    print("\n".join(f"recorded {key}" for key in ADDED) or "every (recipe, target) is recorded")
