@@ -9,23 +9,26 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
               layer needs the hardware), models (models/<family>.yaml:
               shapes and facts of a model family), image_names (repository, moving and immutable
               tags: serving names the image it runs), verify_report (a verify report's checks and
-              their verdict: verify/ writes by it, publish reads by it)
+              their verdict: verify/ writes by it, publish reads by it), family_writer (a new
+              models/<family>.yaml: `new-family`)
   1 upstream  vLLM releases on PyPI (sdists, source trees), the PyPI JSON index, archives, cached
               per-package Python environments
   2 patching  the patch series: manifest (series), its vocabulary (Kind, Status), diffs, status
               per release or install, atomic apply, the installed vLLM, dependency constraints,
               MoE config file names, the status report and README table, the diffs' generated
               headers, and writing patches (work tree, diff writer, authoring, journal)
-  3 serving   recipes, the vLLM arguments of a release, `serve`, MoE kernel tuning
+  3 serving   recipes, the vLLM arguments of a release, `serve`, MoE kernel tuning, writing a
+              recipe (`new-recipe`) and recipes/README.md's thresholds table
   4 watch     the upstream watch: new releases, dependency drift (its probe), the watched deps
   4 images    lock, plan, build context, BuildKit build and bake, host checks (engine, emulation),
-              registry, retag, published index, the release matrix (watch and images do not
-              import each other)
+              registry, retag, published index, the release matrix, a new target's entry
+              (`new-target`) (watch and images do not import each other)
   5 commands  the argparse CLI behind build.py / `vllm-forge` and every command handler (`cmd_*`):
               each turns arguments into values, calls the packages below and prints; patches
               (patches, apply, readme-table), patch_work (new-patch, refresh-patch,
               patch-headers), images (build, lock, bake, release-matrix, publish,
-              published), serving (serve, tune-moe), watch (drift, upstream-watch). The packages
+              published), serving (serve, tune-moe), watch (drift, upstream-watch), data_writers
+              (new-target, new-recipe, new-family, recipes-table). The packages
               below compute and raise; none defines a `cmd_*`.
 
 Above forge, outside the package, the code that uses it (the same test walks it: it imports

@@ -23,7 +23,7 @@ from forge.schema import parse_yaml
 def _name_problem(name: str) -> str | None:
     if re.fullmatch(r"[a-z][a-z0-9_]*", name):
         return None
-    return f"a family name is lowercase letters, digits and '_', e.g. qwen3_5_moe (got {name!r})"
+    return f"a family name is lowercase letters, digits and '_' (got {name!r})"
 
 
 def _model_key(model_id: str) -> str:

@@ -97,8 +97,8 @@ def _add_new_target(commands) -> None:
     p.add_argument("--bandwidth-source", help="the public page the bandwidth figures come from")
     p.add_argument("--base-image", default=new_target.DEFAULT_BASE_IMAGE,
                    help="upstream base image tag, {version} the release (default %(default)s)")
-    p.add_argument("--releases", default=">=0.21.0",
-                   help="PEP 440 range of releases that base serves (default %(default)s)")
+    p.add_argument("--releases", help="PEP 440 range of releases that base serves (default: "
+                                      "from the series' checked_from)")
     p.set_defaults(handler=cmd_new_target)
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.schema import SchemaError, load_yaml, validate
-from forge.targets import TARGET_SCHEMA, load_targets, target_name_problem, targets_file
+from forge.serving.recipes import series_coverage
+from forge.targets import BASE_SCHEMA, TARGET_SCHEMA, load_targets, target_name_problem, targets_file
 
 # Upstream's unsuffixed release tag is the CUDA 13 build from vLLM 0.20.0 on (images/targets.yaml).
 DEFAULT_BASE_IMAGE = "vllm/vllm-openai:v{version}"
@@ -32,7 +33,7 @@ class NewTarget:
     bandwidths_gb_s: tuple[float, ...] = ()     # one per card of device_names, in their order
     bandwidth_source: str | None = None
     base_image: str = DEFAULT_BASE_IMAGE
-    releases: str = ">=0.21.0"
+    releases: str | None = None                 # default: from the series' checked_from
 
 
 # The flag each field of the entry comes from: a bad value is refused naming the flag.
@@ -41,6 +42,8 @@ FLAGS = {"description": "--description", "platform": "--platform", "cuda": "--cu
          "moe_device_name": "--moe-device-name", "gpu_memory_gib": "--gpu-memory-gib",
          "memory_bandwidth_gb_s": "--bandwidth-gb-s", "memory_bandwidth_source": "--bandwidth-source",
          "bases": "--base-image"}
+# The base rule's fields and their flags.
+BASE_FLAGS = {"releases": "--releases", "image": "--base-image"}
 
 
 def moe_device_name_of(card: str) -> str:
@@ -68,21 +71,24 @@ def entry_of(new: NewTarget) -> dict:
         "memory_bandwidth_gb_s": dict(zip(new.device_names, new.bandwidths_gb_s)),
         "memory_bandwidth_source": new.bandwidth_source,
         "env": {"VLLM_FORGE_TARGET": new.name},
-        "bases": [{"releases": new.releases, "image": new.base_image}],
+        "bases": [{"releases": new.releases or f">={series_coverage()[0]}", "image": new.base_image}],
     }
     entry = {key: value for key, value in entry.items() if value not in ({}, None)}
     for key, value in entry.items():
-        if key in FLAGS:
-            _check_field(key, value)
+        if key == "bases":
+            for field, flag in BASE_FLAGS.items():
+                _check_field(field, value[0][field], BASE_SCHEMA, flag)
+        elif key in FLAGS:
+            _check_field(key, value, TARGET_SCHEMA, FLAGS[key])
     return entry
 
 
-def _check_field(key: str, value) -> None:
+def _check_field(key: str, value, schema: dict, flag: str) -> None:
     try:
-        validate({key: value}, {key: TARGET_SCHEMA[key]}, "flags")
+        validate({key: value}, {key: schema[key]}, "flags")
     except SchemaError as exc:
         problem = str(exc).split(": ", 2)[-1]
-        raise ForgeError(f"{FLAGS[key]}: {problem}") from None
+        raise ForgeError(f"{flag}: {problem}") from None
 
 
 def render_entry(name: str, entry: dict) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
+from forge.models import model_for_id
 from forge.schema import load_yaml, parse_yaml
 from forge.serving import recipes
 
@@ -64,7 +65,7 @@ def new_file_text(defaults: NewDefaults, targets: list[str], moe_provider: str |
         serve = {"quantization": defaults.quantization, **serve}
     lines = [
         f"# {defaults.model}: its recipes, the fields as recipes/README.md states them. The",
-        "# sources say `assumed` until a GPU run measures them (verify/mtp_smoke.py, verify/bench.py).",
+        "# sources say `assumption` until a GPU run measures them (verify/mtp_smoke.py, verify/bench.py).",
         f"model: {json.dumps(defaults.model)}",
         "defaults:",
         f"  serve: {_flow(serve)}",
@@ -103,6 +104,10 @@ def add_recipe(name: str, targets: list[str], defaults: NewDefaults | None = Non
     if defaults is None:
         raise ForgeError(f"new-recipe NAME: {recipes.display_path(path)} does not exist; give "
                          f"--model HF_ID to start it")
+    try:
+        model_for_id(defaults.model)
+    except ForgeError as exc:
+        raise ForgeError(f"--model: {str(exc).split(': ', 1)[-1]}") from None
     return write_text_atomically(path, new_file_text(defaults, targets, moe_provider),
                                  lambda candidate: _check_loads(candidate, path, targets))
 
