@@ -40,8 +40,7 @@ class NewTarget:
 FLAGS = {"description": "--description", "platform": "--platform", "cuda": "--cuda",
          "cuda_arch": "--cuda-arch", "device_names": "--device-name",
          "moe_device_name": "--moe-device-name", "gpu_memory_gib": "--gpu-memory-gib",
-         "memory_bandwidth_gb_s": "--bandwidth-gb-s", "memory_bandwidth_source": "--bandwidth-source",
-         "bases": "--base-image"}
+         "memory_bandwidth_gb_s": "--bandwidth-gb-s", "memory_bandwidth_source": "--bandwidth-source"}
 # The base rule's fields and their flags.
 BASE_FLAGS = {"releases": "--releases", "image": "--base-image"}
 
@@ -63,7 +62,10 @@ def entry_of(new: NewTarget) -> dict:
     if bool(new.bandwidths_gb_s) != bool(new.bandwidth_source):
         raise ForgeError("--bandwidth-source: give it with --bandwidth-gb-s (the public page the "
                          "figures come from), and neither without the other")
-    entry = {
+    base = {"releases": new.releases or f">={series_coverage()[0]}", "image": new.base_image}
+    for field, flag in BASE_FLAGS.items():
+        _check_field(field, base[field], BASE_SCHEMA, flag)
+    entry: dict = {
         "description": new.description, "platform": new.platform, "cuda": new.cuda,
         "cuda_arch": new.cuda_arch, "device_names": list(new.device_names),
         "moe_device_name": new.moe_device_name or moe_device_name_of(new.device_names[0]),
@@ -71,14 +73,11 @@ def entry_of(new: NewTarget) -> dict:
         "memory_bandwidth_gb_s": dict(zip(new.device_names, new.bandwidths_gb_s)),
         "memory_bandwidth_source": new.bandwidth_source,
         "env": {"VLLM_FORGE_TARGET": new.name},
-        "bases": [{"releases": new.releases or f">={series_coverage()[0]}", "image": new.base_image}],
+        "bases": [base],
     }
     entry = {key: value for key, value in entry.items() if value not in ({}, None)}
     for key, value in entry.items():
-        if key == "bases":
-            for field, flag in BASE_FLAGS.items():
-                _check_field(field, value[0][field], BASE_SCHEMA, flag)
-        elif key in FLAGS:
+        if key in FLAGS:
             _check_field(key, value, TARGET_SCHEMA, FLAGS[key])
     return entry
 

@@ -56,7 +56,8 @@ def target_override(target: str, moe_provider: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def new_file_text(defaults: NewDefaults, targets: list[str], moe_provider: str | None) -> str:
+def new_file_text(defaults: NewDefaults, targets: list[str], moe_provider: str | None,
+                  has_experts: bool) -> str:
     serve = {"max_model_len": defaults.max_model_len,
              "gpu_memory_utilization": defaults.gpu_memory_utilization,
              "max_num_seqs": defaults.max_num_seqs, "model_runner": defaults.model_runner,
@@ -71,8 +72,10 @@ def new_file_text(defaults: NewDefaults, targets: list[str], moe_provider: str |
         f"  serve: {_flow(serve)}",
         f"  speculative: {_flow({'num_speculative_tokens': defaults.num_speculative_tokens})}",
         f"  thresholds: {_flow({'min_speedup': defaults.min_speedup, 'step_cost_ratio': defaults.step_cost_ratio})}",
-        "targets:",
     ]
+    if has_experts:     # whether vLLM reads a tuned config is stated; none is, until shown
+        lines.append("  moe_config: {expected: false}")
+    lines.append("targets:")
     return "\n".join(lines) + "\n" + "".join(target_override(t, moe_provider) for t in targets)
 
 
@@ -105,10 +108,11 @@ def add_recipe(name: str, targets: list[str], defaults: NewDefaults | None = Non
         raise ForgeError(f"new-recipe NAME: {recipes.display_path(path)} does not exist; give "
                          f"--model HF_ID to start it")
     try:
-        model_for_id(defaults.model)
+        _, model = model_for_id(defaults.model)
     except ForgeError as exc:
         raise ForgeError(f"--model: {str(exc).split(': ', 1)[-1]}") from None
-    return write_text_atomically(path, new_file_text(defaults, targets, moe_provider),
+    text = new_file_text(defaults, targets, moe_provider, model.moe is not None)
+    return write_text_atomically(path, text,
                                  lambda candidate: _check_loads(candidate, path, targets))
 
 
