@@ -62,7 +62,8 @@ def test_recipe_is_consistent(recipe):
     assert recipe.speculative.method == "mtp"
     # The releases the tests check are all admitted.
     assert all(recipe.admits(v) for v in ("0.25.0", "0.27.1", "0.33.0"))
-    assert not recipe.admits("0.24.0")
+    if recipe.name in MODELS:       # the shipped recipes start at 0.25.0 (a new one: where it says)
+        assert not recipe.admits("0.24.0")
     if recipe.target == "a100":
         assert not recipe.serve.kv_cache_dtype.startswith("fp8")
     # Every reference figure says where it comes from.

@@ -13,7 +13,9 @@ speculative config (models/qwen3_5_moe.yaml drafter.attention_backend, docs/gpu-
 §10.3: on vLLM 0.27.1 the MTP drafter ignored --attention-backend), and again when the H200
 bench moved them to the V2 runner with the step cost it measured and the MoE backend it saw
 (docs/gpu-evidence.md §11.4). The recipes may be reorganised freely; what they serve may not
-change without this file changing with it, on purpose, in the same commit.
+change without this file changing with it, on purpose, in the same commit. A new (recipe,
+target) pair is recorded by `python3 -m tests.test_recipes_golden --record-new` (docs/guides/),
+which never rewrites a recorded pair.
 """
 import json
 import os
