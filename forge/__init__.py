@@ -11,7 +11,8 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
               layer needs the hardware), models (models/<family>.yaml:
               shapes and facts of a model family), image_names (repository, moving and immutable
               tags: serving names the image it runs), verify_report (a verify report's checks and
-              their verdict: verify/ writes by it, publish reads by it)
+              their verdict: verify/ writes by it, publish reads by it), family_writer (a new
+              models/<family>.yaml: `new-family`)
   1 upstream  vLLM releases on PyPI (sdists, source trees), the PyPI JSON index, archives, cached
               per-package Python environments
   1 evidence  the result records (benchmarks/results/<id>/result.json: schema, loader) and the
@@ -20,11 +21,12 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
               per release or install, atomic apply, the installed vLLM, dependency constraints,
               MoE config file names, the status report and README table, the diffs' generated
               headers, and writing patches (work tree, diff writer, authoring, journal)
-  3 serving   recipes, the vLLM arguments of a release, `serve`, MoE kernel tuning
+  3 serving   recipes, the vLLM arguments of a release, `serve`, MoE kernel tuning, writing a
+              recipe (`new-recipe`) and recipes/README.md's thresholds table
   4 watch     the upstream watch: new releases, dependency drift (its probe), the watched deps
   4 images    lock, plan, build context, BuildKit build and bake, host checks (engine, emulation),
-              registry, retag, published index, the release matrix (watch and images do not
-              import each other)
+              registry, retag, published index, the release matrix, a new target's entry
+              (`new-target`) (watch and images do not import each other)
   5 upgrade   two releases compared for a target (`build.py upgrade`): patch statuses, declared
               requirements, serve checks, defaults and kernel builds read from the sources, the
               image plans and the commands that follow
@@ -33,7 +35,8 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
               (patches, apply, readme-table), evidence (evidence), patch_work (new-patch, refresh-patch,
               patch-headers), images (build, lock, bake, release-matrix, publish,
               published), serving (serve, tune-moe), watch (drift, upstream-watch), upgrade
-              (upgrade). The packages below compute and raise; none defines a `cmd_*`.
+              (upgrade), data_writers (new-target, new-recipe, new-family, recipes-table). The
+              packages below compute and raise; none defines a `cmd_*`.
 
 Above forge, outside the package, the code that uses it (the same test walks it: it imports
 forge, nothing in forge imports it, and it has no cycle either):

@@ -203,9 +203,8 @@ def _read_targets(path: Path) -> dict[str, Target]:
         raise ForgeError(f"{source}: targets: must name at least one target")
     targets = {}
     for name, body in data["targets"].items():
-        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", str(name)):
-            raise ForgeError(f"{source}: targets.{name}: target names are lowercase letters, "
-                             f"digits and '-'")
+        if target_name_problem(str(name)):
+            raise ForgeError(f"{source}: targets.{name}: {target_name_problem(str(name))}")
         item = validate(body, TARGET_SCHEMA, source, f"targets.{name}")
         _check_bandwidths(item, source, name)
         rules = [BaseRule(SpecifierSet(b["releases"]), b["image"]) for b in item.pop("bases")]
@@ -213,6 +212,13 @@ def _read_targets(path: Path) -> dict[str, Target]:
         item["env"] = {**data["env"], **item["env"]}
         targets[name] = Target(name=name, bases=rules, source=source, **item)
     return targets
+
+
+def target_name_problem(name: str) -> str | None:
+    """A target's name is part of image tags and file names."""
+    if re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
+        return None
+    return "target names are lowercase letters, digits and '-'"
 
 
 def _check_bandwidths(item: dict, source: str, name: str) -> None:

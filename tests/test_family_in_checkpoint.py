@@ -13,7 +13,7 @@ import yaml
 from packaging.version import Version
 
 from forge.errors import ForgeError
-from forge.models import load_family
+from forge.models import family_names, load_family
 from forge.serving.recipes import RECIPES_DIR, load_recipe, pin_attention_backend
 from forge.upstream.pyenvs import package_env
 from forge.upstream.releases import release_tree
@@ -250,9 +250,13 @@ def test_the_dummy_engine_takes_the_checkpoints_own_mtp_and_the_familys_controls
 def test_the_controls_zero_each_familys_norms_its_own_way():
     assert controls.control_norms("qwen3_5_moe") == (["model.norm"], -1.0)
     assert controls.control_norms("gemma4") == (["model.norm"], 0.0)
-    with pytest.raises(ForgeError, match=r"VLLM_FORGE_CONTROL_FAMILY unset and the families zero their "
-                                         r"norms differently \(gemma4: 0.0, qwen3_5_moe: -1.0\)"):
+    # every family, each with its weight (a family added since is listed too)
+    weights = ", ".join(f"{name}: {load_family(name).control_norm_zero_weight}" for name in family_names())
+    with pytest.raises(ForgeError) as failure:
         controls.control_norms(None)
+    assert (f"VLLM_FORGE_CONTROL_FAMILY unset and the families zero their norms differently "
+            f"({weights})") in str(failure.value)
+    assert "gemma4: 0.0" in weights and "qwen3_5_moe: -1.0" in weights
     env = controls.engine_env("/plugin", REPO, family="qwen3_5_moe")
     assert env[controls.ENV_FAMILY] == "qwen3_5_moe"
     assert controls.ENV_FAMILY not in controls.engine_env("/plugin", REPO)

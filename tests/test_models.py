@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from forge.errors import ForgeError
-from forge.models import MODELS_DIR, first_dummy, load_family, model_for_id, moe_models
+from forge.models import MODELS_DIR, family_names, first_dummy, load_family, model_for_id, moe_models
 from forge.serving.recipes import RECIPES_DIR, load_all, load_recipe
 from tests.family_copies import edited_family
 from verify import checks
@@ -27,7 +27,8 @@ def test_the_gemma4_family_states_what_the_code_used_to_hard_wire():
     assert GEMMA4.control_norms == ["model.norm"]
     assert GEMMA4.config_types == {"target": "gemma4_text", "text": None, "assistant": "gemma4_assistant"}
     assert GEMMA4.drafter_id("google/gemma-4-31B-it") == "google/gemma-4-31B-it-assistant"
-    assert [m.label for _, m in moe_models()] == ["Gemma-4-26B-A4B", "Qwen3.6-35B-A3B"]
+    assert ["Gemma-4-26B-A4B", "Qwen3.6-35B-A3B"] == [m.label for f, m in moe_models()
+                                                       if f.name in ("gemma4", "qwen3_5_moe")]
 
 
 def test_ranged_facts_are_read_per_release():
@@ -44,8 +45,10 @@ def test_ranged_facts_are_read_per_release():
 def test_every_recipe_finds_its_model_in_a_family():
     for recipe in load_all():
         family, model = recipe.family_model
-        assert family.name == ("qwen3_5_moe" if recipe.name.startswith("qwen") else "gemma4")
         assert recipe.base_model in model.ids
+        # exactly one family lists the model (model_for_id takes the first)
+        assert [f for f in family_names() if any(recipe.base_model in m.ids
+                                                 for m in load_family(f).models.values())] == [family.name]
         # only a model with experts may name a MoE config (the A100's Marlin path names none)
         assert recipe.moe_config is None or model.moe is not None, recipe.path
         assert recipe.moe_shape == model.moe
@@ -138,12 +141,19 @@ def test_a_recipe_without_sampling_takes_the_familys(tmp_path):
     assert (recipe.sampling.temperature, recipe.sampling.top_p, recipe.sampling.top_k) == (1.0, 0.95, 64)
 
 
-def test_the_recipes_and_models_hold_at_most_450_data_lines():
-    """Issue 18's bound on the data (664 lines for Gemma alone before the family became data):
-    what is stated once stays small. Comments and blank lines are not data."""
+def test_the_recipes_and_models_stay_within_their_line_budgets():
+    """Issue 18's bound on the data (664 lines for Gemma alone before the family became data; 450
+    for the 2 families and 17 recipe targets of that day): what is stated once stays small, per
+    file, so a new target or family brings its own budget. Comments and blank lines are not data."""
     root = Path(__file__).resolve().parent.parent
     files = sorted([*root.glob("recipes/*.yaml"), *root.glob("models/*.yaml")])
     assert any(f.parent.name == "models" for f in files) and len(files) >= 8
-    data = [line for f in files for line in f.read_text().splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
-    assert len(data) <= 450, f"{len(data)} data lines in recipes/ and models/"
+    for f in files:
+        data = [line for line in f.read_text().splitlines()
+                if line.strip() and not line.lstrip().startswith("#")]
+        if f.parent.name == "models":
+            budget = 120
+        else:
+            targets = (yaml.safe_load(f.read_text()) or {}).get("targets") or {}
+            budget = 25 + 10 * len(targets)
+        assert len(data) <= budget, f"{f.relative_to(root)}: {len(data)} data lines (budget {budget})"

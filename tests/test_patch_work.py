@@ -92,7 +92,12 @@ def test_new_patch_on_a_real_release_gives_a_diff_that_applies(tmp_path):
     site = make_site_packages("0.25.0", tmp_path / "site")
     applied = forge(repo, "apply", "--site-packages", str(site))
     assert applied.returncode == 0, applied.stderr
-    assert (site / METRICS).read_bytes() == edited
+    installed = (site / METRICS).read_bytes()
+    assert NEW_LINE.encode() in installed and OLD_LINE.encode() not in installed
+    others = [p.id for p in load_series(repo / "patches" / "series.yaml", check_index=False).patches
+              if METRICS in (p.touches or []) and p.id != "spec-metrics-mark"]
+    if not others:          # a patch added since may change the same file elsewhere
+        assert installed == edited
     assert forge(repo, "patch-headers", "--check").returncode == 0
 
 

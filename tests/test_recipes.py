@@ -23,6 +23,7 @@ from forge.serving.recipes import (
 from forge.targets import load_targets
 
 REPO = Path(__file__).resolve().parents[1]
+# The shipped recipes and the ids they serve (a new recipe file joins them: tests/test_guides.py).
 MODELS = {"gemma-4-26b-a4b-it": "google/gemma-4-26B-A4B-it",
           "gemma-4-31b-it": "google/gemma-4-31B-it",
           "gemma-4-e4b-it": "google/gemma-4-E4B-it",
@@ -40,14 +41,15 @@ def test_every_model_has_a_recipe_on_every_target_that_lists_it():
     found = {(r.name, r.target) for r in load_all()}
     expected = {(name, t.name) for t in targets.values() for name in t.recipes}
     assert expected == found
-    assert {name for name, _ in found} == set(MODELS)
+    assert {name for name, _ in found} >= set(MODELS)
 
 
 @pytest.mark.parametrize("recipe", load_all(), ids=lambda r: f"{r.name}/{r.target}")
 def test_recipe_is_consistent(recipe):
     targets = load_targets()
     assert recipe.target in targets and recipe.name in targets[recipe.target].recipes
-    assert recipe.model == MODELS[recipe.name]
+    assert recipe.model == MODELS.get(recipe.name, recipe.model)
+    assert recipe.path.stem == recipe.name
     # the drafter is the base model's own (BF16 beside an NVFP4 checkpoint too), or none where the
     # family's drafter is inside the checkpoint (models/<family>.yaml, drafter.loading)
     family = recipe.family_model[0]
@@ -58,7 +60,8 @@ def test_recipe_is_consistent(recipe):
     assert recipe.speculative.method == "mtp"
     # The releases the tests check are all admitted.
     assert all(recipe.admits(v) for v in ("0.25.0", "0.27.1", "0.33.0"))
-    assert not recipe.admits("0.24.0")
+    if recipe.name in MODELS:       # the shipped recipes start at 0.25.0 (a new one: where it says)
+        assert not recipe.admits("0.24.0")
     if recipe.target == "a100":
         assert not recipe.serve.kv_cache_dtype.startswith("fp8")
     # Every reference figure says where it comes from.
@@ -79,7 +82,8 @@ def test_thresholds_are_derived_from_the_step_cost(recipe):
     assert t.min_acceptance_rate < 0.87
     assert t.min_acceptance_rate > 0.39
     assert t.min_speedup >= 1.0
-    assert CITED.search(t.step_cost_source)
+    # a measured or derived ratio cites where from; an assumption says so, citing nothing
+    assert CITED.search(t.step_cost_source) or t.step_cost_source.startswith("assumption")
     # each ratio says first whether it was measured, derived, or is an assumption
     assert t.step_cost_source.startswith(("measured", "derived", "assumption", "not measured"))
 
@@ -249,7 +253,7 @@ MALFORMED = [
      "targets.h200.thresholds.min_speedup: min_speedup x step_cost_ratio = 5.43 exceeds "
      "1 + num_speculative_tokens = 5: unreachable"),
     ("unknown target", lambda d: d["targets"].update(h300={}),
-     "targets.h300: unknown target (targets: a100, gb10, h100, h200)"),
+     f"targets.h300: unknown target (targets: {', '.join(sorted(load_targets()))})"),
     ("model no family lists", lambda d: d.update(model="org/gemma-lookalike"),
      "model: " + str(REPO / "models") + ": no model family lists 'org/gemma-lookalike' in a model's ids"),
     ("reference without source", lambda d: d["reference"][0].pop("source"),
@@ -305,6 +309,9 @@ def test_unknown_recipe_and_target_through_build_py():
 
 
 def test_readme_threshold_table_matches_the_recipe_files():
+    check = subprocess.run([sys.executable, "build.py", "recipes-table", "--check"], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
     text = (REPO / "recipes" / "README.md").read_text()
     for r in load_all():
         t = r.thresholds

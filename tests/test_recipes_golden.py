@@ -13,7 +13,9 @@ speculative config (models/qwen3_5_moe.yaml drafter.attention_backend, record
 h200-0.27.1-smoke-35b-a3b-v1-flash-attn: on vLLM 0.27.1 the MTP drafter ignored --attention-backend), and again when the H200
 bench moved them to the V2 runner with the step cost it measured and the MoE backend it saw
 (record h200-0.27.1-bench-35b-a3b-v2). The recipes may be reorganised freely; what they serve may not
-change without this file changing with it, on purpose, in the same commit.
+change without this file changing with it, on purpose, in the same commit. A new (recipe,
+target) pair is recorded by `python3 -m tests.test_recipes_golden --record-new` (docs/guides/),
+which never rewrites a recorded pair.
 """
 import json
 import os
@@ -110,24 +112,29 @@ def recorded() -> dict:
 RECORDED_THROUGH = "0.33.0"
 
 
-@pytest.fixture(scope="module")
-def current(tmp_path_factory) -> dict:
+def capture_as_recorded(scratch: Path) -> dict:
+    """capture() with the series stopped at RECORDED_THROUGH (a copy in `scratch`), through JSON
+    as recorded: tuples become lists, keys strings."""
     from forge.patching.series import DEFAULT_SERIES, load_series
 
     live = Path(DEFAULT_SERIES).read_text()
-    series = tmp_path_factory.mktemp("series") / "series.yaml"
+    series = scratch / "series.yaml"
     series.write_text(live.replace(f"checked_through: {load_series().checked_through}\n",
                                    f"checked_through: {RECORDED_THROUGH}\n"))
     before = os.environ.get("VLLM_FORGE_SERIES")
     os.environ["VLLM_FORGE_SERIES"] = str(series)
     try:
-        # through JSON, as recorded: tuples become lists, keys strings
         return json.loads(json.dumps(capture()))
     finally:
         if before is None:
             del os.environ["VLLM_FORGE_SERIES"]
         else:
             os.environ["VLLM_FORGE_SERIES"] = before
+
+
+@pytest.fixture(scope="module")
+def current(tmp_path_factory) -> dict:
+    return capture_as_recorded(tmp_path_factory.mktemp("series"))
 
 
 def test_the_same_recipes_exist_on_the_same_targets(recorded, current):
@@ -161,3 +168,30 @@ def test_the_fixture_covers_the_layouts_and_releases(recorded):
     assert all(set(RELEASES) <= set(f["single_node"]) for f in recorded.values())
     with_layouts = [k for k, f in recorded.items() if f["multi_node"]]
     assert {"gemma-4-26b-a4b-it/gb10", "gemma-4-26b-a4b-it/h200"} <= set(with_layouts)
+
+
+def record_new() -> list[str]:
+    """Add to the record the (recipe, target) pairs it lacks, as the code serves them now (a new
+    target or recipe: docs/guides/); a recorded pair is never rewritten here."""
+    import tempfile
+
+    from forge.files import write_text_atomically
+
+    recorded = json.loads(FIXTURE.read_text())
+    with tempfile.TemporaryDirectory() as scratch:
+        current = capture_as_recorded(Path(scratch))
+    added = sorted(set(current) - set(recorded))
+    if added:
+        record = {**recorded, **{key: current[key] for key in added}}
+        write_text_atomically(FIXTURE, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return added
+
+
+if __name__ == "__main__":
+    # python3 -m tests.test_recipes_golden --record-new
+    import sys
+
+    if sys.argv[1:] != ["--record-new"]:
+        sys.exit("usage: python3 -m tests.test_recipes_golden --record-new")
+    ADDED = record_new()
+    print("\n".join(f"recorded {key}" for key in ADDED) or "every (recipe, target) is recorded")

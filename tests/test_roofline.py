@@ -265,7 +265,7 @@ def test_every_recipe_and_target_has_a_roofline():
             assert spec["mean_length"] == recipe.speculative.num_speculative_tokens + 1
             assert spec["ceiling_tok_s"] == pytest.approx(
                 1e3 / report["floor_ms"] * spec["mean_length"] / recipe.thresholds.step_cost_ratio, abs=0.06)
-    assert families == {"gemma4", "qwen3_5_moe"}
+    assert families >= {"gemma4", "qwen3_5_moe"}      # and any family added since
 
 
 def test_a_family_without_a_weight_layout_is_refused_in_one_line(tmp_path):

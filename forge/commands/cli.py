@@ -13,7 +13,7 @@ import math
 import os
 import sys
 
-from forge.commands import evidence, images, patch_work, patches, serving, upgrade, watch
+from forge.commands import data_writers, evidence, images, patch_work, patches, serving, upgrade, watch
 from forge.errors import ForgeError
 from forge.image_names import check_repository_argument
 from forge.untrusted import visible
@@ -429,7 +429,7 @@ def _add_upgrade(commands) -> None:
 COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,
                     _add_roofline, _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
                     _add_drift, _add_readme_table, _add_evidence, _add_new_patch, _add_refresh_patch,
-                    _add_patch_headers, _add_release_matrix, _add_upgrade]
+                    _add_patch_headers, _add_release_matrix, _add_upgrade, data_writers.add_parsers]
 
 
 def program_name() -> str:

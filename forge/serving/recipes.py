@@ -523,6 +523,16 @@ def fail_at(source: str, where: str, problem: str) -> NoReturn:
     raise ForgeError(f"{source}: {where}: {problem}")
 
 
+def load_model_file(data, source: str) -> dict:
+    """A model file's data (recipes/<model>.yaml as parsed) validated as load_recipe does."""
+    return _model_file(data, source)
+
+
+def recipe_of(file: dict, target: str, path: Path) -> Recipe:
+    """One target's merged, validated recipe from a validated model file (load_model_file)."""
+    return _recipe(file, target, path)
+
+
 def merged(defaults, overrides):
     """`overrides` on top of `defaults`: mappings merge key by key, anything else replaces
     (a list too), and null removes the default."""
