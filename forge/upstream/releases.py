@@ -24,7 +24,7 @@ from urllib.parse import urljoin
 from packaging.version import InvalidVersion, Version
 
 from forge.errors import ForgeError
-from forge.files import check_output_dir, write_text_atomically
+from forge.files import check_output_dir, one_maker, write_text_atomically
 from forge.http_session import retrying_session
 from forge.progress import Progress
 from forge.upstream.archives import extract_safely
@@ -166,6 +166,13 @@ def fetch_sdist(version: str, offline: bool = False) -> Path:
     """The verified sdist of a release, downloaded once into the cache."""
     info = sdist_info(version, offline=offline)
     target = cache_dir() / "sdists" / f"vllm-{info.version}.tar.gz"
+    if target.exists() and sha256_of(target) == info.sha256:
+        return target
+    with one_maker(target):   # a concurrent run downloading a release: wait for it, then look again
+        return _fetched(info, target, version, offline)
+
+
+def _fetched(info: Sdist, target: Path, version: str, offline: bool) -> Path:
     if target.exists():
         if sha256_of(target) == info.sha256:
             return target
@@ -215,6 +222,13 @@ def release_tree(version: str, offline: bool = False) -> Path:
     tree = cache_dir() / "trees" / str(parsed)
     if (tree / "vllm" / "__init__.py").exists():
         return tree
+    with one_maker(tree):     # a concurrent run extracting the same release: wait for its tree
+        if not (tree / "vllm" / "__init__.py").exists():
+            _extract_tree(parsed, tree, offline)
+    return tree
+
+
+def _extract_tree(parsed: Version, tree: Path, offline: bool) -> None:
     sdist = fetch_sdist(str(parsed), offline=offline)
     tree.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{parsed}-", dir=tree.parent))
@@ -239,7 +253,6 @@ def release_tree(version: str, offline: bool = False) -> Path:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return tree
 
 
 def release_file(version: str, relative_path: str, offline: bool = False) -> Path | None:
