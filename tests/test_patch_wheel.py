@@ -20,16 +20,10 @@ VERSION = "0.25.0"
 
 
 def pip_installed_vllm(version: str, target: Path) -> Path:
-    """pip downloads the wheel once into the shared cache (pip checks the index's sha256),
-    then installs it without dependencies (no torch needed to patch source files)."""
-    wheels = releases.cache_dir() / "wheels"
-    wheels.mkdir(exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", f"vllm=={version}", "--no-deps",
-                    "--only-binary=:all:", "--platform", "manylinux_2_28_x86_64",
-                    "--dest", str(wheels), "--quiet"], check=True)
-    wheel = next(wheels.glob(f"vllm-{version}-*manylinux*x86_64.whl"))
+    """The release's wheel (cached_wheel), installed by pip without dependencies (no torch
+    needed to patch source files)."""
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile",
-                    "--target", str(target), "--quiet", str(wheel)], check=True)
+                    "--target", str(target), "--quiet", str(cached_wheel(version))], check=True)
     return target
 
 
@@ -63,7 +57,8 @@ OTHER = "0.25.1"      # the next release: it needs the same patch
 
 
 def cached_wheel(version: str) -> Path:
-    """The real vLLM wheel from PyPI, downloaded once into the shared cache."""
+    """The real vLLM wheel from PyPI, downloaded once into the shared cache (pip checks the
+    index's sha256 as it downloads; before, the first test asked the index again on every run)."""
     wheels = releases.cache_dir() / "wheels"
     found = sorted(wheels.glob(f"vllm-{version}-*manylinux*x86_64.whl"))
     if not found:
