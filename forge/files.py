@@ -65,13 +65,14 @@ def check_output_dir(path: Path | str, flag: str) -> Path:
 
 
 @contextmanager
-def one_maker(entry: Path) -> Iterator[None]:
+def one_maker(entry: Path, locks: Path) -> Iterator[None]:
     """Hold an exclusive lock for making cache entry `entry` (a file or directory): a second process
-    that wants an entry of the same directory waits here, then finds it made, instead of
-    downloading or building it a second time beside the first. The lock is on the directory that
-    holds the entry, so no lock file appears among the entries (flock on a directory works on Linux)."""
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(entry.parent, os.O_RDONLY)
+    that wants the same entry waits here, then finds it made, instead of downloading or building
+    it a second time beside the first; makers of other entries go on. The lock file lives in
+    `locks` (`<folder>-<name>.lock`), never among the entries, and stays there: removing it
+    would let a third process lock a fresh file while the second still holds the old one."""
+    locks.mkdir(parents=True, exist_ok=True)
+    fd = os.open(locks / f"{entry.parent.name}-{entry.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

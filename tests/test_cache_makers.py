@@ -1,4 +1,4 @@
-"""One maker at a time per cache directory (forge.files.one_maker): a second process that wants an
+"""One maker at a time per cache entry (forge.files.one_maker): a second process that wants an
 entry being made waits for the first, then reads what it made. The background prefetch of a whole
 test run (tests/prefetch.py) and the tests themselves rely on it, as two `build.py` runs on one
 machine do."""
@@ -17,13 +17,20 @@ from tests.sdist_mirror import cold_cache
 
 REPO = Path(__file__).resolve().parents[1]
 WAITER = ("import sys, time; from pathlib import Path; from forge.files import one_maker\n"
-          "with one_maker(Path(sys.argv[1])):\n    print(time.time(), flush=True)\n")
+          "with one_maker(Path(sys.argv[1]), Path(sys.argv[2])):\n    print(time.time(), flush=True)\n")
 
 
 def test_a_second_maker_waits_until_the_first_is_done(tmp_path):
-    entry = tmp_path / "envs" / "transformers-5.15.0-py311"
-    with one_maker(entry):
-        waiter = subprocess.Popen([sys.executable, "-c", WAITER, str(entry)], cwd=REPO,
+    entry, locks = tmp_path / "envs" / "transformers-5.15.0-py311", tmp_path / "locks"
+    entry.parent.mkdir()
+    other = subprocess.run([sys.executable, "-c", WAITER, str(entry.with_name("other")), str(locks)],
+                           cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert other.returncode == 0, other.stderr      # another entry's maker is not held up
+    with one_maker(entry, locks):
+        other = subprocess.run([sys.executable, "-c", WAITER, str(entry.with_name("other")), str(locks)],
+                               cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert other.returncode == 0, other.stderr
+        waiter = subprocess.Popen([sys.executable, "-c", WAITER, str(entry), str(locks)], cwd=REPO,
                                   stdout=subprocess.PIPE, text=True)
         with pytest.raises(subprocess.TimeoutExpired):
             waiter.wait(timeout=3)              # held here: it cannot get in

@@ -39,7 +39,7 @@ from packaging.version import InvalidVersion, Version
 from forge.errors import ForgeError
 from forge.files import one_maker
 from forge.upstream import pypi
-from forge.upstream.releases import cache_dir
+from forge.upstream.releases import cache_dir, locks_dir
 
 MARKER = "forge-env.json"
 PIP_TIMEOUT_S = 900
@@ -107,7 +107,7 @@ def package_env(package: str, version: str, offline: bool = False) -> Path:
     if offline:
         raise ForgeError(f"offline and no cached environment for {package}=={version} at {env}; "
                          f"where PyPI answers run: {install_command(package, version, env)}")
-    with one_maker(env):      # a concurrent run building the same environment: wait for it
+    with one_maker(env, locks_dir()):   # a run building the same environment: wait for it
         if not (env / MARKER).exists():
             _build_into_place(env, package, version)
     return python_of(env)

@@ -5,6 +5,7 @@ Everything lives under the cache directory ($VLLM_FORGE_CACHE, default ~/.cache/
   index.json              the release list and sdist hashes last read from the index
   sdists/vllm-X.tar.gz    each release's sdist, verified on download
   trees/X/vllm/...        the release's Python package tree, extracted once
+  locks/                  one lock file per entry being made, so concurrent runs make it once
 """
 from __future__ import annotations
 
@@ -53,6 +54,11 @@ def cache_dir() -> Path:
     except OSError as exc:
         raise ForgeError(f"{source} {path}: cannot create it: {exc.strerror}") from exc
     return path
+
+
+def locks_dir() -> Path:
+    """Lock files of the cache's makers (forge.files.one_maker), apart from the entries."""
+    return cache_dir() / "locks"
 
 
 @dataclass(frozen=True)
@@ -168,7 +174,7 @@ def fetch_sdist(version: str, offline: bool = False) -> Path:
     target = cache_dir() / "sdists" / f"vllm-{info.version}.tar.gz"
     if target.exists() and sha256_of(target) == info.sha256:
         return target
-    with one_maker(target):   # a concurrent run downloading a release: wait for it, then look again
+    with one_maker(target, locks_dir()):   # a run downloading it: wait for it, then look again
         return _fetched(info, target, version, offline)
 
 
@@ -222,7 +228,7 @@ def release_tree(version: str, offline: bool = False) -> Path:
     tree = cache_dir() / "trees" / str(parsed)
     if (tree / "vllm" / "__init__.py").exists():
         return tree
-    with one_maker(tree):     # a concurrent run extracting the same release: wait for its tree
+    with one_maker(tree, locks_dir()):     # a run extracting it: wait for its tree
         if not (tree / "vllm" / "__init__.py").exists():
             _extract_tree(parsed, tree, offline)
     return tree
