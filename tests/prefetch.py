@@ -6,11 +6,12 @@ with the tests that need none of them:
           (most test files read some), three downloads at a time
   envs    the drift check's transformers environments (5.14.1, 5.15.0, PyPI's newest), when a
           selected slow-marked test's module runs the drift check
+  wheels  the two real vLLM wheels of tests/test_patch_wheel.py (250 MB each), when it is selected
   rootfs  the stand-in bases' rootfs tarballs (amd64, and arm64 under qemu), when a selected
           test is docker-marked (tests/fixtures_docker.py start_rootfs)
 
 Nothing here is a check and nothing is skipped: each maker is safe to run beside the tests
-(forge.files.one_maker: a test that needs a tree or an environment the background is making
+(forge.files.one_maker: a test that needs a tree, an environment or a wheel the background is making
 waits for it, then reads it; rootfs_tarball waits for the process making its tarball). If the
 background fails, the test that needs the entry makes it itself and fails with its own error.
 A run given paths (a developer's single file) prefetches nothing.
@@ -55,7 +56,14 @@ def make_envs() -> None:
             pass    # PyPI's newest may need what PyPI lacks: the tests that use it say so
 
 
-MAKERS = {"trees": make_trees, "envs": make_envs}
+def make_wheels() -> None:
+    from tests import test_patch_wheel
+
+    for version in (test_patch_wheel.VERSION, test_patch_wheel.OTHER):
+        test_patch_wheel.cached_wheel(version)
+
+
+MAKERS = {"trees": make_trees, "envs": make_envs, "wheels": make_wheels}
 
 
 def _whole_run(config: pytest.Config) -> bool:
@@ -74,7 +82,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             start_rootfs(arch, log_dir)
     runs_drift = any(uses_drift_environments(item) and item.get_closest_marker("slow")
                      for item in session.items)
-    wanted = ["trees"] + (["envs"] if runs_drift else [])
+    wheel_tests = any(item.path.name == "test_patch_wheel.py" and item.get_closest_marker("slow")
+                      for item in session.items)
+    wanted = ["trees"] + (["envs"] if runs_drift else []) + (["wheels"] if wheel_tests else [])
     with open(log_dir / "prefetch.log", "w") as log:
         _BACKGROUND.append(subprocess.Popen(
             [sys.executable, "-m", "tests.prefetch", *wanted], cwd=REPO, stdout=log, stderr=log,
