@@ -1,10 +1,13 @@
-"""Files written whole or not at all: a temp file beside the target, then an atomic rename; and
-the check every output flag gets before a command writes anything."""
+"""Files written whole or not at all: a temp file beside the target, then an atomic rename; the
+check every output flag gets before a command writes anything; and one maker at a time for a
+cache entry that several processes may want at once."""
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from forge.errors import ForgeError
@@ -59,3 +62,19 @@ def check_output_dir(path: Path | str, flag: str) -> Path:
                 raise ForgeError(f"{flag} {path}: is not a directory{where}")
             break
     return path
+
+
+@contextmanager
+def one_maker(entry: Path, locks: Path) -> Iterator[None]:
+    """Hold an exclusive lock for making cache entry `entry` (a file or directory): a second process
+    that wants the same entry waits here, then finds it made, instead of downloading or building
+    it a second time beside the first; makers of other entries go on. The lock file lives in
+    `locks` (`<folder>-<name>.lock`), never among the entries, and stays there: removing it
+    would let a third process lock a fresh file while the second still holds the old one."""
+    locks.mkdir(parents=True, exist_ok=True)
+    fd = os.open(locks / f"{entry.parent.name}-{entry.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

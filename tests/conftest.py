@@ -5,7 +5,7 @@ import pytest
 
 from forge.upstream import releases
 
-pytest_plugins = ["tests.fixtures_docker", "tests.fixtures_patches"]
+pytest_plugins = ["tests.fixtures_docker", "tests.fixtures_patches", "tests.markers", "tests.prefetch"]
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -154,9 +155,58 @@ def start_registry(auth: dict | None = None) -> Registry:
 
 # --- stand-in base images ---------------------------------------------------------------------
 
+# Rootfs tarballs being made in the background (start_rootfs), by architecture: the arm64 one runs
+# dpkg under qemu for minutes on an empty cache, so a whole run starts it before the first test.
+_ROOTFS_MAKERS: dict[str, tuple[subprocess.Popen, Path]] = {}
+
+
+# Named after what tests/infra/make-rootfs.sh makes: a change to its recipe gets a new name, so no
+# cache keeps serving the old tarball (nor a stand-in image built from it: _standin_record).
+ROOTFS_NAME = "bookworm-python-essential"
+
+
+def _rootfs_path(arch: str) -> Path:
+    return bases_cache() / f"{ROOTFS_NAME}-{arch}.tar"
+
+
+def start_rootfs(arch: str, log_dir: Path) -> None:
+    """Start making `arch`'s rootfs tarball in the background unless it is cached or under way;
+    rootfs_tarball(arch) waits for it. Its output goes to LOG_DIR/rootfs-ARCH.log."""
+    path = _rootfs_path(arch)
+    if path.exists() or arch in _ROOTFS_MAKERS:
+        return
+    steps = ([f"bash {INFRA / 'enable-binfmt.sh'}"] if arch != "amd64" else []) + [
+        f"bash {INFRA / 'make-rootfs.sh'} {arch} {path}"]
+    log = log_dir / f"rootfs-{arch}.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(["bash", "-c", " && ".join(steps)], stdout=out, stderr=out,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    _ROOTFS_MAKERS[arch] = (process, log)
+
+
+def stop_rootfs_makers() -> None:
+    """End background makers still running when the run ends (make-rootfs.sh writes to a
+    .partial.tar and renames it last, so nothing half made is left for the next run)."""
+    for process, _ in _ROOTFS_MAKERS.values():
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)   # its own group: bash, mmdebstrap, dpkg
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    _ROOTFS_MAKERS.clear()
+
+
 def rootfs_tarball(arch: str) -> Path:
     """Debian bookworm + python3, python3-yaml, python3-packaging for `arch`, made once and cached."""
-    path = bases_cache() / f"bookworm-python-{arch}.tar"
+    path = _rootfs_path(arch)
+    started = _ROOTFS_MAKERS.pop(arch, None)
+    if started is not None:
+        process, log = started
+        if process.wait() != 0 and not path.exists():
+            raise RuntimeError(f"making the {arch} rootfs failed ({process.returncode}):\n"
+                               f"{log.read_text()[-3000:]}")
     if not path.exists():
         if arch != "amd64":
             _run("enable-binfmt.sh")
@@ -216,20 +266,38 @@ def _standin_context(arch: str, version: str, extra_site: Path | None = None,
     return data, hashlib.sha256(data[:1 << 20] + str(len(data)).encode()).hexdigest()[:12]
 
 
-def standin_image(client, arch: str, version: str = STANDIN_VERSION) -> str:
-    """Build (once per content) the single-platform stand-in; returns its local tag."""
-    tag = f"vllm-forge-test/standin:v{version}-{arch}"
+def _standin_record(tag: str) -> Path:
+    """Where the id of the image built under `tag` from today's rootfs is kept. A label would say
+    it too, but forge's images inherit their base's labels, and the tests compare those with the
+    plan's. The tag alone names no content: an engine may hold one built from an older rootfs."""
+    return bases_cache() / f"standin-{ROOTFS_NAME}-{tag.replace('/', '_').replace(':', '_')}.id"
+
+
+def _built_from_current_rootfs(client, tag: str) -> bool:
+    record = _standin_record(tag)
     try:
-        client.images.get(tag)
-        return tag
+        image_id = client.images.get(tag).id
     except Exception:  # noqa: BLE001 (docker.errors.ImageNotFound: build it)
-        pass
-    context, _ = _standin_context(arch, version)
+        return False
+    return record.is_file() and record.read_text().strip() == image_id
+
+
+def _build_standin(client, context: bytes, tag: str, arch: str) -> str:
     for chunk in client.api.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag,
                                   platform=f"linux/{arch}", rm=True, decode=True):
         if "error" in chunk:
             raise RuntimeError(f"stand-in base build failed: {chunk['error']}")
+    _standin_record(tag).write_text(client.images.get(tag).id + "\n")
     return tag
+
+
+def standin_image(client, arch: str, version: str = STANDIN_VERSION) -> str:
+    """Build (once per content) the single-platform stand-in; returns its local tag."""
+    tag = f"vllm-forge-test/standin:v{version}-{arch}"
+    if _built_from_current_rootfs(client, tag):
+        return tag
+    context, _ = _standin_context(arch, version)
+    return _build_standin(client, context, tag, arch)
 
 
 def pure_python_site(requirements: tuple[str, ...]) -> Path:
@@ -262,17 +330,10 @@ def standin_with_wheels(client, arch: str, version: str, requirements: tuple[str
     key = hashlib.sha256(("\n".join(sorted(requirements)) + f"\nca={host_ca}").encode()
                          ).hexdigest()[:12]
     tag = f"vllm-forge-test/standin:v{version}-{arch}-{key}"
-    try:
-        client.images.get(tag)
+    if _built_from_current_rootfs(client, tag):
         return tag
-    except Exception:  # noqa: BLE001 (docker.errors.ImageNotFound: build it)
-        pass
     context, _ = _standin_context(arch, version, pure_python_site(requirements), host_ca)
-    for chunk in client.api.build(fileobj=io.BytesIO(context), custom_context=True, tag=tag,
-                                  platform=f"linux/{arch}", rm=True, decode=True):
-        if "error" in chunk:
-            raise RuntimeError(f"stand-in base build failed: {chunk['error']}")
-    return tag
+    return _build_standin(client, context, tag, arch)
 
 
 def push(client, local_tag: str, remote: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import functools
 import hashlib
 import io
 import json
@@ -38,11 +39,19 @@ def make_site_packages(version: str, destination: Path, dist_info: bool = True) 
     destination.mkdir(parents=True, exist_ok=True)
     shutil.copytree(source / "vllm", destination / "vllm", symlinks=True)
     if dist_info:
-        write_dist_info(destination, version)
+        write_dist_info(destination, version, _tree_rows(source))
     return destination
 
 
-def write_dist_info(site_dir: Path, version: str) -> Path:
+@functools.cache
+def _tree_rows(tree: Path) -> tuple[str, ...]:
+    """RECORD rows of a release tree's vllm/ files, hashed once per run: a copy of the (never
+    edited) cached tree has the same rows, and some 60 tests make one."""
+    return tuple(_record_row(tree, path) for path in sorted((tree / "vllm").rglob("*"))
+                 if path.is_file())
+
+
+def write_dist_info(site_dir: Path, version: str, tree_rows: tuple[str, ...] | None = None) -> Path:
     from forge.patching.dependencies import release_requirements
 
     info = site_dir / f"vllm-{version}.dist-info"
@@ -66,8 +75,8 @@ def write_dist_info(site_dir: Path, version: str) -> Path:
     (info / "WHEEL").write_text("Wheel-Version: 1.0\nGenerator: setuptools\n"
                                 "Root-Is-Purelib: false\nTag: cp38-abi3-linux_x86_64\n\n")
     (info / "top_level.txt").write_text("vllm\n")
-    rows = [_record_row(site_dir, path) for path in sorted((site_dir / "vllm").rglob("*"))
-            if path.is_file()]
+    rows = list(tree_rows) if tree_rows is not None else [
+        _record_row(site_dir, path) for path in sorted((site_dir / "vllm").rglob("*")) if path.is_file()]
     rows += [_record_row(site_dir, info / name)
              for name in ("METADATA", "INSTALLER", "WHEEL", "top_level.txt")]
     rows.append(f"{info.name}/RECORD,,")

@@ -14,10 +14,11 @@ from forge.upstream import releases
 
 
 @contextmanager
-def cold_cache(cache: Path) -> Iterator[dict[str, str]]:
+def cold_cache(cache: Path, served: list[str] | None = None) -> Iterator[dict[str, str]]:
     """The environment of a first run that finds `cache` empty. The mirror lists every release
     PyPI lists (forge checks the manifest's ranges against them) and serves each sdist from the
-    shared cache, fetched from PyPI (sha256-checked) the first time one is asked for."""
+    shared cache, fetched from PyPI (sha256-checked) the first time one is asked for. The name of
+    each sdist it serves is appended to `served` when given."""
     listed = releases.load_index()
     page = "".join(f'<a href="/files/vllm-{v}.tar.gz#sha256={entry["sha256"]}">vllm-{v}.tar.gz</a>\n'
                    for v, entry in listed.items()).encode()
@@ -28,6 +29,8 @@ def cold_cache(cache: Path) -> Iterator[dict[str, str]]:
             version = name.removeprefix("vllm-").removesuffix(".tar.gz")
             body = page if self.path.startswith("/simple/") else \
                 releases.fetch_sdist(version).read_bytes() if version in listed else b""
+            if served is not None and body and not self.path.startswith("/simple/"):
+                served.append(name)
             self.send_response(200 if body else 404)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

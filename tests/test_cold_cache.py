@@ -8,11 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.sdist_mirror import cold_cache
 
 REPO = Path(__file__).resolve().parents[1]
+# each test downloads and extracts a release into an empty cache, in a subprocess
+pytestmark = [pytest.mark.slow]
 
 
 def run_build(env: dict, *args: str) -> subprocess.CompletedProcess:

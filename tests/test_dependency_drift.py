@@ -81,6 +81,7 @@ def method_line(release: str, class_name: str, method: str, needle: str) -> int:
     return next(i for i in range(function.lineno, function.end_lineno + 1) if needle in lines[i - 1])
 
 
+@pytest.mark.slow
 def test_the_check_covers_every_supported_release(report_5_15, bare_series):
     series = load_series(bare_series)
     checked = [Version(r.release) for r in report_5_15.results]
@@ -94,6 +95,7 @@ def excluded_by_vllm(release: str, version: str) -> bool:
     return not declared_specifier(release, "transformers").contains(version)
 
 
+@pytest.mark.slow
 def test_transformers_5_15_breaks_gemma4_on_every_release_before_0_28(report_5_15):
     target = dummy_models.target_config()
     for result in report_5_15.results:
@@ -117,6 +119,7 @@ def test_transformers_5_15_breaks_gemma4_on_every_release_before_0_28(report_5_1
         r.release for r in report_5_15.results if Version(r.release) < FIXED_IN]
 
 
+@pytest.mark.slow
 def test_the_break_is_at_the_releases_own_line(report_5_15):
     by_release = {r.release: r for r in report_5_15.results}
     for release in ("0.21.0", "0.25.0", "0.27.1"):
@@ -133,6 +136,7 @@ def test_the_break_is_at_the_releases_own_line(report_5_15):
             release, "ModelArchConfigConvertorBase", "get_head_size", '"head_dim"')
 
 
+@pytest.mark.slow
 def test_transformers_5_14_1_breaks_nothing(report_5_14):
     target = dummy_models.target_config()
     assert report_5_14.findings == [] and report_5_14.probe_errors == []
@@ -166,6 +170,7 @@ def test_the_releases_declared_requirements_are_read_from_their_sdists():
     assert declared_specifier("0.27.1", "no-such-dependency") == SpecifierSet()
 
 
+@pytest.mark.slow
 def test_a_constraint_covers_the_releases_it_keeps_the_version_out_of(bare_series, report_5_15):
     series = add_constraint(load_series(bare_series), "<5.15")
     covered = drift.check("transformers", "5.15.0", series, ["0.21.0", "0.27.1", "0.28.0"])
@@ -189,6 +194,7 @@ def test_a_constraint_covers_the_releases_it_keeps_the_version_out_of(bare_serie
     assert drift.summary(loose).startswith("FINDING: transformers 5.15.0 breaks Gemma 4 on vLLM 0.27.1")
 
 
+@pytest.mark.slow
 def test_the_shipped_constraint_covers_transformers_5_15_on_every_release_it_breaks(report_5_15):
     """patches/series.yaml as shipped: `build.py drift --version 5.15.0` finds nothing, because the
     transformers constraint keeps 5.15.0 out of exactly the releases it breaks."""
@@ -207,6 +213,7 @@ def run_drift(*args, env=None):
                           capture_output=True, text=True, timeout=900, env=env)
 
 
+@pytest.mark.slow
 def test_build_py_drift_exits_1_on_a_finding(bare_series, report_5_15):
     result = run_drift("--version", "5.15.0", "--vllm", "0.27.1", "--vllm", "0.28.0",
                        "--series", str(bare_series))
@@ -221,6 +228,7 @@ def test_build_py_drift_exits_1_on_a_finding(bare_series, report_5_15):
     assert (report["version"], report["findings"]) == ("5.14.1", [])
 
 
+@pytest.mark.slow
 def test_build_py_drift_newest_checks_the_indexs_newest_release(bare_series, report_5_15, tmp_path):
     """--newest checks the newest final release the index lists, for real. Against PyPI itself
     this test used to return early, passing, whenever that release could not be installed
@@ -261,6 +269,7 @@ def release_copy_missing(tmp_path: Path, release: str, relative: str, name: str,
     return cache
 
 
+@pytest.mark.slow
 def test_a_function_the_probe_needs_missing_is_a_failed_check(tmp_path, bare_series, report_5_15):
     cache = release_copy_missing(tmp_path, "0.27.1", "vllm/transformers_utils/config.py",
                                  "get_hf_text_config", "get_text_config_renamed")
@@ -275,6 +284,7 @@ def test_a_function_the_probe_needs_missing_is_a_failed_check(tmp_path, bare_ser
     assert "FINDING" not in result.stdout and "no finding" not in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("statement, named", [
     ("envs.VLLM_MLA_DISABLE", "vllm\\.envs"),          # an import of vLLM internals
     ("logger.debug('head size')", "logger"),          # a module-level object (init_logger(...))
@@ -305,6 +315,7 @@ def test_offline_without_a_cached_environment_names_the_command(tmp_path, monkey
     assert "-m pip install --only-binary :all: transformers==5.15.0" in message
 
 
+@pytest.mark.slow
 def test_a_version_pip_cannot_install_leaves_no_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("VLLM_FORGE_CACHE", str(tmp_path / "cache"))
     with pytest.raises(ForgeError, match=r"pip cannot install transformers==0\.0\.1 into "):
@@ -352,6 +363,7 @@ def test_a_package_listed_twice_is_refused(tmp_path):
         load_watch(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, error", [
     (["--package", "fastapi", "--version", "0.137.0"],
      "error: no drift reproduction for 'fastapi' (known: transformers)\n"),

@@ -26,6 +26,8 @@ from tests.test_dependency_drift import add_constraint
 from tests.test_upstream_watch import dependency_manifest, read_outputs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# every test runs real pip against the loopback index (a venv, a resolution)
+pytestmark = [pytest.mark.slow]
 FIXTURE = "forge-drift-fixture"
 UNMEETABLE = "packaging>=999"
 # A transformers version that PyPI does not publish, between two it does (5.14.1 and 5.15.0): the

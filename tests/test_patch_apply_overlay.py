@@ -12,6 +12,8 @@ import pytest
 from tests.fixtures_docker import REPO, standin_image
 from tests.fixtures_patches import source_patches_applying
 
+pytestmark = [pytest.mark.docker]
+
 SITE = "/usr/local/lib/python3.11/dist-packages"
 TARGET = f"{SITE}/vllm/v1/spec_decode/llm_base_proposer.py"
 # Hashes of every file under the site directory, from inside the container.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from forge.files import one_maker
 from forge.patching.apply import RECORD_DIR
 from forge.upstream import releases
 from tests.fixtures_patches import source_patches_applying, write_dist_info
@@ -20,16 +21,10 @@ VERSION = "0.25.0"
 
 
 def pip_installed_vllm(version: str, target: Path) -> Path:
-    """pip downloads the wheel once into the shared cache (pip checks the index's sha256),
-    then installs it without dependencies (no torch needed to patch source files)."""
-    wheels = releases.cache_dir() / "wheels"
-    wheels.mkdir(exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", f"vllm=={version}", "--no-deps",
-                    "--only-binary=:all:", "--platform", "manylinux_2_28_x86_64",
-                    "--dest", str(wheels), "--quiet"], check=True)
-    wheel = next(wheels.glob(f"vllm-{version}-*manylinux*x86_64.whl"))
+    """The release's wheel (cached_wheel), installed by pip without dependencies (no torch
+    needed to patch source files)."""
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile",
-                    "--target", str(target), "--quiet", str(wheel)], check=True)
+                    "--target", str(target), "--quiet", str(cached_wheel(version))], check=True)
     return target
 
 
@@ -63,15 +58,18 @@ OTHER = "0.25.1"      # the next release: it needs the same patch
 
 
 def cached_wheel(version: str) -> Path:
-    """The real vLLM wheel from PyPI, downloaded once into the shared cache."""
+    """The real vLLM wheel from PyPI, downloaded once into the shared cache (pip checks the
+    index's sha256 as it downloads; before, the first test asked the index again on every run).
+    One download at a time (a whole run fetches these in the background: tests/prefetch.py)."""
     wheels = releases.cache_dir() / "wheels"
-    found = sorted(wheels.glob(f"vllm-{version}-*manylinux*x86_64.whl"))
-    if not found:
-        wheels.mkdir(exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", f"vllm=={version}", "--no-deps",
-                        "--only-binary=:all:", "--platform", "manylinux_2_28_x86_64",
-                        "--dest", str(wheels), "--quiet"], check=True)
+    # Always under the lock: pip copies the wheel into --dest, a glob meanwhile sees part of it.
+    with one_maker(wheels / f"vllm-{version}", releases.locks_dir()):
         found = sorted(wheels.glob(f"vllm-{version}-*manylinux*x86_64.whl"))
+        if not found:
+            subprocess.run([sys.executable, "-m", "pip", "download", f"vllm=={version}", "--no-deps",
+                            "--only-binary=:all:", "--platform", "manylinux_2_28_x86_64",
+                            "--dest", str(wheels), "--quiet"], check=True)
+            found = sorted(wheels.glob(f"vllm-{version}-*manylinux*x86_64.whl"))
     return found[0]
 
 

@@ -296,6 +296,7 @@ def test_a_bad_dependency_through_is_refused(tmp_path, newest_release):
                              "(got 'transformers>=5.15')\n")
 
 
+@pytest.mark.slow
 def test_the_workflow_step_reports_dependency_drift_for_pypis_newest_transformers(
         tmp_path, newest_release):
     """upstream-watch.yml's own watch step, transformers watched from the release before PyPI's

@@ -1,14 +1,19 @@
 """Cached Python environments that each hold one version of one PyPI package (with its
 dependencies), for running a dependency's real code on the host without installing it there.
 
-    <cache>/envs/transformers-5.15.0-py311/     a venv (python3 -m venv), made once
+    <cache>/envs/transformers-5.15.0-py311/     a venv (python3 -m venv --without-pip), made once
         forge-env.json                          written last: what pip installed (marks it done)
 
 An environment is built in a private staging directory and renamed into place only once pip has
 installed the package and the package imports at the asked version, so an interrupted or failed
 build leaves nothing that a later run would mistake for a finished one. Wheels only
-(`--only-binary :all:`): nothing is compiled on the host. pip reads the index forge.upstream.pypi
-reads ($VLLM_FORGE_PYPI, else pip's own configuration).
+(`--only-binary :all:`): nothing is compiled on the host. Nor byte-compiled (`--no-compile`): pip
+would otherwise write .pyc files for all of transformers (about 100 MB of source, half of pip's time
+making an environment) when a check imports a few dozen of its modules, which Python caches itself
+on first import. The venv holds no pip of its own: this interpreter's pip installs into it
+(`pip --python ENV/bin/python`), which spares seeding pip and setuptools into every environment
+(5 s of the 6 s `python3 -m venv` takes). pip reads the index forge.upstream.pypi reads
+($VLLM_FORGE_PYPI, else pip's own configuration).
 
 When pip fails because one of the version's requirements names no release the index publishes
 (`No matching distribution found for kernels<0.20,>=0.19.1`), and the index, asked again, confirms
@@ -32,9 +37,10 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from forge.errors import ForgeError
+from forge.files import one_maker
 from forge.json_text import dump_json
 from forge.upstream import pypi
-from forge.upstream.releases import cache_dir
+from forge.upstream.releases import cache_dir, locks_dir
 
 MARKER = "forge-env.json"
 PIP_TIMEOUT_S = 900
@@ -102,6 +108,13 @@ def package_env(package: str, version: str, offline: bool = False) -> Path:
     if offline:
         raise ForgeError(f"offline and no cached environment for {package}=={version} at {env}; "
                          f"where PyPI answers run: {install_command(package, version, env)}")
+    with one_maker(env, locks_dir()):   # a run building the same environment: wait for it
+        if not (env / MARKER).exists():
+            _build_into_place(env, package, version)
+    return python_of(env)
+
+
+def _build_into_place(env: Path, package: str, version: str) -> None:
     env.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{env.name}-", dir=env.parent))
     try:
@@ -114,11 +127,10 @@ def package_env(package: str, version: str, offline: bool = False) -> Path:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return python_of(env)
 
 
 def _build(env: Path, package: str, version: str) -> None:
-    _run([sys.executable, "-m", "venv", str(env)], f"cannot make a venv at {env}")
+    _run([sys.executable, "-m", "venv", "--without-pip", str(env)], f"cannot make a venv at {env}")
     python = str(python_of(env))
     _pip_install(python, package, version, f"pip cannot install {package}=={version} into {env}")
     installed = _run([python, "-c", "import importlib.metadata as m, sys; "
@@ -126,15 +138,20 @@ def _build(env: Path, package: str, version: str) -> None:
                      f"{package}=={version} installed into {env} does not load").strip()
     if Version(installed) != Version(version):
         raise ForgeError(f"{env}: pip installed {package} {installed}, not {version}")
-    frozen = _run([python, "-m", "pip", "freeze", "--all"], f"pip freeze failed in {env}")
+    frozen = _run([*_pip(python), "freeze", "--all"], f"pip freeze failed in {env}")
     (env / MARKER).write_text(dump_json(
         {"package": package, "version": version, "python": sys.version.split()[0],
          "installed": frozen.split()}, indent=1) + "\n")
 
 
+def _pip(python: str) -> list[str]:
+    """This interpreter's pip, acting on the environment of `python`."""
+    return [sys.executable, "-m", "pip", "--python", python]
+
+
 def _pip_install(python: str, package: str, version: str, failure: str) -> None:
-    command = [python, "-m", "pip", "install", "--quiet", "--no-input", "--disable-pip-version-check",
-               "--only-binary", ":all:", *_index_args(), f"{package}=={version}"]
+    command = [*_pip(python), "install", "--quiet", "--no-input", "--disable-pip-version-check",
+               "--only-binary", ":all:", "--no-compile", *_index_args(), f"{package}=={version}"]
     done = _completed(command, failure)
     if done.returncode != 0:
         uninstallable = unmet_requirement(package, version, done.stderr)

@@ -6,6 +6,7 @@ Everything lives under the cache directory ($VLLM_FORGE_CACHE, default ~/.cache/
   sdists/vllm-X.tar.gz    each release's sdist, verified on download
   trees/X/vllm/...        the release's Python package tree, extracted once
   build-files/X/...       files of the sdist outside vllm/ (CMakeLists.txt, ...), read once
+  locks/                  one lock file per entry being made, so concurrent runs make it once
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from urllib.parse import urljoin
 from packaging.version import InvalidVersion, Version
 
 from forge.errors import ForgeError
-from forge.files import check_output_dir, write_bytes_atomically, write_text_atomically
+from forge.files import check_output_dir, one_maker, write_bytes_atomically, write_text_atomically
 from forge.http_session import retrying_session
 from forge.json_text import dump_json
 from forge.progress import Progress
@@ -55,6 +56,11 @@ def cache_dir() -> Path:
     except OSError as exc:
         raise ForgeError(f"{source} {path}: cannot create it: {exc.strerror}") from exc
     return path
+
+
+def locks_dir() -> Path:
+    """Lock files of the cache's makers (forge.files.one_maker), apart from the entries."""
+    return cache_dir() / "locks"
 
 
 @dataclass(frozen=True)
@@ -168,6 +174,13 @@ def fetch_sdist(version: str, offline: bool = False) -> Path:
     """The verified sdist of a release, downloaded once into the cache."""
     info = sdist_info(version, offline=offline)
     target = cache_dir() / "sdists" / f"vllm-{info.version}.tar.gz"
+    if target.exists() and sha256_of(target) == info.sha256:
+        return target
+    with one_maker(target, locks_dir()):   # a run downloading it: wait for it, then look again
+        return _fetched(info, target, version, offline)
+
+
+def _fetched(info: Sdist, target: Path, version: str, offline: bool) -> Path:
     if target.exists():
         if sha256_of(target) == info.sha256:
             return target
@@ -217,6 +230,13 @@ def release_tree(version: str, offline: bool = False) -> Path:
     tree = cache_dir() / "trees" / str(parsed)
     if (tree / "vllm" / "__init__.py").exists():
         return tree
+    with one_maker(tree, locks_dir()):     # a run extracting it: wait for its tree
+        if not (tree / "vllm" / "__init__.py").exists():
+            _extract_tree(parsed, tree, offline)
+    return tree
+
+
+def _extract_tree(parsed: Version, tree: Path, offline: bool) -> None:
     sdist = fetch_sdist(str(parsed), offline=offline)
     tree.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{parsed}-", dir=tree.parent))
@@ -241,7 +261,6 @@ def release_tree(version: str, offline: bool = False) -> Path:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return tree
 
 
 def release_file(version: str, relative_path: str, offline: bool = False) -> Path | None:

@@ -1,0 +1,60 @@
+"""The `docker` marker is on every test that reaches the engine (tests/markers.py refuses the run
+otherwise), and the run order puts the docker files last. Checked on a small project of its own
+that uses the suite's real plugins, collected by a real pytest in a subprocess (no engine starts:
+collection runs no fixture)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGINS = 'pytest_plugins = ["tests.fixtures_docker", "tests.markers"]\n'
+INI = "[pytest]\nmarkers =\n    docker: d\n    slow: s\naddopts = -p no:cacheprovider\n"
+
+
+def collect(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-c",
+                           str(project / "pytest.ini"), "--rootdir", str(project), *args, str(project)],
+                          capture_output=True, text=True, timeout=300, cwd=project,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+
+
+def project_with(tmp_path: Path, files: dict[str, str]) -> Path:
+    (tmp_path / "pytest.ini").write_text(INI)
+    (tmp_path / "conftest.py").write_text(PLUGINS)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def test_a_test_using_the_engine_without_the_marker_stops_the_run(tmp_path):
+    project = project_with(tmp_path, {"test_build.py": (
+        "import pytest\n\n"
+        "@pytest.mark.docker\ndef test_marked(docker_engine):\n    pass\n\n"
+        "def test_forgot(local_registry):\n    pass\n\n"
+        "def test_emulated(arm64_emulation):\n    pass\n\n"
+        "def test_plain():\n    pass\n")})
+    result = collect(project)
+    assert result.returncode != 0, result.stdout
+    named = result.stdout + result.stderr
+    assert "not marked @pytest.mark.docker: test_build.py::test_forgot, test_build.py::test_emulated" \
+        in named, named
+    # deselecting the docker tests does not hide the missing marker
+    assert collect(project, "-m", "not docker").returncode != 0
+
+
+def test_marked_tests_collect_and_docker_files_run_last(tmp_path):
+    project = project_with(tmp_path, {
+        "test_a_images.py": "import pytest\n\npytestmark = [pytest.mark.docker]\n\n"
+                            "def test_one(docker_engine):\n    pass\n\ndef test_two():\n    pass\n",
+        "test_b_plain.py": "def test_three():\n    pass\n",
+        "test_c_plain.py": "def test_four():\n    pass\n"})
+    result = collect(project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ids = [line for line in result.stdout.splitlines() if "::" in line]
+    assert ids == ["test_b_plain.py::test_three", "test_c_plain.py::test_four",
+                   "test_a_images.py::test_one", "test_a_images.py::test_two"]
+    fast = collect(project, "-m", "not docker")
+    assert [line for line in fast.stdout.splitlines() if "::" in line] == [
+        "test_b_plain.py::test_three", "test_c_plain.py::test_four"]
