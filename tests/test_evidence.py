@@ -17,7 +17,7 @@ import pytest
 
 from forge.errors import ForgeError
 from forge.evidence import page
-from forge.evidence.figures import CLOCK_TOLERANCE, derive, pair_verdict
+from forge.evidence.figures import ARCH_LIST, CLOCK_TOLERANCE, arch_excerpts, derive, pair_verdict
 from forge.evidence.records import KINDS, RESULTS, load_record, load_records
 from forge.serving.recipes import load_recipe
 
@@ -36,6 +36,7 @@ def test_there_are_records_of_every_kind_the_docs_summarise():
     kinds = {r.kind for r in RECORDS.values()}
     assert {"smoke", "bench", "profile", "serve", "drift", "tune"} <= kinds
     assert all(r.id == r.folder.name for r in RECORDS.values())
+    assert ARCH_RECORDS, "no record of a release's CMake arch lists"
 
 
 @pytest.mark.parametrize("record_id", sorted(RECORDS))
@@ -103,6 +104,41 @@ def test_a_latency_record_naming_a_missing_bench_is_refused():
     record = _latency_against_bench()[0]
     with pytest.raises(ForgeError, match=r"result.json: settings.bench: names no bench record 'nope'"):
         derive(replace(record, settings={**record.settings, "bench": "nope"}), RECORDS)
+
+
+def _sdist_lines(release: str, path_end: str) -> list[str]:
+    import tarfile
+
+    from forge.upstream.releases import fetch_sdist
+
+    with tarfile.open(fetch_sdist(release, offline=True)) as sdist:
+        names = [n for n in sdist.getnames() if n == f"vllm-{release}/{path_end}" or
+                 n.startswith(f"vllm-{release}/") and n.endswith(f"/{path_end}")]
+        assert len(names) == 1, (release, path_end, names)
+        handle = sdist.extractfile(names[0])
+        assert handle is not None
+        return handle.read().decode().splitlines()
+
+
+ARCH_RECORDS = sorted(r for r in RECORDS if arch_excerpts(RECORDS[r]))
+
+
+@pytest.mark.parametrize("record_id", ARCH_RECORDS)
+def test_a_records_arch_list_excerpts_are_all_the_releases_own_lines(record_id):
+    """`NNN:text` is line NNN of the release's CMakeLists.txt, `<file>:NNN:text` of its one
+    source file of that name; every arch list of those kernels in CMakeLists.txt is there."""
+    record = RECORDS[record_id]
+    for kernels, release, name in arch_excerpts(record):
+        cmake = _sdist_lines(release, "CMakeLists.txt")
+        excerpt = record.raw(name).read_text().splitlines()
+        for entry in excerpt:
+            parts = entry.split(":", 2)
+            where, number, text = parts if not parts[0].isdigit() else ("", *entry.split(":", 1))
+            source = _sdist_lines(release, where) if where else cmake
+            assert source[int(number) - 1] == text, (record_id, name, entry)
+        lists = {f"{n}:{line}" for n, line in enumerate(cmake, start=1)
+                 if (m := ARCH_LIST.search(line)) and m.group(1).startswith(kernels.upper())}
+        assert lists and lists <= set(excerpt), (record_id, name, lists - set(excerpt))
 
 
 def test_a_smoke_verdict_is_its_reports():

@@ -2,12 +2,14 @@
 a smoke's two controls (mtp_smoke.json), a bench's engines (bench.json, as verify/bench.py
 writes it), a profile's step (analysis.json, as `verify/profile.py --report --json` writes it),
 `vllm bench latency`'s JSON (latency.json, *.latency.json; counters.json: the engine's spec-decode
-counters), and a candidate against its baseline (the record's `pairs`).
+counters), a candidate against its baseline (the record's `pairs`), and a release's CMake arch
+lists (cmake-<kernels>-<release>.txt: `grep -n` excerpts of its CMakeLists.txt).
 Every figure `derive(record, records)` makes must be in the record's `figures` with that value
 (tests/test_evidence.py); a record may state more, read off raw files no code here reads."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 
 from forge.errors import ForgeError
@@ -200,6 +202,35 @@ def latency_figures(record: Record, records: dict[str, Record]) -> dict:
     return figures
 
 
+ARCH_EXCERPT = re.compile(r"cmake-([a-z0-9]+)-(\d+\.\d+\.\d+)\.txt")
+ARCH_LIST = re.compile(r'cuda_archs_loose_intersection\((\w+_ARCHS) "([^"]+)"')
+
+
+def arch_excerpts(record: Record) -> list[tuple[str, str, str]]:
+    """(kernels, release, file) of each CMake arch-list excerpt beside the record."""
+    return [(m.group(1), m.group(2), name) for name in sorted(record.files)
+            if (m := ARCH_EXCERPT.fullmatch(name))]
+
+
+def arch_list_figures(record: Record) -> dict:
+    """Per excerpt, how many of its arch lists name the record's CUDA arch family
+    (settings.cuda_arch, e.g. "12.1": sm_12x) and how many FP8 lists it has."""
+    arch = str(record.settings.get("cuda_arch") or "").split(" ")[0]
+    if not re.fullmatch(r"\d+\.\d+", arch):
+        raise ForgeError(f"{record.folder / 'result.json'}: settings.cuda_arch: must start with "
+                         f"the arch its excerpts are read for, e.g. '12.1' (got {arch!r})")
+    family = arch.split(".")[0] + "."
+    figures: dict = {}
+    for kernels, release, name in arch_excerpts(record):
+        lists = [m.groups() for line in record.raw(name).read_text().splitlines()
+                 if (m := ARCH_LIST.search(line))]
+        suffix = release.replace(".", "_")
+        figures[f"{kernels}_arch_lists_naming_sm{family[:-1]}x_{suffix}"] = sum(
+            any(a.startswith(family) for a in archs.split(";")) for _, archs in lists)
+        figures[f"{kernels}_fp8_arch_lists_{suffix}"] = sum("_FP8_" in n for n, _ in lists)
+    return figures
+
+
 def is_latency(record: Record) -> bool:
     return record.kind == "latency" and (bool(record.pairs) or any(
         n == LATENCY or n.endswith(LATENCY_SUFFIX) for n in record.files))
@@ -223,6 +254,8 @@ def derive(record: Record, records: dict[str, Record]) -> dict | None:
         return tune_figures(record)
     if is_latency(record):
         return latency_figures(record, records)
+    if arch_excerpts(record):
+        return arch_list_figures(record)
     return None
 
 
