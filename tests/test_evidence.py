@@ -10,13 +10,14 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from forge.errors import ForgeError
 from forge.evidence import page
-from forge.evidence.figures import derive
+from forge.evidence.figures import ARCH_LIST, CLOCK_TOLERANCE, arch_excerpts, derive, pair_verdict
 from forge.evidence.records import KINDS, RESULTS, load_record, load_records
 from forge.serving.recipes import load_recipe
 
@@ -35,6 +36,7 @@ def test_there_are_records_of_every_kind_the_docs_summarise():
     kinds = {r.kind for r in RECORDS.values()}
     assert {"smoke", "bench", "profile", "serve", "drift", "tune"} <= kinds
     assert all(r.id == r.folder.name for r in RECORDS.values())
+    assert ARCH_RECORDS, "no record of a release's CMake arch lists"
 
 
 @pytest.mark.parametrize("record_id", sorted(RECORDS))
@@ -59,6 +61,84 @@ def test_a_profile_analysis_is_what_verify_profile_makes_of_its_raw_profile(reco
         args += ["--baseline", str(RECORDS[record.settings["baseline"]].raw("profile.json"))]
     _, entries = profile.report_text(profile.parse_args(args))
     assert json.loads(profile.report_json(entries)) == json.loads(record.raw("analysis.json").read_text())
+
+
+def _latency_against_bench() -> list:
+    found = [r for r in RECORDS.values() if r.kind == "latency" and r.settings.get("bench")]
+    assert found, "no latency record names its bench counterpart"
+    return found
+
+
+def test_vllms_clock_agrees_with_verifys_zero_acceptance_step_or_the_record_says_why():
+    """Every `vllm bench latency` record that names its bench (settings.bench, bench_engine):
+    its ms per step within 5% of verify/bench.py's step at zero acceptance, or
+    settings.clock_difference says why."""
+    for record in _latency_against_bench():
+        ratio = record.figures["vs_bench_zero_acc"]
+        assert abs(ratio - 1) <= CLOCK_TOLERANCE or record.settings.get("clock_difference"), record.id
+
+
+def test_a_spec_latency_run_compared_at_zero_acceptance_accepted_nothing_by_vllms_counters():
+    spec = [r for r in _latency_against_bench() if r.settings.get("num_speculative_tokens")]
+    assert spec
+    for record in spec:
+        k, f = record.settings["num_speculative_tokens"], record.figures
+        assert "counters.json" in record.files, record.id
+        assert f["spec_accepted_tokens"] == 0, record.id
+        assert f["spec_draft_tokens"] == k * f["spec_drafts"] > 0, record.id
+
+
+def test_a_candidates_verdict_follows_its_pairs():
+    paired = [r for r in RECORDS.values() if r.pairs]
+    assert paired
+    for record in paired:
+        assert record.verdict == pair_verdict(record), record.id
+    record = paired[0]
+    faster = {**record.figures, **{f"{n}_fused_x_plain": 0.9 for n in record.pairs}}
+    assert pair_verdict(replace(record, figures=faster)) == "win"
+    slower = {**faster, **{f"{n}_fused_x_plain": 1.1 for n in record.pairs}}
+    assert pair_verdict(replace(record, figures=slower)) == "loss"
+
+
+def test_a_latency_record_naming_a_missing_bench_is_refused():
+    record = _latency_against_bench()[0]
+    with pytest.raises(ForgeError, match=r"result.json: settings.bench: names no bench record 'nope'"):
+        derive(replace(record, settings={**record.settings, "bench": "nope"}), RECORDS)
+
+
+def _sdist_lines(release: str, path_end: str) -> list[str]:
+    import tarfile
+
+    from forge.upstream.releases import fetch_sdist
+
+    with tarfile.open(fetch_sdist(release, offline=True)) as sdist:
+        names = [n for n in sdist.getnames() if n == f"vllm-{release}/{path_end}" or
+                 n.startswith(f"vllm-{release}/") and n.endswith(f"/{path_end}")]
+        assert len(names) == 1, (release, path_end, names)
+        handle = sdist.extractfile(names[0])
+        assert handle is not None
+        return handle.read().decode().splitlines()
+
+
+ARCH_RECORDS = sorted(r for r in RECORDS if arch_excerpts(RECORDS[r]))
+
+
+@pytest.mark.parametrize("record_id", ARCH_RECORDS)
+def test_a_records_arch_list_excerpts_are_all_the_releases_own_lines(record_id):
+    """`NNN:text` is line NNN of the release's CMakeLists.txt, `<file>:NNN:text` of its one
+    source file of that name; every arch list of those kernels in CMakeLists.txt is there."""
+    record = RECORDS[record_id]
+    for kernels, release, name in arch_excerpts(record):
+        cmake = _sdist_lines(release, "CMakeLists.txt")
+        excerpt = record.raw(name).read_text().splitlines()
+        for entry in excerpt:
+            parts = entry.split(":", 2)
+            where, number, text = parts if not parts[0].isdigit() else ("", *entry.split(":", 1))
+            source = _sdist_lines(release, where) if where else cmake
+            assert source[int(number) - 1] == text, (record_id, name, entry)
+        lists = {f"{n}:{line}" for n, line in enumerate(cmake, start=1)
+                 if (m := ARCH_LIST.search(line)) and m.group(1).startswith(kernels.upper())}
+        assert lists and lists <= set(excerpt), (record_id, name, lists - set(excerpt))
 
 
 def test_a_smoke_verdict_is_its_reports():
@@ -126,6 +206,9 @@ def _record_copy(tmp_path: Path, record_id: str, **changes) -> Path:
     ({"files": ["../result.json"]}, r"files\[0\]: not a file beside the record"),
     ({"files": ["missing.log"]}, r"files\[0\]: no such file beside the record"),
     ({"diary": 1}, r"diary: unknown field"),
+    ({"pairs": {"run1": {"candidate": "mtp_smoke.json"}}}, r"pairs: run1: must be \{candidate: file"),
+    ({"pairs": {"run1": {"candidate": "fused.latency.json", "baseline": "a/latency.json"}}},
+     r"pairs\.run1\.candidate: 'fused.latency.json' is not one of its files"),
 ])
 def test_a_bad_record_is_one_line_naming_the_file_and_field(tmp_path, changes, message):
     folder = _record_copy(tmp_path, "h200-0.27.1-smoke-26b-a4b-v2", **changes)

@@ -287,25 +287,37 @@ def test_evidence_coverage_follows_the_records_each_recipe_cites(before, after, 
                           else evidence.NOT_MEASURED for v in (before, after)]
 
 
+def write_record(results: Path, record_id: str, kind: str, vllm: str, command: str, verdict: str) -> Path:
+    """A record as forge.evidence's loader validates it (the fields it requires)."""
+    path = results / record_id / evidence.RECORD_FILE
+    path.parent.mkdir()
+    path.write_text(json.dumps({"schema": 1, "id": record_id, "kind": kind, "date": "2026-12-03",
+                                "command": command, "versions": {"vllm": vllm}, "figures": {},
+                                "verdict": verdict}))
+    return path
+
+
 def test_evidence_reads_versions_vllm_of_each_cited_record(tmp_path):
-    record = tmp_path / "h200-0.34.0-smoke-26b" / evidence.RECORD_FILE
-    record.parent.mkdir()
-    record.write_text(json.dumps({"schema": 1, "id": "h200-0.34.0-smoke-26b",
-                                  "versions": {"vllm": "0.34.0"}}))
+    write_record(tmp_path, "h200-0.34.0-smoke-26b", "smoke", "0.34.0", "python3 verify/mtp_smoke.py", "pass")
     ids = ["h200-0.34.0-smoke-26b", "h200-0.27.1-gone"]
     assert evidence.coverage_of(ids, "0.34.0", tmp_path).records == ["h200-0.34.0-smoke-26b"]
     assert evidence.coverage_of(ids, "0.27.1", tmp_path).state == evidence.NOT_MEASURED
     assert evidence.missing_records(ids, tmp_path) == ["h200-0.27.1-gone"]
 
 
+def test_a_cited_record_that_does_not_validate_is_a_one_line_error(tmp_path):
+    path = write_record(tmp_path, "h200-0.34.0-smoke-26b", "smoke", "0.34.0", "python3 verify/mtp_smoke.py", "pass")
+    path.write_text(path.read_text().replace('"verdict": "pass"', '"verdict": "maybe"'))
+    with pytest.raises(ForgeError, match=r"h200-0.34.0-smoke-26b/result.json: verdict: must be one of") as error:
+        evidence.coverage_of(["h200-0.34.0-smoke-26b"], "0.34.0", tmp_path)
+    assert "\n" not in str(error.value)
+
+
 def test_drift_records_of_the_package_on_the_new_release_are_named(tmp_path):
     from forge.upgrade.requirements import drift_records
 
     def record(name, kind, vllm, command, verdict):
-        path = tmp_path / name / evidence.RECORD_FILE
-        path.parent.mkdir()
-        path.write_text(json.dumps({"schema": 1, "id": name, "kind": kind, "command": command,
-                                    "versions": {"vllm": vllm}, "verdict": verdict}))
+        write_record(tmp_path, name, kind, vllm, command, verdict)
     record("cpu-0.34.0-drift-transformers-5.25.0", "drift", "0.34.0",
            "python3 build.py drift --version 5.25.0 --vllm 0.34.0", "fail")
     record("cpu-0.34.0-drift-fastapi", "drift", "0.34.0",

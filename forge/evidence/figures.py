@@ -1,11 +1,15 @@
 """A record's figures, taken by code from the raw report beside it, so no figure is typed by hand:
 a smoke's two controls (mtp_smoke.json), a bench's engines (bench.json, as verify/bench.py
-writes it), a profile's step (analysis.json, as `verify/profile.py --report --json` writes it).
+writes it), a profile's step (analysis.json, as `verify/profile.py --report --json` writes it),
+`vllm bench latency`'s JSON (latency.json, *.latency.json; counters.json: the engine's spec-decode
+counters), a candidate against its baseline (the record's `pairs`), and a release's CMake arch
+lists (cmake-<kernels>-<release>.txt: `grep -n` excerpts of its CMakeLists.txt).
 Every figure `derive(record, records)` makes must be in the record's `figures` with that value
 (tests/test_evidence.py); a record may state more, read off raw files no code here reads."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 
 from forge.errors import ForgeError
@@ -107,6 +111,131 @@ def tune_figures(record: Record) -> dict:
     return figures
 
 
+LATENCY = "latency.json"
+LATENCY_SUFFIX = ".latency.json"
+COUNTERS = {"spec_drafts": "vllm:spec_decode_num_drafts",
+            "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens",
+            "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
+ZERO_ACCEPTANCE_WINDOW = "sustained@random"   # verify/bench.py's window with the random drafter
+CLOCK_TOLERANCE = 0.05   # vLLM's clock and verify's must agree this close, or the record says why
+
+
+def _avg_latency(data: dict, where) -> float:
+    value = data.get("avg_latency")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ForgeError(f"{where}: avg_latency: not a number (a `vllm bench latency` JSON?)")
+    return float(value)
+
+
+def _latency_run(record: Record, name: str, prefix: str) -> dict:
+    """One `vllm bench latency` JSON: its mean and median latency and, where the record states
+    its --output-len, ms per step (one prefill and output_len-1 decode steps, the prefill counted)."""
+    data = _json(record, name)
+    figures = {f"{prefix}avg_latency_s": _avg_latency(data, record.folder / name)}
+    _put(figures, f"{prefix}median_latency_s", (data.get("percentiles") or {}).get("50"))
+    output_len = record.settings.get("output_len")
+    if isinstance(output_len, int) and output_len > 0:
+        figures[f"{prefix}ms_per_step"] = figures[f"{prefix}avg_latency_s"] * 1000 / output_len
+    return figures
+
+
+def bench_zero_acceptance_step(record: Record, records: dict[str, Record]) -> float | None:
+    """The step verify/bench.py timed for the engine a latency record names (settings.bench,
+    settings.bench_engine) at zero acceptance: the window the random drafter ran in."""
+    bench_id, engine = record.settings.get("bench"), record.settings.get("bench_engine")
+    if not bench_id:
+        return None
+    where = record.folder / "result.json"
+    if bench_id not in records or not engine:
+        raise ForgeError(f"{where}: settings.bench: names no bench record {bench_id!r} "
+                         f"with settings.bench_engine")
+    report = _json(records[bench_id], "bench.json")
+    window = (((report.get("engines") or {}).get(engine) or {}).get("figures") or {}).get(ZERO_ACCEPTANCE_WINDOW)
+    step = (window or {}).get("step_ms")
+    if isinstance(step, bool) or not isinstance(step, (int, float)):
+        raise ForgeError(f"{where}: settings.bench_engine: {bench_id}'s bench.json has no "
+                         f"{engine} {ZERO_ACCEPTANCE_WINDOW} step_ms")
+    return float(step)
+
+
+def pair_figures(record: Record, records: dict[str, Record]) -> dict:
+    figures: dict = {}
+    for name, pair in sorted(record.pairs.items()):
+        baseline_id, baseline_file = pair["baseline"].split("/")
+        if baseline_id not in records:
+            raise ForgeError(f"{record.folder / 'result.json'}: pairs.{name}.baseline: "
+                             f"no result record {baseline_id!r}")
+        fused = _avg_latency(_json(record, pair["candidate"]), record.folder / pair["candidate"])
+        base = records[baseline_id]
+        plain = _avg_latency(_json(base, baseline_file), base.folder / baseline_file)
+        figures.update({f"{name}_fused_avg_latency_s": fused, f"{name}_plain_avg_latency_s": plain,
+                        f"{name}_fused_x_plain": fused / plain})
+    return figures
+
+
+def pair_verdict(record: Record) -> str | None:
+    """A candidate slower than its baseline in every pair loses, faster in every pair wins; pairs
+    on both sides of 1 are a tie."""
+    names = [f"{name}_fused_x_plain" for name in record.pairs]
+    if not names or any(n not in record.figures for n in names):
+        return None
+    ratios = [record.figures[n] for n in names]
+    return "loss" if min(ratios) > 1 else "win" if max(ratios) < 1 else "tie"
+
+
+def latency_figures(record: Record, records: dict[str, Record]) -> dict:
+    figures: dict = {}
+    paired = {p["candidate"] for p in record.pairs.values()}
+    if LATENCY in record.files:
+        figures.update(_latency_run(record, LATENCY, ""))
+    for name in sorted(n for n in record.files if n.endswith(LATENCY_SUFFIX) and n not in paired):
+        figures.update(_latency_run(record, name, name[:-len(LATENCY_SUFFIX)].replace("-", "_") + "_"))
+    if "counters.json" in record.files:
+        counters = _json(record, "counters.json")
+        for figure, counter in COUNTERS.items():
+            _put(figures, figure, counters.get(counter))
+    step = bench_zero_acceptance_step(record, records)
+    if step is not None and "ms_per_step" in figures:
+        figures["bench_step_ms_zero_acc"] = step
+        figures["vs_bench_zero_acc"] = figures["ms_per_step"] / step
+    figures.update(pair_figures(record, records))
+    return figures
+
+
+ARCH_EXCERPT = re.compile(r"cmake-([a-z0-9]+)-(\d+\.\d+\.\d+)\.txt")
+ARCH_LIST = re.compile(r'cuda_archs_loose_intersection\((\w+_ARCHS) "([^"]+)"')
+
+
+def arch_excerpts(record: Record) -> list[tuple[str, str, str]]:
+    """(kernels, release, file) of each CMake arch-list excerpt beside the record."""
+    return [(m.group(1), m.group(2), name) for name in sorted(record.files)
+            if (m := ARCH_EXCERPT.fullmatch(name))]
+
+
+def arch_list_figures(record: Record) -> dict:
+    """Per excerpt, how many of its arch lists name the record's CUDA arch family
+    (settings.cuda_arch, e.g. "12.1": sm_12x) and how many FP8 lists it has."""
+    arch = str(record.settings.get("cuda_arch") or "").split(" ")[0]
+    if not re.fullmatch(r"\d+\.\d+", arch):
+        raise ForgeError(f"{record.folder / 'result.json'}: settings.cuda_arch: must start with "
+                         f"the arch its excerpts are read for, e.g. '12.1' (got {arch!r})")
+    family = arch.split(".")[0] + "."
+    figures: dict = {}
+    for kernels, release, name in arch_excerpts(record):
+        lists = [m.groups() for line in record.raw(name).read_text().splitlines()
+                 if (m := ARCH_LIST.search(line))]
+        suffix = release.replace(".", "_")
+        figures[f"{kernels}_arch_lists_naming_sm{family[:-1]}x_{suffix}"] = sum(
+            any(a.startswith(family) for a in archs.split(";")) for _, archs in lists)
+        figures[f"{kernels}_fp8_arch_lists_{suffix}"] = sum("_FP8_" in n for n, _ in lists)
+    return figures
+
+
+def is_latency(record: Record) -> bool:
+    return record.kind == "latency" and (bool(record.pairs) or any(
+        n == LATENCY or n.endswith(LATENCY_SUFFIX) for n in record.files))
+
+
 DERIVERS: dict[str, Callable[[Record, dict], dict]] = {
     "mtp_smoke.json": lambda record, records: smoke_figures(record),
     "bench.json": lambda record, records: bench_figures(record),
@@ -123,6 +252,10 @@ def derive(record: Record, records: dict[str, Record]) -> dict | None:
             return deriver(record, records)
     if any(n.startswith(TUNE_PREFIX) for n in record.files):
         return tune_figures(record)
+    if is_latency(record):
+        return latency_figures(record, records)
+    if arch_excerpts(record):
+        return arch_list_figures(record)
     return None
 
 
@@ -136,7 +269,7 @@ def write_derived(record: Record, records: dict[str, Record]) -> dict:
     figures = derive(record, records)
     if figures is None:
         raise ForgeError(f"{record.folder / RECORD_FILE}: files: no raw report to derive figures "
-                         f"from (mtp_smoke.json, bench.json, analysis.json or tune-moe-*.json)")
+                         f"from (mtp_smoke.json, bench.json, analysis.json, tune-moe-*.json or latency.json)")
     path = record.folder / RECORD_FILE
     data = json.loads(path.read_text())
     data["figures"] = {**data.get("figures", {}), **figures}

@@ -66,6 +66,20 @@ def _version_texts(versions: dict) -> str | None:
         if not isinstance(name, str) or not (value is None or isinstance(value, str) and value):
             return f"{name}: a package's version must be text, or null where not recorded (got {value!r})"
     return None
+def _pairs(pairs: dict) -> str | None:
+    """A candidate against its baseline, each a `vllm bench latency` JSON: `{name: {"candidate":
+    file beside the record, "baseline": "<record id>/<file>"}}`."""
+    for name, pair in pairs.items():
+        if not isinstance(name, str) or not ID_PATTERN.fullmatch(name.replace("_", "-")):
+            return f"pair names must be [a-z0-9_]+ (got {name!r})"
+        if not isinstance(pair, dict) or set(pair) != {"candidate", "baseline"} or not all(
+                isinstance(v, str) and v for v in pair.values()):
+            return f"{name}: must be {{candidate: file, baseline: <record id>/<file>}} (got {pair!r})"
+        if pair["candidate"].count("/") or pair["baseline"].count("/") != 1:
+            return f"{name}: candidate is a file beside the record, baseline <record id>/<file>"
+    return None
+
+
 SCHEMA = {
     "schema": Field(int, choices=(1,)),
     "id": Field(str, check=lambda v: None if ID_PATTERN.fullmatch(v) else
@@ -83,6 +97,7 @@ SCHEMA = {
     "verdict": Field(str, choices=VERDICTS),
     "summary": Field(str, required=False),
     "files": Field(ListOf(str), required=False, default=[]),
+    "pairs": Field(dict, required=False, default={}, check=_pairs),
 }
 
 
@@ -101,6 +116,7 @@ class Record:
     verdict: str
     summary: str | None
     files: list
+    pairs: dict
     folder: Path
 
     @property
@@ -129,6 +145,9 @@ def load_record(folder: Path, name: str | None = None) -> Record:
             problem = f"no such file beside the record: {file_name!r}"
         if problem:
             raise SchemaError(f"{source}: files[{i}]: {problem}")
+    for name, pair in fields["pairs"].items():
+        if pair["candidate"] not in fields["files"]:
+            raise SchemaError(f"{source}: pairs.{name}.candidate: {pair['candidate']!r} is not one of its files")
     del fields["schema"]
     return Record(folder=folder, **fields)
 

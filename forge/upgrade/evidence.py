@@ -1,22 +1,21 @@
 """Whether a recipe's evidence covers a release: the result records its target cites
 (`targets.<target>.evidence: [id, ...]`, else `defaults.evidence`) whose `versions.vllm` is that
-release. A record is benchmarks/results/<id>/result.json (schema 1); the fields read here are
-`id` and `versions.vllm`. A recipe that cites none is "not measured" on every release.
-
-Only what this comparison needs is read here; the records' own loader validates them whole.
+release. The records are read by forge.evidence's loader, so each is validated whole (a bad one
+is a one-line error naming its file and field). A recipe that cites none is "not measured" on
+every release.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forge import REPO_ROOT
+from forge.evidence.records import RECORD_FILE, RESULTS, Record, load_records
 from forge.schema import load_yaml
 from forge.serving.recipes import Recipe, merged
 
-RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
-RECORD_FILE = "result.json"
+RESULTS_DIR = RESULTS
+__all__ = ["RECORD_FILE", "RESULTS_DIR", "Coverage", "cited_ids", "coverage", "coverage_of",
+           "missing_records", "record_release", "records_of"]
 MEASURED, NOT_MEASURED = "measured", "not measured"
 
 
@@ -46,16 +45,14 @@ def cited_ids(recipe: Recipe) -> list[str]:
     return [str(i) for i in ids] if isinstance(ids, list) else []
 
 
+def _releases(results: Path) -> dict[str, str | None]:
+    """Each record's id -> the vLLM release it was measured on (None where it names none)."""
+    return {record_id: record.vllm for record_id, record in load_records(results).items()}
+
+
 def record_release(record_id: str, results: Path = RESULTS_DIR) -> str | None:
-    """The vLLM release record `record_id` was measured on; None where there is no readable record."""
-    path = results / record_id / RECORD_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    versions = data.get("versions") if isinstance(data, dict) else None
-    release = versions.get("vllm") if isinstance(versions, dict) else None
-    return str(release) if release else None
+    """The vLLM release record `record_id` was measured on; None where there is no such record."""
+    return _releases(results).get(record_id)
 
 
 def coverage(recipe: Recipe, release: str, results: Path = RESULTS_DIR) -> Coverage:
@@ -63,25 +60,19 @@ def coverage(recipe: Recipe, release: str, results: Path = RESULTS_DIR) -> Cover
 
 
 def coverage_of(ids: list[str], release: str, results: Path = RESULTS_DIR) -> Coverage:
-    measured = [i for i in ids if record_release(i, results) == str(release)]
+    releases = _releases(results)
+    measured = [i for i in ids if releases.get(i) == str(release)]
     return Coverage(str(release), MEASURED if measured else NOT_MEASURED, measured)
 
 
 def missing_records(ids: list[str], results: Path = RESULTS_DIR) -> list[str]:
-    """Cited ids with no readable record (or one naming no vLLM release)."""
-    return [i for i in ids if record_release(i, results) is None]
+    """Cited ids with no record (or one naming no vLLM release)."""
+    releases = _releases(results)
+    return [i for i in ids if releases.get(i) is None]
 
 
-def records_of(kind: str, release: str, results: Path = RESULTS_DIR) -> list[dict]:
-    """Every record of `kind` measured on `release` (e.g. the drift checks run against it), as
-    written, in id order."""
-    found = []
-    for path in sorted(results.glob(f"*/{RECORD_FILE}")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        versions = data.get("versions") if isinstance(data, dict) else None
-        if isinstance(versions, dict) and data.get("kind") == kind and str(versions.get("vllm")) == str(release):
-            found.append({**data, "id": str(data.get("id") or path.parent.name)})
-    return found
+def records_of(kind: str, release: str, results: Path = RESULTS_DIR) -> list[Record]:
+    """Every record of `kind` measured on `release` (e.g. the drift checks run against it), in
+    id order."""
+    return [r for _, r in sorted(load_records(results).items())
+            if r.kind == kind and r.vllm == str(release)]

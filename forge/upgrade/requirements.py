@@ -106,11 +106,9 @@ def drift_records(package: str, release: str, results: Path = RESULTS_DIR) -> li
     without one)."""
     found = []
     for record in records_of("drift", release, results):
-        settings = record.get("settings")
-        settings = settings if isinstance(settings, dict) else {}
-        command = str(record.get("command") or "").split()
-        named = settings.get("package") or (command[command.index("--package") + 1]
-                                            if "--package" in command[:-1] else "transformers")
+        command = record.command.split()
+        named = record.settings.get("package") or (command[command.index("--package") + 1]
+                                                   if "--package" in command[:-1] else "transformers")
         if canonicalize_name(str(named)) == canonicalize_name(package):
-            found.append(f"{record['id']}: {record.get('verdict')}")
+            found.append(f"{record.id}: {record.verdict}")
     return found
