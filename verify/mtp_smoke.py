@@ -41,6 +41,7 @@ from pathlib import Path
 if not __package__ and __name__ == "__main__":
     import _repository_on_path  # noqa: F401
 
+from forge.commands.cli import OneLineParser
 from forge.errors import ForgeError, exit_on_interrupt
 from forge.files import check_output_dir, write_text_atomically
 from forge.json_text import dump_json
@@ -52,6 +53,7 @@ from verify import controls
 from verify.dummy_models import check_shape_flag, encode_without_tokenizer, recipe_shape, write_dummy_models
 from verify.endpoint import Endpoint, EndpointError, excerpt, served_model, server_release
 from verify.engine_worker import read_result
+from verify.flags import endpoint_url, positive_count, positive_seconds
 from verify.machine import detect_target, kill_group
 from verify.metrics import MetricsError, SpecCounters, counters_from_prometheus, counters_from_snapshot
 from verify.prompts import gate_prompts, load_prompts
@@ -77,13 +79,13 @@ WORKER = Path(__file__).with_name("engine_worker.py")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--recipe", required=True, help="recipe name, e.g. gemma-4-26b-a4b-it")
     p.add_argument("--target", default=os.environ.get("VLLM_FORGE_TARGET"),
                    help="recipe target (default $VLLM_FORGE_TARGET, else from the GPU's name)")
     p.add_argument("--model", help="local path of the target model (default: the recipe's)")
     p.add_argument("--drafter", help="local path of the drafter (default: the recipe's)")
-    p.add_argument("--endpoint", help="check a running server at this URL instead")
+    p.add_argument("--endpoint", type=endpoint_url, help="check a running server at this URL instead")
     p.add_argument("--server-log", help="with --endpoint: that server's log, for the log checks (without it "
                         "they cannot run and the report cannot pass)")
     p.add_argument("--dummy", action="store_true",
@@ -103,7 +105,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="in-process: the gate prompts repeated to N requests, all at once (a decode "
                         "batch of N: paths chosen by the number of sequences, e.g. Triton's split-KV "
                         "above 16 on the 26B-A4B; default: the gate prompts once)")
-    p.add_argument("--max-tokens", type=int, default=128, help="tokens per prompt (default 128)")
+    p.add_argument("--max-tokens", type=positive_count, default=128, help="tokens per prompt (default 128)")
     p.add_argument("--attention-backend", help="e.g. TRITON_ATTN")
     p.add_argument("--gpu-memory-utilization", type=float)
     p.add_argument("--max-model-len", type=int)
@@ -125,27 +127,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.batch and args.endpoint:
         p.error("--batch is in-process only (--endpoint sends the gate prompts one at a time)")
     return args
-
-
-def _at_least_one(text: str, unit: str = "") -> int:
-    """A whole number of `unit`s, 1 or more, as argparse types report it."""
-    of_units, units = (f" of {unit}s", f" {unit}") if unit else ("", "")
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number{of_units}: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1{units} or more (got {value})")
-    return value
-
-
-def positive_count(text: str) -> int:
-    return _at_least_one(text)
-
-
-def positive_seconds(text: str) -> int:
-    """A timeout of whole seconds, 1 or more (requests refuses 0 and below; so would the run)."""
-    return _at_least_one(text, "second")
 
 
 def smoke_prompts(args) -> list:

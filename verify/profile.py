@@ -49,6 +49,7 @@ import time  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from forge.commands.cli import OneLineParser  # noqa: E402
 from forge.errors import ForgeError, exit_on_interrupt  # noqa: E402
 from forge.files import write_text_atomically  # noqa: E402
 from forge.json_text import dump_json  # noqa: E402
@@ -68,7 +69,7 @@ WRAP_UP_S = 20
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--report", nargs="+", metavar="PROFILE_JSON",
                    help="analyse recorded profile.json files (no GPU): tables, --plot, --md")
     p.add_argument("--plot", help="with --report: write a PNG (needs matplotlib)")
