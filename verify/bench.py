@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import re
 import shlex
@@ -67,7 +66,7 @@ from verify.flags import endpoint_url, positive_count
 from verify.machine import detect_target, kill_group
 from verify.metrics import MetricsError
 from verify.prompts import gate_prompts, load_prompts
-from verify.report import UNKNOWN, checked_versions, unknown_versions
+from verify.report import UNKNOWN, checked_versions, read_json_object, unknown_versions
 from verify.vllm_logs import parse_engine_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -745,10 +744,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     try:
         if args.render:
-            try:
-                report = json.loads(Path(args.render).read_text())
-            except (OSError, ValueError) as exc:
-                raise ForgeError(f"--render {args.render}: not a bench report ({exc})") from None
+            report = read_json_object(args.render, "bench report (--render)")
             paths = bench_report.write_outputs(report, Path(args.render).parent)
             print(f"rendered {', '.join(str(p) for p in paths.values())}")
             return 0

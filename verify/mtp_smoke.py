@@ -150,6 +150,13 @@ def image_digest(text: str) -> str:
     return match[1]
 
 
+def make_output_dir(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ForgeError(f"--out {out}: cannot make the folder: {exc.strerror or exc}") from None
+
+
 def load_recipe(args):
     from forge.serving.recipes import load_recipe as load
 
@@ -519,10 +526,12 @@ def main(argv=None) -> int:
         recipe = load_recipe(args)
         if args.dummy:
             args.shape = recipe_shape(recipe, args.shape)
+        load_prompts()   # a bad prompts.yaml is refused before anything runs (read again where used)
+        if not args.endpoint:
+            make_output_dir(out)        # the engine's spec and log go there as it runs
     except (ForgeError, ValueError) as exc:
         print(f"error: {visible(exc)}", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)  # only once the arguments are known to be good
     if args.endpoint:
         checks, context = endpoint_checks(recipe, args)
     else:
@@ -539,9 +548,9 @@ def main(argv=None) -> int:
                               runner=args.runner or recipe.serve.model_runner,
                               verify_broken=bool(broken), **context,
                               **({"batch": args.batch} if args.batch else {}))
-    except (ForgeError, OSError) as exc:
+    except ForgeError as exc:
         print(render_table(checks))
-        print(f"error: the report was not written: {visible(exc)}", file=sys.stderr)
+        print(f"error: {visible(exc)}", file=sys.stderr)
         return 2
     print(render_table(checks))
     print(f"ran on: {versions_line(context['versions'])}")
