@@ -244,7 +244,7 @@ BENCH_ONLY = {"health-stall"}
 def server_cases() -> list[dict]:
     cases = []
     for scenario in (s for s in SCENARIOS if s not in BENCH_ONLY):
-        extra = ("--timeout", "2") if scenario in TIMEOUT_SCENARIOS else ()
+        extra = ("--timeout", "1") if scenario in TIMEOUT_SCENARIOS else ()   # the least it takes
         expected = 0 if scenario in SMOKE_PASSES else 1
         cases.append({**smoke(scenario, *extra), "id": f"server-mtp-smoke-{scenario}", "exit": expected,
                       "timeout": 15.0})
