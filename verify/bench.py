@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import re
 import shlex
@@ -44,6 +43,7 @@ from pathlib import Path
 if not __package__ and __name__ == "__main__":
     import _repository_on_path  # noqa: F401
 
+from forge.commands.cli import OneLineParser
 from forge.errors import ForgeError, exit_on_interrupt
 from forge.files import check_output_dir, write_text_atomically
 from forge.json_text import dump_json
@@ -60,12 +60,13 @@ from verify.dummy_models import (
     recipe_shape,
     write_dummy_models,
 )
-from verify.endpoint import Endpoint, server_release
+from verify.endpoint import Endpoint, EndpointError, served_model, server_release
 from verify.engine_worker import measure_lock, read_result
+from verify.flags import endpoint_url, positive_count
 from verify.machine import detect_target, kill_group
 from verify.metrics import MetricsError
 from verify.prompts import gate_prompts, load_prompts
-from verify.report import UNKNOWN, checked_versions, unknown_versions
+from verify.report import UNKNOWN, checked_versions, read_json_object, unknown_versions
 from verify.vllm_logs import parse_engine_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +98,7 @@ MOE_BACKEND_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--recipe", help="recipe name, e.g. gemma-4-26b-a4b-it")
     p.add_argument("--target", default=os.environ.get("VLLM_FORGE_TARGET"))
     p.add_argument("--configs", default=DEFAULT_CONFIGS,
@@ -143,8 +144,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sustained-tokens", type=int, default=512)
     p.add_argument("--long-tokens", type=int, default=256, help="decode tokens of a long window")
     p.add_argument("--repeat", type=int, default=2, help="sustained repetitions")
-    p.add_argument("--endpoint", help="benchmark a running server instead")
-    p.add_argument("--burst", type=int, default=500, help="with --endpoint: concurrent requests")
+    p.add_argument("--endpoint", type=endpoint_url, help="benchmark a running server instead")
+    p.add_argument("--burst", type=positive_count, default=500, help="with --endpoint: concurrent requests")
     p.add_argument("--render", help="re-render bench.md/png from this bench.json")
     p.add_argument("--collect", action="store_true",
                    help="build the report from the engine results already under --out "
@@ -695,22 +696,24 @@ def facts_attention(log_text: str) -> list[str]:
 # A running server: a burst of concurrent requests, every one answered
 
 def server_burst(url: str, count: int, max_tokens: int = 32, token_prompts: bool = False) -> dict:
-    import requests
-
-    url = url.rstrip("/")
-    model = requests.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
+    server = Endpoint(url, 30)
+    try:
+        model = served_model(server)
+    except EndpointError as exc:
+        raise ForgeError(f"--endpoint {url}: {exc}") from None
     texts: list = [t for _, t in gate_prompts(load_prompts())]
     if token_prompts:
         texts = [encode_without_tokenizer(t) for t in texts]
+    completions = Endpoint(url, 900)
 
     def one(i: int):
         started = time.perf_counter()
         try:
-            response = requests.post(f"{url}/v1/completions", timeout=900, json={
+            answer = completions.post_json("/v1/completions", "POST /v1/completions", {
                 "model": model, "prompt": texts[i % len(texts)], "max_tokens": max_tokens,
                 "temperature": 0.0})
-            ok = response.status_code == 200 and bool(response.json().get("choices"))
-        except (requests.RequestException, ValueError):
+            ok = bool(answer.get("choices"))
+        except EndpointError:
             ok = False
         return ok, time.perf_counter() - started
 
@@ -741,10 +744,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     try:
         if args.render:
-            try:
-                report = json.loads(Path(args.render).read_text())
-            except (OSError, ValueError) as exc:
-                raise ForgeError(f"--render {args.render}: not a bench report ({exc})") from None
+            report = read_json_object(args.render, "bench report (--render)")
             paths = bench_report.write_outputs(report, Path(args.render).parent)
             print(f"rendered {', '.join(str(p) for p in paths.values())}")
             return 0

@@ -23,12 +23,13 @@ import re
 import statistics
 from pathlib import Path
 
+from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.json_text import dump_json
 from forge.serving.acceptance import profile_length
 from forge.untrusted import visible, visible_lines
 from verify.metrics import counters_from_snapshot
-from verify.report import save_figure, versions_line
+from verify.report import missing_folders, remove_made, save_figure, versions_line
 
 SPECIAL_WINDOWS = ("followup",)
 # bench.py's windows of C gate prompts at once (conc<C>), in the concurrency table's order.
@@ -560,18 +561,26 @@ def render_plot(report: dict, path: Path) -> str | None:
 
 
 def write_outputs(report: dict, out: Path) -> dict[str, Path]:
-    out.mkdir(parents=True, exist_ok=True)
+    """bench.json, bench.md and bench.png in `out`, or, should the OS refuse one (a full disk, a
+    read-only folder), none of them: one ForgeError naming the folder."""
+    made = missing_folders(out / "bench.json")
     png = out / "bench.png"
-    plot = render_plot(report, png)
-    report["plot"] = png.name if plot else None
-    if not plot:
-        report["plot_note"] = "matplotlib is not installed here"
     paths = {"json": out / "bench.json", "md": out / "bench.md"}
-    # Each whole or not at all; the JSON strict (a NaN figure is refused by its field's path).
-    write_text_atomically(paths["json"], dump_json(report, f"bench report {paths['json']}",
-                                                   indent=1) + "\n")
-    # Engine errors are log lines: a reader's `cat bench.md` must not obey what the log said.
-    write_text_atomically(paths["md"], visible_lines(render_markdown(report)))
+    new = tuple(p for p in (png, *paths.values()) if not p.exists())  # removed again on a failure
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        plot = render_plot(report, png)
+        report["plot"] = png.name if plot else None
+        if not plot:
+            report["plot_note"] = "matplotlib is not installed here"
+        # Each whole or not at all; the JSON strict (a NaN figure is refused by its field's path).
+        write_text_atomically(paths["json"], dump_json(report, f"bench report {paths['json']}",
+                                                       indent=1) + "\n")
+        # Engine errors are log lines: a reader's `cat bench.md` must not obey what the log said.
+        write_text_atomically(paths["md"], visible_lines(render_markdown(report)))
+    except OSError as exc:
+        remove_made(made, new)
+        raise ForgeError(f"{out}: the bench report was not written: {exc.strerror or exc}") from None
     if plot:
         paths["png"] = png
     return paths

@@ -41,6 +41,7 @@ from pathlib import Path
 if not __package__ and __name__ == "__main__":
     import _repository_on_path  # noqa: F401
 
+from forge.commands.cli import OneLineParser
 from forge.errors import ForgeError, exit_on_interrupt
 from forge.files import check_output_dir, write_text_atomically
 from forge.json_text import dump_json
@@ -52,6 +53,7 @@ from verify import controls
 from verify.dummy_models import check_shape_flag, encode_without_tokenizer, recipe_shape, write_dummy_models
 from verify.endpoint import Endpoint, EndpointError, excerpt, served_model, server_release
 from verify.engine_worker import read_result
+from verify.flags import endpoint_url, positive_count, positive_seconds
 from verify.machine import detect_target, kill_group
 from verify.metrics import MetricsError, SpecCounters, counters_from_prometheus, counters_from_snapshot
 from verify.prompts import gate_prompts, load_prompts
@@ -77,13 +79,13 @@ WORKER = Path(__file__).with_name("engine_worker.py")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--recipe", required=True, help="recipe name, e.g. gemma-4-26b-a4b-it")
     p.add_argument("--target", default=os.environ.get("VLLM_FORGE_TARGET"),
                    help="recipe target (default $VLLM_FORGE_TARGET, else from the GPU's name)")
     p.add_argument("--model", help="local path of the target model (default: the recipe's)")
     p.add_argument("--drafter", help="local path of the drafter (default: the recipe's)")
-    p.add_argument("--endpoint", help="check a running server at this URL instead")
+    p.add_argument("--endpoint", type=endpoint_url, help="check a running server at this URL instead")
     p.add_argument("--server-log", help="with --endpoint: that server's log, for the log checks (without it "
                         "they cannot run and the report cannot pass)")
     p.add_argument("--dummy", action="store_true",
@@ -103,7 +105,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="in-process: the gate prompts repeated to N requests, all at once (a decode "
                         "batch of N: paths chosen by the number of sequences, e.g. Triton's split-KV "
                         "above 16 on the 26B-A4B; default: the gate prompts once)")
-    p.add_argument("--max-tokens", type=int, default=128, help="tokens per prompt (default 128)")
+    p.add_argument("--max-tokens", type=positive_count, default=128, help="tokens per prompt (default 128)")
     p.add_argument("--attention-backend", help="e.g. TRITON_ATTN")
     p.add_argument("--gpu-memory-utilization", type=float)
     p.add_argument("--max-model-len", type=int)
@@ -127,27 +129,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def _at_least_one(text: str, unit: str = "") -> int:
-    """A whole number of `unit`s, 1 or more, as argparse types report it."""
-    of_units, units = (f" of {unit}s", f" {unit}") if unit else ("", "")
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number{of_units}: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1{units} or more (got {value})")
-    return value
-
-
-def positive_count(text: str) -> int:
-    return _at_least_one(text)
-
-
-def positive_seconds(text: str) -> int:
-    """A timeout of whole seconds, 1 or more (requests refuses 0 and below; so would the run)."""
-    return _at_least_one(text, "second")
-
-
 def smoke_prompts(args) -> list:
     """The gate prompts as the engine takes them, cycled to --batch requests where it is given."""
     prompts = prompt_inputs(args, [text for _, text in gate_prompts(load_prompts())])
@@ -167,6 +148,13 @@ def image_digest(text: str) -> str:
         raise argparse.ArgumentTypeError(f"not sha256:<64 hex> or NAME@sha256:<64 hex> "
                                          f"(from --image-digest or ${DIGEST_ENV}): {text!r}")
     return match[1]
+
+
+def make_output_dir(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ForgeError(f"--out {out}: cannot make the folder: {exc.strerror or exc}") from None
 
 
 def load_recipe(args):
@@ -547,10 +535,12 @@ def main(argv=None) -> int:
         recipe = load_recipe(args)
         if args.dummy:
             args.shape = recipe_shape(recipe, args.shape)
+        load_prompts()   # a bad prompts.yaml is refused before anything runs (read again where used)
+        if not args.endpoint:
+            make_output_dir(out)        # the engine's spec and log go there as it runs
     except (ForgeError, ValueError) as exc:
         print(f"error: {visible(exc)}", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)  # only once the arguments are known to be good
     if args.endpoint:
         checks, context = endpoint_checks(recipe, args)
     else:
@@ -567,9 +557,9 @@ def main(argv=None) -> int:
                               runner=args.runner or recipe.serve.model_runner,
                               verify_broken=bool(broken), **context,
                               **({"batch": args.batch} if args.batch else {}))
-    except (ForgeError, OSError) as exc:
+    except ForgeError as exc:
         print(render_table(checks))
-        print(f"error: the report was not written: {visible(exc)}", file=sys.stderr)
+        print(f"error: {visible(exc)}", file=sys.stderr)
         return 2
     print(render_table(checks))
     print(f"ran on: {versions_line(context['versions'])}")

@@ -49,13 +49,15 @@ import time  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from forge.commands.cli import OneLineParser  # noqa: E402
 from forge.errors import ForgeError, exit_on_interrupt  # noqa: E402
-from forge.files import write_text_atomically  # noqa: E402
+from forge.files import check_output_file, write_text_atomically  # noqa: E402
 from forge.json_text import dump_json  # noqa: E402
 from forge.untrusted import visible, visible_lines  # noqa: E402
 from verify import controls, profile_report  # noqa: E402
 from verify.dummy_models import check_shape_flag, encode_without_tokenizer, recipe_shape  # noqa: E402
 from verify.kernel_groups import load_kernel_map  # noqa: E402
+from verify.report import read_json_object, write_output  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE_FILE = "profile.json"
@@ -68,7 +70,7 @@ WRAP_UP_S = 20
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--report", nargs="+", metavar="PROFILE_JSON",
                    help="analyse recorded profile.json files (no GPU): tables, --plot, --md")
     p.add_argument("--plot", help="with --report: write a PNG (needs matplotlib)")
@@ -129,13 +131,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 # CPU side: the report from recorded JSON
 
 def report(args) -> int:
+    for flag, path in (("--json", args.json), ("--md", args.md), ("--plot", args.plot)):
+        if path:
+            check_output_file(path, flag)   # before the profiles are read and analysed
     text, entries = report_text(args)
     print(visible_lines(text))
     if args.json:
-        write_text_atomically(args.json, report_json(entries))
+        write_output(args.json, report_json(entries), f"--json {args.json}")
         print(f"wrote {args.json}")
     if args.md:
-        write_text_atomically(args.md, visible_lines(text))
+        write_output(args.md, visible_lines(text), f"--md {args.md}")
         print(f"wrote {args.md}")
     if args.plot:
         print(f"wrote {profile_report.render_plot(entries, Path(args.plot))}")
@@ -148,12 +153,14 @@ def report_text(args) -> tuple[str, list[tuple[dict, dict]]]:
     kernel_maps: dict = {}
 
     def analysed(path: str) -> tuple[dict, dict]:
-        try:
-            profile = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise ForgeError(f"{path}: not a readable profile JSON ({exc})") from exc
+        profile = read_json_object(path, "profile JSON")
+        replies = profile.get("profiles")
+        if not isinstance(replies, dict) or not all(isinstance(replies.get(r), dict)
+                                                    for r in ("short", "long")):
+            raise ForgeError(f"{path}: not a profile JSON: no `profiles` with a short and a long reply")
         family = args.family or profile.get("family") or "gemma4"
         kernel_map = kernel_maps.setdefault(family, load_kernel_map(family))
+        roofline: dict | None
         if args.roofline == ROOFLINE_AUTO:
             roofline = recorded_roofline(profile, path)
         else:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from forge.errors import ForgeError
 from verify.kernel_groups import OTHER, KernelMap
-from verify.report import save_figure
+from verify.report import read_json_object, save_figure
 
 # Chrome-trace categories of work that runs on the GPU (kineto's names); the rest (cuda_runtime,
 # cpu_op, python_function, flow events) is host-side.
@@ -94,12 +94,7 @@ def decode_kernels(short: dict, long: dict) -> list[dict]:
 # The roofline's bytes (build.py roofline --json) -> floors
 
 def read_roofline(path: Path | str) -> dict:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ForgeError(f"{path}: not a readable roofline JSON ({exc})") from exc
-    return roofline_floor(data, str(path))
+    return roofline_floor(read_json_object(path, "roofline JSON"), str(path))
 
 
 def roofline_floor(data: dict, source: str) -> dict:

@@ -7,9 +7,12 @@ verify's scripts name one module for everything about a report.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
+from itertools import takewhile
 from pathlib import Path
 
+from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.json_text import dump_json
 from forge.untrusted import visible
@@ -118,8 +121,68 @@ def write_report(path: Path | str, checks: list[Check], versions: dict[str, str]
     payload = {"passed": verdict(checks), "checks": [asdict(c) for c in checks],
                "versions": checked_versions(versions), **context}
     # Whole or not at all (Ctrl-C, a full disk), and strict JSON: no NaN or Infinity.
-    return write_text_atomically(path, dump_json(payload, f"report {path}", indent=1,
-                                                 default=str) + "\n")
+    return write_output(path, dump_json(payload, f"report {path}", indent=1, default=str) + "\n",
+                        f"the report {path}")
+
+
+def read_json_object(path: Path | str, what: str) -> dict:
+    """A JSON object verify wrote (a bench or profile report, a roofline), or one ForgeError
+    naming the file: unreadable, not JSON, NaN or Infinity in it (verify writes strict JSON), too
+    deep for the decoder, or not an object. (Until the file layer's capped reader takes over,
+    the read itself is a plain one.)"""
+    try:
+        data = json.loads(Path(path).read_text(), parse_constant=_not_json,
+                          object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise ForgeError(f"{path}: not a readable {what}: nested too deep to decode") from None
+    except (OSError, ValueError) as exc:
+        raise ForgeError(f"{path}: not a readable {what} ({exc})") from None
+    if not isinstance(data, dict):
+        raise ForgeError(f"{path}: not a {what}: (top level) must be a JSON object")
+    return data
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """An object with a key named twice is refused: which of its values is meant?"""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"the key {key!r} appears twice")
+        seen.add(key)
+    return dict(pairs)
+
+
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not JSON (verify writes finite numbers only)")
+
+
+def missing_folders(path: Path) -> list[Path]:
+    """The folders that writing `path` would make, innermost first."""
+    return list(takewhile(lambda folder: not folder.exists(), Path(path).parents))
+
+
+def remove_made(folders: list[Path], files: tuple[Path, ...] = ()) -> None:
+    """Undo a write that failed half way: the files it wrote, then the folders it made (innermost
+    first, each only while empty)."""
+    for file in files:
+        file.unlink(missing_ok=True)
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
+def write_output(path: Path | str, text: str, what: str) -> Path:
+    """write_text_atomically, and a write the OS refuses (a full disk, a read-only folder) one
+    ForgeError naming `what` and why; folders made for the file are removed again."""
+    path = Path(path)
+    made = missing_folders(path)
+    try:
+        return write_text_atomically(path, text)
+    except OSError as exc:
+        remove_made(made)
+        raise ForgeError(f"{what}: not written: {exc.strerror or exc}") from None
 
 
 def save_figure(fig, path: Path) -> None:

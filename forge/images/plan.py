@@ -20,6 +20,7 @@ from forge.images.lock import lock_file, read_lock
 from forge.json_text import dump_json
 from forge.patching.vocabulary import Kind, Status
 from forge.targets import BaseImage, Target, get_target
+from forge.untrusted import visible
 from forge.versions import Release
 
 LABEL_PREFIX = "io.vllm-forge."
@@ -335,7 +336,8 @@ def format_plan(plan: Plan) -> str:
                                   f"registry's digest unpinned; `python3 build.py lock --vllm "
                                   f"{plan.vllm}` pins it")
     lines = [f"plan: vLLM {plan.vllm} for {t.name} ({t.platform}, CUDA {t.cuda}, sm {t.cuda_arch})",
-             f"  base        {plan.base.ref}",
+             # the base may name $VLLM_FORGE_BASE_MIRROR, which is the environment's, not ours
+             f"  base        {visible(plan.base.ref)}",
              f"  digest      {digest}"]
     lines += ["  patches"]
     lines += [f"    {p['id']:<36} {p['kind']:<10} {p['status']:<16} {p['detail']}" for p in plan.patches]

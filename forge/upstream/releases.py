@@ -51,10 +51,13 @@ def cache_dir() -> Path:
     # A refusal names the variable when the user set it.
     source = "$VLLM_FORGE_CACHE" if given else "the cache directory"
     path = check_output_dir(root, source)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ForgeError(f"{source} {path}: cannot create it: {exc.strerror}") from exc
+    # Made by the first write into it (each writer makes its folders), not here: a command that
+    # only reads, offline, and finds nothing leaves no empty folders behind. One that could not
+    # make it is refused now, before any work, not at its first write.
+    if not os.path.exists(path):            # False too where a folder above cannot be searched
+        folder = next(p for p in path.parents if os.path.exists(p))
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ForgeError(f"{source} {path}: cannot create it: {folder} is not writable")
     return path
 
 

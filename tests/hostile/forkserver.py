@@ -11,7 +11,7 @@ the case tree, and answers one request per line on a pipe:
 
 The child sets up what a shell would (its own process group, fds 0/1/2, the environment, the
 umask, an address-space cap so a runaway read ends in MemoryError instead of eating the
-machine), drops to the user, calls the entry point's main(argv) in-process and exits with its
+machine), drops to the user, calls the entry point (its script's function) in-process and exits with its
 code. An uncaught exception is printed as the interpreter prints it (so "Traceback" shows), and
 an uncaught KeyboardInterrupt ends the child by SIGINT as the interpreter does. The parent waits
 with os.wait4 (exit status and the child's peak RSS), interrupts it on request, and kills its
@@ -29,11 +29,12 @@ import time
 from pathlib import Path
 
 ENTRY_POINTS = {
-    # name: (module, program name as typed)
-    "build": ("forge.commands.cli", "build.py"),
-    "mtp_smoke": ("verify.mtp_smoke", "mtp_smoke.py"),
-    "bench": ("verify.bench", "bench.py"),
-    "profile": ("verify.profile", "profile.py"),
+    # name: (module, program name as typed, the function its script runs: pyproject.toml's
+    # [project.scripts]; verify's `run` is main under exit_on_interrupt, reading sys.argv)
+    "build": ("forge.commands.cli", "build.py", "main"),
+    "mtp_smoke": ("verify.mtp_smoke", "mtp_smoke.py", "run"),
+    "bench": ("verify.bench", "bench.py", "run"),
+    "profile": ("verify.profile", "profile.py", "run"),
 }
 # Imported by no entry point at module level but by the functions they call: import them now, in
 # the server, so no child pays for them (modules that need vLLM or torch fail and are left out).
@@ -79,7 +80,8 @@ def preload(repo: Path) -> dict:
                 importlib.import_module(info.name)
             except Exception:   # noqa: BLE001 (a module that needs vLLM: its child imports it)
                 pass
-    return {name: importlib.import_module(module).main for name, (module, _) in ENTRY_POINTS.items()}
+    return {name: getattr(importlib.import_module(module), function)
+            for name, (module, _, function) in ENTRY_POINTS.items()}
 
 
 def serve(repo: str) -> None:
@@ -132,9 +134,10 @@ def child(entries: dict, request: dict) -> None:
             os.setgroups([])
             os.setgid(NOBODY)
             os.setuid(NOBODY)
-        _module, program = ENTRY_POINTS[request["entry"]]
+        _module, program, function = ENTRY_POINTS[request["entry"]]
         sys.argv = [program, *request["argv"]]
-        code = entries[request["entry"]](list(request["argv"]))
+        entry = entries[request["entry"]]
+        code = entry(list(request["argv"])) if function == "main" else entry()
     except SystemExit as exc:           # argparse, and scripts that end by sys.exit
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)
