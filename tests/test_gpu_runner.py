@@ -189,7 +189,7 @@ def test_a_stopped_runner_stops_its_jobs_and_still_writes_run_json(tmp_path, hos
     while time.monotonic() < deadline and not (out / "logs" / "long.log").exists():
         time.sleep(0.05)
     runner.send_signal(signal.SIGTERM)
-    assert runner.wait(timeout=10) == 1
+    assert runner.wait(timeout=10) == 128 + signal.SIGTERM  # the shell's code for a signalled end
     jobs = jobs_of(out)
     assert jobs["long"]["status"] == "stopped" and jobs["long"]["reason"] == "the runner got SIGTERM"
     assert jobs["next"]["status"] == "skipped"

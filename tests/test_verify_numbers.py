@@ -196,7 +196,8 @@ def test_every_json_the_project_writes_goes_through_dump_json():
     found = subprocess.run(["grep", "-rn", "--include=*.py", r"json\.dumps\?(",
                             "forge", "verify", "benchmarks", "build.py"],
                            cwd=REPO, capture_output=True, text=True).stdout.splitlines()
-    others = [line for line in found if not line.startswith("forge/json_text.py:")
+    # benchmarks/results/ holds what ran on a GPU host, as it ran: raw files, not the project's code
+    others = [line for line in found if not line.startswith(("forge/json_text.py:", "benchmarks/results/"))
               and not ("forge/watch/drift_probe.py:" in line and "allow_nan=False" in line)
               and "excerpt(json.dumps(answer" not in line]
     assert others == []

@@ -5,13 +5,13 @@ smoke inside it on this host's GPU; nothing is pushed or published."""
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import shutil
 import subprocess
 import sys
 
 from forge.errors import ForgeError
+from forge.json_text import dump_json
 
 NEEDS_WORK = 1
 
@@ -24,7 +24,7 @@ def cmd_upgrade(args) -> int:
     upgrade = compare(args.from_release, args.to_release, args.target, args.recipe,
                       allow_downgrade=args.allow_downgrade, repository=args.repository)
     if args.json:
-        print(json.dumps(check_report(to_dict(upgrade)), indent=1))
+        print(dump_json(check_report(to_dict(upgrade)), indent=1))
     else:
         print(render(upgrade))
     if upgrade.blocking:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from forge.errors import ForgeError
 from forge.evidence.records import Record
+from forge.json_text import dump_json
 
 # the smoke's windows of its two controls (verify/controls.py)
 CONTROL_WINDOWS = {"agree": "greedy_agree", "random": "greedy_random"}
@@ -273,5 +274,5 @@ def write_derived(record: Record, records: dict[str, Record]) -> dict:
     path = record.folder / RECORD_FILE
     data = json.loads(path.read_text())
     data["figures"] = {**data.get("figures", {}), **figures}
-    write_text_atomically(path, json.dumps(data, indent=2) + "\n")
+    write_text_atomically(path, dump_json(data, indent=2) + "\n")
     return figures

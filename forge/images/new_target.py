@@ -6,12 +6,12 @@ atomic rename: the file either gains exactly this entry or stays as it was.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
+from forge.json_text import dump_json
 from forge.schema import SchemaError, load_yaml, validate
 from forge.serving.recipes import series_coverage
 from forge.targets import BASE_SCHEMA, TARGET_SCHEMA, load_targets, target_name_problem, targets_file
@@ -96,14 +96,14 @@ def render_entry(name: str, entry: dict) -> str:
     lines = [f"  {name}:"]
     for key, value in entry.items():
         if key == "env":
-            lines += ["    env:", *(f"      {k}: {json.dumps(v)}" for k, v in value.items())]
+            lines += ["    env:", *(f"      {k}: {dump_json(v)}" for k, v in value.items())]
         elif key == "bases":
             lines.append("    bases:")
             for base in value:
-                lines += [f"      - releases: {json.dumps(base['releases'])}",
-                          f"        image: {json.dumps(base['image'])}"]
+                lines += [f"      - releases: {dump_json(base['releases'])}",
+                          f"        image: {dump_json(base['image'])}"]
         else:
-            lines.append(f"    {key}: {json.dumps(_whole(value), ensure_ascii=False)}")
+            lines.append(f"    {key}: {dump_json(_whole(value), ensure_ascii=False)}")
     return "\n".join(lines) + "\n"
 
 

@@ -10,13 +10,13 @@ validated) before the atomic rename.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
+from forge.json_text import dump_json
 from forge.models import model_for_id
 from forge.schema import load_yaml, parse_yaml
 from forge.serving import recipes
@@ -49,10 +49,10 @@ def target_override(target: str, moe_provider: str | None = None) -> str:
     expect = f"assumption, unmeasured on {target}: what verify reads from the engine log there"
     cost = (f"assumption, unmeasured on {target}: the defaults' step_cost_ratio carried over "
             f"until verify/bench.py measures it there")
-    lines = [f"  {target}:", f"    expect: {{source: {json.dumps(expect)}}}"]
+    lines = [f"  {target}:", f"    expect: {{source: {dump_json(expect)}}}"]
     if moe_provider:
         lines.append(f"    moe_config: {{expected: true, provider: {moe_provider}}}")
-    lines.append(f"    thresholds: {{step_cost_source: {json.dumps(cost)}}}")
+    lines.append(f"    thresholds: {{step_cost_source: {dump_json(cost)}}}")
     return "\n".join(lines) + "\n"
 
 
@@ -67,7 +67,7 @@ def new_file_text(defaults: NewDefaults, targets: list[str], moe_provider: str |
     lines = [
         f"# {defaults.model}: its recipes, the fields as recipes/README.md states them. The",
         "# sources say `assumption` until a GPU run measures them (verify/mtp_smoke.py, verify/bench.py).",
-        f"model: {json.dumps(defaults.model)}",
+        f"model: {dump_json(defaults.model)}",
         "defaults:",
         f"  serve: {_flow(serve)}",
         f"  speculative: {_flow({'num_speculative_tokens': defaults.num_speculative_tokens})}",
@@ -80,7 +80,7 @@ def new_file_text(defaults: NewDefaults, targets: list[str], moe_provider: str |
 
 
 def _flow(mapping: dict) -> str:
-    return "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in mapping.items()) + "}"
+    return "{" + ", ".join(f"{k}: {dump_json(v)}" for k, v in mapping.items()) + "}"
 
 
 def add_recipe(name: str, targets: list[str], defaults: NewDefaults | None = None,

@@ -2,7 +2,6 @@
 checked against the plan before any job) and the GPUs."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -12,14 +11,12 @@ from benchmarks.gpu.runner.plan import Plan, fill
 
 PACKAGES = ("vllm", "torch", "transformers", "triton")
 VERSIONS = f"""
-import importlib.metadata as m, json
-found = {{}}
+import importlib.metadata as m
 for name in {PACKAGES!r}:
     try:
-        found[name] = m.version(name)
+        print(name, m.version(name))
     except m.PackageNotFoundError:
-        found[name] = None
-print(json.dumps(found))
+        print(name, "-")
 """
 # nvidia-cutlass-dsl (FlashAttention 4 and Qwen3.5's linear attention import its `cutlass`) puts
 # its package folder on sys.path from an import line in a .pth file. Python runs .pth files in
@@ -68,7 +65,8 @@ def installed_versions(python: str, env: dict[str, str]) -> dict[str, str | None
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise HostError(f"{python}: cannot read the installed versions: {last}")
-    return json.loads(result.stdout)
+    found = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+    return {name: None if found.get(name, "-") == "-" else found[name] for name in PACKAGES}
 
 
 def check_release(plan: Plan, versions: dict[str, str | None], python: str) -> None:

@@ -81,7 +81,10 @@ def execute(plan: Plan, out: Path, python: str, versions: dict) -> int:
     run = Run(plan, out, python, summary, timeline)
     timeline.say(f"run {plan.path} into {out}: vLLM {versions.get('vllm')}, {len(plan.jobs)} jobs")
 
+    stopped_by: list[int] = []
+
     def stop(number, _frame):
+        stopped_by.append(number)
         run.stop_reason = f"the runner got {signal.Signals(number).name}"
 
     previous = {number: signal.signal(number, stop) for number in (signal.SIGTERM, signal.SIGINT)}
@@ -97,4 +100,6 @@ def execute(plan: Plan, out: Path, python: str, versions: dict) -> int:
     record.pack(plan, out)
     passed = sum(state == schedule.PASSED for state in run.status.values())
     timeline.say(f"done: {passed} of {len(plan.jobs)} jobs passed; {out / 'run.json'}")
+    if stopped_by:  # the shell's convention for a program ended by a signal
+        return 128 + stopped_by[0]
     return 0 if passed == len(plan.jobs) else 1

@@ -4,7 +4,6 @@ job event) and, where the plan asks, results.tgz (everything but the plan's pack
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 import sys
 import tarfile
@@ -13,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks.gpu.runner.plan import Job, Plan
+from forge.json_text import dump_json
 
 ARCHIVE = "results.tgz"
 
@@ -58,7 +58,7 @@ class RunRecord:
 
     def write(self, out: Path) -> None:
         temporary = out / "run.json.tmp"
-        temporary.write_text(json.dumps(asdict(self), indent=1) + "\n")
+        temporary.write_text(dump_json(asdict(self), indent=1) + "\n")
         os.replace(temporary, out / "run.json")
 
 
