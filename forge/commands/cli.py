@@ -13,7 +13,8 @@ import os
 import sys
 
 from forge.commands import images, patch_work, patches, serving, watch
-from forge.errors import ForgeError
+from forge.errors import ForgeError, file_error
+from forge.files import check_stdout
 from forge.image_names import check_repository_argument
 from forge.versions import Release
 
@@ -423,7 +424,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(_with_default_command(argv, parser))
         check_repository_argument(args)
         _check_output_files(args)
-        return args.handler(args) or 0
+        check_stdout()
+        status = args.handler(args) or 0
+        sys.stdout.flush()          # a full disk under `> file` fails here, inside the handler
+        return status
     except ForgeError as exc:
         print(f"error: {exc}{data_home_hint(str(exc))}", file=sys.stderr)
         return exc.exit_code
@@ -434,3 +438,11 @@ def main(argv: list[str] | None = None) -> int:
         # `build.py patches --all | head`: the reader left; say nothing more, as cat would.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        if exc.filename is not None:
+            raise           # a file of the command's own: a fault to report whole
+        # standard output refused what was printed (a full disk, an I/O error): one line, and
+        # the rest of the buffer is dropped, not written at exit with a second traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"error: {file_error('standard output', exc, 'write it')}", file=sys.stderr)
+        return 2
