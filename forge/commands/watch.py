@@ -4,9 +4,9 @@ and the proposal's text live in forge/watch/; here arguments become values and r
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.files import append_text, write_text_atomically
 from forge.schema import pep440_version
 
 
@@ -41,7 +41,7 @@ def cmd_upstream_watch(args) -> int:
         print(upstream.title(proposal))
         print(upstream.body(proposal), end="")
     if args.pr_body:
-        Path(args.pr_body).write_text(upstream.body(proposal))
+        write_text_atomically(args.pr_body, upstream.body(proposal))
     if args.github_output:
         _write_outputs(proposal, args.github_output)
     upstream.refuse_if_blocked(proposal)
@@ -63,10 +63,9 @@ def _write_outputs(proposal, path: str) -> None:
     from forge.watch.upstream import title
 
     changed = proposal.changes_manifest or proposal.changes_watch_list
-    with open(path, "a") as out:
-        out.write(f"newest={proposal.newest or ''}\n"
+    append_text(path, f"newest={proposal.newest or ''}\n"
                   f"changed={'true' if changed else 'false'}\n"
                   f"conflicts={'true' if proposal.conflicts else 'false'}\n"
                   f"findings={'true' if proposal.drift_findings else 'false'}\n"
                   f"branch={proposal.branch}\n"
-                  f"title={title(proposal)}\n")
+                f"title={title(proposal)}\n")

@@ -24,7 +24,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from forge.data_formats import load_json
 from forge.errors import ForgeError
+from forge.files import CACHE
 from forge.patching.vocabulary import Status
 
 REQUIREMENTS_ENTRY = "requirements/cuda.txt"
@@ -56,8 +58,8 @@ def release_requirements(version: str, offline: bool = False) -> list[str]:
 
     cached = releases.cache_dir() / "requirements" / f"{version}.json"
     try:
-        return json.loads(cached.read_text())
-    except (OSError, ValueError):
+        return load_json(cached, CACHE)
+    except ForgeError:       # not cached yet, or damaged: read from the sdist again
         pass
     sdist = releases.fetch_sdist(version, offline=offline)
     prefix = f"vllm-{version}/"

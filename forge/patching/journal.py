@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from forge.files import write_bytes_atomically, write_text_atomically
+from forge.data_formats import load_json
+from forge.files import INDEX, regular_or_absent, write_bytes_atomically, write_text_atomically
 
 
 def write_all(journal: Path, files: dict[Path, bytes], remove: bool = True) -> list[Path]:
@@ -21,10 +22,9 @@ def write_all(journal: Path, files: dict[Path, bytes], remove: bool = True) -> l
 def replay(journal: Path, remove: bool = True) -> list[Path]:
     """Finish the writes `journal` records (none when there is no journal); return their paths.
     `remove=False` keeps the journal for a caller that removes it with more state around it."""
-    try:
-        entries = json.loads(journal.read_text())
-    except FileNotFoundError:
+    if not regular_or_absent(journal, INDEX):
         return []
+    entries = load_json(journal, INDEX)
     written = []
     for name, text in entries.items():
         written.append(write_bytes_atomically(Path(name), text.encode("utf-8", "surrogateescape")))

@@ -31,7 +31,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from forge import files
+from forge.data_formats import load_json
 from forge.errors import ForgeError
+from forge.files import write_text_atomically
 from forge.upstream import pypi
 from forge.upstream.releases import cache_dir
 
@@ -126,7 +129,7 @@ def _build(env: Path, package: str, version: str) -> None:
     if Version(installed) != Version(version):
         raise ForgeError(f"{env}: pip installed {package} {installed}, not {version}")
     frozen = _run([python, "-m", "pip", "freeze", "--all"], f"pip freeze failed in {env}")
-    (env / MARKER).write_text(json.dumps(
+    write_text_atomically(env / MARKER, json.dumps(
         {"package": package, "version": version, "python": sys.version.split()[0],
          "installed": frozen.split()}, indent=1) + "\n")
 
@@ -200,4 +203,4 @@ def _run(command: list[str], failure: str) -> str:
 
 def installed_set(python: Path) -> list[str]:
     """What pip put into the environment (name==version lines), as recorded when it was made."""
-    return json.loads((python.parent.parent / MARKER).read_text())["installed"]
+    return load_json(python.parent.parent / MARKER, files.CACHE)["installed"]

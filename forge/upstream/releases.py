@@ -23,6 +23,8 @@ from urllib.parse import urljoin
 
 from packaging.version import InvalidVersion, Version
 
+from forge import files
+from forge.data_formats import load_json
 from forge.errors import ForgeError
 from forge.files import check_output_dir, write_text_atomically
 from forge.http_session import retrying_session
@@ -101,8 +103,8 @@ def _index_file() -> Path:
 
 def _read_cached_index() -> dict | None:
     try:
-        return json.loads(_index_file().read_text())
-    except (OSError, ValueError):
+        return load_json(_index_file(), files.INDEX)
+    except ForgeError:       # missing or damaged: rebuilt from PyPI
         return None
 
 
