@@ -262,25 +262,26 @@ def append_text(path: Path | str, text: str) -> None:
 
 # --- output checks, before a command's first effect -------------------------------------------
 
-def check_output_file(path: Path | str, flag: str) -> Path:
+def check_output_file(path: Path | str, flag: str = "") -> Path:
     """Refuse, before a command writes or moves anything, an output file it could not write:
     a directory in its place, a folder that is missing, a folder or file it may not write, a
     read-only or full file system. Checked up front so that a command with several effects
     (publish: the tag, the index, then the step outputs) never stops half way."""
     path = Path(path)
+    label = f"{flag} {path}" if flag else str(path)
     if path.is_dir():
-        raise ForgeError(f"{flag} {path}: is a directory, not a file")
+        raise ForgeError(f"{label}: is a directory, not a file")
     real = Path(os.path.realpath(path))
     folder = real.parent
     if not folder.is_dir():
         what = "is not a directory" if folder.exists() else "does not exist"
-        raise ForgeError(f"{flag} {path}: the folder {folder} {what}")
+        raise ForgeError(f"{label}: the folder {folder} {what}")
     if real.exists() and not stat.S_ISREG(os.stat(real).st_mode):
         # a FIFO, a device: nothing an atomic rename may replace
-        raise ForgeError(f"{flag} {path}: is {_describe(os.stat(real).st_mode)}, not a regular file")
-    _probe_folder(folder, f"{flag} {path}")
+        raise ForgeError(f"{label}: is {_describe(os.stat(real).st_mode)}, not a regular file")
+    _probe_folder(folder, label)
     if real.exists():
-        _probe_append(real, f"{flag} {path}")
+        _probe_append(real, label)
     return path
 
 

@@ -8,11 +8,14 @@ import json
 from pathlib import Path
 
 from forge.data_formats import load_json
-from forge.files import INDEX, regular_or_absent, write_bytes_atomically, write_text_atomically
+from forge.files import INDEX, check_output_file, regular_or_absent, write_bytes_atomically, write_text_atomically
 
 
 def write_all(journal: Path, files: dict[Path, bytes], remove: bool = True) -> list[Path]:
-    """Write `files` (in their order: put the manifest last) through `journal`."""
+    """Write `files` (in their order: put the manifest last) through `journal`. Each file is
+    checked writable first: a read-only or full checkout leaves no journal to replay."""
+    for path in files:
+        check_output_file(path)
     # surrogateescape: any byte survives the JSON round trip, UTF-8 or not.
     entries = {str(path): data.decode("utf-8", "surrogateescape") for path, data in files.items()}
     write_text_atomically(journal, json.dumps(entries, indent=1))
