@@ -184,12 +184,12 @@ def write_bytes_atomically(path: Path | str, data: bytes,
     target = Path(os.path.realpath(path)) if path.is_symlink() else path
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        mode = _existing_mode(target)
+        existing = _existing(target)
     except OSError as exc:
         raise file_error(target, exc, "write it") from exc
     temp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
     try:
-        _write_temp(temp, data, mode)
+        _write_temp(temp, data, existing)
         if check is not None:
             check(temp)
         os.replace(temp, target)
@@ -202,22 +202,25 @@ def write_bytes_atomically(path: Path | str, data: bytes,
     return path
 
 
-def _existing_mode(target: Path) -> int | None:
+def _existing(target: Path) -> os.stat_result | None:
     try:
         found = os.stat(target)
     except FileNotFoundError:
         return None
     if stat.S_ISDIR(found.st_mode):
         raise IsADirectoryError(21, "Is a directory", str(target))
-    return stat.S_IMODE(found.st_mode)
+    return found
 
 
-def _write_temp(temp: Path, data: bytes, mode: int | None) -> None:
-    # 0o666 through the umask, as open() makes a new file; an existing file's mode is kept.
+def _write_temp(temp: Path, data: bytes, existing: os.stat_result | None) -> None:
+    # 0o666 through the umask, as open() makes a new file; an existing file's mode is kept, and
+    # its owner where root rewrites another user's file.
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
-        if mode is not None:
-            os.fchmod(fd, mode)
+        if existing is not None:
+            if os.geteuid() == 0 and (existing.st_uid, existing.st_gid) != (0, 0):
+                os.fchown(fd, existing.st_uid, existing.st_gid)
+            os.fchmod(fd, stat.S_IMODE(existing.st_mode))
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]

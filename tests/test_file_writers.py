@@ -117,3 +117,31 @@ def test_stdout_on_a_full_disk_is_one_line(tmp_path):
     assert result.stderr.splitlines() == [
         "error: standard output: no space left on the device; free some space or write elsewhere, "
         "and run again"]
+
+
+# --- verify/ through the same layer ------------------------------------------------------------
+
+def test_a_verify_report_on_a_full_disk_is_one_line_and_leaves_no_empty_report(tmp_path):
+    import pytest
+
+    from forge.errors import FileError
+    from tests.test_published import gate_checks
+    from verify.report import installed_versions
+    from verify.report import write_report as write
+
+    with full_tmpfs(tmp_path / "disk") as disk:
+        with pytest.raises(FileError, match=r"mtp_smoke.json: cannot write it: no space left"):
+            write(disk / "mtp_smoke.json", gate_checks(None) * 200, installed_versions(), target="gb10")
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]    # was a 0-byte mtp_smoke.json
+
+
+def test_a_server_log_that_is_a_fifo_fails_its_check_at_once(tmp_path):
+    from forge.serving.recipes import load_recipe
+    from verify.mtp_smoke import server_log_checks
+
+    fifo = tmp_path / "server.log"
+    os.mkfifo(fifo)                         # a plain read would wait forever for a writer
+    checks = server_log_checks(load_recipe("gemma-4-26b-a4b-it", "h200"), str(fifo))
+    assert checks[0].name == "server log" and checks[0].status == "FAIL"
+    assert checks[0].detail == (f"--server-log {fifo}: is a FIFO (named pipe), not a regular file; "
+                                "a server log must be a regular file")

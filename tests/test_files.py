@@ -231,3 +231,11 @@ def test_a_failed_write_of_bytes_to_a_directory_is_one_line(tmp_path):
     with pytest.raises(FileError, match=r"cannot write it: a part of the path is not a directory"):
         write_bytes_atomically(tmp_path / "file" / "below" / "x.json", b"{}")
     assert errno.ENOTDIR  # the errno the message stands for
+
+
+def test_root_rewriting_another_users_file_keeps_its_owner(tmp_path):
+    path = tmp_path / "lock.yaml"
+    path.write_text("old\n")
+    os.chown(path, 65534, 65534)
+    write_text_atomically(path, "new\n")
+    assert (path.stat().st_uid, path.stat().st_gid) == (65534, 65534) and path.read_text() == "new\n"

@@ -44,8 +44,9 @@ from pathlib import Path
 if not __package__ and __name__ == "__main__":
     import _repository_on_path  # noqa: F401
 
+from forge.data_formats import load_json
 from forge.errors import ForgeError
-from forge.files import check_output_dir
+from forge.files import REPORT, check_output_dir
 from forge.serving.acceptance import parse_profile
 from forge.serving.recipes import KV_CACHE_DTYPES, fp8_kv_refusal, pin_attention_backend
 from forge.serving.serve import installed_runner_env
@@ -717,7 +718,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     try:
         if args.render:
-            report = json.loads(Path(args.render).read_text())
+            report = load_json(args.render, REPORT)
             paths = bench_report.write_outputs(report, Path(args.render).parent)
             print(f"rendered {', '.join(str(p) for p in paths.values())}")
             return 0

@@ -42,7 +42,7 @@ if not __package__ and __name__ == "__main__":
     import _repository_on_path  # noqa: F401
 
 from forge.errors import ForgeError
-from forge.files import check_output_dir
+from forge.files import SERVER_LOG, check_output_dir, read_tail
 from forge.serving.recipes import pin_attention_backend
 from forge.serving.serve import installed_runner_env
 from verify import checks as gate
@@ -384,9 +384,10 @@ def server_log_checks(recipe, server_log: str | None) -> list[Check]:
         return [not_checked(name, "needs the server's log: pass --server-log")
                 for name in log_check_names(recipe)]
     try:
-        text = Path(server_log).read_text(errors="replace")
-    except OSError as exc:
-        return ([failed("server log", f"--server-log {server_log}: {exc.strerror}")]
+        # its end: a log over the cap is read from where it says why the run ended
+        text = read_tail(server_log, SERVER_LOG).decode("utf-8", "replace")
+    except ForgeError as exc:
+        return ([failed("server log", f"--server-log {exc}")]
                 + [not_checked(name, "the server's log could not be read")
                    for name in log_check_names(recipe)])
     facts = parse_engine_log(text)

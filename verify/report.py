@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from forge.files import write_text_atomically
 from forge.verify_report import (  # noqa: F401 (re-exported for verify's scripts and tests)
     FAIL,
     INFO,
@@ -110,6 +111,5 @@ def write_report(path: Path | str, checks: list[Check], versions: dict[str, str]
     path = Path(path)
     payload = {"passed": verdict(checks), "checks": [asdict(c) for c in checks],
                "versions": checked_versions(versions), **context}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
-    return path
+    # atomic: a full disk or a kill leaves the old report or none, never a 0-byte one
+    return write_text_atomically(path, json.dumps(payload, indent=1, default=str) + "\n")

@@ -440,7 +440,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except OSError as exc:
         if exc.filename is not None:
-            raise           # a file of the command's own: a fault to report whole
+            # a fault no layer below turned into a ForgeError: still one line naming the file
+            print(f"error: {file_error(exc.filename, exc, 'read or write it')}", file=sys.stderr)
+            return 2
         # standard output refused what was printed (a full disk, an I/O error): one line, and
         # the rest of the buffer is dropped, not written at exit with a second traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
