@@ -221,3 +221,37 @@ def test_a_recipe_file_whose_top_level_is_a_list_is_an_error_not_left_out(tmp_pa
     with pytest.raises(ForgeError, match=r"gemma-4-e4b-it.yaml: targets: must be a mapping of target "
                                          r"name -> recipe \(got list\)"):
         recipes_for_target("gb10", recipes)
+
+
+@pytest.mark.parametrize("command", [["--target", "gb10", "--vllm", "0.25.0", "--plan"],
+                                     ["bake", "--vllm", "0.25.0", "-o", "out/docker-bake.json"]])
+def test_the_plan_and_the_bake_stop_at_a_recipe_file_that_is_a_list(tmp_path, command):
+    import shutil
+
+    for name in ("forge", "patches", "images", "recipes", "models", "verify"):
+        shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "build.py", tmp_path / "build.py")
+    (tmp_path / "out").mkdir()
+    recipe = tmp_path / "recipes" / "gemma-4-e4b-it.yaml"
+    recipe.write_text("- targets: {gb10: {}}\n")      # an image would ship without this model
+    result = subprocess.run([sys.executable, "build.py", *command], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [f"error: {recipe}: (top level): must be a mapping with "
+                                          "targets: (got list); a recipe file holds one model"]
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("make, problem", [
+    (lambda path: "/dev/zero", "is a character device, not a regular file"),
+    (lambda path: (__import__("os").mkfifo(path), path)[1], "is a FIFO (named pipe), not a regular file"),
+    (lambda path: (path.write_bytes(b"# x\n" * (300 << 10)), path)[1], "larger than the 1 MiB cap"),
+])
+def test_targets_that_are_no_file_or_too_big_are_one_line_at_once(tmp_path, make, problem):
+    targets = make(tmp_path / "targets.yaml")
+    result = subprocess.run([sys.executable, "build.py", "--target", "gb10", "--vllm", "0.25.0", "--plan"],
+                            cwd=REPO, capture_output=True, text=True, timeout=60,
+                            env={**__import__("os").environ, "VLLM_FORGE_TARGETS": str(targets)})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"error: {targets}: {problem}")
