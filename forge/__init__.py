@@ -3,7 +3,9 @@
 Subpackages, each owning one kind of knowledge, in layers: a module imports only from its own
 package or from a LOWER layer (tests/test_import_graph.py checks this and that there is no cycle).
 
-  0 core      forge/*.py: errors, files (atomic writes), schema (YAML validation), progress,
+  0 core      forge/*.py: errors, files (the file layer: capped reads of regular files only,
+              atomic writes, output checks), data_formats (the one YAML and the one JSON
+              loader, depth- and key-checked), schema (YAML validation), progress,
               http_session, versions (--vllm parsed once into a Release: the PEP 440 normal
               form and its Version), targets (images/targets.yaml, read once per process: every
               layer needs the hardware), models (models/<family>.yaml:
