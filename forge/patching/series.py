@@ -216,7 +216,8 @@ def _checked_file(base: Path, entry: dict, where: str, digest) -> PatchFile:
     try:
         content = read_bytes(absolute, SOURCE)
     except FileError as exc:
-        raise ForgeError(f"{where}.path: {exc}") from exc
+        detail = str(exc).removeprefix(f"{absolute}: ").removeprefix("cannot read it: ")
+        raise ForgeError(f"{where}.path: cannot read {absolute}: {detail}") from exc
     actual = hashlib.sha256(content).hexdigest()
     if actual != entry["sha256"]:
         raise ForgeError(f"{where}.sha256: {entry['path']} has sha256 {actual}, "
