@@ -64,8 +64,8 @@ def _write_outputs(proposal, path: str) -> None:
 
     changed = proposal.changes_manifest or proposal.changes_watch_list
     append_text(path, f"newest={proposal.newest or ''}\n"
-                  f"changed={'true' if changed else 'false'}\n"
-                  f"conflicts={'true' if proposal.conflicts else 'false'}\n"
-                  f"findings={'true' if proposal.drift_findings else 'false'}\n"
-                  f"branch={proposal.branch}\n"
-                f"title={title(proposal)}\n")
+                      f"changed={'true' if changed else 'false'}\n"
+                      f"conflicts={'true' if proposal.conflicts else 'false'}\n"
+                      f"findings={'true' if proposal.drift_findings else 'false'}\n"
+                      f"branch={proposal.branch}\n"
+                      f"title={title(proposal)}\n")
