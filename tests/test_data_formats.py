@@ -170,3 +170,22 @@ def test_no_float_json_cannot_write_gets_in(number):
 
 def test_the_recursion_limit_is_untouched():
     assert sys.getrecursionlimit() <= 10000      # the limits hold without raising it
+
+
+# --- through the CLI ---------------------------------------------------------------------------
+
+def test_a_deep_index_and_a_report_with_nan_are_one_line_in_the_cli(tmp_path):
+    from tests.build_cli import run_build
+    from tests.test_bad_input_one_line import assert_one_line_refusal, publish_args
+    from tests.test_published import write_report
+
+    deep = tmp_path / "published.json"
+    deep.write_text("[" * 10000 + "]" * 10000)         # was a RecursionError traceback
+    assert_one_line_refusal(run_build("published", "--index", str(deep)),
+                            f"{deep}: line 1: nested deeper than {MAX_DEPTH} levels")
+    report = write_report(tmp_path, True)
+    report.write_text(report.read_text().replace('"tok_per_s": 57.0', '"tok_per_s": NaN'))
+    index = tmp_path / "new-index.json"
+    assert_one_line_refusal(run_build(*publish_args(index, report)),
+                            f"{report}: NaN is not a JSON number (write a finite number or null)")
+    assert not index.exists()
