@@ -3,9 +3,11 @@
 Subpackages, each owning one kind of knowledge, in layers: a module imports only from its own
 package or from a LOWER layer (tests/test_import_graph.py checks this and that there is no cycle).
 
-  0 core      forge/*.py: errors (and Ctrl-C's one line), files (atomic writes), json_text
-              (strict JSON: no NaN or Infinity), untrusted (what a server or log said, shown with
-              its control characters escaped), schema (YAML validation), progress,
+  0 core      forge/*.py: errors (and Ctrl-C's one line), files (the file layer: capped reads of
+              regular files only, atomic writes, output checks, one maker per cache entry),
+              data_formats (the one YAML and the one JSON loader, depth- and key-checked),
+              json_text (strict JSON out: no NaN or Infinity), untrusted (what a server or log
+              said, shown with its control characters escaped), schema (YAML validation), progress,
               http_session, versions (--vllm parsed once into a Release: the PEP 440 normal
               form and its Version), targets (images/targets.yaml, read once per process: every
               layer needs the hardware), models (models/<family>.yaml:

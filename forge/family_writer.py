@@ -14,10 +14,10 @@ from pathlib import Path
 
 import yaml
 
+from forge.data_formats import parse_yaml
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.models import family_names, load_family, models_dir, parse_family
-from forge.schema import parse_yaml
 
 
 def _name_problem(name: str) -> str | None:

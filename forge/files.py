@@ -1,17 +1,175 @@
-"""Files written whole or not at all: a temp file beside the target, then an atomic rename; the
-check every output flag gets before a command writes anything; and one maker at a time for a
-cache entry that several processes may want at once."""
+"""The one way forge reads and writes files.
+
+Reads take regular files only (a FIFO would block forever, /dev/zero never ends, a directory is
+no file) and at most a cap per kind of file, so no file can run a command out of memory: each
+read asks for cap + 1 bytes and refuses a file that delivers more.
+
+Writes are whole or not at all: a temp file beside the target (in the directory of a symlink's
+target: the link stays a link), fsynced, renamed over the target, the directory fsynced; the
+file keeps its mode (a new one gets 0666 less the umask, as `open` would); the temp file is
+removed on any failure. Output flags are checked before a command's first effect. A cache
+entry that several processes may want at once has one maker at a time (one_maker).
+
+Every OSError becomes a one-line FileError (forge.errors.file_error) naming the path and what to
+do: permission denied, read-only file system, disk full, a directory in the way.
+"""
 from __future__ import annotations
 
 import fcntl
 import os
-import tempfile
+import secrets
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from forge.errors import ForgeError
+from forge.errors import FileError, ForgeError, file_error
 
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class FileKind:
+    """What a file is (for the messages) and the most bytes forge reads of one."""
+    what: str
+    cap: int
+
+
+# The caps, by kind: far above any real file of the kind (the largest in the repository or a
+# run is named beside each), far below what would strain a 512 MB process.
+DATA_YAML = FileKind("data YAML file", 1 * MiB)        # patches/series.yaml: 25 KB
+LOCK = FileKind("lock file", 1 * MiB)                  # images/lock.yaml: a few KB
+INDEX = FileKind("index", 8 * MiB)                     # images/published.json, the release index
+REPORT = FileKind("report", 16 * MiB)                  # a verify report or result: ~110 KB
+SERVER_LOG = FileKind("server log", 64 * MiB)          # read from its end (read_tail)
+SOURCE = FileKind("source file", 32 * MiB)             # a vLLM file a patch reads, a diff
+METADATA = FileKind("package metadata file", 16 * MiB)  # a dist-info's RECORD, METADATA
+CACHE = FileKind("cache file", 64 * MiB)               # PyPI JSON and other cached answers
+# A file of a dependency apply replaces (a pinned transformers): wheels may carry large shared
+# libraries, which the apply must save byte for byte to revert them.
+PACKAGE_FILE = FileKind("installed package file", 1024 * MiB)
+
+KINDS = (DATA_YAML, LOCK, INDEX, REPORT, SERVER_LOG, SOURCE, METADATA, CACHE, PACKAGE_FILE)
+
+
+# --- reads -------------------------------------------------------------------------------------
+
+def _describe(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _refuse_irregular(path: Path | str, mode: int, kind: FileKind) -> None:
+    if not stat.S_ISREG(mode):
+        raise FileError(f"{path}: is {_describe(mode)}, not a regular file; {_a(kind.what)} "
+                        "must be a regular file")
+
+
+def _open_regular(path: Path | str, kind: FileKind) -> int:
+    """A read-only descriptor of `path`, refused unless it is a regular file. O_NONBLOCK: opening
+    a FIFO with no writer would otherwise wait forever before fstat could tell."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise file_error(path, exc, "read it") from exc
+    try:
+        _refuse_irregular(path, os.fstat(fd).st_mode, kind)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_upto(fd: int, limit: int, path: Path | str) -> bytes:
+    chunks, size = [], 0
+    try:
+        while size < limit:
+            chunk = os.read(fd, min(limit - size, MiB))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise file_error(path, exc, "read it") from exc
+    return b"".join(chunks)
+
+
+def _a(what: str) -> str:
+    return f"an {what}" if what[0] in "aeiou" else f"a {what}"
+
+
+def _cap_text(cap: int) -> str:
+    return f"{cap // MiB} MiB" if cap >= MiB else f"{cap} bytes"
+
+
+def read_bytes(path: Path | str, kind: FileKind) -> bytes:
+    """The whole of a regular file of at most `kind.cap` bytes; FileError otherwise."""
+    fd = _open_regular(path, kind)
+    try:
+        data = _read_upto(fd, kind.cap + 1, path)
+    finally:
+        os.close(fd)
+    if len(data) > kind.cap:
+        raise FileError(f"{path}: larger than the {_cap_text(kind.cap)} cap for {_a(kind.what)}; "
+                        "is it the right file?")
+    return data
+
+
+def read_text(path: Path | str, kind: FileKind, errors: str = "strict") -> str:
+    """read_bytes decoded as UTF-8; with errors="strict" a non-UTF-8 byte is a one-line error
+    naming the line (the project's text files are UTF-8)."""
+    data = read_bytes(path, kind)
+    if errors != "strict":
+        return data.decode("utf-8", errors)
+    return decode_utf8(data, str(path))
+
+
+def decode_utf8(data: bytes, source: str) -> str:
+    """UTF-8 or a one-line error naming the line and byte (never the locale's encoding)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise FileError(f"{source}: line {line}: not UTF-8 text (byte "
+                        f"0x{data[exc.start]:02x}); save the file as UTF-8") from exc
+
+
+def read_tail(path: Path | str, kind: FileKind = SERVER_LOG) -> bytes:
+    """The last `kind.cap` bytes of a regular file (a log: its end says why a run stopped)."""
+    fd = _open_regular(path, kind)
+    try:
+        size = os.fstat(fd).st_size
+        if size > kind.cap:
+            os.lseek(fd, size - kind.cap, os.SEEK_SET)
+        return _read_upto(fd, kind.cap, path)
+    finally:
+        os.close(fd)
+
+
+def regular_or_absent(path: Path | str, kind: FileKind) -> bool:
+    """True for a regular file, False for nothing there; FileError for anything else (a
+    directory or FIFO where a file should be is a fault, not an absence)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise file_error(path, exc, "read it") from exc
+    _refuse_irregular(path, mode, kind)
+    return True
+
+
+def read_if_present(path: Path | str, kind: FileKind) -> bytes | None:
+    """The file's bytes, or None when there is none; FileError when it is no regular file."""
+    return read_bytes(path, kind) if regular_or_absent(path, kind) else None
+
+
+# --- writes ------------------------------------------------------------------------------------
 
 def write_text_atomically(path: Path | str, text: str,
                           check: Callable[[Path], object] | None = None) -> Path:
@@ -23,45 +181,162 @@ def write_text_atomically(path: Path | str, text: str,
 
 def write_bytes_atomically(path: Path | str, data: bytes,
                            check: Callable[[Path], object] | None = None) -> Path:
-    """write_text_atomically for bytes (diffs are compared and hashed byte for byte)."""
+    """write_text_atomically for bytes (diffs are compared and hashed byte for byte). Writes
+    through a symlink to its target; returns `path` as given."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("wb", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        tmp.write(data)
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        existing = _existing(target)
+    except OSError as exc:
+        raise file_error(target, exc, "write it") from exc
+    temp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+    try:
+        _write_temp(temp, data, existing)
         if check is not None:
-            check(Path(tmp.name))
-        os.replace(tmp.name, path)
-    except BaseException:
-        os.unlink(tmp.name)
+            check(temp)
+        os.replace(temp, target)
+    except BaseException as exc:
+        _remove_quietly(temp)
+        if isinstance(exc, OSError):
+            raise file_error(target, exc, "write it") from exc
         raise
+    _fsync_dir(target.parent)
     return path
 
 
-def check_output_file(path: Path | str, flag: str) -> Path:
+def _existing(target: Path) -> os.stat_result | None:
+    try:
+        found = os.stat(target)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISDIR(found.st_mode):
+        raise IsADirectoryError(21, "Is a directory", str(target))
+    return found
+
+
+def _write_temp(temp: Path, data: bytes, existing: os.stat_result | None) -> None:
+    # 0o666 through the umask, as open() makes a new file; an existing file's mode is kept, and
+    # its owner where root rewrites another user's file.
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        if existing is not None:
+            if os.geteuid() == 0 and (existing.st_uid, existing.st_gid) != (0, 0):
+                os.fchown(fd, existing.st_uid, existing.st_gid)
+            os.fchmod(fd, stat.S_IMODE(existing.st_mode))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)          # the bytes are on disk before the rename makes them the file
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename durable: a crash after it must not bring the old index or lock back."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass                  # some file systems refuse fsync on a directory; the rename stands
+    finally:
+        os.close(fd)
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        pass                  # the original error is the one to report
+
+
+def append_text(path: Path | str, text: str) -> None:
+    """Append to a step-output file (GitHub's $GITHUB_OUTPUT is appended to, never replaced)."""
+    try:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        raise file_error(path, exc, "write it") from exc
+
+
+# --- output checks, before a command's first effect -------------------------------------------
+
+def check_output_file(path: Path | str, flag: str = "") -> Path:
     """Refuse, before a command writes or moves anything, an output file it could not write:
-    a directory in its place, or a folder that is missing. Checked up front so that a command
-    with several effects (publish: the index, then the step outputs) never stops half way."""
+    a directory in its place, a folder that is missing, a folder or file it may not write, a
+    read-only or full file system. Checked up front so that a command with several effects
+    (publish: the tag, the index, then the step outputs) never stops half way."""
     path = Path(path)
+    label = f"{flag} {path}" if flag else str(path)
     if path.is_dir():
-        raise ForgeError(f"{flag} {path}: is a directory, not a file")
-    folder = path.parent
+        raise ForgeError(f"{label}: is a directory, not a file")
+    real = Path(os.path.realpath(path))
+    folder = real.parent
     if not folder.is_dir():
         what = "is not a directory" if folder.exists() else "does not exist"
-        raise ForgeError(f"{flag} {path}: the folder {folder} {what}")
+        raise ForgeError(f"{label}: the folder {folder} {what}")
+    if real.exists() and not stat.S_ISREG(os.stat(real).st_mode):
+        # a FIFO, a device: nothing an atomic rename may replace
+        raise ForgeError(f"{label}: is {_describe(os.stat(real).st_mode)}, not a regular file")
+    _probe_folder(folder, label)
+    if real.exists():
+        _probe_append(real, label)
     return path
+
+
+def _probe_folder(folder: Path, label: str) -> None:
+    """Write one byte to a temp file in `folder` and remove it: the same steps (create, write,
+    sync) a write there takes, so a read-only, forbidden or full folder is found now."""
+    probe = folder / f".vllm-forge-probe.{secrets.token_hex(4)}.tmp"
+    try:
+        _write_temp(probe, b"\n", None)
+    except OSError as exc:
+        raise FileError(f"{label}: {str(file_error(folder, exc, 'write in it'))}") from exc
+    finally:
+        _remove_quietly(probe)
+
+
+def _probe_append(path: Path, label: str) -> None:
+    """Open an existing file for appending without writing (its bytes and times stay)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
+    except OSError as exc:
+        raise FileError(f"{label}: {str(file_error(path, exc, 'write it'))}") from exc
 
 
 def check_output_dir(path: Path | str, flag: str) -> Path:
-    """Refuse an output directory that cannot be made: a file in its place or above it."""
+    """Refuse an output directory that cannot be made: a file in its place or above it, or the
+    nearest existing folder not writable (permission, read-only or full file system)."""
     path = Path(path)
     for existing in (path, *path.parents):
         if existing.exists():
             if not existing.is_dir():
                 where = "" if existing == path else f" ({existing} is a file)"
                 raise ForgeError(f"{flag} {path}: is not a directory{where}")
+            _probe_folder(existing, f"{flag} {path}")
             break
     return path
+
+
+def check_stdout() -> None:
+    """Refuse, before any effect, a standard output on a full file system (`> file` on a full
+    disk would otherwise fail at the first print, after the command acted)."""
+    try:
+        found = os.fstat(1)
+    except OSError:
+        return
+    if stat.S_ISREG(found.st_mode):
+        space = os.fstatvfs(1)
+        if space.f_bavail == 0:
+            raise FileError("standard output: no space left on the device; free some space "
+                            "or write elsewhere, and run again")
 
 
 @contextmanager

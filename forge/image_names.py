@@ -11,6 +11,7 @@ import re
 
 from forge import REPO_ROOT
 from forge.errors import ForgeError
+from forge.files import SOURCE, read_text
 
 FALLBACK_REPOSITORY = "ghcr.io/vllm-forge/vllm-forge"
 # 12 hex digits (48 bits) of the content digest: short enough to read, far from colliding among
@@ -57,8 +58,8 @@ def _remote_owner() -> str | None:
     # Read .git/config directly: no git binary or GitPython import on the fast --plan path.
     config = REPO_ROOT / ".git" / "config"
     try:
-        text = config.read_text()
-    except OSError:
+        text = read_text(config, SOURCE, errors="replace")
+    except ForgeError:      # none, or no regular file (a FIFO would block a plain read)
         return None
     section = None
     remotes: dict[str, str] = {}

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from forge.errors import ForgeError
+from forge import data_formats
+from forge.data_formats import DataError
+from forge.errors import FileError
+from forge.files import DATA_YAML, FileKind
 
 # A check returns None when the value is fine, else a short phrase saying what is wrong.
 Check = Callable[[Any], "str | None"]
@@ -35,62 +36,17 @@ class ListOf:
     min_items: int = 0
 
 
-class SchemaError(ForgeError):
-    pass
+# Validation and parse errors are one type: a caller tells neither apart.
+SchemaError = DataError
 
 
-class DuplicateKeyError(yaml.constructor.ConstructorError):
-    """A mapping names one key twice: PyYAML would keep the last value without a word."""
-
-
-class StrictLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a key given twice in one mapping."""
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen = set()
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue  # keys merged in by `<<: *anchor` may be overridden: not duplicates
-                key = self.construct_object(key_node, deep=True)
-                if key in seen:
-                    raise DuplicateKeyError(None, None, f"duplicate key {key!r}",
-                                            key_node.start_mark)
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def parse_yaml(text: str, source: str) -> Any:
-    """Every YAML file of the project goes through here (strict: duplicate keys are refused)."""
+def load_yaml(path: Path | str, kind: FileKind = DATA_YAML) -> Any:
+    """A data YAML file, read through forge.files (regular files only, capped) and parsed by the
+    one guarded loader (forge.data_formats)."""
     try:
-        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}:" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        if isinstance(exc, DuplicateKeyError):
-            raise SchemaError(f"{source}:{where} {problem} (each key may appear once)") from exc
-        raise SchemaError(f"{source}:{where} not valid YAML: {problem}") from exc
-
-
-def load_yaml(path: Path | str) -> Any:
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SchemaError(f"{path}: cannot read: {exc.strerror}") from exc
-    return parse_yaml(decode_utf8(data, str(path)), str(path))
-
-
-def decode_utf8(data: bytes, source: str) -> str:
-    """The project's text files are UTF-8 (YAML 1.1 allows no other 8-bit encoding): anything
-    else is refused naming the line, not decoded in the locale's encoding."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise SchemaError(f"{source}: line {line}: not UTF-8 text (byte "
-                          f"0x{data[exc.start]:02x}); save the file as UTF-8") from exc
+        return data_formats.load_yaml(path, kind)
+    except FileError as exc:
+        raise SchemaError(str(exc)) from exc
 
 
 def validate(data: Any, schema: dict[str, Field], source: str, path: str = "") -> dict:

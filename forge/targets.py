@@ -22,6 +22,8 @@ from forge.versions import Release
 
 DEFAULT_TARGETS_FILE = REPO_ROOT / "images" / "targets.yaml"
 RECIPES_DIR = REPO_ROOT / "recipes"
+# recipes/ holds one file that is no recipe: the upstream failures recipes are checked against.
+KNOWN_FAILURES_FILE = "known-failures.yaml"
 PLATFORMS = ("linux/amd64", "linux/arm64")
 # A mirror that serves upstream's bases under another registry (same digests), e.g. 127.0.0.1:5000
 BASE_MIRROR_ENV = "VLLM_FORGE_BASE_MIRROR"
@@ -34,7 +36,37 @@ def _dotted(example: str):
     return check
 
 
+# The fields an `image:` template may name, filled by base_for: nothing else (a str.format
+# template could reach any attribute: {version.__init__.__globals__...}).
+IMAGE_FIELDS = ("version", "cuda")
+_FIELD = re.compile(r"\{([^{}]*)\}")
+
+
+def _template_problem(value: str) -> str | None:
+    for match in _FIELD.finditer(value):
+        name = match[1]
+        if name in IMAGE_FIELDS:
+            continue
+        known = ", ".join(f"{{{f}}}" for f in IMAGE_FIELDS)
+        if re.search(r"[.\[]", name):
+            return f"{{{name}}}: attribute or index access is not allowed (fields: {known})"
+        if re.search(r"[:!]", name):
+            return f"{{{name}}}: format specs and conversions are not allowed (fields: {known})"
+        return f"{{{name}}}: unknown field (fields: {known})"
+    if "{" in _FIELD.sub("", value) or "}" in _FIELD.sub("", value):
+        return "an unmatched '{' or '}' (fields are written {version})"
+    return None
+
+
+def fill_template(template: str, fields: dict[str, str]) -> str:
+    """`template` with each {name} replaced by fields[name] (names checked on load)."""
+    return _FIELD.sub(lambda match: fields[match[1]], template)
+
+
 def _image_template(value: str) -> str | None:
+    problem = _template_problem(value)
+    if problem:
+        return problem
     if ":" not in value.rsplit("/", 1)[-1]:
         return f"must name a tag, e.g. vllm/vllm-openai:v{{version}} (got {value!r})"
     if "@" in value:
@@ -146,7 +178,8 @@ class Target:
         version = Release(vllm_version).version
         for rule in self.bases:
             if rule.releases.contains(version, prereleases=True):
-                repo, tag = rule.image.format(version=version).rsplit(":", 1)
+                image = fill_template(rule.image, {"version": str(version), "cuda": self.cuda})
+                repo, tag = image.rsplit(":", 1)
                 return BaseImage(_mirrored(repo), tag)
         ranges = ", ".join(str(rule.releases) for rule in self.bases)
         raise ForgeError(f"{self.source}: targets.{self.name}.bases: no base image for vLLM "
@@ -164,9 +197,19 @@ def recipes_for_target(target: str, root: Path | None = None) -> list[str]:
     root = root or RECIPES_DIR
     found = []
     for path in sorted(root.glob("*.yaml"), key=lambda p: p.stem):
+        if path.name == KNOWN_FAILURES_FILE:
+            continue
         data = load_yaml(path)
-        targets = data.get("targets") if isinstance(data, dict) else None
-        if isinstance(targets, dict) and target in targets:
+        # A recipe file of the wrong shape stops the plan: left out, an image would ship
+        # without that model's recipe and nobody would be told.
+        if not isinstance(data, dict):
+            raise ForgeError(f"{path}: (top level): must be a mapping with targets: "
+                             f"(got {type(data).__name__}); a recipe file holds one model")
+        targets = data.get("targets")
+        if not isinstance(targets, dict):
+            raise ForgeError(f"{path}: targets: must be a mapping of target name -> recipe "
+                             f"(got {type(targets).__name__})")
+        if target in targets:
             found.append(path.stem)
     return found
 

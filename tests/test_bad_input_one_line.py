@@ -97,7 +97,8 @@ def test_publish_index_naming_a_directory_is_one_line(tmp_path):
 
 def test_published_index_naming_a_directory_is_one_line(tmp_path):
     result = run_build("published", "--index", str(tmp_path))
-    assert_one_line_refusal(result, f"{tmp_path}: cannot read the index: Is a directory")
+    assert_one_line_refusal(result, f"{tmp_path}: is a directory, not a regular file; an index "
+                                    "must be a regular file")
 
 
 @pytest.mark.parametrize("command, flag", [

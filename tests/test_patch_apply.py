@@ -236,13 +236,16 @@ def test_uncovered_or_unexpected_version_is_refused(vllm_site):
     checked = Version(load_series().checked_through)
     unchecked = f"{checked.major}.{checked.minor + 1}.0"
     site = vllm_site("0.33.0", dist_info=False)
-    write_dist_info(site, unchecked)        # newer than checked_through: unchecked
+    # newer than checked_through: unchecked (code and dist-info say so alike, as a real one would)
+    (site / "vllm" / "_version.py").write_text(f"__version__ = version = '{unchecked}'\n")
+    write_dist_info(site, unchecked)
     before = snapshot(site)
     result = run_build("apply", "--site-packages", str(site))
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert f"vLLM {unchecked}" in result.stderr and "not covered by the manifest" in result.stderr
     assert snapshot(site) == before
     old = vllm_site("0.21.0", dist_info=False)
+    (old / "vllm" / "_version.py").write_text("__version__ = version = '0.20.2.dev7'\n")
     write_dist_info(old, "0.20.2.dev7")      # a dev build of a release before checked_from
     with pytest.raises(ForgeError, match=r"vLLM 0.20.2.dev7 .* not covered"):
         apply_series(site_packages=old)

@@ -150,3 +150,114 @@ def test_a_gpu_no_target_lists_is_one_line_naming_the_file_and_field():
     message = str(caught.value)
     assert message.startswith(f"{REAL}: no target lists GPU 'NVIDIA H20' in device_names")
     assert "'NVIDIA H200 NVL'" in message and "\n" not in message
+
+
+# --- the image template: named fields only, checked when the file loads -------------------------
+
+def _with_image(template: str):
+    return lambda d: d["targets"]["gb10"]["bases"][0].update(image=template)
+
+
+@pytest.mark.parametrize("template, message", [
+    ("vllm/vllm-openai:v{vers}", r"\{vers\}: unknown field \(fields: \{version\}, \{cuda\}\)"),
+    ("vllm/vllm-openai:v{version.__init__.__globals__[os].environ[HOME]}",
+     r"attribute or index access is not allowed"),
+    ("vllm/vllm-openai:v{version[0]}", r"attribute or index access is not allowed"),
+    ("vllm/vllm-openai:v{version:>999999999}", r"format specs and conversions are not allowed"),
+    ("vllm/vllm-openai:v{version!r}", r"format specs and conversions are not allowed"),
+    ("vllm/vllm-openai:v{}", r"\{\}: unknown field"),
+    ("vllm/vllm-openai:v{version", r"an unmatched '\{' or '\}'"),
+])
+def test_a_bad_image_template_is_a_load_error_naming_file_and_field(tmp_path, template, message):
+    path = _write(tmp_path, _with_image(template))
+    with pytest.raises(ForgeError, match=message) as caught:
+        load_targets(path)
+    assert str(caught.value).startswith(f"{path}: targets.gb10.bases[0].image: ")
+    assert "\n" not in str(caught.value)
+
+
+def test_the_template_fills_version_and_cuda_and_nothing_else(tmp_path):
+    path = _write(tmp_path, _with_image("mirror.example/vllm:v{version}-cu{cuda}"))
+    assert get_target("gb10", path).base_for("0.27.1") == BaseImage("mirror.example/vllm", "v0.27.1-cu13.0")
+
+
+def test_a_template_reaching_the_environment_fails_in_the_cli_and_leaks_nothing(tmp_path):
+    path = _write(tmp_path, _with_image(
+        "vllm/vllm-openai:v{version.__init__.__globals__[os].environ[FORGE_SECRET]}"))
+    result = subprocess.run([sys.executable, "build.py", "--target", "gb10", "--vllm", "0.27.1", "--plan"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120,
+                            env={**__import__("os").environ, "VLLM_FORGE_TARGETS": str(path),
+                                 "FORGE_SECRET": "s3cr3t-value"})
+    assert result.returncode == 2, result.stderr
+    assert "s3cr3t-value" not in result.stdout + result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"error: {path}: targets.gb10.bases[0].image: {{version.__init__.__globals__[os].environ"
+        "[FORGE_SECRET]}: attribute or index access is not allowed (fields: {version}, {cuda})"]
+
+
+def test_no_module_fills_a_template_from_data_with_str_format():
+    """The one template of the data files is filled by fill_template; str.format and format_map
+    on text read from a file are not used anywhere in forge/."""
+    import re
+
+    offenders = []
+    for source in sorted((REPO / "forge").rglob("*.py")):
+        for number, line in enumerate(source.read_text().splitlines(), 1):
+            if re.search(r"\.format_map\(|\b(image|template|rule\.\w+)\.format\(", line):
+                offenders.append(f"{source.relative_to(REPO)}:{number}: {line.strip()}")
+    assert offenders == []
+
+
+# --- recipe files of the wrong shape stop the plan ------------------------------------------------
+
+def test_a_recipe_file_whose_top_level_is_a_list_is_an_error_not_left_out(tmp_path):
+    from forge.targets import recipes_for_target
+
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    for source in sorted((REPO / "recipes").glob("*.yaml")):
+        (recipes / source.name).write_bytes(source.read_bytes())
+    assert "gemma-4-e4b-it" in recipes_for_target("gb10", recipes)
+    (recipes / "gemma-4-e4b-it.yaml").write_text("- targets: {gb10: {}}\n")
+    with pytest.raises(ForgeError) as caught:
+        recipes_for_target("gb10", recipes)
+    assert str(caught.value) == (f"{recipes / 'gemma-4-e4b-it.yaml'}: (top level): must be a mapping "
+                                 "with targets: (got list); a recipe file holds one model")
+    (recipes / "gemma-4-e4b-it.yaml").write_text("model: x\ntargets: [gb10]\n")
+    with pytest.raises(ForgeError, match=r"gemma-4-e4b-it.yaml: targets: must be a mapping of target "
+                                         r"name -> recipe \(got list\)"):
+        recipes_for_target("gb10", recipes)
+
+
+@pytest.mark.parametrize("command", [["--target", "gb10", "--vllm", "0.25.0", "--plan"],
+                                     ["bake", "--vllm", "0.25.0", "-o", "out/docker-bake.json"]])
+def test_the_plan_and_the_bake_stop_at_a_recipe_file_that_is_a_list(tmp_path, command):
+    import shutil
+
+    for name in ("forge", "patches", "images", "recipes", "models", "verify"):
+        shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "build.py", tmp_path / "build.py")
+    (tmp_path / "out").mkdir()
+    recipe = tmp_path / "recipes" / "gemma-4-e4b-it.yaml"
+    recipe.write_text("- targets: {gb10: {}}\n")      # an image would ship without this model
+    result = subprocess.run([sys.executable, "build.py", *command], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [f"error: {recipe}: (top level): must be a mapping with "
+                                          "targets: (got list); a recipe file holds one model"]
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("make, problem", [
+    (lambda path: "/dev/zero", "is a character device, not a regular file"),
+    (lambda path: (__import__("os").mkfifo(path), path)[1], "is a FIFO (named pipe), not a regular file"),
+    (lambda path: (path.write_bytes(b"# x\n" * (300 << 10)), path)[1], "larger than the 1 MiB cap"),
+])
+def test_targets_that_are_no_file_or_too_big_are_one_line_at_once(tmp_path, make, problem):
+    targets = make(tmp_path / "targets.yaml")
+    result = subprocess.run([sys.executable, "build.py", "--target", "gb10", "--vllm", "0.25.0", "--plan"],
+                            cwd=REPO, capture_output=True, text=True, timeout=60,
+                            env={**__import__("os").environ, "VLLM_FORGE_TARGETS": str(targets)})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"error: {targets}: {problem}")

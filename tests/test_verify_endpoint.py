@@ -337,7 +337,7 @@ def test_unreadable_server_log_is_a_failed_check(tmp_path):
         report = failing_smoke(tmp_path, server.url, "--server-log", str(tmp_path / "no-such.log"))
     checks = by_name(report)
     assert checks["server log"]["detail"] == (
-        f"--server-log {tmp_path / 'no-such.log'}: No such file or directory")
+        f"--server-log {tmp_path / 'no-such.log'}: cannot read it: no such file or directory")
     assert checks["CUDA graphs"]["status"] == "NOT CHECKED"
 
 

@@ -43,7 +43,7 @@ if not __package__ and __name__ == "__main__":
 
 from forge.commands.cli import OneLineParser
 from forge.errors import ForgeError, exit_on_interrupt
-from forge.files import check_output_dir, write_text_atomically
+from forge.files import SERVER_LOG, check_output_dir, read_tail, write_text_atomically
 from forge.json_text import dump_json
 from forge.serving.recipes import pin_attention_backend
 from forge.serving.serve import installed_runner_env, installed_runs_v2_only
@@ -416,9 +416,10 @@ def server_log_checks(recipe, server_log: str | None) -> list[Check]:
         return [not_checked(name, "needs the server's log: pass --server-log")
                 for name in log_check_names(recipe)]
     try:
-        text = Path(server_log).read_text(errors="replace")
-    except OSError as exc:
-        return ([failed("server log", f"--server-log {server_log}: {exc.strerror}")]
+        # its end: a log over the cap is read from where it says why the run ended
+        text = read_tail(server_log, SERVER_LOG).decode("utf-8", "replace")
+    except ForgeError as exc:
+        return ([failed("server log", f"--server-log {exc}")]
                 + [not_checked(name, "the server's log could not be read")
                    for name in log_check_names(recipe)])
     facts = parse_engine_log(text)

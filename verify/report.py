@@ -7,13 +7,13 @@ verify's scripts name one module for everything about a report.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from itertools import takewhile
 from pathlib import Path
 
-from forge.errors import ForgeError
-from forge.files import write_text_atomically
+from forge.data_formats import load_json
+from forge.errors import FileError, ForgeError
+from forge.files import REPORT, write_text_atomically
 from forge.json_text import dump_json
 from forge.untrusted import visible
 from forge.verify_report import (  # noqa: F401 (re-exported for verify's scripts and tests)
@@ -127,33 +127,12 @@ def write_report(path: Path | str, checks: list[Check], versions: dict[str, str]
 
 def read_json_object(path: Path | str, what: str) -> dict:
     """A JSON object verify wrote (a bench or profile report, a roofline), or one ForgeError
-    naming the file: unreadable, not JSON, NaN or Infinity in it (verify writes strict JSON), too
-    deep for the decoder, or not an object. (Until the file layer's capped reader takes over,
-    the read itself is a plain one.)"""
-    try:
-        data = json.loads(Path(path).read_text(), parse_constant=_not_json,
-                          object_pairs_hook=_unique_keys)
-    except RecursionError:
-        raise ForgeError(f"{path}: not a readable {what}: nested too deep to decode") from None
-    except (OSError, ValueError) as exc:
-        raise ForgeError(f"{path}: not a readable {what} ({exc})") from None
+    naming the file: not a regular file, over the report cap, not JSON, NaN or Infinity in it
+    (verify writes strict JSON), a key named twice, too deep, or not an object."""
+    data = load_json(path, REPORT)
     if not isinstance(data, dict):
         raise ForgeError(f"{path}: not a {what}: (top level) must be a JSON object")
     return data
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    """An object with a key named twice is refused: which of its values is meant?"""
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            raise ValueError(f"the key {key!r} appears twice")
-        seen.add(key)
-    return dict(pairs)
-
-
-def _not_json(constant: str):
-    raise ValueError(f"{constant} is not JSON (verify writes finite numbers only)")
 
 
 def missing_folders(path: Path) -> list[Path]:
@@ -180,6 +159,9 @@ def write_output(path: Path | str, text: str, what: str) -> Path:
     made = missing_folders(path)
     try:
         return write_text_atomically(path, text)
+    except FileError as exc:  # the file layer's one line: what failed and what to do
+        remove_made(made)
+        raise ForgeError(f"{what}: not written: {exc}") from None
     except OSError as exc:
         remove_made(made)
         raise ForgeError(f"{what}: not written: {exc.strerror or exc}") from None

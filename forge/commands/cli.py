@@ -14,7 +14,8 @@ import os
 import sys
 
 from forge.commands import data_writers, evidence, images, patch_work, patches, serving, upgrade, watch
-from forge.errors import ForgeError
+from forge.errors import ForgeError, file_error
+from forge.files import check_stdout
 from forge.image_names import check_repository_argument
 from forge.untrusted import visible
 from forge.versions import Release
@@ -490,7 +491,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(_with_default_command(argv, parser))
         check_repository_argument(args)
         _check_output_files(args)
-        return args.handler(args) or 0
+        check_stdout()
+        status = args.handler(args) or 0
+        sys.stdout.flush()          # a full disk under `> file` fails here, inside the handler
+        return status
     except ForgeError as exc:
         # A message may quote what a file, a server or a registry said: shown, never obeyed.
         print(f"error: {visible(str(exc))}{data_home_hint(str(exc))}", file=sys.stderr)
@@ -502,3 +506,13 @@ def main(argv: list[str] | None = None) -> int:
         # `build.py patches --all | head`: the reader left; say nothing more, as cat would.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        if exc.filename is not None:
+            # a fault no layer below turned into a ForgeError: still one line naming the file
+            print(f"error: {file_error(exc.filename, exc, 'read or write it')}", file=sys.stderr)
+            return 2
+        # standard output refused what was printed (a full disk, an I/O error): one line, and
+        # the rest of the buffer is dropped, not written at exit with a second traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"error: {file_error('standard output', exc, 'write it')}", file=sys.stderr)
+        return 2

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.files import append_text
 from forge.json_text import dump_json
 
 # --- build.py build ----------------------------------------------------------------------------
@@ -105,9 +106,9 @@ def cmd_release_matrix(args) -> int:
     matrix = release_matrix(vllm, args.target, args.repository, runners)
     print(dump_json(matrix, indent=1 if args.pretty else None, sort_keys=True))
     if args.github_output:
-        with open(args.github_output, "a") as out:
-            # A job matrix takes only the include list; every other key would become a dimension.
-            out.write(f"vllm={vllm}\nmatrix={dump_json({'include': matrix['include']})}\n")
+        # A job matrix takes only the include list; every other key would become a dimension.
+        append_text(args.github_output,
+                    f"vllm={vllm}\nmatrix={dump_json({'include': matrix['include']})}\n")
     return 0
 
 
@@ -140,8 +141,8 @@ def cmd_publish(args) -> int:
     moving_ref = reference(repository, entry["moving_tag"])
     print(f"moved {moving_ref} -> {reference(repository, tag)}@{build['digest']}")
     if args.github_output:
-        with open(args.github_output, "a") as out:
-            out.write(f"moving_ref={moving_ref}\nsource_ref={repository}@{build['digest']}\n")
+        append_text(args.github_output,
+                    f"moving_ref={moving_ref}\nsource_ref={repository}@{build['digest']}\n")
     return 0
 
 

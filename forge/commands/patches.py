@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forge.errors import ConflictError
+from forge.files import write_text_atomically
 from forge.patching.apply import apply_series, install_statuses, read_install_record
 from forge.patching.installed import find_vllm
 from forge.patching.ownership import foreign_reason
@@ -80,7 +81,7 @@ def cmd_readme_table(args) -> int:
         print(f"{name}: the patch table is current")
         return 0
     if updated != current:
-        readme.write_text(updated)
+        write_text_atomically(readme, updated)
         print(f"{name}: patch table updated")
     else:
         print(f"{name}: patch table already current")

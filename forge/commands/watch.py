@@ -3,9 +3,8 @@ release?) and `build.py upstream-watch` (what new vLLM and dependency releases c
 and the proposal's text live in forge/watch/; here arguments become values and results output."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from forge.errors import ForgeError
+from forge.files import append_text, write_text_atomically
 from forge.json_text import dump_json
 from forge.schema import pep440_version
 from forge.untrusted import visible, visible_lines
@@ -44,7 +43,7 @@ def cmd_upstream_watch(args) -> int:
         print(visible(upstream.title(proposal)))
         print(visible_lines(upstream.body(proposal)), end="")
     if args.pr_body:
-        Path(args.pr_body).write_text(upstream.body(proposal))
+        write_text_atomically(args.pr_body, upstream.body(proposal))
     if args.github_output:
         _write_outputs(proposal, args.github_output)
     upstream.refuse_if_blocked(proposal)
@@ -66,10 +65,9 @@ def _write_outputs(proposal, path: str) -> None:
     from forge.watch.upstream import title
 
     changed = proposal.changes_manifest or proposal.changes_watch_list
-    with open(path, "a") as out:
-        out.write(f"newest={proposal.newest or ''}\n"
-                  f"changed={'true' if changed else 'false'}\n"
-                  f"conflicts={'true' if proposal.conflicts else 'false'}\n"
-                  f"findings={'true' if proposal.drift_findings else 'false'}\n"
-                  f"branch={proposal.branch}\n"
-                  f"title={title(proposal)}\n")
+    append_text(path, f"newest={proposal.newest or ''}\n"
+                      f"changed={'true' if changed else 'false'}\n"
+                      f"conflicts={'true' if proposal.conflicts else 'false'}\n"
+                      f"findings={'true' if proposal.drift_findings else 'false'}\n"
+                      f"branch={proposal.branch}\n"
+                      f"title={title(proposal)}\n")

@@ -23,7 +23,7 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from forge.errors import ForgeError
+from forge.files import write_text_atomically
 from forge.images.plan import Plan, resolve_plan
 from forge.json_text import dump_json
 from forge.targets import load_targets
@@ -88,10 +88,7 @@ def write_bake(plans: list[Plan], output: Path, attest: bool = True) -> Path:
         directory = root / CONTEXT_ROOT / plan.target.name
         _unpack(plan, directory)
         context_dirs[plan.target.name] = str(directory.relative_to(root))
-    try:
-        output.write_text(dump_json(bake_file(plans, context_dirs, attest), indent=2) + "\n")
-    except OSError as exc:
-        raise ForgeError(f"{output}: cannot write: {exc.strerror}") from exc
+    write_text_atomically(output, dump_json(bake_file(plans, context_dirs, attest), indent=2) + "\n")
     return output
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from forge import REPO_ROOT
 from forge.errors import ForgeError
+from forge.files import SOURCE, read_bytes
 from forge.json_text import dump_json
 
 DOCKERFILE = "images/Dockerfile"
@@ -130,12 +131,12 @@ def build_context(record: dict, epoch: int, root: Path = REPO_ROOT) -> tuple[byt
     """(tar bytes, sha256 hex) of the context: Dockerfile, the CONTEXT_PATHS files, the build record."""
     files = context_files(root)
     entries: dict[str, tuple[bytes, int]] = {
-        "Dockerfile": ((root / DOCKERFILE).read_bytes(), 0o644),
+        "Dockerfile": (read_bytes(root / DOCKERFILE, SOURCE), 0o644),
         RECORD_NAME: ((dump_json(record, indent=1, sort_keys=True) + "\n").encode(), 0o644),
     }
     for name in files:
         path = root / name
-        entries[name] = (path.read_bytes(), 0o755 if os.access(path, os.X_OK) else 0o644)
+        entries[name] = (read_bytes(path, SOURCE), 0o755 if os.access(path, os.X_OK) else 0o644)
     # Every directory the Dockerfile copies must exist even when empty (COPY fails on a missing path).
     directories = {p for p in CONTEXT_PATHS if not (root / p).is_file()}
     for name in entries:

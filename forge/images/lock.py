@@ -23,7 +23,7 @@ import yaml
 
 from forge import REPO_ROOT
 from forge.errors import ForgeError
-from forge.files import write_text_atomically
+from forge.files import LOCK, write_text_atomically
 from forge.schema import load_yaml
 
 DEFAULT_LOCK_FILE = REPO_ROOT / "images" / "lock.yaml"
@@ -56,7 +56,7 @@ def read_lock(path: Path | str | None = None) -> tuple[dict[str, str], dict[str,
     path = lock_file(path)
     if not path.exists():
         return {}, {}
-    data = load_yaml(path) or {}
+    data = load_yaml(path, LOCK) or {}
     if not isinstance(data, dict) or set(data) - {"bases", "platforms"}:
         raise ForgeError(f"{path}: (top level): must be a mapping with only `bases` and `platforms`")
     bases = data.get("bases") or {}

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from forge.errors import ForgeError
+from forge.files import SOURCE, read_text
 from forge.image_names import default_repository, immutable_tag, moving_tag
 from forge.images import context
 from forge.images.lock import lock_file, read_lock
@@ -134,7 +135,7 @@ def dependency_pins(entries: list[dict]) -> list[str]:
 
 def _check_env_declared(target: Target) -> None:
     """Each target env key must be a build arg the Dockerfile turns into ENV, or it would be lost."""
-    text = (context.REPO_ROOT / context.DOCKERFILE).read_text()
+    text = read_text(context.REPO_ROOT / context.DOCKERFILE, SOURCE)
     declared = set(re.findall(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)", text, re.MULTILINE))
     missing = sorted(set(target.env) - declared)
     if missing:

@@ -22,12 +22,12 @@ says) or that names another target, release or digest is refused before anything
 """
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime, timezone
 from pathlib import Path
 
-from forge import REPO_ROOT
+from forge import REPO_ROOT, files
+from forge.data_formats import load_json
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.json_text import dump_json, non_finite_field
@@ -105,12 +105,7 @@ def load_index(path: Path | str | None = None) -> dict:
     path = Path(path or DEFAULT_INDEX)
     if not path.exists():
         return empty_index()
-    try:
-        data = json.loads(path.read_text(), object_pairs_hook=_refuse_duplicate_keys)
-    except OSError as exc:
-        raise ForgeError(f"{path}: cannot read the index: {exc.strerror}") from exc
-    except ValueError as exc:
-        raise ForgeError(f"{path}: not valid JSON: {exc}") from exc
+    data = load_json(path, files.INDEX)
     index = validate(data, INDEX_SCHEMA, str(path))
     _check_consistent(index, str(path))
     return index
@@ -274,25 +269,20 @@ def verify_result(report_paths: list | None, target: str, vllm: str, digest: str
 
 def _report_files(report_paths: list) -> list[Path]:
     """Report files as given; a directory stands for every verify report (mtp_smoke.json) below it."""
-    files = []
+    paths: list[Path] = []
     for given in map(Path, report_paths):
         if given.is_dir():
             found = sorted(given.rglob(REPORT_NAME))
             if not found:
                 raise ForgeError(f"{given}: no verify report ({REPORT_NAME}) in this directory")
-            files.extend(found)
+            paths.extend(found)
         else:
-            files.append(given)
-    return files
+            paths.append(given)
+    return paths
 
 
 def _read_report(path: Path) -> tuple[Path, dict]:
-    try:
-        report = json.loads(path.read_text())
-    except OSError as exc:
-        raise ForgeError(f"{path}: cannot read the verify report: {exc.strerror}") from exc
-    except ValueError as exc:
-        raise ForgeError(f"{path}: the verify report is not valid JSON: {exc}") from exc
+    report = load_json(path, files.REPORT)
     if not isinstance(report, dict) or not isinstance(report.get("passed"), bool):
         raise ForgeError(f"{path}: passed: the verify report must say passed: true or false")
     return path, report

@@ -19,7 +19,9 @@ import re
 import warnings
 from dataclasses import dataclass
 
+from forge.data_formats import load_json
 from forge.errors import ForgeError
+from forge.files import CACHE
 from forge.http_session import retrying_session
 
 DOCKER_HUB = "docker.io"
@@ -109,13 +111,14 @@ def registry_credentials(registry: str) -> Credentials | None:
     if not config_file:
         return None
     try:
-        with open(config_file) as handle:
-            config = docker.auth.load_config(config_dict=json.load(handle))
+        config = docker.auth.load_config(config_dict=load_json(config_file, CACHE))
         helper = config.get_credential_store(registry)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the SDK warns of a missing helper, then raises: one says it
             entry = config.resolve_authconfig(registry)
-    except (OSError, ValueError) as exc:  # unreadable, not JSON, or an `auth` that is not base64
+    except ForgeError as exc:            # no regular file, too big, not JSON: one line already
+        raise ForgeError(f"{exc}; cannot read the Docker credentials for {registry}") from exc
+    except (OSError, ValueError) as exc:  # an `auth` that is not base64
         raise ForgeError(f"{config_file}: cannot read the Docker credentials for {registry}: "
                          f"{_short(exc)}") from exc
     except docker.errors.DockerException as exc:  # a credential helper missing or failing

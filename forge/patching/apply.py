@@ -57,7 +57,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from forge.errors import ConflictError, ForgeError
+from forge.errors import ConflictError, FileError, ForgeError
+from forge.files import PACKAGE_FILE, SOURCE, read_bytes, read_if_present
 from forge.patching import diffs, ownership, pip_record
 from forge.patching import record as records
 from forge.patching.installed import InstalledVllm, find_vllm
@@ -351,7 +352,7 @@ def _dependency_writes(dependency, installed: InstalledVllm, find_links) -> list
                          "nothing changed") from exc
     writes = []
     for target, change in changes.items():
-        original = target.read_bytes() if target.is_file() else None
+        original = read_if_present(target, PACKAGE_FILE)
         new, mode = change if change is not None else (None, None)
         if new is None and original is not None:
             mode = stat.S_IMODE(target.stat().st_mode)     # to put a removed file back as it was
@@ -406,13 +407,13 @@ def _plan(series: Series, statuses, installed: InstalledVllm, moe_config_dir):
     writes = []
     for rel, new in contents.items():
         path = installed.site_dir / rel
-        writes.append(Write(path, new, path.read_bytes() if path.is_file() else None, rel))
+        writes.append(Write(path, new, read_if_present(path, SOURCE), rel))
     if moe_files:
         moe_dir = Path(moe_config_dir).resolve()
         for f in moe_files:
             target = moe_dir / f.name
-            writes.append(Write(target, f.absolute.read_bytes(),
-                                 target.read_bytes() if target.is_file() else None, str(target)))
+            writes.append(Write(target, read_bytes(f.absolute, SOURCE),
+                                 read_if_present(target, SOURCE), str(target)))
     return writes, applied, notes
 
 
@@ -440,7 +441,7 @@ def _with_pip_record(writes: list[Write], installed: InstalledVllm, run_index: i
     names = [RECORD_FILE, *earlier, records.run_files_name(prefix), f"{prefix}0", *saved]
     record_rows = [(record_dir / name).relative_to(installed.site_dir).as_posix()
                    for name in dict.fromkeys(names)]
-    original = path.read_bytes()
+    original = pip_record.read_record(path)
     new = pip_record.updated(original, changes, record_rows)
     return [Write(path, new, original, _label(path, installed)), *writes]
 
@@ -455,7 +456,7 @@ def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
     writes = []
     for entry in _revertible_entries(record):
         target = _target_of(installed, entry["path"])
-        current = target.read_bytes() if target.is_file() else None
+        current = read_if_present(target, PACKAGE_FILE)
         if sha(current) == entry["original_sha256"]:
             continue    # never patched (an interrupted apply) or already restored
         if sha(current) != entry["patched_sha256"]:
@@ -480,10 +481,10 @@ def _saved_original(record_dir: Path, entry: dict) -> bytes | None:
         return None
     path = record_dir / entry["original"]
     try:
-        return path.read_bytes()
-    except OSError as exc:
+        return read_bytes(path, PACKAGE_FILE)
+    except FileError as exc:
         raise ForgeError(f"{path}: the saved original of {entry['path']} cannot be read "
-                         f"({exc.strerror or exc}); not reverting (nothing changed)") from exc
+                         f"({str(exc).partition(': ')[2]}); not reverting (nothing changed)") from exc
 
 
 def _restored_dependencies(record: dict) -> list[dict]:

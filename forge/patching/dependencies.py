@@ -13,7 +13,6 @@ satisfies -> `satisfied`, not installed -> `not-needed`.
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from forge.data_formats import load_json
 from forge.errors import ForgeError
+from forge.files import CACHE
 from forge.json_text import dump_json
 from forge.patching.vocabulary import Status
 
@@ -57,8 +58,8 @@ def release_requirements(version: str, offline: bool = False) -> list[str]:
 
     cached = releases.cache_dir() / "requirements" / f"{version}.json"
     try:
-        return json.loads(cached.read_text())
-    except (OSError, ValueError):
+        return load_json(cached, CACHE)
+    except ForgeError:       # not cached yet, or damaged: read from the sdist again
         pass
     sdist = releases.fetch_sdist(version, offline=offline)
     prefix = f"vllm-{version}/"

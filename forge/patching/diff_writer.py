@@ -9,6 +9,7 @@ import difflib
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.files import SOURCE, read_if_present
 from forge.patching import diffs
 
 PACKAGE = "vllm"
@@ -29,7 +30,7 @@ def _files(root: Path) -> set[str]:
 
 
 def read_or_none(path: Path) -> bytes | None:
-    return path.read_bytes() if path.is_file() else None
+    return read_if_present(path, SOURCE)
 
 
 def changed_files(pristine: Path, edited: Path) -> list[str]:

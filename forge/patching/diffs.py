@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from forge.errors import ForgeError
+from forge.files import SOURCE, read_bytes, read_if_present
 
 HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 NO_NEWLINE = b"\\ No newline at end of file"
@@ -155,7 +156,7 @@ def _parse_hunk(lines: list[bytes], i: int, source: str, number: int) -> tuple[H
 
 
 def load_diff(path: Path) -> list[FileDiff]:
-    return parse_diff(Path(path).read_bytes(), str(path))
+    return parse_diff(read_bytes(path, SOURCE), str(path))
 
 
 def find_matches(file_lines: list[bytes], needle: list[bytes]) -> list[int]:
@@ -238,8 +239,7 @@ def _read(root: Path, rel: str, contents: dict, planned: dict) -> bytes | None:
         return planned[rel]
     if rel in contents:
         return contents[rel]
-    path = root / rel
-    return path.read_bytes() if path.is_file() else None
+    return read_if_present(root / rel, SOURCE)
 
 
 def target_paths(diffs: list[FileDiff]) -> list[str]:

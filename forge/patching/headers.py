@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from forge.files import SOURCE, read_bytes
 from forge.patching.series import Patch, PatchFile, Series, render_series
 from forge.patching.vocabulary import Kind
 
@@ -68,7 +69,7 @@ def stale_files(series: Series) -> list[tuple[Patch, PatchFile, bytes]]:
         if patch.kind != Kind.SOURCE:
             continue
         for f in patch.files:
-            current = f.absolute.read_bytes()
+            current = read_bytes(f.absolute, SOURCE)
             wanted = with_header(patch, current)
             if wanted != current:
                 stale.append((patch, f, wanted))

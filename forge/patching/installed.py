@@ -1,12 +1,13 @@
 """Find an installed vLLM without importing it (importing vllm pulls in torch and CUDA).
 
-The version comes from the `vllm-*.dist-info/METADATA` pip wrote (read through
-importlib.metadata), falling back to `vllm/_version.py` for source checkouts and editable
-installs that have no dist-info next to the package.
+The version is the code's own (`vllm/_version.py`), checked against the `vllm-*.dist-info/METADATA`
+pip wrote beside it: the two must agree, and two vllm dist-infos are refused. Source checkouts
+and editable installs have no dist-info next to the package; an install without _version.py
+(never seen in a release) is taken at its METADATA's word.
 """
 from __future__ import annotations
 
-import importlib.metadata
+import email.parser
 import re
 import sys
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from forge.errors import ForgeError
+from forge.files import METADATA, SOURCE, read_text, regular_or_absent
 
 # setuptools-scm writes `__version__ = version = '0.25.0'` (older: `__version__ = "0.25.0"`).
 VERSION_LINE = re.compile(r"""^(?:__version__|version)\s*(?:=\s*\w+\s*)*=\s*['"]([^'"]+)['"]""",
@@ -56,28 +58,69 @@ def find_vllm(site_packages: str | Path | None = None) -> InstalledVllm:
 
 
 def installed_version(site_dir: Path) -> Version:
-    text = _metadata_version(site_dir) or _version_file(site_dir)
-    if text is None:
-        raise ForgeError(f"{site_dir}/vllm: cannot tell its version "
-                         "(no vllm-*.dist-info/METADATA and no vllm/_version.py)")
+    """The release of the code in `site_dir`/vllm: its `_version.py`, checked against the one
+    vllm dist-info beside it (pip's METADATA). They must agree: a stale dist-info left by an
+    earlier install would otherwise decide which patches the code gets."""
+    code = _version_file(site_dir)
+    metadata = _metadata_version(site_dir)
+    if metadata is None:
+        if code is None:
+            raise ForgeError(f"{site_dir}/vllm: cannot tell its version "
+                             "(no vllm-*.dist-info/METADATA and no vllm/_version.py)")
+        return code[1]
+    if code is not None and not _agree(code[1], metadata[1]):
+        raise ForgeError(f"{code[0]} says vLLM {code[1]} but {metadata[0]} says {metadata[1]}: "
+                         "the dist-info is not this code's; reinstall vLLM (pip install "
+                         "--force-reinstall) so the two agree; nothing changed")
+    # The dist-info's spelling wins where both agree: a wheel's names its local build (+cu130).
+    return metadata[1]
+
+
+def _agree(code: Version, metadata: Version) -> bool:
+    """Equal, or the same release where one names no local build (an sdist's _version.py says
+    0.26.0, the wheel built from it 0.26.0+cu130)."""
+    return code == metadata or (code.public == metadata.public
+                                and (code.local is None or metadata.local is None))
+
+
+def _parsed(text: str, path: Path) -> Version:
     try:
         return Version(text)
     except InvalidVersion as exc:
-        raise ForgeError(f"{site_dir}/vllm: installed version {text!r} is not a PEP 440 version") \
-            from exc
+        raise ForgeError(f"{path}: installed version {text!r} is not a PEP 440 version") from exc
 
 
-def _metadata_version(site_dir: Path) -> str | None:
-    # Only the dist-info in this very directory: another site dir may hold a different vllm.
-    for dist in importlib.metadata.distributions(path=[str(site_dir)]):
-        if (dist.metadata["Name"] or "").lower() == "vllm":
-            return dist.version
-    return None
+def vllm_dist_info(site_dir: Path) -> Path | None:
+    """The one vllm-*.dist-info in `site_dir` (None: none); two are refused, naming both."""
+    found = _metadata_version(site_dir)
+    return found[0].parent if found else None
 
 
-def _version_file(site_dir: Path) -> str | None:
-    path = site_dir / "vllm" / "_version.py"
-    if not path.is_file():
+def _metadata_version(site_dir: Path) -> tuple[Path, Version] | None:
+    """(METADATA, version) of the one vllm dist-info in this very directory (another site dir
+    may hold a different vllm); two of them are refused, naming both."""
+    found: list[tuple[Path, str]] = []
+    for info in sorted(site_dir.glob("vllm-*.dist-info")):
+        metadata = info / "METADATA"
+        if not regular_or_absent(metadata, METADATA):
+            continue
+        headers = email.parser.Parser().parsestr(read_text(metadata, METADATA))
+        if (headers["Name"] or "").lower() == "vllm":
+            found.append((metadata, headers["Version"] or ""))
+    if len(found) > 1:
+        raise ForgeError(f"{site_dir}: two vllm dist-infos, {found[0][0].parent.name} "
+                         f"(vLLM {found[0][1]}) and {found[1][0].parent.name} (vLLM {found[1][1]}); "
+                         "remove the stale one (the one whose RECORD does not list these files)")
+    if not found:
         return None
-    match = VERSION_LINE.search(path.read_text(errors="replace"))
-    return match[1] if match else None
+    return found[0][0], _parsed(found[0][1], found[0][0])
+
+
+def _version_file(site_dir: Path) -> tuple[Path, Version] | None:
+    path = site_dir / "vllm" / "_version.py"
+    if not regular_or_absent(path, SOURCE):
+        return None
+    match = VERSION_LINE.search(read_text(path, SOURCE))
+    if not match:
+        raise ForgeError(f"{path}: no __version__ = '...' line; cannot tell the release of this code")
+    return path, _parsed(match[1], path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from forge.files import PACKAGE_FILE, read_if_present
 from forge.patching import pip_record
 from forge.patching.installed import InstalledVllm
 from forge.patching.record import runs
@@ -61,4 +62,5 @@ def interrupted_run(record: dict) -> str | None:
 
 
 def _sha(path: Path) -> str | None:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    data = read_if_present(path, PACKAGE_FILE)
+    return hashlib.sha256(data).hexdigest() if data is not None else None

@@ -14,18 +14,26 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
-import importlib.metadata
 import io
 from pathlib import Path
+
+from forge.files import METADATA, decode_utf8, read_bytes, regular_or_absent
+from forge.patching.installed import vllm_dist_info
 
 
 def record_file(site_dir: Path) -> Path | None:
     """The RECORD of the vllm distribution in `site_dir`, if pip (or another installer) wrote one."""
-    for info in sorted(site_dir.glob("vllm-*.dist-info")):
-        name = importlib.metadata.PathDistribution(info).metadata["Name"] or ""
-        if name.lower() == "vllm" and (info / "RECORD").is_file():
-            return info / "RECORD"
-    return None
+    info = vllm_dist_info(site_dir)
+    if info is None or not regular_or_absent(info / "RECORD", METADATA):
+        return None
+    return info / "RECORD"
+
+
+def read_record(path: Path) -> bytes:
+    """RECORD's bytes, refused in one line unless it is UTF-8 text (pip writes it so)."""
+    data = read_bytes(path, METADATA)
+    decode_utf8(data, str(path))
+    return data
 
 
 def updated(record: bytes, changes: dict[str, bytes | None], added: list[str]) -> bytes:

@@ -15,7 +15,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from forge import REPO_ROOT
-from forge.errors import ForgeError
+from forge.errors import FileError, ForgeError
+from forge.files import SOURCE, read_text
 from forge.patching.vocabulary import Kind
 
 BEGIN = "<!-- patch-table:begin -->"
@@ -76,9 +77,9 @@ def regenerate(readme: Path, name: str, offline: bool = False) -> tuple[str, str
     from forge.patching.status import matrix
 
     try:
-        current = readme.read_text()
-    except OSError as exc:
-        raise ForgeError(f"{name}: cannot read: {exc.strerror}") from exc
+        current = read_text(readme, SOURCE)
+    except FileError as exc:
+        raise ForgeError(f"{name}: {str(exc).partition(': ')[2]}") from exc
     series = load_series(offline=offline)
     table = render_table(series, matrix(checked_releases(series, offline),
                                         offline=offline, series=series))

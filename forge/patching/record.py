@@ -8,11 +8,12 @@ A run's file list never changes once written (only the record's `state` does), s
 written once, at staging, before any original."""
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from forge.errors import ForgeError
+from forge.data_formats import DataError, parse_json
+from forge.errors import FileError, ForgeError
+from forge.files import INDEX, read_bytes, write_text_atomically
 from forge.json_text import dump_json
 from forge.patching.installed import InstalledVllm
 from forge.patching.vocabulary import RecordState, RevertStep
@@ -80,7 +81,7 @@ def holds_files(directory: Path) -> bool:
 
 
 def write_run_files(record_dir: Path, prefix: str, run: dict) -> None:
-    (record_dir / f"{prefix}{RUN_FILES}").write_text(dump_json(run, indent=1) + "\n")
+    write_text_atomically(record_dir / f"{prefix}{RUN_FILES}", dump_json(run, indent=1) + "\n")
 
 
 def run_files_name(prefix: str) -> str:
@@ -89,13 +90,13 @@ def run_files_name(prefix: str) -> str:
 
 def _parse(path: Path) -> tuple[str | None, dict]:
     try:
-        return None, json.loads(path.read_bytes())
-    except json.JSONDecodeError as exc:
-        return f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})", {}
-    except UnicodeDecodeError as exc:
-        return f"not UTF-8 text (byte {exc.start})", {}
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror or exc})", {}
+        data = read_bytes(path, INDEX)
+    except FileError as exc:
+        return f"cannot be read ({str(exc).partition(': ')[2]})", {}
+    try:
+        return None, parse_json(data, str(path))
+    except DataError as exc:
+        return f"not valid JSON ({str(exc).partition(': ')[2]})", {}
 
 
 def _record_problem(record) -> str | None:

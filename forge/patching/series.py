@@ -21,8 +21,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from forge import REPO_ROOT
-from forge.errors import ForgeError
-from forge.files import write_text_atomically
+from forge.errors import FileError, ForgeError
+from forge.files import DATA_YAML, SOURCE, read_bytes, read_text, write_text_atomically
 from forge.patching import diffs
 from forge.patching.moe_config_names import parse_config_name
 from forge.patching.vocabulary import Kind
@@ -194,7 +194,7 @@ def load_series(path: str | Path | None = None, offline: bool = False,
         raise ForgeError(f"{path}: checked_through: must not be before checked_from "
                          f"{data['checked_from']} (got {data['checked_through']})")
     base = path.parent
-    digest = hashlib.sha256(path.read_bytes())
+    digest = hashlib.sha256(read_bytes(path, DATA_YAML))
     patches: list[Patch] = []
     for index, entry in enumerate(data["patches"]):
         where = f"{path}: patches[{index}]"
@@ -216,15 +216,16 @@ def load_series(path: str | Path | None = None, offline: bool = False,
             patch.diffs = _checked_diffs(patch, where)
         patches.append(patch)
     return Series(path, data["checked_from"], data["checked_through"], patches,
-                  header=_header_of(path.read_text(encoding="utf-8")), digest=digest.hexdigest())
+                  header=_header_of(read_text(path, DATA_YAML)), digest=digest.hexdigest())
 
 
 def _checked_file(base: Path, entry: dict, where: str, digest) -> PatchFile:
     absolute = base / entry["path"]
     try:
-        content = absolute.read_bytes()
-    except OSError as exc:
-        raise ForgeError(f"{where}.path: cannot read {absolute}: {exc.strerror}") from exc
+        content = read_bytes(absolute, SOURCE)
+    except FileError as exc:
+        detail = str(exc).removeprefix(f"{absolute}: ").removeprefix("cannot read it: ")
+        raise ForgeError(f"{where}.path: cannot read {absolute}: {detail}") from exc
     actual = hashlib.sha256(content).hexdigest()
     if actual != entry["sha256"]:
         raise ForgeError(f"{where}.sha256: {entry['path']} has sha256 {actual}, "

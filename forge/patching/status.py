@@ -21,14 +21,14 @@ it forge.patching.apply.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from packaging.version import Version
 
-from forge.errors import ConflictError
-from forge.files import write_text_atomically
+from forge.data_formats import load_json
+from forge.errors import ConflictError, ForgeError
+from forge.files import CACHE, SOURCE, read_bytes, regular_or_absent, write_text_atomically
 from forge.json_text import dump_json
 from forge.patching import diffs
 from forge.patching.moe_config_names import parse_config_name
@@ -80,7 +80,9 @@ def status_of(patch: Patch, root: Path, version: Version, install_path: list[str
         if _fits(patch, root, reverse=True):
             return status(Status.ALREADY_UPSTREAM, f"retired in {patch.retired_in}; reverse applies")
         return status(Status.NOT_NEEDED, f"retired in {patch.retired_in}")
-    missing = [d.old_path for d in patch.diffs if d.old_path and not (root / d.old_path).is_file()]
+    # A directory or FIFO where the diff expects a file is a fault, not an absence.
+    missing = [d.old_path for d in patch.diffs
+               if d.old_path and not regular_or_absent(root / d.old_path, SOURCE)]
     if missing:
         return status(Status.NOT_NEEDED, f"{missing[0]} is absent")
     try:
@@ -103,13 +105,13 @@ def _breaks_python(root: Path, planned: dict[str, bytes | None]) -> str | None:
 
     Compared with the original because the host's Python may be older than vLLM's syntax."""
     for rel, new in planned.items():
-        if not rel.endswith(".py") or new is None or not (root / rel).is_file():
+        if not rel.endswith(".py") or new is None or not regular_or_absent(root / rel, SOURCE):
             continue
         try:
             compile(new, rel, "exec", dont_inherit=True)
         except SyntaxError as error:
             try:
-                compile((root / rel).read_bytes(), rel, "exec", dont_inherit=True)
+                compile(read_bytes(root / rel, SOURCE), rel, "exec", dont_inherit=True)
             except SyntaxError:
                 continue
             return f"the patched {rel} does not compile: line {error.lineno}: {error.msg}"
@@ -126,8 +128,8 @@ def _fits(patch: Patch, root: Path, reverse: bool) -> bool:
 
 def _marker_present(patch: Patch, root: Path) -> bool:
     marker = (patch.fixes_marker or "").encode()
-    return any(marker in (root / rel).read_bytes()
-               for rel in diffs.target_paths(patch.diffs) if (root / rel).is_file())
+    return any(marker in read_bytes(root / rel, SOURCE)
+               for rel in diffs.target_paths(patch.diffs) if regular_or_absent(root / rel, SOURCE))
 
 
 def _files(patch: Patch) -> str:
@@ -216,8 +218,8 @@ def release_status(version: str, offline: bool = False, series: Series | None = 
     parsed = releases.sdist_info(version, offline=offline).version
     cached = _status_cache_file(series, str(parsed))
     try:
-        statuses = [PatchStatus(**entry) for entry in json.loads(cached.read_text())]
-    except (OSError, ValueError, TypeError):
+        statuses = [PatchStatus(**entry) for entry in load_json(cached, CACHE)]
+    except (ForgeError, TypeError):      # not cached yet, or damaged: computed again
         statuses = tree_status(series, releases.release_tree(str(parsed), offline=offline), parsed,
                                kinds=TREE_KINDS)
         write_text_atomically(cached, dump_json([s.to_dict() for s in statuses], indent=1))

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forge import REPO_ROOT
-from forge.errors import ForgeError
+from forge.errors import ForgeError, file_error
+from forge.files import write_text_atomically
 from forge.json_text import dump_json
 from forge.patching import diffs, journal
 from forge.patching.series import Patch
@@ -68,14 +69,19 @@ def create(command: str, patch_id: str, vllm: str) -> WorkTree:
     """Copy release `vllm`'s pristine vllm/ package into a new work tree."""
     refuse_existing(patch_id)
     pristine = releases.release_tree(vllm)
-    WORK_ROOT.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(patch_id)
-    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING}{patch_id}+", dir=WORK_ROOT))
+    try:
+        WORK_ROOT.mkdir(parents=True, exist_ok=True)
+        _remove_leftovers(patch_id)
+        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING}{patch_id}+", dir=WORK_ROOT))
+    except OSError as exc:      # a read-only checkout, a full disk: one line, nothing made
+        raise file_error(WORK_ROOT, exc, "make a work tree in it") from exc
     try:
         shutil.copytree(pristine / "vllm", staging / "vllm")
         state = {"id": patch_id, "vllm": vllm, "command": command}
-        (staging / STATE_FILE).write_text(dump_json(state, indent=1) + "\n")
+        write_text_atomically(staging / STATE_FILE, dump_json(state, indent=1) + "\n")
         os.replace(staging, root_of(patch_id))
+    except OSError as exc:
+        raise file_error(WORK_ROOT, exc, "make a work tree in it") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return WorkTree(root_of(patch_id), patch_id, vllm, command)

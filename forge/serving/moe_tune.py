@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import itertools
-import json
 import platform
 import shlex
 import subprocess
@@ -28,7 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forge import REPO_ROOT
+from forge.data_formats import load_json
 from forge.errors import ForgeError
+from forge.files import REPORT, SOURCE, read_bytes, regular_or_absent, write_text_atomically
 from forge.json_text import dump_json
 from forge.models import MoeShape, moe_models
 from forge.patching.moe_config_names import config_file_name, parse_config_name
@@ -108,11 +109,11 @@ def merge_configs(shipped: dict[str, dict], chosen: dict) -> dict[int, dict]:
 def write_merged(results: dict, directory: Path, config_dir: Path = MOE_CONFIG_DIR) -> Path:
     """results' configs merged over the shipped file of the same name, written to directory."""
     shipped_file = config_dir / results["file_name"]
-    shipped = json.loads(shipped_file.read_text()) if shipped_file.exists() else {}
+    shipped = load_json(shipped_file, SOURCE) if regular_or_absent(shipped_file, SOURCE) else {}
     merged = merge_configs(shipped, results["configs"])
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / results["file_name"]
-    target.write_text(render_config_json(merged, results["provenance"].get("triton")))
+    write_text_atomically(target, render_config_json(merged, results["provenance"].get("triton")))
     return target
 
 
@@ -186,10 +187,9 @@ def _shape_text(file_name: str) -> str:
 
 def load_results(results_path: Path) -> dict:
     """A GPU run's results (`tune-moe --results`), with every field an import reads."""
-    try:
-        results = json.loads(Path(results_path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ForgeError(f"{results_path}: cannot read tune results: {exc}") from exc
+    results = load_json(results_path, REPORT)
+    if not isinstance(results, dict):
+        raise ForgeError(f"{results_path}: (top level): tune results must be a JSON object")
     for key in ("file_name", "configs", "decisions", "provenance", "dtype", "space"):
         if key not in results:
             raise ForgeError(f"{results_path}: {key}: required field is missing")
@@ -215,7 +215,7 @@ def import_results(results_path: Path, config_dir: Path = MOE_CONFIG_DIR,
     configs = {int(m): c for m, c in results["configs"].items()}
     config_dir.mkdir(parents=True, exist_ok=True)
     target = config_dir / results["file_name"]
-    target.write_text(render_config_json(configs, results["provenance"].get("triton")))
+    write_text_atomically(target, render_config_json(configs, results["provenance"].get("triton")))
     register(target, f"{provenance_text(results)} {end_to_end.text()}", series_path)
     return target
 
@@ -257,10 +257,10 @@ def end_to_end(bench_files: list[Path], config_name: str, with_engine: str, with
     without-engine must not have, and both must share every other setting."""
     runs = []
     for path in bench_files:
+        bench = load_json(path, REPORT)
         try:
-            bench = json.loads(Path(path).read_text())
             engines = bench["engines"]
-        except (OSError, ValueError, KeyError) as exc:
+        except (KeyError, TypeError) as exc:
             raise ForgeError(f"{path}: cannot read a verify/bench.py bench.json: {exc}") from exc
         with_, without = (_engine(engines, name, path) for name in (with_engine, without_engine))
         if not _read_config(with_, config_name):
@@ -303,7 +303,7 @@ def register(config_file: Path, why: str, series_path: Path | None = None) -> No
     series = patch_series.load_series(series_path) if series_path else patch_series.load_series()
     base = series.path.parent
     relative = config_file.resolve().relative_to(base.resolve()).as_posix()
-    digest = hashlib.sha256(config_file.read_bytes()).hexdigest()
+    digest = hashlib.sha256(read_bytes(config_file, SOURCE)).hexdigest()
     entry = patch_series.Patch(
         id=patch_id(config_file.name), kind=Kind.MOE_CONFIG,
         title=f"Tuned fused-MoE config {config_file.name}",
@@ -468,6 +468,4 @@ def tune(dtype: str, batch_sizes: list[int], shape: MoeShape, space: str = "smal
 
 
 def write_results(result: dict, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump_json(result, indent=1) + "\n")
-    return path
+    return write_text_atomically(path, dump_json(result, indent=1) + "\n")

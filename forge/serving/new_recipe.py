@@ -14,11 +14,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from forge.data_formats import parse_yaml
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.json_text import dump_json
 from forge.models import model_for_id
-from forge.schema import load_yaml, parse_yaml
+from forge.schema import load_yaml
 from forge.serving import recipes
 
 

@@ -25,7 +25,7 @@ from forge.errors import ForgeError
 from forge.json_text import dump_json
 from forge.models import Family, Model, MoeShape, model_for_id
 from forge.schema import Field, ListOf, load_yaml, pep440_specifier, pep440_version, validate
-from forge.targets import RECIPES_DIR
+from forge.targets import KNOWN_FAILURES_FILE, RECIPES_DIR
 
 RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 # vLLM's CacheDType values; FP8 ones need FP8 hardware support for the KV cache.
@@ -42,7 +42,6 @@ REMOVED_ENV_VARS = {
 # Quantization methods vLLM detects from a pre-quantized checkpoint's config.json (the names
 # its engine config line prints as quantization=...).
 CHECKPOINT_FORMATS = ("modelopt_fp4", "compressed-tensors")
-KNOWN_FAILURES_FILE = "known-failures.yaml"
 
 
 def _positive(value) -> str | None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.files import SOURCE, read_text
 from forge.upstream import releases
 
 ARG_UTILS = "vllm/engine/arg_utils.py"
@@ -170,7 +171,7 @@ class _SourceIndex:
             path = self.tree / relative
             if not path.exists():
                 raise ForgeError(f"{path}: missing from the release tree")
-            self._parsed[relative] = ast.parse(path.read_text(), filename=str(path))
+            self._parsed[relative] = ast.parse(read_text(path, SOURCE), filename=str(path))
         return self._parsed[relative]
 
     def find_class(self, name: str) -> tuple[ast.ClassDef, str] | None:

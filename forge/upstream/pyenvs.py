@@ -23,7 +23,6 @@ failure, a wheel missing for this interpreter included, stays a plain ForgeError
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -36,8 +35,10 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from forge import files
+from forge.data_formats import load_json
 from forge.errors import ForgeError
-from forge.files import one_maker
+from forge.files import one_maker, write_text_atomically
 from forge.json_text import dump_json
 from forge.upstream import pypi
 from forge.upstream.releases import cache_dir, locks_dir
@@ -139,7 +140,7 @@ def _build(env: Path, package: str, version: str) -> None:
     if Version(installed) != Version(version):
         raise ForgeError(f"{env}: pip installed {package} {installed}, not {version}")
     frozen = _run([*_pip(python), "freeze", "--all"], f"pip freeze failed in {env}")
-    (env / MARKER).write_text(dump_json(
+    write_text_atomically(env / MARKER, dump_json(
         {"package": package, "version": version, "python": sys.version.split()[0],
          "installed": frozen.split()}, indent=1) + "\n")
 
@@ -218,4 +219,4 @@ def _run(command: list[str], failure: str) -> str:
 
 def installed_set(python: Path) -> list[str]:
     """What pip put into the environment (name==version lines), as recorded when it was made."""
-    return json.loads((python.parent.parent / MARKER).read_text())["installed"]
+    return load_json(python.parent.parent / MARKER, files.CACHE)["installed"]

@@ -8,7 +8,6 @@ A local wheelhouse (`--find-links DIR`) is read by `wheelhouse_versions` instead
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -22,6 +21,8 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
+from forge import files
+from forge.data_formats import load_json
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.json_text import dump_json
@@ -49,8 +50,8 @@ def _cache_file(name: str) -> Path:
 
 def _read_cache(name: str) -> dict | None:
     try:
-        cached = json.loads(_cache_file(name).read_text())
-    except (OSError, ValueError):
+        cached = load_json(_cache_file(name), files.CACHE)
+    except ForgeError:       # missing or damaged: asked again
         return None
     return cached if cached.get("index") == simple_url() else None
 

@@ -11,7 +11,6 @@ Everything lives under the cache directory ($VLLM_FORGE_CACHE, default ~/.cache/
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -25,6 +24,8 @@ from urllib.parse import urljoin
 
 from packaging.version import InvalidVersion, Version
 
+from forge import files
+from forge.data_formats import load_json
 from forge.errors import ForgeError
 from forge.files import check_output_dir, one_maker, write_bytes_atomically, write_text_atomically
 from forge.http_session import retrying_session
@@ -112,8 +113,8 @@ def _index_file() -> Path:
 
 def _read_cached_index() -> dict | None:
     try:
-        return json.loads(_index_file().read_text())
-    except (OSError, ValueError):
+        return load_json(_index_file(), files.INDEX)
+    except ForgeError:       # missing or damaged: rebuilt from PyPI
         return None
 
 

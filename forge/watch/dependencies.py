@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 from packaging.utils import canonicalize_name
 
-from forge import REPO_ROOT
+from forge import REPO_ROOT, files
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.schema import Field, ListOf, load_yaml, pep440_version, validate
@@ -68,7 +68,7 @@ def load_watch(path: str | Path | None = None) -> WatchList:
                              f"reproduced by {PROBES[name]!r}, not {entry['probe']!r}")
         seen.add(name)
         entries.append(WatchedDependency(**entry))
-    return WatchList(path, entries, _leading_comments(path.read_text(encoding="utf-8")))
+    return WatchList(path, entries, _leading_comments(files.read_text(path, files.DATA_YAML)))
 
 
 def _leading_comments(text: str) -> str:

@@ -1,0 +1,203 @@
+"""The one YAML loader and the one JSON loader for the project's data, refusing what a plain
+load cannot hold, each refusal one line naming the file (and the line where it is known):
+
+- YAML: a key given twice; a list or mapping as a mapping key (PyYAML would fail building it
+  with a TypeError); nesting deeper than MAX_DEPTH, and aliases that expand past
+  MAX_EXPANDED_NODES (a "billion laughs" file). Both are found while the parser's events stream
+  by (an iterative state machine), before the composer recurses into a level: a file 10,000
+  levels deep never reaches Python's recursion limit.
+- JSON: nesting deeper than MAX_DEPTH (counted over the text iteratively before json.loads,
+  whose C scanner recurses), a key given twice, NaN and Infinity (not JSON: json.loads takes
+  them by default), integers longer than Python converts.
+Files are read through forge.files with the cap of their kind."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from forge import files
+from forge.errors import ForgeError
+
+MAX_DEPTH = 64                    # levels of lists/mappings; the project's data uses under 10
+MAX_EXPANDED_NODES = 1_000_000    # nodes once every alias is expanded
+
+
+class DataError(ForgeError):
+    """A data file that is not what the project can hold."""
+
+
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping names one key twice: PyYAML would keep the last value without a word."""
+
+
+class StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # keys merged in by `<<: *anchor` may be overridden: not duplicates
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise DuplicateKeyError(None, None, f"duplicate key {key!r}",
+                                            key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+class _Frame:
+    """An open list or mapping while its events stream by."""
+    __slots__ = ("is_mapping", "expects_key", "anchor", "height", "size")
+
+    def __init__(self, is_mapping: bool, anchor: str | None):
+        self.is_mapping, self.expects_key, self.anchor = is_mapping, True, anchor
+        self.height, self.size = 1, 1
+
+
+class GuardedLoader(StrictLoader):
+    """StrictLoader that checks every parser event as the composer takes it (get_event): the
+    depth of the open collections, what stands in key position, and the expanded size."""
+
+    def __init__(self, stream, source: str):
+        super().__init__(stream)
+        self.source = source
+        self._open: list[_Frame] = []
+        self._anchors: dict[str, tuple[int, int]] = {}   # anchor -> (height, expanded size)
+        self._expanded = 0
+
+    def get_event(self):
+        event = super().get_event()
+        if isinstance(event, yaml.CollectionStartEvent):
+            self._start(event)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            frame = self._open.pop()
+            self._node_done(frame.height, frame.size, frame.anchor)
+        elif isinstance(event, yaml.ScalarEvent):
+            self._node_done(0, 1, event.anchor)
+        elif isinstance(event, yaml.AliasEvent):
+            self._alias(event)
+        return event
+
+    def _fail(self, event, problem: str):
+        raise DataError(f"{self.source}: line {event.start_mark.line + 1}: {problem}")
+
+    def _in_key_position(self) -> bool:
+        return bool(self._open) and self._open[-1].is_mapping and self._open[-1].expects_key
+
+    def _start(self, event) -> None:
+        if self._in_key_position():
+            kind = "mapping" if isinstance(event, yaml.MappingStartEvent) else "list"
+            self._fail(event, f"a {kind} as a mapping key (keys must be plain values: text, "
+                              "numbers)")
+        if len(self._open) + 1 > MAX_DEPTH:
+            self._fail(event, f"nested deeper than {MAX_DEPTH} levels")
+        self._open.append(_Frame(isinstance(event, yaml.MappingStartEvent), event.anchor))
+
+    def _alias(self, event) -> None:
+        if any(frame.anchor == event.anchor for frame in self._open):
+            self._fail(event, f"*{event.anchor} names a list or mapping that holds it (a cycle)")
+        height, size = self._anchors.get(event.anchor, (0, 1))
+        if height and self._in_key_position():
+            self._fail(event, f"*{event.anchor} as a mapping key names a list or mapping "
+                              "(keys must be plain values)")
+        if len(self._open) + height > MAX_DEPTH:
+            self._fail(event, f"*{event.anchor} nests the data deeper than {MAX_DEPTH} levels")
+        self._expanded += size
+        if self._expanded > MAX_EXPANDED_NODES:
+            self._fail(event, f"aliases expand the data past {MAX_EXPANDED_NODES} nodes")
+        self._node_done(height, size, None)
+
+    def _node_done(self, height: int, size: int, anchor: str | None) -> None:
+        if anchor is not None:
+            self._anchors[anchor] = (height, size)
+        if self._open:
+            parent = self._open[-1]
+            parent.height = max(parent.height, height + 1)
+            parent.size += size
+            if parent.is_mapping:
+                parent.expects_key = not parent.expects_key
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Every YAML file of the project goes through here (see the module's docstring)."""
+    loader = GuardedLoader(text, source)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}:" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if isinstance(exc, DuplicateKeyError):
+            raise DataError(f"{source}:{where} {problem} (each key may appear once)") from exc
+        raise DataError(f"{source}:{where} not valid YAML: {problem}") from exc
+    except (ValueError, OverflowError) as exc:
+        # a value the YAML resolver matched but Python cannot build: 2026-13-45, 5000 digits
+        raise DataError(f"{source}: not valid YAML: a value Python cannot hold ({exc})") from exc
+    finally:
+        loader.dispose()
+
+
+def load_yaml(path: Path | str, kind: files.FileKind = files.DATA_YAML) -> Any:
+    text = files.read_text(path, kind)
+    return parse_yaml(text, str(path))
+
+
+# --- JSON --------------------------------------------------------------------------------------
+
+# A JSON string (escapes included) or one bracket: strings are skipped whole, so a bracket
+# inside one is not counted.
+_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def _check_json_depth(text: str, source: str) -> None:
+    depth = 0
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = text.count("\n", 0, match.start()) + 1
+                raise DataError(f"{source}: line {line}: nested deeper than {MAX_DEPTH} levels")
+        elif token in "]}":
+            depth -= 1
+
+
+def _pairs_once(source: str):
+    def hook(pairs: list[tuple[str, Any]]) -> dict:
+        found: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in found:
+                raise DataError(f"{source}: duplicate key {key!r} (each key may appear once)")
+            found[key] = value
+        return found
+    return hook
+
+
+def _no_constant(source: str):
+    def refuse(name: str):
+        raise DataError(f"{source}: {name} is not a JSON number (write a finite number or null)")
+    return refuse
+
+
+def parse_json(text: str | bytes, source: str) -> Any:
+    """JSON as the project reads it: depth-limited, duplicate keys and NaN/Infinity refused."""
+    if isinstance(text, bytes):
+        text = files.decode_utf8(text, source)
+    _check_json_depth(text, source)
+    try:
+        return json.loads(text, object_pairs_hook=_pairs_once(source),
+                          parse_constant=_no_constant(source))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{source}: line {exc.lineno}: not valid JSON: {exc.msg}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise DataError(f"{source}: not valid JSON: {exc}") from exc
+
+
+def load_json(path: Path | str, kind: files.FileKind) -> Any:
+    return parse_json(files.read_bytes(path, kind), str(path))
