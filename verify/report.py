@@ -159,9 +159,9 @@ def write_output(path: Path | str, text: str, what: str) -> Path:
     made = missing_folders(path)
     try:
         return write_text_atomically(path, text)
-    except FileError as exc:  # the file layer's one line: what failed and what to do
+    except FileError:  # already one line: the path, what failed and what to do
         remove_made(made)
-        raise ForgeError(f"{what}: not written: {exc}") from None
+        raise
     except OSError as exc:
         remove_made(made)
         raise ForgeError(f"{what}: not written: {exc.strerror or exc}") from None
