@@ -22,7 +22,7 @@ from hypothesis import strategies as st  # noqa: E402
 from forge.errors import ForgeError
 from forge.images import published
 from forge.patching.diffs import parse_diff
-from forge.schema import parse_yaml
+from forge.data_formats import parse_yaml
 from forge.versions import Release
 from verify.metrics import MetricsError, counters_from_prometheus
 
