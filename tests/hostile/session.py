@@ -13,12 +13,11 @@ from tests.hostile.tree import REPO_ROOT, SessionTree
 
 # Valid inputs the cases spoil, in case/work/ (a report of each kind the commands read).
 RESULTS = REPO_ROOT / "benchmarks" / "results"
-GPU = REPO_ROOT / "tests" / "fixtures" / "gpu"
 INPUTS = {
-    "bench.json": RESULTS / "verify-bench-s18-h200-vllm0.27.1.json",
-    "profile.json": GPU / "s18-h200-2026-12-01" / "profile-k4" / "profile.json",
-    "profile-plain.json": GPU / "s18-h200-2026-12-01" / "profile-plain" / "profile.json",
-    "server.log": GPU / "smoke-patched-L6" / "engine.log",
+    "bench.json": RESULTS / "h200-0.27.1-bench-26b-a4b-l30-splitkv" / "bench.json",
+    "profile.json": RESULTS / "h200-0.27.1-profile-26b-a4b-l30-k4" / "profile.json",
+    "profile-plain.json": RESULTS / "h200-0.27.1-profile-26b-a4b-l30-plain" / "profile.json",
+    "server.log": RESULTS / "h200-0.25.0-smoke-26b-a4b-v1-l6-patched" / "engine.log",
 }
 # Status entries computed once (as nobody, by the real command) and kept in the pristine cache,
 # so a case reading patch statuses for these releases costs no status computation.
