@@ -14,9 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from forge.data_formats import parse_yaml
+from forge.data_formats import load_yaml, parse_yaml
 from forge.errors import ForgeError
-from forge.files import write_text_atomically
+from forge.files import DATA_YAML, read_text, write_text_atomically
 from forge.models import family_names, load_family, models_dir, parse_family
 
 
@@ -34,7 +34,7 @@ def _model_key(model_id: str) -> str:
 def new_family_text(name: str, like: str, model_id: str, label: str | None,
                     root: Path | None = None) -> str:
     like_family = load_family(like, root)
-    data = yaml.safe_load(Path(like_family.source).read_text(encoding="utf-8"))
+    data = load_yaml(like_family.source)
     first_key, first = next(iter(data["models"].items()))
     data["family"] = name
     data["dummy"]["directory_prefix"] = name.replace("_", "-")
@@ -70,6 +70,6 @@ def add_family(name: str, like: str, model_id: str, label: str | None = None,
             raise ForgeError(f"--model-id: models/{other}.yaml already lists {model_id!r}")
 
     def check(candidate: Path) -> None:
-        parse_family(parse_yaml(candidate.read_text(encoding="utf-8"), str(path)), str(path), name)
+        parse_family(parse_yaml(read_text(candidate, DATA_YAML), str(path)), str(path), name)
 
     return write_text_atomically(path, new_family_text(name, like, model_id, label, folder), check)

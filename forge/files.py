@@ -49,8 +49,11 @@ CACHE = FileKind("cache file", 64 * MiB)               # PyPI JSON and other cac
 # A file of a dependency apply replaces (a pinned transformers): wheels may carry large shared
 # libraries, which the apply must save byte for byte to revert them.
 PACKAGE_FILE = FileKind("installed package file", 1024 * MiB)
+# A profiler's Chrome trace (verify/profile.py): ~100k events per 128 tokens, tens of MB.
+TRACE = FileKind("profiler trace", 512 * MiB)
 
-KINDS = (DATA_YAML, LOCK, INDEX, REPORT, SERVER_LOG, SOURCE, METADATA, CACHE, PACKAGE_FILE)
+KINDS = (DATA_YAML, LOCK, INDEX, REPORT, SERVER_LOG, SOURCE, METADATA, CACHE, PACKAGE_FILE,
+         TRACE)
 
 
 # --- reads -------------------------------------------------------------------------------------

@@ -221,7 +221,7 @@ def test_a_figure_that_is_not_finite_is_refused(tmp_path):
     folder = _record_copy(tmp_path, "h200-0.27.1-smoke-26b-a4b-v2")
     text = (folder / "result.json").read_text().replace('"agree_accepted": 832', '"agree_accepted": NaN')
     (folder / "result.json").write_text(text)
-    with pytest.raises(ForgeError, match=r"result.json: not valid JSON: NaN is not a finite number"):
+    with pytest.raises(ForgeError, match=r"result.json: NaN is not a JSON number"):
         load_record(folder)
 
 

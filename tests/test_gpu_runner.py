@@ -307,7 +307,8 @@ def test_a_plan_that_is_not_yaml_says_where(tmp_path, host):
     plan.write_text("vllm: '0.27.1'\njobs: [\n")
     result = run(plan, None, host)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
-    assert result.stderr.startswith(f"run.py: {plan}: not YAML (line ")
+    assert result.stderr.startswith(f"run.py: {plan}: line "), result.stderr
+    assert "not valid YAML" in result.stderr
 
 
 def free_port() -> int:

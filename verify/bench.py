@@ -45,7 +45,7 @@ if not __package__ and __name__ == "__main__":
 
 from forge.commands.cli import OneLineParser
 from forge.errors import ForgeError, exit_on_interrupt
-from forge.files import check_output_dir, write_text_atomically
+from forge.files import REPORT, append_text, check_output_dir, read_tail, read_text, write_text_atomically
 from forge.json_text import dump_json
 from forge.serving.acceptance import parse_profile
 from forge.serving.recipes import KV_CACHE_DTYPES, fp8_kv_refusal, pin_attention_backend
@@ -522,7 +522,7 @@ def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
         server = None  # only the first group waits for it
         for name, (_, _, spec) in procs.items():
             result = read_result(Path(spec["result_file"]))
-            log_text = (engines_dir / f"{name}.log").read_text(errors="replace")
+            log_text = read_tail(engines_dir / f"{name}.log").decode(errors="replace")
             results[name] = {"result": result, "log": parse_engine_log(log_text), "log_text": log_text}
     return results
 
@@ -532,7 +532,7 @@ def collect_engines(specs: list[dict], out: Path) -> dict[str, dict]:
     raw = {}
     for spec in specs:
         log_file = out / "engines" / f"{spec['name']}.log"
-        log_text = log_file.read_text(errors="replace") if log_file.exists() else ""
+        log_text = read_tail(log_file).decode(errors="replace") if log_file.exists() else ""
         raw[spec["name"]] = {
             "result": read_result(out / "engines" / f"{spec['name']}.result.json"),
             "log": parse_engine_log(log_text), "log_text": log_text}
@@ -590,9 +590,8 @@ def _kill_start(proc: subprocess.Popen, log, name: str, start_timeout: int) -> N
     so the report names this as the engine's root cause (verify/vllm_logs.py: root_cause)."""
     kill_group(proc)
     log.flush()
-    with open(log.name, "a") as tail:
-        tail.write(f"\n{START_TIMEOUT_ERROR}: not ready {start_timeout} s after it started "
-                   f"(bench --start-timeout {start_timeout}): killed by bench\n")
+    append_text(log.name, f"\n{START_TIMEOUT_ERROR}: not ready {start_timeout} s after it started "
+                          f"(bench --start-timeout {start_timeout}): killed by bench\n")
     print(f"[bench] {name}: not ready after {start_timeout} s, killed", flush=True)
 
 
@@ -777,7 +776,7 @@ def main(argv=None) -> int:
     except ForgeError as exc:
         print(f"error: {visible(exc)}", file=sys.stderr)
         return 2
-    print(visible_lines(Path(paths["md"]).read_text()))
+    print(visible_lines(read_text(paths["md"], REPORT)))
     failed = [n for n, e in report["engines"].items() if e.get("error") or not e.get("figures")]
     burst = report.get("server_burst")
     return 1 if failed or (burst and burst["failed"]) else 0

@@ -18,7 +18,6 @@ of engines sharing one GPU never overlap each other or another engine's start-up
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import sys
 import time
@@ -31,14 +30,15 @@ from pathlib import Path
 if not __package__ and __name__ == "__main__":
     import _repository_on_path  # noqa: F401
 
+from forge.data_formats import load_json  # noqa: E402
 from forge.errors import ForgeError  # noqa: E402 (needs the path above)
-from forge.files import write_text_atomically  # noqa: E402
+from forge.files import REPORT, write_text_atomically  # noqa: E402
 from forge.json_text import dump_json  # noqa: E402
 from verify.report import installed_versions  # noqa: E402
 
 
 def main(spec_path: str) -> int:
-    spec = json.loads(Path(spec_path).read_text())
+    spec = load_json(spec_path, REPORT)
     os.environ.update(spec.get("env", {}))
     result: dict = {"name": spec.get("name"), "versions": installed_versions(),
                     "engine": {"started": False}, "windows": {}}
@@ -261,8 +261,8 @@ def read_result(result_file: Path) -> dict:
     if not result_file.exists():
         return {"engine": {"started": False}}
     try:
-        result = json.loads(result_file.read_text(errors="replace"))
-    except (OSError, ValueError) as exc:
+        result = load_json(result_file, REPORT)
+    except ForgeError as exc:
         return {"engine": {"started": False},
                 "error": f"{result_file}: not the worker's result ({exc})"}
     if not isinstance(result, dict):

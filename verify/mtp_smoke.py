@@ -246,7 +246,7 @@ def run_workers(jobs: list[tuple[dict, str]], work: Path, timeout: int) -> dict[
         print(f"[mtp_smoke] engine ({label}) done in {time.time() - started:.0f} s", flush=True)
         result_file = Path(spec["result_file"])
         result = read_result(result_file)
-        results[label] = (result, log_path.read_text(errors="replace"))
+        results[label] = (result, read_tail(log_path).decode(errors="replace"))
     return results
 
 

@@ -40,7 +40,6 @@ if not __package__ and __name__ == "__main__":
 
 import argparse  # noqa: E402 (after the path fix above)
 import datetime  # noqa: E402
-import json  # noqa: E402
 import shlex  # noqa: E402
 import site  # noqa: E402
 import tempfile  # noqa: E402
@@ -49,7 +48,9 @@ import time  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from forge import files  # noqa: E402
 from forge.commands.cli import OneLineParser  # noqa: E402
+from forge.data_formats import load_json  # noqa: E402
 from forge.errors import ForgeError, exit_on_interrupt  # noqa: E402
 from forge.files import check_output_file, write_text_atomically  # noqa: E402
 from forge.json_text import dump_json  # noqa: E402
@@ -317,7 +318,7 @@ def engine_plan(args, work: Path):
 
 def dummy_layers(spec: dict) -> int:
     """The target's depth as written into the dummy model's config (--layers or the real one)."""
-    config = json.loads((Path(spec["engine_kwargs"]["model"]) / "config.json").read_text())
+    config = load_json(Path(spec["engine_kwargs"]["model"]) / "config.json", files.CACHE)
     # a multimodal checkpoint's config (Qwen3.5/3.6) nests the text model under text_config
     return config.get("text_config", config)["num_hidden_layers"]
 
@@ -428,13 +429,9 @@ def profile_run(generator: Generator, tokens: int, label: str, args, work: Path,
 
 def save_gzipped(trace: Path, destination: Path) -> None:
     import gzip
-    import shutil
 
-    if trace.suffix == ".gz":
-        shutil.copyfile(trace, destination)
-        return
-    with open(trace, "rb") as src, gzip.open(destination, "wb") as dst:
-        shutil.copyfileobj(src, dst)
+    data = files.read_bytes(trace, files.TRACE)
+    files.write_bytes_atomically(destination, data if trace.suffix == ".gz" else gzip.compress(data))
 
 
 def newest_trace(directory: Path) -> Path:

@@ -10,11 +10,12 @@ makes fewer than tokens).
 """
 from __future__ import annotations
 
-import gzip
-import json
 import statistics
+import zlib
 from pathlib import Path
 
+from forge import files
+from forge.data_formats import parse_json
 from forge.errors import ForgeError
 from verify.kernel_groups import OTHER, KernelMap
 from verify.report import read_json_object, save_figure
@@ -33,12 +34,23 @@ OVERLAP_SHOWN = 1.01
 def read_trace(path: Path | str) -> dict:
     """A Chrome trace as torch.profiler's export_chrome_trace (or vLLM's profiler) writes it."""
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
+    data = files.read_bytes(path, files.TRACE)
+    if path.suffix == ".gz":
+        data = _gunzip(data, path)
+    return parse_json(data, str(path))
+
+
+def _gunzip(data: bytes, path: Path) -> bytes:
+    """A gzipped trace unpacked up to the trace cap (a small .gz may unpack to gigabytes)."""
+    unpacker = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
     try:
-        with opener(path, "rt") as handle:
-            return json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise ForgeError(f"{path}: not a readable Chrome trace ({exc})") from exc
+        plain = unpacker.decompress(data, files.TRACE.cap + 1)
+    except zlib.error as exc:
+        raise ForgeError(f"{path}: not a readable Chrome trace (not gzip: {exc})") from exc
+    if len(plain) > files.TRACE.cap:
+        raise ForgeError(f"{path}: unpacks past the {files.TRACE.cap >> 20} MiB cap for a "
+                         "profiler trace; is it the right file?")
+    return plain
 
 
 def gpu_events(trace: dict) -> list[dict]:

@@ -8,10 +8,11 @@ Every figure `derive(record, records)` makes must be in the record's `figures` w
 (tests/test_evidence.py); a record may state more, read off raw files no code here reads."""
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 
+from forge import files
+from forge.data_formats import load_json
 from forge.errors import ForgeError
 from forge.evidence.records import Record
 from forge.json_text import dump_json
@@ -22,10 +23,7 @@ PROFILE = "spark343"   # the acceptance profile x stock is read at (verify/bench
 
 
 def _json(record: Record, name: str):
-    try:
-        return json.loads(record.raw(name).read_text())
-    except (OSError, ValueError) as exc:
-        raise ForgeError(f"{record.folder / name}: cannot read the raw report: {exc}") from exc
+    return load_json(record.raw(name), files.REPORT)
 
 
 def _put(figures: dict, name: str, value) -> None:
@@ -223,7 +221,7 @@ def arch_list_figures(record: Record) -> dict:
     family = arch.split(".")[0] + "."
     figures: dict = {}
     for kernels, release, name in arch_excerpts(record):
-        lists = [m.groups() for line in record.raw(name).read_text().splitlines()
+        lists = [m.groups() for line in files.read_text(record.raw(name), files.REPORT).splitlines()
                  if (m := ARCH_LIST.search(line))]
         suffix = release.replace(".", "_")
         figures[f"{kernels}_arch_lists_naming_sm{family[:-1]}x_{suffix}"] = sum(
@@ -272,7 +270,7 @@ def write_derived(record: Record, records: dict[str, Record]) -> dict:
         raise ForgeError(f"{record.folder / RECORD_FILE}: files: no raw report to derive figures "
                          f"from (mtp_smoke.json, bench.json, analysis.json, tune-moe-*.json or latency.json)")
     path = record.folder / RECORD_FILE
-    data = json.loads(path.read_text())
+    data = load_json(path, files.REPORT)
     data["figures"] = {**data.get("figures", {}), **figures}
     write_text_atomically(path, dump_json(data, indent=2) + "\n")
     return figures

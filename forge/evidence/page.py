@@ -9,8 +9,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from forge import REPO_ROOT
-from forge.errors import ForgeError
+from forge import REPO_ROOT, files
 from forge.evidence.records import Record, load_records
 
 COMMAND = "python3 build.py evidence"
@@ -160,8 +159,6 @@ def render(records: dict[str, Record]) -> str:
 
 def regenerate(page: Path, name: str, results: Path | None = None) -> tuple[str, str]:
     """(the page's text now, or "" when it does not exist; the text the records make)."""
-    try:
-        current = page.read_text() if page.exists() else ""
-    except OSError as exc:
-        raise ForgeError(f"{name}: cannot read: {exc.strerror}") from exc
+    found = files.read_if_present(page, files.REPORT)   # a generated page, as a report
+    current = "" if found is None else files.decode_utf8(found, name)
     return current, render(load_records(results))

@@ -6,7 +6,6 @@ it. Validated on load; every error is one line naming the file and the field:
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -14,7 +13,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from forge import REPO_ROOT
+from forge import REPO_ROOT, files
+from forge.data_formats import parse_json
 from forge.schema import Field, ListOf, SchemaError, validate
 
 RESULTS = REPO_ROOT / "benchmarks" / "results"
@@ -153,20 +153,9 @@ def load_record(folder: Path, name: str | None = None) -> Record:
 
 
 def _read_json(path: Path, source: str) -> Any:
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise SchemaError(f"{source}: cannot read: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise SchemaError(f"{source}: not UTF-8 text") from exc
-    try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except ValueError as exc:
-        raise SchemaError(f"{source}: not valid JSON: {exc}") from exc
-
-
-def _refuse_constant(name: str):
-    raise ValueError(f"{name} is not a finite number")
+    """The record through the file layer (a regular file, the REPORT cap) and the one guarded
+    JSON loader (duplicate keys, NaN and Infinity, deep nesting refused)."""
+    return parse_json(files.read_bytes(path, files.REPORT), source)
 
 
 def load_records(results: Path | None = None) -> dict[str, Record]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forge.errors import ForgeError
-from forge.files import write_text_atomically
+from forge.files import DATA_YAML, read_text, write_text_atomically
 from forge.json_text import dump_json
 from forge.schema import SchemaError, load_yaml, validate
 from forge.serving.recipes import series_coverage
@@ -123,7 +123,7 @@ def add_target(new: NewTarget, path: Path | None = None) -> Path:
     if new.name in known:
         raise ForgeError(f"new-target NAME: {path}: targets.{new.name} exists; edit it there")
     entry = entry_of(new)
-    text = path.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + render_entry(new.name, entry)
+    text = read_text(path, DATA_YAML).rstrip("\n") + "\n\n" + render_entry(new.name, entry)
 
     def check(candidate: Path) -> None:
         after = load_yaml(candidate)

@@ -17,6 +17,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from forge import files
 from forge.errors import ConflictError, ForgeError
 from forge.patching import diff_writer, diffs, headers
 from forge.patching.series import Patch, PatchFile, Series, load_series, render_series
@@ -134,7 +135,7 @@ def _narrowed(series: Series, old: Patch, version: Version) -> tuple[Patch, byte
     earlier.releases = _before(old.releases, version)
     if earlier.retired_in and Version(earlier.retired_in) >= version:
         earlier.retired_in = None       # from `version` on the variant carries it, retired_in too
-    content = headers.with_header(earlier, old.files[0].absolute.read_bytes())
+    content = headers.with_header(earlier, files.read_bytes(old.files[0].absolute, files.SOURCE))
     earlier.files = [_file(old.files[0].path, content, series)]
     return earlier, content
 
@@ -195,7 +196,7 @@ def _check_marker(patch: Patch, vllm: str) -> None:
         return
     tree = releases.release_tree(vllm)
     targets = [d.old_path for d in patch.diffs if d.old_path]
-    if not any(patch.fixes_marker in (tree / rel).read_text(errors="replace") for rel in targets):
+    if not any(patch.fixes_marker in files.read_text(tree / rel, files.SOURCE, errors="replace") for rel in targets):
         raise ForgeError(f"--fixes-marker: {patch.fixes_marker!r} is in none of the files the diff "
                          f"changes in vLLM {vllm} ({', '.join(targets) or 'it only adds files'})")
 

@@ -26,6 +26,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from forge.errors import ForgeError
+from forge.files import PACKAGE_FILE, read_bytes
 from forge.patching import dependencies
 from forge.patching.vocabulary import Kind, Status
 from forge.upstream import pypi
@@ -174,7 +175,7 @@ def file_changes(dependency: DependencyPlan, staged: Path, installed
     for path in sorted(staged.rglob("*")):
         relative = path.relative_to(staged)
         if path.is_file() and not (installed.on_sys_path and relative.parts[0] == "bin"):
-            new[dependency.base / relative] = (path.read_bytes(), path.stat().st_mode & 0o777)
+            new[dependency.base / relative] = (read_bytes(path, PACKAGE_FILE), path.stat().st_mode & 0o777)
     for path in previous_files(dependency):
         new.setdefault(path, None)
     return new

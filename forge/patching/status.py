@@ -197,7 +197,7 @@ def _engine_digest() -> str:
     here = Path(__file__).resolve().parent
     for name in ("diffs.py", "status.py", "series.py", "dependencies.py", "vocabulary.py",
                  "moe_config_names.py"):
-        digest.update((here / name).read_bytes())
+        digest.update(read_bytes(here / name, SOURCE))
     return digest.hexdigest()
 
 

@@ -8,7 +8,6 @@ finish killed part way is completed by the next `--finish`, which replays the jo
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,7 +15,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from forge import REPO_ROOT
+from forge import REPO_ROOT, files
+from forge.data_formats import DataError, load_json
 from forge.errors import ForgeError, file_error
 from forge.files import write_text_atomically
 from forge.json_text import dump_json
@@ -90,13 +90,13 @@ def create(command: str, patch_id: str, vllm: str) -> WorkTree:
 def open_tree(command: str, patch_id: str, vllm: str) -> WorkTree:
     """The work tree `command` made for `patch_id` on release `vllm`."""
     root = root_of(patch_id)
-    try:
-        state = json.loads((root / STATE_FILE).read_text())
-        made_by, made_on = state["command"], state["vllm"]
-    except FileNotFoundError:
+    if not files.regular_or_absent(root / STATE_FILE, files.REPORT):
         raise ForgeError(f"--finish: no work tree {shown(root)}; make it first with "
-                         f"`python3 build.py {command} {patch_id} --vllm {vllm}`") from None
-    except (ValueError, KeyError, TypeError):
+                         f"`python3 build.py {command} {patch_id} --vllm {vllm}`")
+    try:
+        state = load_json(root / STATE_FILE, files.REPORT)
+        made_by, made_on = state["command"], state["vllm"]
+    except (DataError, KeyError, TypeError):
         raise ForgeError(f"--finish: {shown(root / STATE_FILE)} is not a work tree's record; "
                          "delete the directory and start again") from None
     if made_by != command:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from forge.data_formats import parse_yaml
 from forge.errors import ForgeError
-from forge.files import write_text_atomically
+from forge.files import DATA_YAML, read_text, write_text_atomically
 from forge.json_text import dump_json
 from forge.models import model_for_id
 from forge.schema import load_yaml
@@ -123,7 +123,7 @@ def _add_targets(path: Path, targets: list[str], moe_provider: str | None) -> Pa
     taken = [t for t in targets if t in (before.get("targets") or {})]
     if taken:
         raise ForgeError(f"--target: {source}: targets.{taken[0]} exists; edit it there")
-    text = path.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + "".join(
+    text = read_text(path, DATA_YAML).rstrip("\n") + "\n\n" + "".join(
         target_override(t, moe_provider) for t in targets)
 
     def check(candidate: Path) -> None:

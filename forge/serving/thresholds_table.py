@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forge.errors import ForgeError
-from forge.files import write_text_atomically
+from forge.files import SOURCE, read_text, write_text_atomically
 from forge.serving.recipes import RECIPES_DIR, load_all
 
 BEGIN = "<!-- thresholds-table:begin -->"
@@ -32,7 +32,7 @@ def render_table(root: Path | None = None) -> str:
 
 def regenerated(readme: Path = README, root: Path | None = None) -> tuple[str, str]:
     """(the README as it is, the README with a fresh table)."""
-    text = readme.read_text(encoding="utf-8")
+    text = read_text(readme, SOURCE)
     begin, end = text.find(BEGIN), text.find(END)
     if begin < 0 or end < begin:
         raise ForgeError(f"{readme}: no '{BEGIN}' ... '{END}' markers to hold the thresholds table")

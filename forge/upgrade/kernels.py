@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
+from forge import files
 from forge.upstream import releases
 
 BUILD_FILE = "CMakeLists.txt"
@@ -178,7 +179,7 @@ def release_arch_requests(version: str, cuda: str) -> dict[str, ArchRequest]:
     path = releases.release_build_file(version, BUILD_FILE)
     if path is None:
         return {}
-    return arch_requests(path.read_text(encoding="utf-8", errors="replace"), cuda)
+    return arch_requests(files.read_text(path, files.SOURCE, errors="replace"), cuda)
 
 
 def family_of(variable: str) -> str | None:

@@ -9,6 +9,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from forge import files
 from forge.serving.vllm_args import ReleaseArgs
 from forge.upstream import releases
 
@@ -54,7 +55,7 @@ def source_function(tree: Path, path: str, owner: str, name: str) -> SourceFunct
     file = tree / path
     if not file.is_file():
         return SourceFunction(path, f"{owner}.{name}", None, None)
-    text = file.read_text(encoding="utf-8")
+    text = files.read_text(file, files.SOURCE)
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.ClassDef) and node.name == owner:
             for item in node.body:
@@ -88,7 +89,7 @@ def moe_oracle_backends(version: str, weights: str) -> list[str]:
     if file is None or not file.is_file():
         return []
     members = []
-    for node in ast.parse(file.read_text(encoding="utf-8")).body:
+    for node in ast.parse(files.read_text(file, files.SOURCE)).body:
         if isinstance(node, ast.ClassDef) and node.name.endswith("MoeBackend"):
             members += [target.id for item in node.body if isinstance(item, ast.Assign)
                         for target in item.targets if isinstance(target, ast.Name)]

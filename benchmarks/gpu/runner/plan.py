@@ -27,7 +27,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
+from forge.data_formats import load_yaml
+from forge.errors import ForgeError
 
 FIELDS = ("out", "repo", "python")
 TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -83,13 +84,9 @@ def fill(text: str, fields: dict[str, str]) -> str:
 def load_plan(path: Path | str) -> Plan:
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise PlanError(f"{path}: cannot read the plan: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise PlanError(f"{path}: not YAML{where}: {getattr(error, 'problem', error)}") from None
+        data = load_yaml(path)   # the file layer's one-line refusals, naming the plan file
+    except ForgeError as error:
+        raise PlanError(str(error)) from None
     return _plan(path, data)
 
 

@@ -12,7 +12,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks.gpu.runner.plan import Job, Plan
+from forge.errors import FileError
+from forge.files import FileKind, append_text, read_tail
 from forge.json_text import dump_json
+
+LOG_TAIL = FileKind("job log's end", 8192)   # enough for a failed job's last line
 
 ARCHIVE = "results.tgz"
 
@@ -72,20 +76,18 @@ class Timeline:
         line = f"{time.strftime('%H:%M:%S', time.gmtime())} {text}"
         print(line, flush=True)
         if self.path:
-            with open(self.path, "a") as handle:
-                handle.write(line + "\n")
+            append_text(self.path, line + "\n")
 
 
 def last_line(log: Path, width: int = 160) -> str:
     """The log's last non-empty line: a failed job's event names its cause."""
     try:
-        with open(log, "rb") as handle:
-            start = max(0, os.path.getsize(log) - 8192)
-            handle.seek(start)
-            lines = [line.strip() for line in handle.read().decode(errors="replace").splitlines()]
-    except OSError:
+        whole = os.path.getsize(log) <= LOG_TAIL.cap
+        tail = read_tail(log, LOG_TAIL)
+    except (OSError, FileError):
         return ""
-    if start == 0:
+    lines = [line.strip() for line in tail.decode(errors="replace").splitlines()]
+    if whole:
         lines = lines[1:]        # the command the runner wrote first, not the job's output
     lines = [line for line in lines if line]
     return lines[-1][:width] if lines else ""
