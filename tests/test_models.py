@@ -141,15 +141,27 @@ def test_a_recipe_without_sampling_takes_the_familys(tmp_path):
     assert (recipe.sampling.temperature, recipe.sampling.top_p, recipe.sampling.top_k) == (1.0, 0.95, 64)
 
 
+def without_evidence_lists(lines: list[str]) -> list[str]:
+    """The lines of a YAML file less its `evidence: [...]` flow lists (which may span lines)."""
+    kept, open_list = [], False
+    for line in lines:
+        if open_list or line.lstrip().startswith("evidence:"):
+            open_list = "]" not in line
+            continue
+        kept.append(line)
+    return kept
+
+
 def test_the_recipes_and_models_stay_within_their_line_budgets():
     """Issue 18's bound on the data (664 lines for Gemma alone before the family became data; 450
     for the 2 families and 17 recipe targets of that day): what is stated once stays small, per
-    file, so a new target or family brings its own budget. Comments and blank lines are not data."""
+    file, so a new target or family brings its own budget. Comments and blank lines are not data,
+    nor are `evidence:` lists: they cite result records, they state nothing the recipe serves."""
     root = Path(__file__).resolve().parent.parent
     files = sorted([*root.glob("recipes/*.yaml"), *root.glob("models/*.yaml")])
     assert any(f.parent.name == "models" for f in files) and len(files) >= 8
     for f in files:
-        data = [line for line in f.read_text().splitlines()
+        data = [line for line in without_evidence_lists(f.read_text().splitlines())
                 if line.strip() and not line.lstrip().startswith("#")]
         if f.parent.name == "models":
             budget = 120
