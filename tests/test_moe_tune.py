@@ -200,7 +200,7 @@ def test_cli_errors_are_one_line(tmp_path):
     assert ambiguous.returncode == 2 and ambiguous.stderr.strip() == (
         "error: tune-moe: name the model with --recipe (MoE models in models/: Gemma-4-26B-A4B, Qwen3.6-35B-A3B)")
     bad_sizes = run("--dtype", "bf16", "--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--batch-sizes", "0,8")
-    assert bad_sizes.returncode == 2 and "--batch-sizes must be positive" in bad_sizes.stderr
+    assert bad_sizes.returncode == 2 and "--batch-sizes: every number must be 1 or more: '0,8'" in bad_sizes.stderr
     missing = run("--import-results", str(tmp_path / "none.json"))
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
 

@@ -29,6 +29,15 @@ def test_requirements_files_list_what_pyproject_declares():
 SYS_PATH_HELPER = "verify/_repository_on_path.py"
 
 
+# The only other edits of sys.path, each for a reason the helper cannot serve:
+PATH_EDITS_WITH_A_REASON = {
+    # run as a file on a GPU host (`python3 benchmarks/gpu/run.py PLAN`), outside verify/
+    "benchmarks/gpu/run.py",
+    # the corpus imports the case tree's own copy of forge and verify, never the checkout's
+    "tests/hostile/forkserver.py",
+}
+
+
 def test_no_module_edits_sys_path_but_the_one_helper():
     offenders = [f"{path.relative_to(REPO_ROOT)}:{number}"
                  for top in ("forge", "verify", "tests", "benchmarks")
@@ -36,7 +45,7 @@ def test_no_module_edits_sys_path_but_the_one_helper():
                  for number, line in enumerate(path.read_text().splitlines(), 1)
                  if re.search(r"sys\.path(\.(insert|append|extend)\(|\[.*\] =)", line)
                  and path.name != "test_packaging.py"
-                 and str(path.relative_to(REPO_ROOT)) != SYS_PATH_HELPER]
+                 and str(path.relative_to(REPO_ROOT)) not in (SYS_PATH_HELPER, *PATH_EDITS_WITH_A_REASON)]
     assert offenders == []
     importers = sorted(path.name for path in (REPO_ROOT / "verify").glob("*.py")
                        if "import _repository_on_path" in path.read_text())
