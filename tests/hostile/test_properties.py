@@ -19,10 +19,10 @@ os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
 from hypothesis import HealthCheck, given, settings  # noqa: E402 (after the storage folder is set)
 from hypothesis import strategies as st  # noqa: E402
 
+from forge.data_formats import parse_yaml
 from forge.errors import ForgeError
 from forge.images import published
 from forge.patching.diffs import parse_diff
-from forge.data_formats import parse_yaml
 from forge.versions import Release
 from verify.metrics import MetricsError, counters_from_prometheus
 
