@@ -113,9 +113,13 @@ def _index_file() -> Path:
 
 def _read_cached_index() -> dict | None:
     try:
-        return load_json(_index_file(), files.INDEX)
+        cached = load_json(_index_file(), files.INDEX)
     except ForgeError:       # missing or damaged: rebuilt from PyPI
         return None
+    # valid JSON of another shape (a list, no releases map) is as damaged as bad JSON
+    if not isinstance(cached, dict) or not isinstance(cached.get("releases"), dict):
+        return None
+    return cached
 
 
 def load_index(offline: bool = False, refresh: bool = False) -> dict[str, dict]:
