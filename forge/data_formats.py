@@ -126,12 +126,13 @@ class GuardedLoader(StrictLoader):
 
 def parse_yaml(text: str, source: str) -> Any:
     """Every YAML file of the project goes through here (see the module's docstring)."""
-    loader = GuardedLoader(text, source)
+    loader = None
     try:
+        # the loader's reader refuses a character YAML forbids (a NUL byte) as it is made
+        loader = GuardedLoader(text, source)
         return loader.get_single_data()
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}:" if mark else ""
+        where = _yaml_line(exc, text)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         if isinstance(exc, DuplicateKeyError):
             raise DataError(f"{source}:{where} {problem} (each key may appear once)") from exc
@@ -140,7 +141,18 @@ def parse_yaml(text: str, source: str) -> Any:
         # a value the YAML resolver matched but Python cannot build: 2026-13-45, 5000 digits
         raise DataError(f"{source}: not valid YAML: a value Python cannot hold ({exc})") from exc
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
+
+
+def _yaml_line(exc: yaml.YAMLError, text: str) -> str:
+    """' line N:' where the fault is, or '' where PyYAML does not say."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return f" line {mark.line + 1}:"
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f" line {text.count(chr(10), 0, exc.position) + 1}:"
+    return ""
 
 
 def load_yaml(path: Path | str, kind: files.FileKind = files.DATA_YAML) -> Any:

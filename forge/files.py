@@ -78,6 +78,8 @@ def _open_regular(path: Path | str, kind: FileKind) -> int:
     a FIFO with no writer would otherwise wait forever before fstat could tell."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        raise _dangling_link(path) or file_error(path, exc, "read it") from exc
     except OSError as exc:
         raise file_error(path, exc, "read it") from exc
     try:
@@ -86,6 +88,24 @@ def _open_regular(path: Path | str, kind: FileKind) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _dangling_link(path: Path | str) -> FileError | None:
+    """The fault where `path` is a symbolic link to nothing ("no such file" would hide the link)."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return None
+    return FileError(f"{path}: cannot read it: a symbolic link to {target}, which does not exist")
+
+
+def is_present(path: Path | str) -> bool:
+    """Whether anything is at `path`, a dangling link included (a link to nothing is a fault for
+    the reader to name, not an absence); a name the OS refuses (a NUL, too long) is nothing."""
+    try:
+        return os.path.lexists(path)
+    except (OSError, ValueError):
+        return False
 
 
 def _read_upto(fd: int, limit: int, path: Path | str) -> bytes:

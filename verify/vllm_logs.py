@@ -10,8 +10,10 @@ RESOLVED_ARCH = re.compile(r"Resolved architecture: (\w+)")
 # Any line saying a drafter shares the target's embedding; which wording counts is the family's
 # (models/<family>.yaml, drafter.sharing_log_lines): each release and proposer says it its own way.
 SHARING_LINE = re.compile(r"\] ([^\n]*[Ss]haring target model[^\n]*)")
-SEPARATE_EMBEDDINGS = re.compile(r"[^\n]*Keeping separate embedding weights[^\n]*")
-SEPARATE_LM_HEAD = re.compile(r"[^\n]*Keeping separate lm_head weights[^\n]*")
+# Anchored at a line's start (re.M): the same whole lines, but tried once a line, not at every
+# character of it (unanchored, a long line is scanned again from each position: quadratic).
+SEPARATE_EMBEDDINGS = re.compile(r"^[^\n]*Keeping separate embedding weights[^\n]*", re.M)
+SEPARATE_LM_HEAD = re.compile(r"^[^\n]*Keeping separate lm_head weights[^\n]*", re.M)
 # The engine's config line: "... 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>".
 # An API server logs its arguments first, before vLLM resolves the mode ("'cudagraph_mode': None"):
 # the resolved mode is the last one named.

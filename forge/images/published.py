@@ -103,7 +103,7 @@ def now_utc() -> str:
 def load_index(path: Path | str | None = None) -> dict:
     """The index at `path` (default images/published.json), validated; missing is empty."""
     path = Path(path or DEFAULT_INDEX)
-    if not path.exists():
+    if not files.is_present(path):
         return empty_index()
     data = load_json(path, files.INDEX)
     index = validate(data, INDEX_SCHEMA, str(path))

@@ -8,6 +8,7 @@ and editable installs have no dist-info next to the package; an install without 
 from __future__ import annotations
 
 import email.parser
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -47,8 +48,10 @@ def find_vllm(site_packages: str | Path | None = None) -> InstalledVllm:
             raise ForgeError(f"--site-packages {site_dir}: no vllm package in it (no vllm/__init__.py)")
         candidates = [site_dir]
     else:
+        # os.path.isfile, not Path.is_file: an entry this user cannot search (another user's
+        # home) is passed over, as the import system passes over it, instead of raising.
         candidates = [Path(entry or ".") for entry in sys.path
-                      if (Path(entry or ".") / "vllm" / "__init__.py").is_file()]
+                      if os.path.isfile(os.path.join(entry or ".", "vllm", "__init__.py"))]
         if not candidates:
             raise ForgeError("no vLLM found: no vllm/__init__.py on sys.path "
                              "(pass --site-packages DIR)")

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from packaging.version import Version
 
+from forge import files
 from forge.errors import ForgeError
 from forge.json_text import dump_json
 from forge.models import Family, Model, MoeShape, model_for_id
@@ -477,11 +478,9 @@ def recipe_names(root: Path | None = None) -> list[str]:
 
 def _is_recipe_file(path: Path) -> bool:
     """Whether a recipe of that name exists: a name the OS refuses (longer than NAME_MAX, a NUL)
-    names no recipe either, instead of an OSError traceback."""
-    try:
-        return path.exists()
-    except (OSError, ValueError):
-        return False
+    names no recipe either, instead of an OSError traceback; a dangling link is one, for its
+    read to refuse by name."""
+    return files.is_present(path)
 
 
 def load_recipe(model: str, target: str, root: Path | None = None) -> Recipe:

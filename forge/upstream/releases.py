@@ -27,7 +27,7 @@ from packaging.version import InvalidVersion, Version
 from forge import files
 from forge.data_formats import load_json
 from forge.errors import ForgeError
-from forge.files import check_output_dir, one_maker, write_bytes_atomically, write_text_atomically
+from forge.files import one_maker, write_bytes_atomically, write_text_atomically
 from forge.http_session import retrying_session
 from forge.json_text import dump_json
 from forge.progress import Progress
@@ -51,7 +51,16 @@ def cache_dir() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vllm-forge")
     # A refusal names the variable when the user set it.
     source = "$VLLM_FORGE_CACHE" if given else "the cache directory"
-    path = check_output_dir(root, source)
+    path = Path(root)
+    # Only what no use of it survives (a file in its place or above it): not check_output_dir's
+    # write probe, since a read-only cache that already holds what a command needs is no fault
+    # (its writes, if any, fail by name then).
+    for existing in (path, *path.parents):
+        if os.path.exists(existing):
+            if not os.path.isdir(existing):
+                where = "" if existing == path else f" ({existing} is a file)"
+                raise ForgeError(f"{source} {path}: is not a directory{where}")
+            break
     # Made by the first write into it (each writer makes its folders), not here: a command that
     # only reads, offline, and finds nothing leaves no empty folders behind. One that could not
     # make it is refused now, before any work, not at its first write.
@@ -113,9 +122,13 @@ def _index_file() -> Path:
 
 def _read_cached_index() -> dict | None:
     try:
-        return load_json(_index_file(), files.INDEX)
+        cached = load_json(_index_file(), files.INDEX)
     except ForgeError:       # missing or damaged: rebuilt from PyPI
         return None
+    # valid JSON of another shape (a list, no releases map) is as damaged as bad JSON
+    if not isinstance(cached, dict) or not isinstance(cached.get("releases"), dict):
+        return None
+    return cached
 
 
 def load_index(offline: bool = False, refresh: bool = False) -> dict[str, dict]:
