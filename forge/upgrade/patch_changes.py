@@ -12,8 +12,8 @@ from forge.patching.vocabulary import Status
 
 REFRESH_COMMAND = "python3 build.py refresh-patch {id} --vllm {version}"
 # What happened, from the statuses on the two releases.
-RETIRES, DROPS, NEW, CARRIED, CONFLICT, UNCHANGED = (
-    "retires", "drops", "new", "carried", "conflict", "unchanged")
+RETIRES, DROPS, NEW, CARRIED, UNCHANGED = "retires", "drops", "new", "carried", "unchanged"
+CONFLICT = Status.CONFLICT.value  # the new release's status names the change
 
 
 @dataclass(frozen=True)

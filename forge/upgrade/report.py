@@ -1,6 +1,7 @@
 """An upgrade as data (`--json`, validated against forge/upgrade/schema.py) and as text."""
 from __future__ import annotations
 
+from forge.patching.vocabulary import Kind
 from forge.serving.vllm_args import RUNNER_MODULES
 from forge.upgrade import patch_changes as pc
 from forge.upgrade.compare import Upgrade
@@ -18,7 +19,7 @@ def to_dict(u: Upgrade) -> dict:
         "blocking": u.blocking,
         "patches": [c.to_dict() for c in u.patches],
         "dependencies": {"requirements": [c.to_dict() for c in u.requirements],
-                         "constraints": [c.to_dict() for c in u.patches if c.kind == "dependency"],
+                         "constraints": [c.to_dict() for c in u.patches if c.kind == Kind.DEPENDENCY],
                          "drift": [d.to_dict() for d in u.drift]},
         "defaults": {
             "runners": {"from": u.runners[0], "to": u.runners[1], "removed": u.removed_runners,
@@ -73,7 +74,7 @@ def _patch_lines(u: Upgrade) -> list[str]:
 def _dependency_lines(u: Upgrade) -> list[str]:
     lines = [c.line(u.before, u.after) for c in u.requirements]
     for c in u.patches:
-        if c.kind == "dependency" and c.before != c.after:
+        if c.kind == Kind.DEPENDENCY and c.before != c.after:
             lines.append(f"constraint {c.id}: {c.before} -> {c.after} [{c.upstream_text}]: "
                          f"{c.detail}")
     for d in u.drift:

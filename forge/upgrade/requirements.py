@@ -13,6 +13,7 @@ from packaging.utils import canonicalize_name
 
 from forge.patching import dependencies
 from forge.patching.dependencies import REQUIREMENTS_ENTRY
+from forge.patching.vocabulary import Kind
 from forge.upgrade.evidence import RESULTS_DIR, records_of
 
 
@@ -86,7 +87,7 @@ def drift_notes(before: str, after: str, series, watch, offline: bool = False) -
         published = pypi.published_versions(name, offline=offline)
         through = Version(entry.checked_through)
         admitted = SpecifierSet(str(spec)) if spec is not None else SpecifierSet()
-        constraints = [p for p in series.patches if p.kind == "dependency" and p.package == name]
+        constraints = [p for p in series.patches if p.kind == Kind.DEPENDENCY and p.package == name]
         covering = [p for p in constraints if p.in_range(Version(after))]
         fixed = [p.id for p in constraints if p.in_range(Version(before)) and p not in covering]
         # What an image of `after` may carry past the drift check: admitted, newer, and let
