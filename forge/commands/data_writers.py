@@ -5,6 +5,7 @@ flag in one line, and writes inside the checkout only, atomically."""
 from __future__ import annotations
 
 from forge import REPO_ROOT, family_writer
+from forge.commands.generated import check_or_write
 from forge.errors import ForgeError
 from forge.images import new_target
 from forge.serving import new_recipe, thresholds_table
@@ -57,17 +58,9 @@ def cmd_new_family(args) -> int:
 
 
 def cmd_recipes_table(args) -> int:
-    name = _shown(thresholds_table.README)
-    if args.check:
-        current, updated = thresholds_table.regenerated()
-        if updated != current:
-            print(f"{name}: the thresholds table is stale; run `{thresholds_table.COMMAND}`")
-            return 1
-        print(f"{name}: the thresholds table is current")
-        return 0
-    changed = thresholds_table.write()
-    print(f"{name}: thresholds table {'updated' if changed else 'already current'}")
-    return 0
+    current, updated = thresholds_table.regenerated()
+    return check_or_write(thresholds_table.README, _shown(thresholds_table.README), "the thresholds table",
+                          current, updated, check=args.check, command=thresholds_table.COMMAND)
 
 
 def add_parsers(commands) -> None:

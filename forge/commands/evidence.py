@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from forge.commands.generated import check_or_write
 from forge.errors import ForgeError
-from forge.files import write_text_atomically
 
 
 def cmd_evidence(args) -> int:
@@ -19,18 +19,8 @@ def cmd_evidence(args) -> int:
             raise ForgeError("--derive writes the records: not with --check")
         _derive(args.derive, results)
     current, updated = regenerate(page, name, results)
-    if args.check:
-        if updated != current:
-            print(f"{name}: stale against the result records; run `{COMMAND}`")
-            return 1
-        print(f"{name}: current")
-        return 0
-    if updated != current:
-        write_text_atomically(page, updated)
-        print(f"{name}: regenerated")
-    else:
-        print(f"{name}: already current")
-    return 0
+    return check_or_write(page, name, "the page of result records", current, updated,
+                          check=args.check, command=COMMAND)
 
 
 def _derive(ids: list[str], results: Path | None) -> None:

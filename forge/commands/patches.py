@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from forge.commands.generated import check_or_write
 from forge.errors import ConflictError
-from forge.files import write_text_atomically
 from forge.patching.apply import apply_series, install_statuses, read_install_record
 from forge.patching.installed import find_vllm
 from forge.patching.ownership import foreign_reason
@@ -74,15 +74,5 @@ def cmd_readme_table(args) -> int:
 
     readme, name = (Path(args.readme), args.readme) if args.readme else (README, "README.md")
     current, updated = regenerate(readme, name, offline=args.offline)
-    if args.check:
-        if updated != current:
-            print(f"{name}: the patch table is stale; run `{COMMAND}`")
-            return 1
-        print(f"{name}: the patch table is current")
-        return 0
-    if updated != current:
-        write_text_atomically(readme, updated)
-        print(f"{name}: patch table updated")
-    else:
-        print(f"{name}: patch table already current")
-    return 0
+    return check_or_write(readme, name, "the patch table", current, updated, check=args.check,
+                          command=COMMAND)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forge.errors import ForgeError
-from forge.files import SOURCE, read_text, write_text_atomically
+from forge.files import SOURCE, read_text
 from forge.serving.recipes import RECIPES_DIR, load_all
 
 BEGIN = "<!-- thresholds-table:begin -->"
@@ -37,11 +37,3 @@ def regenerated(readme: Path = README, root: Path | None = None) -> tuple[str, s
     if begin < 0 or end < begin:
         raise ForgeError(f"{readme}: no '{BEGIN}' ... '{END}' markers to hold the thresholds table")
     return text, text[:begin + len(BEGIN)] + "\n" + render_table(root) + "\n" + text[end:]
-
-
-def write(readme: Path = README, root: Path | None = None) -> bool:
-    """Write the fresh table; whether the file changed."""
-    current, updated = regenerated(readme, root)
-    if updated != current:
-        write_text_atomically(readme, updated)
-    return updated != current
