@@ -22,7 +22,7 @@ A, U, N = "applies", "already-upstream", "not-needed"
 EXPECTED = {
     "0.21.0": N, "0.22.0": N, "0.22.1": N, "0.23.0": N, "0.24.0": N, "0.25.0": N, "0.25.1": N,
     "0.26.0": A, "0.27.0": A, "0.27.1": A, "0.28.0": A, "0.29.0": A, "0.30.0": A,
-    "0.31.0": U, "0.32.0": N, "0.33.0": N, "0.34.0": N}
+    "0.31.0": N, "0.32.0": N, "0.33.0": N, "0.34.0": N}
 COPY = "_copy_target_kv_scales"
 
 
@@ -44,7 +44,7 @@ def test_the_entry_names_its_upstream_and_its_range():
     patch = load_series().get(PATCH)
     assert patch.kind == "source" and not patch.candidate
     assert {k: v for k, v in patch.upstream.items() if v} == {"issue": 49262, "pr": 48666, "fixed_in": "0.31.0"}
-    assert patch.releases == ">=0.26.0,<0.32.0"
+    assert patch.releases == ">=0.26.0,<0.31.0"
     assert patch.touches == [SPECULATOR]
 
 
@@ -88,7 +88,7 @@ def test_every_scale_the_copy_reads_exists_where_it_applies_and_not_before():
 
 def test_the_v1_proposer_never_copies_the_scales_and_later_v2_releases_keep_the_fix():
     """What the patch leaves: vLLM #49262's V1 fix is in no release; 0.32.0-0.34.0 hold upstream's
-    copy though the speculator's base class changed (why the range stops at 0.32.0)."""
+    copy though the speculator's base class changed (the range stops at 0.31.0, where upstream carries the fix)."""
     for version in ("0.21.0", "0.27.1", "0.33.0"):
         proposer = releases.release_tree(version) / V1_PROPOSER
         assert proposer.is_file() and "_k_scale" not in proposer.read_text(), version
