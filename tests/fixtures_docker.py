@@ -188,14 +188,20 @@ def stop_rootfs_makers() -> None:
     """End background makers still running when the run ends (make-rootfs.sh writes to a
     .partial.tar and renames it last, so nothing half made is left for the next run)."""
     for process, _ in _ROOTFS_MAKERS.values():
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)   # its own group: bash, mmdebstrap, dpkg
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_group(process, signal.SIGTERM, 30)   # its own group: bash, mmdebstrap, dpkg
     _ROOTFS_MAKERS.clear()
+
+
+def stop_group(process: subprocess.Popen, first: int, grace_s: float) -> None:
+    """Signal a still-running process's group with `first`, then SIGKILL after `grace_s`."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, first)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def rootfs_tarball(arch: str) -> Path:

@@ -20,7 +20,6 @@ Run as `python3 -m tests.prefetch trees envs` it makes those entries in the fore
 """
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -94,16 +93,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """A short run can end before the background does: stop it the way Ctrl-C would (its
     staging directories are removed, nothing half made is left under a cache entry's name)."""
-    from tests.fixtures_docker import stop_rootfs_makers
+    from tests.fixtures_docker import stop_group, stop_rootfs_makers
 
     for process in _BACKGROUND:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGINT)
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_group(process, signal.SIGINT, 60)
     _BACKGROUND.clear()
     stop_rootfs_makers()
 
