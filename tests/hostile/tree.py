@@ -19,6 +19,8 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +40,26 @@ NOBODY = 65534
 # The package index the children see: a closed port, so nothing reaches PyPI; the copied cache's
 # index pages are re-keyed to it (forge keeps a cached page only for the index it came from).
 OFFLINE_PYPI = "http://127.0.0.1:9/pypi/"
+
+
+_PREPARED = threading.Lock()
+
+
+def prepared_real_cache() -> Path:
+    """The run's own cache ($VLLM_FORGE_CACHE or ~/.cache/vllm-forge), holding what the case tree
+    copies from it: on an empty cache the corpus may run before any other test made a tree, so the
+    real command makes them (release trees, the release index, requirements, index pages), once."""
+    from forge.upstream import releases
+
+    with _PREPARED:
+        cache = releases.cache_dir()
+        missing = [release for release in RELEASE_TREES
+                   if not (cache / "trees" / release / "vllm" / "__init__.py").exists()
+                   or not (cache / "requirements" / f"{release}.json").exists()]
+        for release in missing:
+            subprocess.run([sys.executable, str(REPO_ROOT / "build.py"), "patches", "--vllm", release],
+                           cwd=REPO_ROOT, check=True, stdout=subprocess.DEVNULL)
+        return cache
 
 
 @dataclass(frozen=True)
@@ -155,7 +177,7 @@ class SessionTree:
             target = self.repo / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO_ROOT / name, target)
-        real_cache = Path.home() / ".cache" / "vllm-forge"
+        real_cache = prepared_real_cache()
         for release in RELEASE_TREES:
             subprocess.run(["cp", "-a", str(real_cache / "trees" / release), str(self.shared_cache)],
                            check=True)
