@@ -155,11 +155,6 @@ def start_registry(auth: dict | None = None) -> Registry:
 
 # --- stand-in base images ---------------------------------------------------------------------
 
-# Rootfs tarballs being made in the background (start_rootfs), by architecture: the arm64 one runs
-# dpkg under qemu for minutes on an empty cache, so a whole run starts it before the first test.
-_ROOTFS_MAKERS: dict[str, tuple[subprocess.Popen, Path]] = {}
-
-
 # Named after what tests/infra/make-rootfs.sh makes: a change to its recipe gets a new name, so no
 # cache keeps serving the old tarball (nor a stand-in image built from it: _standin_record).
 ROOTFS_NAME = "bookworm-python-essential"
@@ -167,29 +162,6 @@ ROOTFS_NAME = "bookworm-python-essential"
 
 def _rootfs_path(arch: str) -> Path:
     return bases_cache() / f"{ROOTFS_NAME}-{arch}.tar"
-
-
-def start_rootfs(arch: str, log_dir: Path) -> None:
-    """Start making `arch`'s rootfs tarball in the background unless it is cached or under way;
-    rootfs_tarball(arch) waits for it. Its output goes to LOG_DIR/rootfs-ARCH.log."""
-    path = _rootfs_path(arch)
-    if path.exists() or arch in _ROOTFS_MAKERS:
-        return
-    steps = ([f"bash {INFRA / 'enable-binfmt.sh'}"] if arch != "amd64" else []) + [
-        f"bash {INFRA / 'make-rootfs.sh'} {arch} {path}"]
-    log = log_dir / f"rootfs-{arch}.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen(["bash", "-c", " && ".join(steps)], stdout=out, stderr=out,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
-    _ROOTFS_MAKERS[arch] = (process, log)
-
-
-def stop_rootfs_makers() -> None:
-    """End background makers still running when the run ends (make-rootfs.sh writes to a
-    .partial.tar and renames it last, so nothing half made is left for the next run)."""
-    for process, _ in _ROOTFS_MAKERS.values():
-        stop_group(process, signal.SIGTERM, 30)   # its own group: bash, mmdebstrap, dpkg
-    _ROOTFS_MAKERS.clear()
 
 
 def stop_group(process: subprocess.Popen, first: int, grace_s: float) -> None:
@@ -205,18 +177,19 @@ def stop_group(process: subprocess.Popen, first: int, grace_s: float) -> None:
 
 
 def rootfs_tarball(arch: str) -> Path:
-    """Debian bookworm + python3, python3-yaml, python3-packaging for `arch`, made once and cached."""
+    """Debian bookworm + python3, python3-yaml, python3-packaging for `arch`, made once and cached.
+    One maker per tarball (forge.files.one_maker): a test that needs it while the background
+    prefetch or another test process is making it (the arm64 one runs dpkg under qemu for
+    minutes on an empty cache) waits, then reads it."""
+    from forge.files import one_maker
+    from forge.upstream.releases import locks_dir
+
     path = _rootfs_path(arch)
-    started = _ROOTFS_MAKERS.pop(arch, None)
-    if started is not None:
-        process, log = started
-        if process.wait() != 0 and not path.exists():
-            raise RuntimeError(f"making the {arch} rootfs failed ({process.returncode}):\n"
-                               f"{log.read_text()[-3000:]}")
-    if not path.exists():
-        if arch != "amd64":
-            _run("enable-binfmt.sh")
-        _run("make-rootfs.sh", arch, str(path))
+    with one_maker(path, locks_dir()):
+        if not path.exists():
+            if arch != "amd64":
+                _run("enable-binfmt.sh")
+            _run("make-rootfs.sh", arch, str(path))
     return path
 
 

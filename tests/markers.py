@@ -4,10 +4,14 @@
 which depend on `docker_engine` or `arm64_emulation`). A test that uses one without the marker
 stops the run at collection, so `-m "not docker"` never starts an engine it did not ask for.
 
-Order: test files with a docker-marked test run after all the others, and files that run the
-drift check (its pip environments) just before them, each group in the usual order. On an empty
-cache the rootfs tarballs and the environments are made in the background meanwhile
-(tests/prefetch.py), instead of the run waiting for them at its fourth file.
+Order and distribution. The README's command runs on pytest-xdist's workers (pyproject's addopts:
+one per core, `--dist loadgroup`). Each test file is one unit of work (module fixtures are set up
+once), except that every docker-marked test is in one unit, "docker": one worker owns the engine,
+the registry and the stand-in bases, and the engine is started and stopped by that worker alone.
+Distributed, the units that take longest go first (docker, then files with slow-marked tests),
+so no worker is left with a long unit at the end while the other idles. In one process (`-n 0`),
+the docker files run last and the drift files just before them, so the background prefetch
+(tests/prefetch.py) makes the rootfs tarballs and environments while the rest of the suite runs.
 """
 from __future__ import annotations
 
@@ -36,12 +40,34 @@ def uses_drift_environments(item: pytest.Item) -> bool:
                                       for value in vars(module).values())
 
 
-def run_order(items: list[pytest.Item]) -> list[pytest.Item]:
-    """Whole files keep their place within their group: module fixtures are set up once."""
+DOCKER_GROUP = "docker"
+
+
+def run_order(items: list[pytest.Item], distributed: bool = False) -> list[pytest.Item]:
+    """Whole files keep their place within their rank: module fixtures are set up once."""
     docker_files = {item.path for item in items if item.get_closest_marker("docker")}
     drift_files = {item.path for item in items if uses_drift_environments(item)}
-    return sorted(items, key=lambda item: 2 if item.path in docker_files else
-                  1 if item.path in drift_files else 0)
+    if distributed:
+        slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+
+        def rank(item: pytest.Item) -> int:
+            return 0 if item.get_closest_marker("docker") else 1 if item.path in slow_files else 2
+    else:
+        def rank(item: pytest.Item) -> int:
+            return 2 if item.path in docker_files else 1 if item.path in drift_files else 0
+    return sorted(items, key=rank)
+
+
+def distributed(config: pytest.Config) -> bool:
+    """pytest-xdist hands tests to workers (`-n N`, N > 0): true in its controller and workers."""
+    return bool(getattr(config.option, "numprocesses", None)) or hasattr(config, "workerinput")
+
+
+def group_units(items: list[pytest.Item]) -> None:
+    """`--dist loadgroup` units: the docker tests together, every other file on its own."""
+    for item in items:
+        name = DOCKER_GROUP if item.get_closest_marker("docker") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(name))
 
 
 @pytest.hookimpl(tryfirst=True)   # before -m deselects anything: the check covers every test
@@ -51,4 +77,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             "these tests use the Docker engine (a fixture of tests/fixtures_docker.py) but are not "
             f"marked @pytest.mark.docker: {', '.join(unmarked)}")
-    items[:] = run_order(items)
+    items[:] = run_order(items, distributed(config))
+    if distributed(config):
+        group_units(items)

@@ -8,22 +8,29 @@ with the tests that need none of them:
           selected slow-marked test's module runs the drift check
   wheels  the two real vLLM wheels of tests/test_patch_wheel.py (250 MB each), when it is selected
   rootfs  the stand-in bases' rootfs tarballs (amd64, and arm64 under qemu), when a selected
-          test is docker-marked (tests/fixtures_docker.py start_rootfs)
+          test is docker-marked (tests/fixtures_docker.py rootfs_tarball)
 
-Nothing here is a check and nothing is skipped: each maker is safe to run beside the tests
-(forge.files.one_maker: a test that needs a tree, an environment or a wheel the background is making
-waits for it, then reads it; rootfs_tarball waits for the process making its tarball). If the
+The makers run side by side in one process group. Nothing here is a check and nothing is skipped:
+each maker is safe to run beside the tests (forge.files.one_maker: a test that needs a tree, an
+environment, a wheel or a tarball the background is making waits for it, then reads it). If the
 background fails, the test that needs the entry makes it itself and fails with its own error.
 A run given paths (a developer's single file) prefetches nothing.
+
+With pytest-xdist the run's controller owns the background: it names a folder for it in the
+environment its workers inherit, the first worker to have collected starts the makers and writes
+their process group there, and the controller stops that group once every worker is done.
 
 Run as `python3 -m tests.prefetch trees envs` it makes those entries in the foreground.
 """
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,7 +38,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PARALLEL_DOWNLOADS = 3
-_BACKGROUND: list[subprocess.Popen] = []
+# The folder of this whole run's background, set by the process that owns the run.
+RUN_ENV = "VLLM_FORGE_PREFETCH_RUN"
+STOP_GRACE_S = 60
 
 
 def make_trees() -> None:
@@ -62,45 +71,110 @@ def make_wheels() -> None:
         test_patch_wheel.cached_wheel(version)
 
 
-MAKERS = {"trees": make_trees, "envs": make_envs, "wheels": make_wheels}
+def make_rootfs() -> None:
+    from tests.fixtures_docker import rootfs_tarball
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(rootfs_tarball, ("amd64", "arm64")))
 
 
-def _whole_run(config: pytest.Config) -> bool:
-    return config.args_source == pytest.Config.ArgsSource.TESTPATHS
+MAKERS = {"trees": make_trees, "envs": make_envs, "wheels": make_wheels, "rootfs": make_rootfs}
+
+
+def wanted_makers(items: list[pytest.Item]) -> list[str]:
+    from tests.markers import uses_drift_environments
+
+    runs_drift = any(uses_drift_environments(item) and item.get_closest_marker("slow") for item in items)
+    wheel_tests = any(item.path.name == "test_patch_wheel.py" and item.get_closest_marker("slow")
+                      for item in items)
+    docker_tests = any(item.get_closest_marker("docker") for item in items)
+    return (["trees"] + (["envs"] if runs_drift else []) + (["wheels"] if wheel_tests else [])
+            + (["rootfs"] if docker_tests else []))
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The owner of a whole run (pytest-xdist's controller, or the only process) names the folder
+    of its background; the workers it starts afterwards inherit the variable."""
+    if _is_worker(config):
+        return
+    if config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+        os.environ[RUN_ENV] = tempfile.mkdtemp(prefix="vllm-forge-prefetch-")
+    else:
+        os.environ.pop(RUN_ENV, None)    # not inherited from an outer run: this one prefetches nothing
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if not _whole_run(session.config) or not session.items:
+    folder = os.environ.get(RUN_ENV)
+    if not folder or not session.items:
         return
-    from tests.fixtures_docker import start_rootfs
-    from tests.markers import uses_drift_environments
+    try:      # every worker collects the same tests: the first one here starts the background
+        os.close(os.open(Path(folder) / "started", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        return
+    with open(Path(folder) / "prefetch.log", "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.prefetch", *wanted_makers(session.items)], cwd=REPO,
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    (Path(folder) / "group").write_text(f"{process.pid}\n")
 
-    log_dir = Path(tempfile.mkdtemp(prefix="vllm-forge-prefetch-"))
-    if any(item.get_closest_marker("docker") for item in session.items):
-        for arch in ("amd64", "arm64"):
-            start_rootfs(arch, log_dir)
-    runs_drift = any(uses_drift_environments(item) and item.get_closest_marker("slow")
-                     for item in session.items)
-    wheel_tests = any(item.path.name == "test_patch_wheel.py" and item.get_closest_marker("slow")
-                      for item in session.items)
-    wanted = ["trees"] + (["envs"] if runs_drift else []) + (["wheels"] if wheel_tests else [])
-    with open(log_dir / "prefetch.log", "w") as log:
-        _BACKGROUND.append(subprocess.Popen(
-            [sys.executable, "-m", "tests.prefetch", *wanted], cwd=REPO, stdout=log, stderr=log,
-            stdin=subprocess.DEVNULL, start_new_session=True))
+
+def stop_background_group(pgid: int, first: int, grace_s: float) -> None:
+    """Signal a process group with `first` (its makers remove their staging directories, nothing
+    half made is left under a cache entry's name), then SIGKILL after `grace_s`; returns once the
+    group is gone. Its leader may be another process's child: this polls for the group instead
+    of waiting on a process."""
+    if not _signal_until_gone(pgid, first, grace_s):
+        _signal_until_gone(pgid, signal.SIGKILL, grace_s)
+
+
+def _signal_until_gone(pgid: int, signum: int, wait_s: float) -> bool:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.waitpid(pgid, os.WNOHANG)     # reaps the leader when it is this process's child
+        except ChildProcessError:
+            pass
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """A short run can end before the background does: stop it the way Ctrl-C would (its
-    staging directories are removed, nothing half made is left under a cache entry's name)."""
-    from tests.fixtures_docker import stop_group, stop_rootfs_makers
+    """A short run can end before the background does: its owner stops it the way Ctrl-C would."""
+    if _is_worker(session.config):
+        return
+    folder = os.environ.get(RUN_ENV)
+    if not folder:
+        return
+    group = Path(folder) / "group"
+    if group.is_file():
+        stop_background_group(int(group.read_text()), signal.SIGINT, STOP_GRACE_S)
 
-    for process in _BACKGROUND:
-        stop_group(process, signal.SIGINT, 60)
-    _BACKGROUND.clear()
-    stop_rootfs_makers()
+
+def run_makers(names: list[str]) -> int:
+    """Each maker in a thread of its own (downloads, pip and qemu's dpkg overlap); 1 when any failed."""
+    def run(name: str) -> bool:
+        try:
+            MAKERS[name]()
+            return True
+        except Exception:  # noqa: BLE001 (the test that needs the entry fails with its own error)
+            print(f"prefetch: {name} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+            return False
+
+    with ThreadPoolExecutor(max(1, len(names))) as pool:
+        return 0 if all(pool.map(run, names)) else 1
 
 
 if __name__ == "__main__":
-    for name in sys.argv[1:]:
-        MAKERS[name]()
+    sys.exit(run_makers(sys.argv[1:]))

@@ -1,12 +1,16 @@
 """The `docker` marker is on every test that reaches the engine (tests/markers.py refuses the run
-otherwise), and the run order puts the docker files last. Checked on a small project of its own
-that uses the suite's real plugins, collected by a real pytest in a subprocess (no engine starts:
+otherwise), and the run order puts the docker files last in one process and first on xdist's
+workers. Checked on a small project of its own that uses the suite's real plugins, collected by a real pytest in a subprocess (no engine starts:
 collection runs no fixture)."""
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGINS = 'pytest_plugins = ["tests.fixtures_docker", "tests.markers"]\n'
@@ -58,3 +62,35 @@ def test_marked_tests_collect_and_docker_files_run_last(tmp_path):
     fast = collect(project, "-m", "not docker")
     assert [line for line in fast.stdout.splitlines() if "::" in line] == [
         "test_b_plain.py::test_three", "test_c_plain.py::test_four"]
+
+
+def test_distributed_the_docker_tests_go_first_then_files_with_slow_tests(tmp_path):
+    """On pytest-xdist's workers the longest units start first (tests/markers.py run_order)."""
+    project = project_with(tmp_path, {
+        "test_a_plain.py": "def test_one():\n    pass\n",
+        "test_b_slow.py": "import pytest\n\n@pytest.mark.slow\ndef test_two():\n    pass\n\n"
+                          "def test_three():\n    pass\n",
+        "test_c_images.py": "import pytest\n\n@pytest.mark.docker\ndef test_four(docker_engine):\n"
+                            "    pass\n\ndef test_five():\n    pass\n"})
+    result = collect(project, "-p", "xdist", "-n", "2", "--dist", "loadgroup")
+    assert result.returncode == 0, result.stdout + result.stderr
+    ids = [line for line in result.stdout.splitlines() if "::" in line]
+    assert ids == ["test_c_images.py::test_four", "test_b_slow.py::test_two", "test_b_slow.py::test_three",
+                   "test_a_plain.py::test_one", "test_c_images.py::test_five"]
+
+
+def test_the_owner_of_a_run_stops_a_background_group_whose_leader_it_did_not_start():
+    """The controller stops the prefetch a worker started (and that worker may have exited)."""
+    from tests.prefetch import stop_background_group
+
+    # A shell in a new session starts a sleeper in its group, prints the group and exits: the
+    # group lives on, led by nobody this process waits on. A shell's background job ignores
+    # SIGINT, so this also shows the escalation to SIGKILL.
+    script = "sleep 300 >/dev/null 2>&1 & echo $$"
+    shell = subprocess.run(["setsid", "bash", "-c", script], capture_output=True, text=True,
+                           timeout=30, stdin=subprocess.DEVNULL)
+    pgid = int(shell.stdout.split()[0])
+    os.killpg(pgid, 0)                       # the sleeper is alive in that group
+    stop_background_group(pgid, signal.SIGINT, 2)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)
