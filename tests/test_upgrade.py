@@ -4,6 +4,7 @@ from the two releases' own files (the sdists' CMakeLists.txt and requirements/, 
 trees) and the project's data (patches/series.yaml, recipes/), never written down per pair."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -53,6 +54,7 @@ def upgrade(before: str, after: str, target: str):
 
 # --- what the releases' own files say, read here --------------------------------------------
 
+@functools.cache   # a member of a 40 MB .tar.gz: read once, not per assertion
 def sdist_text(version: str, name: str) -> str:
     with tarfile.open(releases.fetch_sdist(version)) as archive:
         member = archive.extractfile(f"vllm-{version}/{name}")
