@@ -4,8 +4,8 @@ load cannot hold, each refusal one line naming the file (and the line where it i
 - YAML: a key given twice; a list or mapping as a mapping key (PyYAML would fail building it
   with a TypeError); nesting deeper than MAX_DEPTH, and aliases that expand past
   MAX_EXPANDED_NODES (a "billion laughs" file). Both are found while the parser's events stream
-  by (an iterative state machine), before the composer recurses into a level: a file 10,000
-  levels deep never reaches Python's recursion limit.
+  by (an iterative state machine, EventGuard), before anything is composed: a file 10,000
+  levels deep never reaches the composer. libyaml parses and composes where PyYAML has it.
 - JSON: nesting deeper than MAX_DEPTH (counted over the text iteratively before json.loads,
   whose C scanner recurses), a key given twice, NaN and Infinity (not JSON: json.loads takes
   them by default), integers longer than Python converts.
@@ -34,8 +34,8 @@ class DuplicateKeyError(yaml.constructor.ConstructorError):
     """A mapping names one key twice: PyYAML would keep the last value without a word."""
 
 
-class StrictLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a key given twice in one mapping."""
+class _RefusesDuplicateKeys:
+    """A SafeLoader's constructor that refuses a key given twice in one mapping."""
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -43,12 +43,23 @@ class StrictLoader(yaml.SafeLoader):
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     continue  # keys merged in by `<<: *anchor` may be overridden: not duplicates
-                key = self.construct_object(key_node, deep=True)
+                key = self.construct_object(key_node, deep=True)  # type: ignore[attr-defined]
                 if key in seen:
                     raise DuplicateKeyError(None, None, f"duplicate key {key!r}",
                                             key_node.start_mark)
                 seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[misc]
+
+
+class StrictLoader(_RefusesDuplicateKeys, yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping."""
+
+
+# libyaml's parser (PyYAML's C extension, in every PyYAML wheel): an order of magnitude faster
+# than the pure-Python one, which the suite and every command spent much of their time in.
+_C_LOADER = getattr(yaml, "CSafeLoader", None)
+StrictCLoader = (type("StrictCLoader", (_RefusesDuplicateKeys, _C_LOADER), {})
+                 if _C_LOADER is not None else None)
 
 
 class _Frame:
@@ -60,19 +71,18 @@ class _Frame:
         self.height, self.size = 1, 1
 
 
-class GuardedLoader(StrictLoader):
-    """StrictLoader that checks every parser event as the composer takes it (get_event): the
-    depth of the open collections, what stands in key position, and the expanded size."""
+class EventGuard:
+    """Checks every parser event as it streams by: the depth of the open collections, what
+    stands in key position, and the expanded size. Nothing is composed before it has seen the
+    whole stream (the C composer recurses; this never does)."""
 
-    def __init__(self, stream, source: str):
-        super().__init__(stream)
+    def __init__(self, source: str):
         self.source = source
         self._open: list[_Frame] = []
         self._anchors: dict[str, tuple[int, int]] = {}   # anchor -> (height, expanded size)
         self._expanded = 0
 
-    def get_event(self):
-        event = super().get_event()
+    def see(self, event) -> None:
         if isinstance(event, yaml.CollectionStartEvent):
             self._start(event)
         elif isinstance(event, yaml.CollectionEndEvent):
@@ -82,7 +92,6 @@ class GuardedLoader(StrictLoader):
             self._node_done(0, 1, event.anchor)
         elif isinstance(event, yaml.AliasEvent):
             self._alias(event)
-        return event
 
     def _fail(self, event, problem: str):
         raise DataError(f"{self.source}: line {event.start_mark.line + 1}: {problem}")
@@ -124,13 +133,37 @@ class GuardedLoader(StrictLoader):
                 parent.expects_key = not parent.expects_key
 
 
+class GuardedLoader(StrictLoader):
+    """The pure-Python StrictLoader with the EventGuard on every event the composer takes (where
+    PyYAML has no C extension)."""
+
+    def __init__(self, stream, source: str):
+        super().__init__(stream)
+        self.guard = EventGuard(source)
+
+    def get_event(self):
+        event = super().get_event()
+        self.guard.see(event)
+        return event
+
+
+def _parse_guarded(text: str, source: str) -> Any:
+    if StrictCLoader is None or _C_LOADER is None:
+        loader = GuardedLoader(text, source)
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    guard = EventGuard(source)
+    for event in yaml.parse(text, Loader=_C_LOADER):
+        guard.see(event)
+    return yaml.load(text, Loader=StrictCLoader)  # a SafeLoader's constructor
+
+
 def parse_yaml(text: str, source: str) -> Any:
     """Every YAML file of the project goes through here (see the module's docstring)."""
-    loader = None
     try:
-        # the loader's reader refuses a character YAML forbids (a NUL byte) as it is made
-        loader = GuardedLoader(text, source)
-        return loader.get_single_data()
+        return _parse_guarded(text, source)
     except yaml.YAMLError as exc:
         where = _yaml_line(exc, text)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -140,9 +173,6 @@ def parse_yaml(text: str, source: str) -> Any:
     except (ValueError, OverflowError) as exc:
         # a value the YAML resolver matched but Python cannot build: 2026-13-45, 5000 digits
         raise DataError(f"{source}: not valid YAML: a value Python cannot hold ({exc})") from exc
-    finally:
-        if loader is not None:
-            loader.dispose()
 
 
 def _yaml_line(exc: yaml.YAMLError, text: str) -> str:

@@ -17,6 +17,17 @@ from forge.files import INDEX
 SOURCE = "recipes/x.yaml"
 
 
+@pytest.fixture(autouse=True, params=["libyaml", "pure-python"])
+def yaml_parser(request, monkeypatch):
+    """Every test on both parsers: libyaml's where PyYAML has its C extension, PyYAML's own
+    where it has not; the refusals are the same on each."""
+    import forge.data_formats
+
+    if request.param == "pure-python":
+        monkeypatch.setattr(forge.data_formats, "StrictCLoader", None)
+    return request.param
+
+
 def refusal(parse, text, source=SOURCE) -> str:
     with pytest.raises(ForgeError) as failure:      # DataError; FileError for bytes not UTF-8
         parse(text, source)
