@@ -213,3 +213,54 @@ def test_value_rules_follow_the_releases_own_get_kwargs(version):
 ])
 def test_value_problem_reads_values_as_the_release_would(flag, values, problem):
     assert release_args("0.27.1").value_problem(flag, values) == problem
+
+
+# --- the cached reading ---------------------------------------------------------------------
+
+def use_a_cache_of_its_own(tmp_path, monkeypatch, version: str) -> None:
+    """An empty cache but for the release's tree (linked from the run's cache)."""
+    from forge.upstream import releases
+
+    tree = releases.release_tree(version)
+    (tmp_path / "cache" / "trees").mkdir(parents=True)
+    (tmp_path / "cache" / "trees" / version).symlink_to(tree)
+    monkeypatch.setenv("VLLM_FORGE_CACHE", str(tmp_path / "cache"))
+
+
+def fields_of(args) -> dict:
+    values = {name: getattr(args, name) for name in args.__dataclass_fields__ if name != "converters"}
+    return {**values, "converters": sorted(args.converters)}
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_the_cached_reading_is_the_release_reading_and_judges_values_alike(version, tmp_path, monkeypatch):
+    use_a_cache_of_its_own(tmp_path, monkeypatch, version)
+    fresh, _ = vllm_args._read_release_args(version)
+    vllm_args.release_args.cache_clear()
+    try:
+        written = vllm_args.release_args(version)          # reads the release, writes the cache
+        assert vllm_args._cached_args_file(version).is_file()
+        cached = vllm_args._from_cache(version)
+    finally:
+        vllm_args.release_args.cache_clear()
+    assert cached is not None
+    assert fields_of(cached) == fields_of(fresh) == fields_of(written)
+    for values in (["32k"], ["abc"], ["-1"], ["auto"]):
+        assert cached.value_problem("--max-model-len", values) == fresh.value_problem("--max-model-len", values)
+    assert fresh.value_problem("--max-model-len", ["abc"]) is not None
+
+
+def test_a_damaged_or_other_code_cache_is_read_again(tmp_path, monkeypatch):
+    use_a_cache_of_its_own(tmp_path, monkeypatch, "0.27.1")
+    entry = vllm_args._cached_args_file("0.27.1")
+    entry.parent.mkdir(parents=True)
+    for damaged in ("{not json", '{"code": "another", "version": "0.27.1"}', "[]",
+                    f'{{"code": "{vllm_args._CODE}", "version": "0.27.1"}}'):
+        entry.write_text(damaged)
+        assert vllm_args._from_cache("0.27.1") is None, damaged
+    vllm_args.release_args.cache_clear()
+    try:
+        assert "--speculative-config" in vllm_args.release_args("0.27.1").serve_flags
+    finally:
+        vllm_args.release_args.cache_clear()
+    assert vllm_args._from_cache("0.27.1") is not None      # rewritten whole

@@ -18,13 +18,16 @@ from __future__ import annotations
 import argparse
 import ast
 import functools
+import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from forge.data_formats import load_json
 from forge.errors import ForgeError
-from forge.files import SOURCE, read_text
+from forge.files import CACHE, SOURCE, read_text, write_text_atomically
+from forge.json_text import dump_json
 from forge.upstream import releases
 
 ARG_UTILS = "vllm/engine/arg_utils.py"
@@ -100,8 +103,59 @@ class ReleaseArgs:
         return None
 
 
+# What release_args reads is kept in the cache (`serve-args/<version>.json`), under the hash of this
+# module's source: parsing a release's config modules costs ~0.3 s, and every `serve`, `--plan`
+# and build reads them. A change to this file reads every release afresh.
+_CODE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+_SETS = ("serve_flags", "engine_fields", "env_vars", "speculative_fields", "speculative_methods",
+         "runners")
+
+
+def _cached_args_file(version: str) -> Path:
+    return releases.cache_dir() / "serve-args" / f"{version}.json"
+
+
+def _to_cache(args: ReleaseArgs, converter_source: str) -> str:
+    return dump_json({
+        "code": _CODE, "version": args.version,
+        **{name: sorted(getattr(args, name)) for name in _SETS},
+        "choices": {flag: sorted(values) for flag, values in args.choices.items()},
+        "value_rules": {flag: asdict(rule) for flag, rule in args.value_rules.items()},
+        "aliases": args.aliases,
+        "converters": {"names": sorted(set(args.converters) - set(BUILTIN_CONVERTERS)),
+                       "source": converter_source}}, "the serve-args cache", indent=1)
+
+
+def _from_cache(version: str) -> ReleaseArgs | None:
+    """The cached reading, or None when there is none for this code (or it does not hold)."""
+    try:
+        data = load_json(_cached_args_file(version), CACHE)
+        if data.get("code") != _CODE or data.get("version") != version:
+            return None
+        converters = _compile_converters(set(data["converters"]["names"]), data["converters"]["source"])
+        return ReleaseArgs(
+            version, **{name: frozenset(data[name]) for name in _SETS},
+            choices={flag: frozenset(values) for flag, values in data["choices"].items()},
+            value_rules={flag: ValueRule(**rule) for flag, rule in data["value_rules"].items()},
+            converters={**BUILTIN_CONVERTERS, **converters}, aliases=dict(data["aliases"]))
+    except (ForgeError, AttributeError, KeyError, TypeError, ValueError):
+        return None       # missing, damaged or of another shape: read the release again
+
+
 @functools.cache
 def release_args(version: str) -> ReleaseArgs:
+    cached = _from_cache(version)
+    if cached is not None:
+        return cached
+    args, converter_source = _read_release_args(version)
+    try:
+        write_text_atomically(_cached_args_file(version), _to_cache(args, converter_source))
+    except (ForgeError, OSError):
+        pass              # a read-only cache: the reading stands, only the next run pays again
+    return args
+
+
+def _read_release_args(version: str) -> tuple[ReleaseArgs, str]:
     tree = releases.release_tree(version)
     source = _SourceIndex(tree)
     choices: dict[str, frozenset[str]] = {}
@@ -124,6 +178,8 @@ def release_args(version: str) -> ReleaseArgs:
     if speculative is None:
         raise ForgeError(f"vLLM {version}: no SpeculativeConfig class in {tree / 'vllm/config'}")
     spec_fields = _annotated_fields(speculative[0])
+    converter_source = _release_converter_source(source)
+    converters = _compile_converters(set(_int_converters(source).values()), converter_source)
     return ReleaseArgs(
         str(version), frozenset(flags),
         frozenset(_dataclass_fields(source.parse(ARG_UTILS), "EngineArgs", source)),
@@ -131,8 +187,8 @@ def release_args(version: str) -> ReleaseArgs:
         frozenset(spec_fields),
         frozenset(source.literal_values(spec_fields["method"])) if "method" in spec_fields
         else frozenset(),
-        rules, {**BUILTIN_CONVERTERS, **_release_converters(source)}, aliases,
-        runners_in(tree))
+        rules, {**BUILTIN_CONVERTERS, **converters}, aliases,
+        runners_in(tree)), converter_source
 
 
 def runners_in(root: Path) -> frozenset[str]:
@@ -656,10 +712,10 @@ def _type_assigned(body: list[ast.stmt]) -> str | None:
     return None
 
 
-def _release_converters(source: _SourceIndex) -> dict[str, object]:
+def _release_converter_source(source: _SourceIndex) -> str:
     """The release's own value converters that arg_utils.py imports (human_readable_int and
-    the like): their function definitions compiled from the release's source, alone, so a
-    value is judged by exactly the code `vllm serve` runs on it (they use only re and argparse)."""
+    the like): their function definitions from the release's source, alone, so a value is
+    judged by exactly the code `vllm serve` runs on it (they use only re and argparse)."""
     wanted = set(_int_converters(source).values())
     module_of = {alias.name: node.module for node in source.parse(ARG_UTILS).body
                  if isinstance(node, ast.ImportFrom) and node.module
@@ -671,10 +727,13 @@ def _release_converters(source: _SourceIndex) -> dict[str, object]:
             continue
         definitions += [node for node in source.parse(relative).body
                         if isinstance(node, ast.FunctionDef) and node.name in wanted]
+    return ast.unparse(ast.Module(body=definitions, type_ignores=[]))
+
+
+def _compile_converters(wanted: set[str], text: str) -> dict[str, object]:
     namespace: dict[str, object] = {"re": re, "argparse": argparse}
     try:
-        exec(compile(ast.Module(body=definitions, type_ignores=[]), str(source.tree), "exec"),
-             namespace)
+        exec(compile(text, "<vLLM's value converters>", "exec"), namespace)
     except Exception:  # noqa: BLE001 - a release whose converters do not stand alone: no check
         return {}
     return {name: namespace[name] for name in wanted if name in namespace}
