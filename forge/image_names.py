@@ -13,6 +13,10 @@ from forge import REPO_ROOT
 from forge.errors import ForgeError
 from forge.files import SOURCE, read_text
 
+# Upstream's unsuffixed release tag is the CUDA 13 build from vLLM 0.20.0 on (images/targets.yaml):
+# what `new-target` writes for a base unless told.
+DEFAULT_BASE_IMAGE = "vllm/vllm-openai:v{version}"
+
 FALLBACK_REPOSITORY = "ghcr.io/vllm-forge/vllm-forge"
 # 12 hex digits (48 bits) of the content digest: short enough to read, far from colliding among
 # the builds of one target and release.

@@ -1,19 +1,22 @@
 """The argument parser behind build.py.
 
-Each command's parser names its handler, a `cmd_*` function of forge/commands, by reference:
-build.py -> main -> the handler -> the packages below can be followed by a reader and by a tool.
-A handler takes the parsed arguments and returns an exit code (None means 0). Importing the
-handler modules imports neither the Docker SDK nor requests (the functions that use them do), so
-`build.py apply` inside an image needs neither (tests/test_cli.py checks).
+Each command's parser names its handler, a `cmd_*` function of forge/commands, by module and
+name (Handler): build.py -> main -> the handler -> the packages below can be followed by a reader
+and by a tool. A handler's module is imported only when its command runs, so one command does not
+pay for importing every other (a build.py call is most of a second of Python otherwise). A handler
+takes the parsed arguments and returns an exit code (None means 0). Importing the handler modules
+imports neither the Docker SDK nor requests (the functions that use them do), so `build.py apply`
+inside an image needs neither (tests/test_cli.py checks).
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import os
 import sys
 
-from forge.commands import data_writers, evidence, images, patch_work, patches, serving, upgrade, watch
+from forge.commands import data_writers
 from forge.errors import ForgeError, file_error
 from forge.files import check_stdout
 from forge.image_names import check_repository_argument
@@ -32,6 +35,19 @@ OUTPUT_FILES = {
     "tune-moe": (("--results", "results"),),          # written after a GPU run of minutes
     "upstream-watch": (("--pr-body", "pr_body"), ("--github-output", "github_output")),
 }
+
+
+class Handler:
+    """A command's handler, `forge.commands.<module>.<name>`, imported when it is called."""
+
+    def __init__(self, module: str, name: str):
+        self.module, self.name = module, name
+
+    def __call__(self, args: argparse.Namespace):
+        return getattr(importlib.import_module(f"forge.commands.{self.module}"), self.name)(args)
+
+    def __repr__(self) -> str:
+        return f"forge.commands.{self.module}.{self.name}"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -82,7 +98,7 @@ def _add_build(commands) -> None:
     p.add_argument("--no-attest", action="store_true",
                    help="no SBOM/provenance attestations (default: on where the engine's image "
                         "store keeps them, i.e. the containerd image store)")
-    p.set_defaults(handler=images.cmd_build)
+    p.set_defaults(handler=Handler("images", "cmd_build"))
 
 
 def _add_patches(commands) -> None:
@@ -95,7 +111,7 @@ def _add_patches(commands) -> None:
                             "after apply shows as applies), patches in the apply record as applied")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_offline_flag(p)
-    p.set_defaults(handler=patches.cmd_patches)
+    p.set_defaults(handler=Handler("patches", "cmd_patches"))
 
 
 def _add_apply(commands) -> None:
@@ -124,7 +140,7 @@ def _add_apply(commands) -> None:
     p.add_argument("--with-candidate", action="append", metavar="ID",
                    help="apply this candidate patch too (series.yaml `candidate: true`; left out "
                         "by default and by image builds; repeatable)")
-    p.set_defaults(handler=patches.cmd_apply)
+    p.set_defaults(handler=Handler("patches", "cmd_apply"))
 
 
 def _add_lock(commands) -> None:
@@ -132,7 +148,7 @@ def _add_lock(commands) -> None:
     p.add_argument("--vllm", type=Release, required=True, metavar="VERSION")
     p.add_argument("--target", action="append", help="only these targets (repeatable)")
     p.add_argument("--lock", metavar="FILE", help="lock file (default images/lock.yaml, $VLLM_FORGE_LOCK)")
-    p.set_defaults(handler=images.cmd_lock)
+    p.set_defaults(handler=Handler("images", "cmd_lock"))
 
 
 def _add_bake(commands) -> None:
@@ -146,7 +162,7 @@ def _add_bake(commands) -> None:
     p.add_argument("--no-attest", action="store_true",
                    help="no SBOM/provenance attestations: for the plain docker driver (Docker "
                         "Engine before 26 without the containerd image store, e.g. Debian 12's)")
-    p.set_defaults(handler=images.cmd_bake)
+    p.set_defaults(handler=Handler("images", "cmd_bake"))
 
 
 def _add_serve(commands) -> None:
@@ -161,7 +177,7 @@ def _add_serve(commands) -> None:
     p.add_argument("--recipes-dir", metavar="DIR",
                    help="read recipes from DIR/<recipe>.yaml (default: recipes/)")
     _add_serve_nodes(p)
-    p.set_defaults(handler=serving.cmd_serve)
+    p.set_defaults(handler=Handler("serving", "cmd_serve"))
 
 
 def _add_serve_nodes(p) -> None:
@@ -197,7 +213,7 @@ def _add_roofline(commands) -> None:
     p.add_argument("--device", help="one of the target's device_names (default: the first)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--recipes-dir", metavar="DIR", help="read recipes from DIR (default: recipes/)")
-    p.set_defaults(handler=serving.cmd_roofline)
+    p.set_defaults(handler=Handler("serving", "cmd_roofline"))
 
 
 def counts(text: str) -> list[int]:
@@ -256,7 +272,7 @@ def _add_tune_moe(commands) -> None:
     p.add_argument("--window", default="sustained@agree",
                    help="with --end-to-end: the bench window compared (default sustained@agree: "
                         "batch 1, every draft accepted)")
-    p.set_defaults(handler=serving.cmd_tune_moe)
+    p.set_defaults(handler=Handler("serving", "cmd_tune_moe"))
 
 
 def _add_publish(commands) -> None:
@@ -277,7 +293,7 @@ def _add_publish(commands) -> None:
                         "tag and the known-good entry stay as they are)")
     p.add_argument("--github-output", metavar="FILE",
                    help="append moving_ref= and source_ref= (a GitHub Actions step output file)")
-    p.set_defaults(handler=images.cmd_publish)
+    p.set_defaults(handler=Handler("images", "cmd_publish"))
 
 
 def _add_published(commands) -> None:
@@ -286,7 +302,7 @@ def _add_published(commands) -> None:
     p.add_argument("--vllm", type=Release, metavar="VERSION")
     p.add_argument("--index", help="the known-good index file (default images/published.json)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(handler=images.cmd_published)
+    p.set_defaults(handler=Handler("images", "cmd_published"))
 
 
 def _add_upstream_watch(commands) -> None:
@@ -306,7 +322,7 @@ def _add_upstream_watch(commands) -> None:
     p.add_argument("--dependency-through", action="append", metavar="PACKAGE==VERSION",
                    help="check the package's new versions only up to this one (repeatable)")
     _add_offline_flag(p)
-    p.set_defaults(handler=watch.cmd_upstream_watch)
+    p.set_defaults(handler=Handler("watch", "cmd_upstream_watch"))
 
 
 def _add_drift(commands) -> None:
@@ -331,7 +347,7 @@ def _add_drift(commands) -> None:
     p.add_argument("--series", help="the patch manifest (default patches/series.yaml, $VLLM_FORGE_SERIES)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     _add_offline_flag(p)
-    p.set_defaults(handler=watch.cmd_drift)
+    p.set_defaults(handler=Handler("watch", "cmd_drift"))
 
 
 def _add_readme_table(commands) -> None:
@@ -339,7 +355,7 @@ def _add_readme_table(commands) -> None:
     p.add_argument("--readme", help="the README to update (default the repository's README.md)")
     p.add_argument("--check", action="store_true", help="exit 1 if the table is stale; write nothing")
     _add_offline_flag(p)
-    p.set_defaults(handler=patches.cmd_readme_table)
+    p.set_defaults(handler=Handler("patches", "cmd_readme_table"))
 
 
 def _add_evidence(commands) -> None:
@@ -350,7 +366,7 @@ def _add_evidence(commands) -> None:
     p.add_argument("--derive", action="append", metavar="ID",
                    help="first set this record's figures from its raw report (repeatable)")
     p.add_argument("--check", action="store_true", help="exit 1 if the page is stale; write nothing")
-    p.set_defaults(handler=evidence.cmd_evidence)
+    p.set_defaults(handler=Handler("evidence", "cmd_evidence"))
 
 
 def _add_new_patch(commands) -> None:
@@ -370,7 +386,7 @@ def _add_new_patch(commands) -> None:
     g.add_argument("--releases", metavar="SPEC", help="PEP 440 specifier (default >=VERSION)")
     g.add_argument("--fixes-marker", metavar="TEXT",
                    help="text of the buggy code: where it is absent the patch is not-needed")
-    p.set_defaults(handler=patch_work.cmd_new_patch)
+    p.set_defaults(handler=Handler("patch_work", "cmd_new_patch"))
 
 
 def _add_refresh_patch(commands) -> None:
@@ -383,14 +399,14 @@ def _add_refresh_patch(commands) -> None:
                         "the new diff no longer serves the earlier releases)")
     p.add_argument("--releases", metavar="SPEC",
                    help="with --finish: the refreshed diff's releases (default: computed)")
-    p.set_defaults(handler=patch_work.cmd_refresh_patch)
+    p.set_defaults(handler=Handler("patch_work", "cmd_refresh_patch"))
 
 
 def _add_patch_headers(commands) -> None:
     p = commands.add_parser("patch-headers", help="write each source diff's provenance header from "
                                                   "patches/series.yaml (and its new sha256)")
     p.add_argument("--check", action="store_true", help="exit 1 if a header is stale; write nothing")
-    p.set_defaults(handler=patch_work.cmd_patch_headers)
+    p.set_defaults(handler=Handler("patch_work", "cmd_patch_headers"))
 
 
 def _add_release_matrix(commands) -> None:
@@ -404,7 +420,7 @@ def _add_release_matrix(commands) -> None:
                         "linux/arm64=ubuntu-24.04-arm)")
     p.add_argument("--pretty", action="store_true", help="indented JSON")
     p.add_argument("--github-output", metavar="FILE", help="append vllm= and matrix= lines")
-    p.set_defaults(handler=images.cmd_release_matrix)
+    p.set_defaults(handler=Handler("images", "cmd_release_matrix"))
 
 
 def _add_upgrade(commands) -> None:
@@ -424,7 +440,7 @@ def _add_upgrade(commands) -> None:
                    help="when ready: build the --to image, then smoke each recipe in it on this "
                         "host's GPU (stops at the first failure; pushes and publishes nothing)")
     _add_repository_flag(p)
-    p.set_defaults(handler=upgrade.cmd_upgrade)
+    p.set_defaults(handler=Handler("upgrade", "cmd_upgrade"))
 
 
 COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,

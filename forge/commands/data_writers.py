@@ -4,11 +4,12 @@ you type: images/targets.yaml's entry, a recipe, a model family) and `recipes-ta
 flag in one line, and writes inside the checkout only, atomically."""
 from __future__ import annotations
 
-from forge import REPO_ROOT, family_writer
-from forge.commands.generated import check_or_write
+from forge import REPO_ROOT
 from forge.errors import ForgeError
-from forge.images import new_target
-from forge.serving import new_recipe, thresholds_table
+from forge.image_names import DEFAULT_BASE_IMAGE
+
+# The writers are imported by the handler that runs (forge/commands/cli.py builds every command's
+# parser on each call; the model-family writer alone costs a tenth of a second to import).
 
 
 def _shown(path) -> str:
@@ -19,6 +20,8 @@ def _shown(path) -> str:
 
 
 def cmd_new_target(args) -> int:
+    from forge.images import new_target
+
     new = new_target.NewTarget(
         name=args.name, description=args.description, platform=args.platform, cuda=args.cuda,
         cuda_arch=args.cuda_arch, device_names=args.device_name or [],
@@ -37,6 +40,8 @@ DEFAULTS_FLAGS = ("quantization", "num_speculative_tokens", "model_runner", "att
 
 
 def cmd_new_recipe(args) -> int:
+    from forge.serving import new_recipe, thresholds_table
+
     given = {flag: getattr(args, flag) for flag in DEFAULTS_FLAGS if getattr(args, flag) is not None}
     if given and not args.model:
         raise ForgeError(f"--{next(iter(given)).replace('_', '-')}: only with --model (a new "
@@ -50,6 +55,8 @@ def cmd_new_recipe(args) -> int:
 
 
 def cmd_new_family(args) -> int:
+    from forge import family_writer
+
     path = family_writer.add_family(args.name, args.like, args.model_id, args.label)
     print(f"wrote {_shown(path)}: {args.name}, a copy of {args.like}'s facts with {args.model_id}")
     print(f"next: correct each value there, then `python3 build.py new-recipe MODEL "
@@ -58,6 +65,9 @@ def cmd_new_family(args) -> int:
 
 
 def cmd_recipes_table(args) -> int:
+    from forge.commands.generated import check_or_write
+    from forge.serving import thresholds_table
+
     current, updated = thresholds_table.regenerated()
     return check_or_write(thresholds_table.README, _shown(thresholds_table.README), "the thresholds table",
                           current, updated, check=args.check, command=thresholds_table.COMMAND)
@@ -88,7 +98,7 @@ def _add_new_target(commands) -> None:
     p.add_argument("--bandwidth-gb-s", type=float, action="append",
                    help="peak memory bandwidth of each --device-name, GB/s (in their order)")
     p.add_argument("--bandwidth-source", help="the public page the bandwidth figures come from")
-    p.add_argument("--base-image", default=new_target.DEFAULT_BASE_IMAGE,
+    p.add_argument("--base-image", default=DEFAULT_BASE_IMAGE,
                    help="upstream base image tag, {version} the release (default %(default)s)")
     p.add_argument("--releases", help="PEP 440 range of releases that base serves (default: "
                                       "from the series' checked_from)")

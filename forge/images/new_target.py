@@ -11,13 +11,11 @@ from pathlib import Path
 
 from forge.errors import ForgeError
 from forge.files import DATA_YAML, read_text, write_text_atomically
+from forge.image_names import DEFAULT_BASE_IMAGE
 from forge.json_text import dump_json
 from forge.schema import SchemaError, load_yaml, validate
 from forge.serving.recipes import series_coverage
 from forge.targets import BASE_SCHEMA, TARGET_SCHEMA, load_targets, target_name_problem, targets_file
-
-# Upstream's unsuffixed release tag is the CUDA 13 build from vLLM 0.20.0 on (images/targets.yaml).
-DEFAULT_BASE_IMAGE = "vllm/vllm-openai:v{version}"
 
 
 @dataclass(frozen=True)
