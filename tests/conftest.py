@@ -1,9 +1,49 @@
-"""Shared test setup. Fixtures that start real services live in their own modules, listed here."""
+"""Shared test setup. Fixtures that start real services live in their own modules, listed here.
+
+Scratch space: a run writes about 9 GB of copies (release trees, site-packages, wheels installed
+by pip) and the atomic writes under test fsync every file. Where /dev/shm is a tmpfs with room,
+the run's temporary folder ($TMPDIR, pytest's tmp_path, the workers' too) lives there, in memory;
+elsewhere it is the system's. pyproject's `tmp_path_retention_policy = "failed"` removes a passing
+test's folder as it ends, so a run holds a few hundred MB at a time, not 9 GB.
+"""
+import os
+import stat
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from forge.upstream import releases
+
+RAM_TMP = Path("/dev/shm")
+RAM_TMP_NEEDED = 4 << 30          # two workers' largest tests hold ~1.2 GB at once
+
+
+def ram_scratch(root: Path = RAM_TMP, needed: int = RAM_TMP_NEEDED) -> Path | None:
+    """A temporary folder in memory (under a tmpfs with `needed` bytes free), or None."""
+    try:
+        stats = os.statvfs(root)
+    except OSError:
+        return None
+    if stats.f_bavail * stats.f_frsize < needed:
+        return None
+    folder = root / f"vllm-forge-tests-{os.getuid()}"
+    folder.mkdir(exist_ok=True)
+    # like /tmp: commands the tests run as nobody make their own temporary files here too
+    os.chmod(folder, 0o777 | stat.S_ISVTX)
+    return folder
+
+
+def pytest_configure(config):
+    """Before pytest-xdist starts its workers (they inherit $TMPDIR) and before tmp_path's
+    base folder is made."""
+    if hasattr(config, "workerinput"):
+        return                      # the controller chose; the variable came with the worker
+    scratch = ram_scratch()
+    if scratch is not None:
+        os.environ["TMPDIR"] = str(scratch)
+        tempfile.tempdir = None     # gettempdir() reads $TMPDIR again
+
 
 pytest_plugins = ["tests.fixtures_docker", "tests.fixtures_patches", "tests.markers", "tests.prefetch"]
 
