@@ -3,10 +3,13 @@
 Scratch space: a run writes about 9 GB of copies (release trees, site-packages, wheels installed
 by pip) and the atomic writes under test fsync every file. Where /dev/shm is a tmpfs with room,
 the run's temporary folder ($TMPDIR, pytest's tmp_path, the workers' too) lives there, in memory;
-elsewhere it is the system's. pyproject's `tmp_path_retention_policy = "failed"` removes a passing
-test's folder as it ends, so a run holds a few hundred MB at a time, not 9 GB.
+elsewhere it is the system's. A passing test's tmp_path is emptied as it ends (empty_when_passed),
+so a run holds a few hundred MB at a time, not 9 GB. The folder itself stays: pytest numbers the
+next test's folder after the existing ones, and a reused path would meet whatever a cache keyed by
+path kept from the test before (pytest's own `tmp_path_retention_policy = "failed"` reuses them).
 """
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -27,7 +30,8 @@ def ram_scratch(root: Path = RAM_TMP, needed: int = RAM_TMP_NEEDED) -> Path | No
         return None
     if stats.f_bavail * stats.f_frsize < needed:
         return None
-    folder = root / f"vllm-forge-tests-{os.getuid()}"
+    # short: unix socket paths under a test's tmp_path must stay within 107 bytes
+    folder = root / f"vft-{os.getuid()}"
     folder.mkdir(exist_ok=True)
     # like /tmp: commands the tests run as nobody make their own temporary files here too
     os.chmod(folder, 0o777 | stat.S_ISVTX)
@@ -58,3 +62,27 @@ def release_tree():
 def at_root(monkeypatch):
     """Run from the repository root: committed reports name their files relative to it."""
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
+
+
+_PASSED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when in ("setup", "call"):
+        item.stash[_PASSED] = item.stash.get(_PASSED, True) and report.passed
+    return report
+
+
+@pytest.fixture(autouse=True)
+def empty_when_passed(request):
+    """After a passing test, what it wrote in its tmp_path goes (a failing test's stays to read)."""
+    yield
+    folder = request.node.funcargs.get("tmp_path")
+    if folder is not None and request.node.stash.get(_PASSED, False):
+        for entry in list(folder.iterdir()):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)

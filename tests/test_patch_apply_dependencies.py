@@ -24,6 +24,9 @@ FIXED_LINE = b'            if share_embeddings and hasattr(self.model, "has_own_
 CONSTRAINT = "transformers-gemma4-per-layer-config"
 UNREACHABLE_INDEX = "http://127.0.0.1:9/simple/"     # discard port: nothing listens
 
+# slow: pip installs real transformers wheels (~3500 files) on every apply.
+pytestmark = pytest.mark.slow
+
 
 def transformers_in(site) -> str | None:
     found = [d.version for d in importlib.metadata.distributions(path=[str(site)])

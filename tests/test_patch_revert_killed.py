@@ -22,6 +22,9 @@ from tests.test_patch_apply_dependencies import (
 )
 from tests.test_patch_series import run_build
 
+# slow: each case applies and reverts real transformers wheels through pip.
+pytestmark = pytest.mark.slow
+
 
 def empty_dirs(site) -> set[str]:
     return {str(d.relative_to(site)) for d in site.rglob("*") if d.is_dir() and not any(d.iterdir())}

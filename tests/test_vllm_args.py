@@ -218,12 +218,13 @@ def test_value_problem_reads_values_as_the_release_would(flag, values, problem):
 # --- the cached reading ---------------------------------------------------------------------
 
 def use_a_cache_of_its_own(tmp_path, monkeypatch, version: str) -> None:
-    """An empty cache but for the release's tree (linked from the run's cache)."""
+    """An empty cache but for the release's tree: its vllm/ linked from the run's cache (a link
+    in place of the tree's folder would be an installed vLLM, which is never cached)."""
     from forge.upstream import releases
 
     tree = releases.release_tree(version)
-    (tmp_path / "cache" / "trees").mkdir(parents=True)
-    (tmp_path / "cache" / "trees" / version).symlink_to(tree)
+    (tmp_path / "cache" / "trees" / version).mkdir(parents=True)
+    (tmp_path / "cache" / "trees" / version / "vllm").symlink_to(tree / "vllm")
     monkeypatch.setenv("VLLM_FORGE_CACHE", str(tmp_path / "cache"))
 
 
@@ -264,3 +265,18 @@ def test_a_damaged_or_other_code_cache_is_read_again(tmp_path, monkeypatch):
     finally:
         vllm_args.release_args.cache_clear()
     assert vllm_args._from_cache("0.27.1") is not None      # rewritten whole
+
+
+def test_an_installed_vllm_linked_in_as_the_tree_is_read_each_time_and_never_cached(tmp_path, monkeypatch):
+    from forge.upstream import releases
+
+    tree = releases.release_tree("0.27.1")
+    (tmp_path / "cache" / "trees").mkdir(parents=True)
+    (tmp_path / "cache" / "trees" / "0.27.1").symlink_to(tree)
+    monkeypatch.setenv("VLLM_FORGE_CACHE", str(tmp_path / "cache"))
+    vllm_args.release_args.cache_clear()
+    try:
+        assert "--speculative-config" in vllm_args.release_args("0.27.1").serve_flags
+    finally:
+        vllm_args.release_args.cache_clear()
+    assert not vllm_args._cached_args_file("0.27.1").exists()

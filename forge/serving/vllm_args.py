@@ -26,7 +26,7 @@ from pathlib import Path
 
 from forge.data_formats import load_json
 from forge.errors import ForgeError
-from forge.files import CACHE, SOURCE, read_text, write_text_atomically
+from forge.files import CACHE, SOURCE, read_bytes, read_text, write_text_atomically
 from forge.json_text import dump_json
 from forge.upstream import releases
 
@@ -106,13 +106,18 @@ class ReleaseArgs:
 # What release_args reads is kept in the cache (`serve-args/<version>.json`), under the hash of this
 # module's source: parsing a release's config modules costs ~0.3 s, and every `serve`, `--plan`
 # and build reads them. A change to this file reads every release afresh.
-_CODE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+_CODE = hashlib.sha256(read_bytes(__file__, SOURCE)).hexdigest()[:16]
 _SETS = ("serve_flags", "engine_fields", "env_vars", "speculative_fields", "speculative_methods",
          "runners")
 
 
 def _cached_args_file(version: str) -> Path:
     return releases.cache_dir() / "serve-args" / f"{version}.json"
+
+
+def _tree_path(version: str) -> Path:
+    """Where release_tree keeps the release (a link there is an installed vLLM, never cached)."""
+    return releases.cache_dir() / "trees" / version
 
 
 def _to_cache(args: ReleaseArgs, converter_source: str) -> str:
@@ -132,7 +137,8 @@ def _from_cache(version: str) -> ReleaseArgs | None:
         data = load_json(_cached_args_file(version), CACHE)
         if data.get("code") != _CODE or data.get("version") != version:
             return None
-        converters = _compile_converters(set(data["converters"]["names"]), data["converters"]["source"])
+        converters = _compile_converters(set(data["converters"]["names"]), data["converters"]["source"],
+                                         str(_tree_path(version)))
         return ReleaseArgs(
             version, **{name: frozenset(data[name]) for name in _SETS},
             choices={flag: frozenset(values) for flag, values in data["choices"].items()},
@@ -144,10 +150,14 @@ def _from_cache(version: str) -> ReleaseArgs | None:
 
 @functools.cache
 def release_args(version: str) -> ReleaseArgs:
-    cached = _from_cache(version)
+    # A linked tree is an installed vLLM (verify's --installed): it may be patched, read it each time.
+    linked = _tree_path(version).is_symlink()
+    cached = None if linked else _from_cache(version)
     if cached is not None:
         return cached
     args, converter_source = _read_release_args(version)
+    if linked:
+        return args
     try:
         write_text_atomically(_cached_args_file(version), _to_cache(args, converter_source))
     except (ForgeError, OSError):
@@ -179,7 +189,7 @@ def _read_release_args(version: str) -> tuple[ReleaseArgs, str]:
         raise ForgeError(f"vLLM {version}: no SpeculativeConfig class in {tree / 'vllm/config'}")
     spec_fields = _annotated_fields(speculative[0])
     converter_source = _release_converter_source(source)
-    converters = _compile_converters(set(_int_converters(source).values()), converter_source)
+    converters = _compile_converters(set(_int_converters(source).values()), converter_source, str(tree))
     return ReleaseArgs(
         str(version), frozenset(flags),
         frozenset(_dataclass_fields(source.parse(ARG_UTILS), "EngineArgs", source)),
@@ -730,10 +740,10 @@ def _release_converter_source(source: _SourceIndex) -> str:
     return ast.unparse(ast.Module(body=definitions, type_ignores=[]))
 
 
-def _compile_converters(wanted: set[str], text: str) -> dict[str, object]:
+def _compile_converters(wanted: set[str], text: str, tree: str) -> dict[str, object]:
     namespace: dict[str, object] = {"re": re, "argparse": argparse}
     try:
-        exec(compile(text, "<vLLM's value converters>", "exec"), namespace)
+        exec(compile(text, tree, "exec"), namespace)
     except Exception:  # noqa: BLE001 - a release whose converters do not stand alone: no check
         return {}
     return {name: namespace[name] for name in wanted if name in namespace}
