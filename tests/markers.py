@@ -45,14 +45,15 @@ DOCKER_GROUP = "docker"
 
 def run_order(items: list[pytest.Item], distributed: bool = False) -> list[pytest.Item]:
     """Whole files keep their place within their rank: module fixtures are set up once."""
-    docker_files = {item.path for item in items if item.get_closest_marker("docker")}
-    drift_files = {item.path for item in items if uses_drift_environments(item)}
     if distributed:
         slow_files = {item.path for item in items if item.get_closest_marker("slow")}
 
         def rank(item: pytest.Item) -> int:
             return 0 if item.get_closest_marker("docker") else 1 if item.path in slow_files else 2
     else:
+        docker_files = {item.path for item in items if item.get_closest_marker("docker")}
+        drift_files = {item.path for item in items if uses_drift_environments(item)}
+
         def rank(item: pytest.Item) -> int:
             return 2 if item.path in docker_files else 1 if item.path in drift_files else 0
     return sorted(items, key=rank)

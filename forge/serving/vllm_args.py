@@ -115,11 +115,6 @@ def _cached_args_file(version: str) -> Path:
     return releases.cache_dir() / "serve-args" / f"{version}.json"
 
 
-def _tree_path(version: str) -> Path:
-    """Where release_tree keeps the release (a link there is an installed vLLM, never cached)."""
-    return releases.cache_dir() / "trees" / version
-
-
 def _to_cache(args: ReleaseArgs, converter_source: str) -> str:
     return dump_json({
         "code": _CODE, "version": args.version,
@@ -138,7 +133,7 @@ def _from_cache(version: str) -> ReleaseArgs | None:
         if data.get("code") != _CODE or data.get("version") != version:
             return None
         converters = _compile_converters(set(data["converters"]["names"]), data["converters"]["source"],
-                                         str(_tree_path(version)))
+                                         str(releases.tree_path(version)))
         return ReleaseArgs(
             version, **{name: frozenset(data[name]) for name in _SETS},
             choices={flag: frozenset(values) for flag, values in data["choices"].items()},
@@ -151,7 +146,7 @@ def _from_cache(version: str) -> ReleaseArgs | None:
 @functools.cache
 def release_args(version: str) -> ReleaseArgs:
     # A linked tree is an installed vLLM (verify's --installed): it may be patched, read it each time.
-    linked = _tree_path(version).is_symlink()
+    linked = releases.tree_path(version).is_symlink()
     cached = None if linked else _from_cache(version)
     if cached is not None:
         return cached
@@ -188,8 +183,9 @@ def _read_release_args(version: str) -> tuple[ReleaseArgs, str]:
     if speculative is None:
         raise ForgeError(f"vLLM {version}: no SpeculativeConfig class in {tree / 'vllm/config'}")
     spec_fields = _annotated_fields(speculative[0])
-    converter_source = _release_converter_source(source)
-    converters = _compile_converters(set(_int_converters(source).values()), converter_source, str(tree))
+    converter_names = set(_int_converters(source).values())
+    converter_source = _release_converter_source(source, converter_names)
+    converters = _compile_converters(converter_names, converter_source, str(tree))
     return ReleaseArgs(
         str(version), frozenset(flags),
         frozenset(_dataclass_fields(source.parse(ARG_UTILS), "EngineArgs", source)),
@@ -722,11 +718,10 @@ def _type_assigned(body: list[ast.stmt]) -> str | None:
     return None
 
 
-def _release_converter_source(source: _SourceIndex) -> str:
+def _release_converter_source(source: _SourceIndex, wanted: set[str]) -> str:
     """The release's own value converters that arg_utils.py imports (human_readable_int and
     the like): their function definitions from the release's source, alone, so a value is
     judged by exactly the code `vllm serve` runs on it (they use only re and argparse)."""
-    wanted = set(_int_converters(source).values())
     module_of = {alias.name: node.module for node in source.parse(ARG_UTILS).body
                  if isinstance(node, ast.ImportFrom) and node.module
                  for alias in node.names if alias.name in wanted}

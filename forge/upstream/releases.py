@@ -238,13 +238,18 @@ def _download(info: Sdist, partial: Path) -> None:
                 progress.advance(len(block))
 
 
+def tree_path(version: str) -> Path:
+    """Where release_tree keeps release `version`'s tree (made or not)."""
+    return cache_dir() / "trees" / str(Release(version).version)
+
+
 def release_tree(version: str, offline: bool = False) -> Path:
     """The directory that holds release `version`'s `vllm/` package, extracted once.
 
     Returns the parent of `vllm/`, laid out like a site-packages directory.
     """
     parsed = Release(version).version
-    tree = cache_dir() / "trees" / str(parsed)
+    tree = tree_path(version)
     if (tree / "vllm" / "__init__.py").exists():
         return tree
     with one_maker(tree, locks_dir()):     # a run extracting it: wait for its tree

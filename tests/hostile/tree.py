@@ -54,7 +54,7 @@ def prepared_real_cache() -> Path:
     with _PREPARED:
         cache = releases.cache_dir()
         missing = [release for release in RELEASE_TREES
-                   if not (cache / "trees" / release / "vllm" / "__init__.py").exists()
+                   if not (releases.tree_path(release) / "vllm" / "__init__.py").exists()
                    or not (cache / "requirements" / f"{release}.json").exists()]
         for release in missing:
             subprocess.run([sys.executable, str(REPO_ROOT / "build.py"), "patches", "--vllm", release],
@@ -171,6 +171,8 @@ class SessionTree:
         return self.case / "cache"
 
     def build(self) -> None:
+        from forge.upstream import releases
+
         for folder in (self.case, self.capture, self.shared_cache):
             folder.mkdir(parents=True)
         for name in tracked_files():
@@ -179,7 +181,7 @@ class SessionTree:
             shutil.copy2(REPO_ROOT / name, target)
         real_cache = prepared_real_cache()
         for release in RELEASE_TREES:
-            subprocess.run(["cp", "-a", str(real_cache / "trees" / release), str(self.shared_cache)],
+            subprocess.run(["cp", "-a", str(releases.tree_path(release)), str(self.shared_cache)],
                            check=True)
             os.chmod(self.shared_cache / release, 0o755)
         os.chmod(self.base, 0o755)
