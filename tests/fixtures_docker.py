@@ -23,7 +23,6 @@ import io
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -162,18 +161,6 @@ ROOTFS_NAME = "bookworm-python-essential"
 
 def _rootfs_path(arch: str) -> Path:
     return bases_cache() / f"{ROOTFS_NAME}-{arch}.tar"
-
-
-def stop_group(process: subprocess.Popen, first: int, grace_s: float) -> None:
-    """Signal a still-running process's group with `first`, then SIGKILL after `grace_s`."""
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, first)
-    try:
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 def rootfs_tarball(arch: str) -> Path:
