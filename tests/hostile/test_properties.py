@@ -16,7 +16,7 @@ import tempfile
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
                       os.path.join(tempfile.gettempdir(), "vllm-forge-hypothesis"))
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402 (after the storage folder is set)
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402 (after the storage folder is set)
 from hypothesis import strategies as st  # noqa: E402
 
 from forge.data_formats import parse_yaml
@@ -66,6 +66,10 @@ diff_bytes = st.lists(st.sampled_from(DIFF_LINES), max_size=40).map(lambda lines
 
 @SETTINGS
 @given(diff_bytes)
+# Diffs that parse, so the branch that checks what parsed runs on every run, not only when the
+# random draw happens to build a whole hunk (the second once found that branch misspelled).
+@example(b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1 +1 @@\n-removed\n+added")
+@example(b"--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1 +1 @@\n--- a/vllm/x.py\n+++ b/vllm/x.py")
 def test_diff_parses_or_refuses_in_one_line(data):
     try:
         files = parse_diff(data, SOURCE)
@@ -73,7 +77,7 @@ def test_diff_parses_or_refuses_in_one_line(data):
         one_line_naming(exc, SOURCE)
         return
     for diff in files:   # what parsed names files inside the tree only
-        for name in (diff.old, diff.new):
+        for name in (diff.old_path, diff.new_path):
             assert name is None or not (name.startswith("/") or ".." in name.split("/")), name
 
 
