@@ -7,12 +7,14 @@ killed processes."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import subprocess
 
 import pytest
 
 from forge.patching.apply import KILL_AFTER_ENV, KILL_AFTER_STAGED_ENV, RECORD_DIR, TEMP_SUFFIX
-from tests.fixtures_patches import snapshot, source_patches_applying, wheelhouse
+from tests.fixtures_patches import install_wheel, make_site_packages, snapshot, source_patches_applying, wheelhouse
 from tests.test_patch_apply_dependencies import (
     CONSTRAINT,
     FIXED_LINE,
@@ -30,13 +32,28 @@ def empty_dirs(site) -> set[str]:
     return {str(d.relative_to(site)) for d in site.rglob("*") if d.is_dir() and not any(d.iterdir())}
 
 
-def patched_install(site_with_transformers):
-    """vLLM 0.25.0 with transformers 5.15.0, then applied: the patch in, transformers 5.14.1."""
-    site = site_with_transformers("0.25.0", "5.15.0")
+@pytest.fixture(scope="module")
+def applied_template(tmp_path_factory):
+    """vLLM 0.25.0 with transformers 5.15.0, then applied (the patch in, transformers 5.14.1),
+    made once for the module: its path, a copy of it, and what the install was before apply.
+    Each case starts from an exact copy at the same path (the record names its site by path)."""
+    base = tmp_path_factory.mktemp("applied")
+    site = make_site_packages("0.25.0", base / "site")
+    install_wheel(site, "transformers", "5.15.0")
     original, empty = snapshot(site), empty_dirs(site)
     applied = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()))
     assert applied.returncode == 0, applied.stderr
     assert transformers_in(site) == "5.14.1"
+    subprocess.run(["cp", "-a", str(site), str(base / "template")], check=True)
+    return site, base / "template", original, empty
+
+
+@pytest.fixture
+def patched_install(applied_template):
+    """The applied install, as `apply` left it (cp -a keeps bytes, modes and times)."""
+    site, template, original, empty = applied_template
+    shutil.rmtree(site, ignore_errors=True)
+    subprocess.run(["cp", "-a", str(template), str(site)], check=True)
     return site, original, empty
 
 
@@ -48,8 +65,8 @@ def killed_revert(site, **kill) -> None:
 @pytest.mark.parametrize("kill", [{KILL_AFTER_STAGED_ENV: "0"}, {KILL_AFTER_STAGED_ENV: "300"},
                                   {KILL_AFTER_ENV: "0"}])
 def test_a_revert_killed_while_staging_is_forgotten_and_leaves_no_empty_directory(
-        site_with_transformers, kill):
-    site, original, empty = patched_install(site_with_transformers)
+        patched_install, kill):
+    site, original, empty = patched_install
     patched = snapshot(site)
     killed_revert(site, **kill)
     assert FIXED_LINE in (site / TARGET).read_bytes()          # no file was replaced yet
@@ -67,10 +84,10 @@ def test_a_revert_killed_while_staging_is_forgotten_and_leaves_no_empty_director
 
 @pytest.mark.parametrize("renames", ["1", "3", "600"])
 def test_a_revert_killed_while_restoring_is_named_and_the_next_apply_finishes_it(
-        site_with_transformers, renames):
+        patched_install, renames):
     """Renames: 1 marks the record restoring, 2 puts pip's RECORD back, 3 the vLLM file, then
     transformers' 3500 files one by one (600: part 5.15.0, part 5.14.1)."""
-    site, original, empty = patched_install(site_with_transformers)
+    site, original, empty = patched_install
     killed_revert(site, **{KILL_AFTER_ENV: renames})
     record = json.loads((site / "vllm" / RECORD_DIR / "applied.json").read_text())
     assert record["reverting"]["step"] == "restoring"
@@ -94,8 +111,8 @@ def test_a_revert_killed_while_restoring_is_named_and_the_next_apply_finishes_it
     assert snapshot(site) == original and empty_dirs(site) == empty and leftovers(site) == []
 
 
-def test_a_revert_killed_while_restoring_is_finished_by_the_next_revert(site_with_transformers):
-    site, original, empty = patched_install(site_with_transformers)
+def test_a_revert_killed_while_restoring_is_finished_by_the_next_revert(patched_install):
+    site, original, empty = patched_install
     killed_revert(site, **{KILL_AFTER_ENV: "600"})
     assert len(empty_dirs(site) - empty) > 0 or list(site.rglob(f"*{TEMP_SUFFIX}"))
     finished = run_build("apply", "--site-packages", str(site), "--revert")
