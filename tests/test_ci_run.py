@@ -8,8 +8,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # What .ci/run reads; the tests/ directory is the stand-in's own.
-CI_FILES = [".ci/run", ".ci/apt-packages.txt", "requirements.txt", "requirements-dev.txt",
-            "pyproject.toml"]
+CI_FILES = [".ci/run", ".ci/apt-packages.txt", ".ci/missing-packages.sh", "requirements.txt",
+            "requirements-dev.txt", "pyproject.toml"]
 
 
 def run_ci(tmp_path: Path, tests: dict[str, str], package: str = "") -> subprocess.CompletedProcess:
@@ -44,6 +44,8 @@ def test_a_failing_test_fails_the_run_with_pytest_status_and_phase_times(tmp_pat
     assert result.returncode == 1
     assert "[ci] FAILED: pytest exited 1" in result.stderr
     assert "1 failed" in result.stdout
+    # this machine has every listed package (the suite's set-up installed them): no apt run
+    assert f"[ci] all {len(apt_packages())} Debian packages are installed" in result.stdout
     for phase in ("Debian packages", "Python packages", "lint and types", "vLLM source cache", "tests"):
         assert f"=== [ci] {phase} took " in result.stdout
     assert "=== [ci] total " in result.stdout
@@ -58,3 +60,17 @@ def test_lint_and_type_errors_fail_a_run_whose_tests_pass(tmp_path):
     types = run_ci(tmp_path / "types", passing, package="COUNT: int = 'three'\n")
     assert types.returncode == 1 and "[ci] FAILED: mypy found type errors" in types.stderr
     assert "Incompatible types in assignment" in types.stdout
+
+
+def apt_packages() -> list[str]:
+    lines = (REPO_ROOT / ".ci" / "apt-packages.txt").read_text().splitlines()
+    return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
+
+
+def test_only_packages_dpkg_lacks_are_named_for_install():
+    """.ci/run runs apt only when this names a package: the listed ones are installed here (the
+    suite's set-up), a made-up one never is."""
+    listed = apt_packages()
+    named = subprocess.run(["bash", str(REPO_ROOT / ".ci" / "missing-packages.sh"), *listed,
+                            "vllm-forge-no-such-package"], capture_output=True, text=True, check=True)
+    assert named.stdout.split() == ["vllm-forge-no-such-package"]
