@@ -156,7 +156,7 @@ def start_registry(auth: dict | None = None) -> Registry:
 
 # Named after what tests/infra/make-rootfs.sh makes: a change to its recipe gets a new name, so no
 # cache keeps serving the old tarball (nor a stand-in image built from it: _standin_record).
-ROOTFS_NAME = "bookworm-python-essential"
+ROOTFS_NAME = "bookworm-python-unpacked"
 
 
 def _rootfs_path(arch: str) -> Path:
@@ -166,16 +166,13 @@ def _rootfs_path(arch: str) -> Path:
 def rootfs_tarball(arch: str) -> Path:
     """Debian bookworm + python3, python3-yaml, python3-packaging for `arch`, made once and cached.
     One maker per tarball (forge.files.one_maker): a test that needs it while the background
-    prefetch or another test process is making it (the arm64 one runs dpkg under qemu for
-    minutes on an empty cache) waits, then reads it."""
+    prefetch or another test process is making it waits, then reads it."""
     from forge.files import one_maker
     from forge.upstream.releases import locks_dir
 
     path = _rootfs_path(arch)
     with one_maker(path, locks_dir()):
         if not path.exists():
-            if arch != "amd64":
-                _run("enable-binfmt.sh")
             _run("make-rootfs.sh", arch, str(path))
     return path
 

@@ -1,5 +1,5 @@
 """A whole run (`python3 -m pytest`, no paths given) on an empty cache starts what it will wait for
-in the background as soon as it knows its tests, so downloads, pip and dpkg under qemu overlap
+in the background as soon as it knows its tests, so downloads, pip and mmdebstrap overlap
 with the tests that need none of them:
 
   trees   the sdist and package tree of every vLLM release from the series' checked_from on
@@ -7,7 +7,7 @@ with the tests that need none of them:
   envs    the drift check's transformers environments (5.14.1, 5.15.0, PyPI's newest), when a
           selected slow-marked test's module runs the drift check
   wheels  the two real vLLM wheels of tests/test_patch_wheel.py (250 MB each), when it is selected
-  rootfs  the stand-in bases' rootfs tarballs (amd64, and arm64 under qemu), when a selected
+  rootfs  the stand-in bases' rootfs tarballs (amd64 and arm64), when a selected
           test is docker-marked (tests/fixtures_docker.py rootfs_tarball)
 
 The makers run side by side in one process group. Nothing here is a check and nothing is skipped:
@@ -163,7 +163,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def run_makers(names: list[str]) -> int:
-    """Each maker in a thread of its own (downloads, pip and qemu's dpkg overlap); 1 when any failed."""
+    """Each maker in a thread of its own (downloads, pip and mmdebstrap overlap); 1 when any failed."""
     def run(name: str) -> bool:
         try:
             MAKERS[name]()
