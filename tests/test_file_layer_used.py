@@ -27,7 +27,7 @@ ALLOWED = {
     ("forge/images/registry.py", "_blob_json", "json.loads"): "a registry's blob reply, digest checked",
     ("forge/serving/serve.py", "route_to", "json.loads"): "the output of `ip -json route get`",
     ("forge/serving/serve.py", "_interface_holding", "json.loads"): "the output of `ip -json addr`",
-    ("forge/watch/drift.py", "run_probe", "json.loads"): "the drift probe's standard output",
+    ("forge/watch/drift.py", "_launch", "json.loads"): "the drift probe's standard output",
     ("verify/endpoint.py", "_json", "json.loads"): "a vLLM server's HTTP reply body",
     ("forge/serving/recipes.py", "_parse_value", "json.loads"):
         "a command-line value that may be JSON (else it stays text)",
@@ -36,7 +36,8 @@ ALLOWED = {
     ("forge/models.py", "fp8_checkpoint_config", "json.loads"):
         "a round trip of forge's own dump_json output, to a plain dict",
     # The drift probe runs inside a vLLM environment of its own, importing nothing from forge
-    ("forge/watch/drift_probe.py", "module", ".read_text"): "a vLLM module, in the probe's own environment",
+    ("forge/watch/drift_probe.py", "module", ".read_bytes"):
+        "a vLLM module, in the probe's own environment (hashed as read)",
     ("forge/watch/drift_probe.py", "main", "json.load"): "its request on standard input",
     # Streams: a file read or written in chunks, larger than any cap, never held whole
     ("forge/upstream/releases.py", "sha256_of", "open"): "hashes an sdist in chunks",

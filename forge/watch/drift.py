@@ -148,20 +148,38 @@ def probe_for(package: str) -> str:
 
 
 def run_probe(python: Path, trees: dict[str, Path]) -> dict:
-    """Run forge/watch/drift_probe.py in the environment of `python` over the given release trees."""
+    """Run forge/watch/drift_probe.py in the environment of `python` over the given release trees:
+    {"transformers": VERSION, "releases": {release: {role: answer}}}. A release whose answer is
+    kept (forge/watch/probe_cache.py) and still holds is not asked again; with none to ask, the
+    probe does not start."""
     from forge.models import first_dummy
+    from forge.watch import probe_cache
 
     family, model = first_dummy()
     with tempfile.TemporaryDirectory(prefix="forge-drift-") as tmp:
         target_dir, assistant_dir = family.write_dummy_models(tmp, shape=model.name)
-        request = {"models": {"target": str(target_dir), "assistant": str(assistant_dir)},
-                   "assistant_type": family.config_types["assistant"],
-                   "releases": {r: str(t) for r, t in trees.items()}}
-        try:
-            done = subprocess.run([str(python), str(PROBE_SCRIPT)], input=dump_json(request),
-                                  capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
-        except subprocess.TimeoutExpired as exc:
-            raise ForgeError(f"{PROBE_SCRIPT.name}: no answer in {PROBE_TIMEOUT_S} s") from exc
+        models = {"target": str(target_dir), "assistant": str(assistant_dir)}
+        assistant_type = family.config_types["assistant"]
+        keys = probe_cache.keys(python, PROBE_SCRIPT, assistant_type, models, trees)
+        kept = {r: probe_cache.load(keys[r], t, list(models)) for r, t in trees.items()}
+        missing = {r: str(t) for r, t in trees.items() if kept[r] is None}
+        raw: dict = {"transformers": next((found[0] for found in kept.values() if found), None)}
+        if missing or not trees:
+            raw = _launch(python, {"models": models, "assistant_type": assistant_type,
+                                   "releases": missing})
+            for release in missing:
+                probe_cache.store(keys[release], release, trees[release], raw["transformers"],
+                                  raw["releases"][release], raw["read"][release], tmp)
+    return {"transformers": raw["transformers"],
+            "releases": {r: found[1] if found else raw["releases"][r] for r, found in kept.items()}}
+
+
+def _launch(python: Path, request: dict) -> dict:
+    try:
+        done = subprocess.run([str(python), str(PROBE_SCRIPT)], input=dump_json(request),
+                              capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise ForgeError(f"{PROBE_SCRIPT.name}: no answer in {PROBE_TIMEOUT_S} s") from exc
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise ForgeError(f"{PROBE_SCRIPT.name} failed under {python}: {last}")

@@ -9,7 +9,10 @@ dependencies (forge.upstream.pyenvs); it imports nothing from forge. It reads a 
      "releases": {"0.27.1": TREE, ...}}               release trees (forge.upstream.releases.release_tree)
 
 and prints one JSON object: per release and model, what vLLM's engine start computes as the
-attention head size, or the exception it raises there, with the release frame that raised it.
+attention head size, or the exception it raises there, with the release frame that raised it;
+and per release, under "read", every file of its tree the probe read (relative path -> sha256 of
+the bytes) or looked for and did not find (-> null): what the answer depends on, for
+forge/watch/probe_cache.py to tell whether a kept answer still holds.
 
 What runs is the release's code, taken from its files by name (ast) and compiled with the real
 file name and line numbers, so tracebacks point at the release's own lines:
@@ -34,6 +37,7 @@ import __future__
 
 import ast
 import builtins
+import hashlib
 import importlib
 import json
 import sys
@@ -89,15 +93,24 @@ class ReleaseCode:
         self._namespaces: dict[str, dict] = {}
         self._loading: set[tuple[str, str]] = set()
         self.loaded: set[str] = set()   # "file:name" of each definition taken from the release so far
+        self.read: dict[str, str | None] = {}  # file -> sha256 of its bytes, None: looked for, absent
 
     def module(self, relative: str) -> ast.Module:
         if relative not in self._modules:
             path = self.tree / relative
             try:
-                self._modules[relative] = ast.parse(path.read_text(), filename=str(path))
+                source = path.read_bytes()
             except OSError as exc:
                 raise ProbeError(f"{relative}: cannot read it in {self.tree}: {exc.strerror}") from exc
+            self.read[relative] = hashlib.sha256(source).hexdigest()
+            self._modules[relative] = ast.parse(source, filename=str(path))
         return self._modules[relative]
+
+    def exists(self, relative: str) -> bool:
+        if (self.tree / relative).exists():
+            return True
+        self.read.setdefault(relative, None)
+        return False
 
     def definition(self, relative: str, name: str):
         for node in self.module(relative).body:
@@ -183,7 +196,7 @@ class ReleaseCode:
 
     def _release_function(self, module_name: str, name: str, where: str):
         relative = module_name.replace(".", "/") + ".py"
-        if (self.tree / relative).exists() and _defines(self.module(relative), name):
+        if self.exists(relative) and _defines(self.module(relative), name):
             if isinstance(self.definition(relative, name), ast.FunctionDef):
                 return self.load(relative, name)
         return Unavailable(f"{module_name}.{name}", where)
@@ -296,12 +309,13 @@ def main() -> int:
     import transformers
 
     request = json.load(sys.stdin)
-    report = {"transformers": transformers.__version__, "releases": {}}
+    report: dict[str, Any] = {"transformers": transformers.__version__, "releases": {}, "read": {}}
     for release, tree in request["releases"].items():
         code = ReleaseCode(Path(tree))
         report["releases"][release] = {
             role: probe(code, model_dir, role, request["assistant_type"])
             for role, model_dir in request["models"].items()}
+        report["read"][release] = code.read
     json.dump(report, sys.stdout, indent=1, allow_nan=False)  # strict JSON, as forge.json_text writes it
     return 0
 
