@@ -248,8 +248,14 @@ def check_case(case: dict, tree: SessionTree, server, fields: dict) -> list[str]
     tree.last = None
     for action in case["setup"]:
         act(tree, action)
-    tree.give_to_nobody()
-    before, outside_before = snapshot(tree.case), nobody_entries()
+    if case["setup"]:
+        tree.give_to_nobody()        # what the setup made is root's
+        before = snapshot(tree.case)
+    else:
+        # The reset put back the frozen tree, owned by nobody: a reset that missed an entry
+        # shows as this case's change, a loud failure, never a hidden one.
+        before = tree.state
+    outside_before = nobody_entries()
     env = {**base_env(tree, fields), **case["env"]}
     env = {k: v for k, v in env.items() if v is not None}
     out, err = tree.capture / "stdout", tree.capture / "stderr"
