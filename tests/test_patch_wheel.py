@@ -13,7 +13,7 @@ import pytest
 from forge.files import one_maker
 from forge.patching.apply import RECORD_DIR
 from forge.upstream import releases
-from tests.fixtures_patches import source_patches_applying, write_dist_info
+from tests.fixtures_patches import snapshot, source_patches_applying, write_dist_info
 from tests.test_patch_series import run_build
 
 TARGET = "vllm/v1/spec_decode/llm_base_proposer.py"
@@ -28,16 +28,13 @@ def pip_installed_vllm(version: str, target: Path) -> Path:
     return target
 
 
-def digests(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.slow
 def test_apply_and_revert_on_a_pip_installed_wheel(tmp_path):
     site = pip_installed_vllm(VERSION, tmp_path / "site")
     assert (site / f"vllm-{VERSION}.dist-info" / "INSTALLER").read_text() == "pip\n"
-    before = digests(site)
+    before = snapshot(site)
     applied = run_build("apply", "--site-packages", str(site), "--vllm", VERSION)
     assert applied.returncode == 0, applied.stderr
     assert f"vLLM {VERSION} at {site / 'vllm'}" in applied.stdout
@@ -49,7 +46,7 @@ def test_apply_and_revert_on_a_pip_installed_wheel(tmp_path):
         releases.release_file(VERSION, TARGET).read_bytes()).hexdigest()
     reverted = run_build("apply", "--site-packages", str(site), "--revert")
     assert reverted.returncode == 0, reverted.stderr
-    assert digests(site) == before
+    assert snapshot(site) == before
 
 
 # --- pip and vllm-forge agree about the install -------------------------------------------------
@@ -129,7 +126,7 @@ def test_a_reinstalled_release_is_patched_afresh_and_a_record_pip_left_is_named_
         tmp_path):
     venv = Venv(tmp_path / "venv")
     venv.install(VERSION)
-    fresh = digests(venv.site)
+    fresh = snapshot(venv.site)
     assert venv.apply().returncode == 0
     venv.install(VERSION, "--force-reinstall")     # pip removes the record with vLLM
     again = venv.apply()
@@ -138,7 +135,7 @@ def test_a_reinstalled_release_is_patched_afresh_and_a_record_pip_left_is_named_
     # --ignore-installed writes vLLM over itself without uninstalling: the record stays behind,
     # describing the install that was overwritten.
     venv.install(VERSION, "--ignore-installed")
-    left = digests(venv.site)
+    left = snapshot(venv.site)
     record = venv.site / "vllm" / RECORD_DIR / "applied.json"
     reason = (f"vllm-{VERSION}.dist-info/RECORD is not the one vllm-forge wrote: vLLM {VERSION} "
               "was installed again since")
@@ -147,7 +144,7 @@ def test_a_reinstalled_release_is_patched_afresh_and_a_record_pip_left_is_named_
     assert f"error: {record}: the apply record of another install of vLLM ({reason}); " \
         "`build.py apply --revert` drops it" in refused.stderr
     assert "vLLM changed after vllm-forge patched it" not in refused.stderr
-    assert digests(venv.site) == left
+    assert snapshot(venv.site) == left
     status = run_build("patches", "--site-packages", str(venv.site), "--offline")
     assert f"belongs to another install: {reason}" in status.stdout
     assert " applied " not in status.stdout             # nothing is reported patched
@@ -156,9 +153,9 @@ def test_a_reinstalled_release_is_patched_afresh_and_a_record_pip_left_is_named_
     assert not dropped.stdout.startswith("reverted")
     assert f"was never patched by vllm-forge: dropped the apply record of another install found " \
         f"in it ({reason}); 0 file(s) that still held vllm-forge's bytes restored" in dropped.stdout
-    assert digests(venv.site) == fresh
+    assert snapshot(venv.site) == fresh
     assert venv.apply().returncode == 0 and venv.apply("--revert").returncode == 0
-    assert digests(venv.site) == fresh
+    assert snapshot(venv.site) == fresh
 
 
 def test_a_record_of_another_release_copied_over_is_named_never_reverted(vllm_site):
