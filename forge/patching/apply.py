@@ -355,17 +355,19 @@ def _dependency_writes(dependency, installed: InstalledVllm, find_links) -> list
         original = read_if_present(target, PACKAGE_FILE)
         new, mode = change if change is not None else (None, None)
         if new is None and original is not None:
-            mode = stat.S_IMODE(target.stat().st_mode)     # to put a removed file back as it was
+            mode = stat.S_IMODE(os.stat(target).st_mode)     # to put a removed file back as it was
         if new != original:     # most files are the same in neighbouring releases
-            writes.append(Write(target, new, original, _label(target, installed), mode=mode,
+            writes.append(Write(Path(target), new, original, _label(target, installed), mode=mode,
                                  package=dependency.package))
     return writes
 
 
-def _label(path: Path, installed: InstalledVllm) -> str:
-    """Paths inside the site directory are recorded relative to it, others absolute."""
-    return str(path.relative_to(installed.site_dir)) if path.is_relative_to(installed.site_dir) \
-        else str(path)
+def _label(path: Path | str, installed: InstalledVllm) -> str:
+    """Paths inside the site directory are recorded relative to it, others absolute. (A prefix
+    test on the normalized text, as Path.relative_to would say, without two Paths per file.)"""
+    inside = os.path.join(installed.site_dir, "")
+    text = str(path)
+    return text[len(inside):] if text.startswith(inside) else text
 
 
 def _same_release(expected: str, installed: Version) -> bool:
