@@ -58,7 +58,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from forge.errors import ConflictError, FileError, ForgeError
-from forge.files import PACKAGE_FILE, SOURCE, read_bytes, read_if_present
+from forge.files import PACKAGE_FILE, SOURCE, files_under, read_bytes, read_if_present
 from forge.patching import diffs, ownership, pip_record
 from forge.patching import record as records
 from forge.patching.installed import InstalledVllm, find_vllm
@@ -432,17 +432,18 @@ def _with_pip_record(writes: list[Write], installed: InstalledVllm, run_index: i
     if path is None:
         return writes
     prefix = originals_prefix(run_index)
-    ours = [w for w in writes if w.target.is_relative_to(installed.package_dir)]
-    changes = {w.target.relative_to(installed.site_dir).as_posix(): w.new for w in ours}
+    # vLLM's own files, by their path in RECORD (relative to the site directory); compared as
+    # text, as for _label.
+    ours = os.path.join(installed.package_dir, "")
+    changes = {_label(w.target, installed): w.new for w in writes if str(w.target).startswith(ours)}
     # Index 0 is RECORD itself (it has original bytes), the others keep their order. Files an
     # earlier run saved are listed too (a record from before RECORD listed them).
     saved = [f"{prefix}{index + 1}" for index, w in enumerate(writes) if w.original is not None]
     record_dir = installed.package_dir / RECORD_DIR
-    earlier = sorted(p.relative_to(record_dir).as_posix() for p in record_dir.rglob("*")
-                     if p.is_file() and not p.name.endswith(".tmp"))
+    earlier = sorted(name for name in files_under(record_dir) if not name.endswith(".tmp"))
     names = [RECORD_FILE, *earlier, records.run_files_name(prefix), f"{prefix}0", *saved]
-    record_rows = [(record_dir / name).relative_to(installed.site_dir).as_posix()
-                   for name in dict.fromkeys(names)]
+    in_site = _label(record_dir, installed)      # the record directory, relative to the site
+    record_rows = [f"{in_site}/{name}" for name in dict.fromkeys(names)]
     original = pip_record.read_record(path)
     new = pip_record.updated(original, changes, record_rows)
     return [Write(path, new, original, _label(path, installed)), *writes]
