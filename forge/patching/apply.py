@@ -420,8 +420,9 @@ def _plan(series: Series, statuses, installed: InstalledVllm, moe_config_dir):
 
 
 def _target_of(installed: InstalledVllm, label: str) -> Path:
-    path = Path(label)
-    return path if path.is_absolute() else installed.site_dir / path
+    """The file a record's label names: relative to the site directory, or absolute (joining an
+    absolute path gives that path)."""
+    return installed.site_dir / label
 
 
 def _with_pip_record(writes: list[Write], installed: InstalledVllm, run_index: int) -> list[Write]:
@@ -460,9 +461,10 @@ def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
     for entry in _revertible_entries(record):
         target = _target_of(installed, entry["path"])
         current = read_if_present(target, PACKAGE_FILE)
-        if sha(current) == entry["original_sha256"]:
+        current_sha = sha(current)
+        if current_sha == entry["original_sha256"]:
             continue    # never patched (an interrupted apply) or already restored
-        if sha(current) != entry["patched_sha256"]:
+        if current_sha != entry["patched_sha256"]:
             if foreign is not None:
                 continue    # the other install's file
             raise ForgeError(f"{target}: changed since vllm-forge patched it; not reverting "
