@@ -15,6 +15,7 @@ do: permission denied, read-only file system, disk full, a directory in the way.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import secrets
@@ -190,6 +191,51 @@ def regular_or_absent(path: Path | str, kind: FileKind) -> bool:
 def read_if_present(path: Path | str, kind: FileKind) -> bytes | None:
     """The file's bytes, or None when there is none; FileError when it is no regular file."""
     return read_bytes(path, kind) if regular_or_absent(path, kind) else None
+
+
+# --- listings (text paths: over thousands of files, a Path per file is the cost) -------------
+
+# What pathlib's is_file and is_dir take for "nothing there" (any other error is raised).
+_NOTHING_THERE = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
+
+
+def mode_of(path: str, follow_symlinks: bool = True) -> int:
+    """st_mode of `path`; 0 where pathlib finds nothing (Path.is_file and is_dir say False)."""
+    try:
+        return os.stat(path, follow_symlinks=follow_symlinks).st_mode
+    except OSError as exc:
+        if exc.errno not in _NOTHING_THERE:
+            raise
+        return 0
+    except ValueError:      # a NUL in the name
+        return 0
+
+
+def files_under(root: Path | str) -> list[str]:
+    """The files under `root` (links to files included), as '/'-separated paths relative to it,
+    in the order sorted(Path(root).rglob("*")) gives (component by component, which is a walk in
+    name order). As rglob: a link to a directory is not followed, a directory that cannot be
+    listed is passed over."""
+    found: list[str] = []
+    if stat.S_ISDIR(mode_of(os.fspath(root))):
+        _add_files(os.fspath(root), "", found)
+    return found
+
+
+def _add_files(folder: str, prefix: str, found: list[str]) -> None:
+    try:
+        with os.scandir(folder) as listing:
+            entries = sorted(listing, key=lambda entry: entry.name)
+    except PermissionError:
+        return
+    for entry in entries:
+        if entry.is_symlink():      # a file through the link counts, as for Path.is_file
+            if stat.S_ISREG(mode_of(entry.path)):
+                found.append(prefix + entry.name)
+        elif entry.is_dir():
+            _add_files(entry.path, f"{prefix}{entry.name}/", found)
+        elif entry.is_file():
+            found.append(prefix + entry.name)
 
 
 # --- writes ------------------------------------------------------------------------------------

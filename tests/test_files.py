@@ -119,6 +119,36 @@ def test_non_utf8_text_is_one_line_naming_the_line(tmp_path):
         read_text(path, files.DATA_YAML)
 
 
+# --- listings: text paths that say what pathlib says -------------------------------------------
+
+def test_files_under_lists_what_rglob_and_is_file_find_in_rglobs_order(tmp_path):
+    """The order is by path component ('a/b' before 'a-b', which sorts before it as text); a link
+    to a file counts, a link to a directory is not followed, a broken link, a link loop and a
+    FIFO are no files; hidden files count."""
+    for rel in ("a/b", "a-b", "a.py", ".hidden", "d/sub/deep.py", "d/x"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    (tmp_path / "link-to-file").symlink_to("d/x")
+    (tmp_path / "link-to-dir").symlink_to("d")
+    (tmp_path / "broken").symlink_to("nowhere")
+    (tmp_path / "loop").symlink_to("loop")
+    make_fifo(tmp_path / "fifo")
+    by_pathlib = [str(p.relative_to(tmp_path)) for p in sorted(tmp_path.rglob("*")) if p.is_file()]
+    assert files.files_under(tmp_path) == by_pathlib
+    assert by_pathlib.index("a/b") < by_pathlib.index("a-b")
+    assert files.files_under(tmp_path / "absent") == [] == files.files_under(tmp_path / "a.py")
+
+
+def test_mode_of_is_zero_where_pathlib_finds_nothing(tmp_path):
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "loop").symlink_to("loop")
+    assert stat.S_ISREG(files.mode_of(str(tmp_path / "f")))
+    assert stat.S_ISDIR(files.mode_of(str(tmp_path)))
+    for nothing in ("absent", "f/under-a-file", "loop", "nul\0name"):
+        assert files.mode_of(str(tmp_path / nothing)) == 0
+        assert not (tmp_path / nothing).is_file() and not (tmp_path / nothing).exists()
+
+
 # --- writes: mode, symlinks, faults ------------------------------------------------------------
 
 def test_a_rewrite_keeps_the_mode_and_a_new_file_follows_the_umask(tmp_path):

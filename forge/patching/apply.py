@@ -58,7 +58,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from forge.errors import ConflictError, FileError, ForgeError
-from forge.files import PACKAGE_FILE, SOURCE, read_bytes, read_if_present
+from forge.files import PACKAGE_FILE, SOURCE, files_under, read_bytes, read_if_present
 from forge.patching import diffs, ownership, pip_record
 from forge.patching import record as records
 from forge.patching.installed import InstalledVllm, find_vllm
@@ -355,17 +355,19 @@ def _dependency_writes(dependency, installed: InstalledVllm, find_links) -> list
         original = read_if_present(target, PACKAGE_FILE)
         new, mode = change if change is not None else (None, None)
         if new is None and original is not None:
-            mode = stat.S_IMODE(target.stat().st_mode)     # to put a removed file back as it was
+            mode = stat.S_IMODE(os.stat(target).st_mode)     # to put a removed file back as it was
         if new != original:     # most files are the same in neighbouring releases
-            writes.append(Write(target, new, original, _label(target, installed), mode=mode,
+            writes.append(Write(Path(target), new, original, _label(target, installed), mode=mode,
                                  package=dependency.package))
     return writes
 
 
-def _label(path: Path, installed: InstalledVllm) -> str:
-    """Paths inside the site directory are recorded relative to it, others absolute."""
-    return str(path.relative_to(installed.site_dir)) if path.is_relative_to(installed.site_dir) \
-        else str(path)
+def _label(path: Path | str, installed: InstalledVllm) -> str:
+    """Paths inside the site directory are recorded relative to it, others absolute. (A prefix
+    test on the normalized text, as Path.relative_to would say, without two Paths per file.)"""
+    inside = os.path.join(installed.site_dir, "")
+    text = str(path)
+    return text[len(inside):] if text.startswith(inside) else text
 
 
 def _same_release(expected: str, installed: Version) -> bool:
@@ -418,8 +420,9 @@ def _plan(series: Series, statuses, installed: InstalledVllm, moe_config_dir):
 
 
 def _target_of(installed: InstalledVllm, label: str) -> Path:
-    path = Path(label)
-    return path if path.is_absolute() else installed.site_dir / path
+    """The file a record's label names: relative to the site directory, or absolute (joining an
+    absolute path gives that path)."""
+    return installed.site_dir / label
 
 
 def _with_pip_record(writes: list[Write], installed: InstalledVllm, run_index: int) -> list[Write]:
@@ -430,17 +433,18 @@ def _with_pip_record(writes: list[Write], installed: InstalledVllm, run_index: i
     if path is None:
         return writes
     prefix = originals_prefix(run_index)
-    ours = [w for w in writes if w.target.is_relative_to(installed.package_dir)]
-    changes = {w.target.relative_to(installed.site_dir).as_posix(): w.new for w in ours}
+    # vLLM's own files, by their path in RECORD (relative to the site directory); compared as
+    # text, as for _label.
+    ours = os.path.join(installed.package_dir, "")
+    changes = {_label(w.target, installed): w.new for w in writes if str(w.target).startswith(ours)}
     # Index 0 is RECORD itself (it has original bytes), the others keep their order. Files an
     # earlier run saved are listed too (a record from before RECORD listed them).
     saved = [f"{prefix}{index + 1}" for index, w in enumerate(writes) if w.original is not None]
     record_dir = installed.package_dir / RECORD_DIR
-    earlier = sorted(p.relative_to(record_dir).as_posix() for p in record_dir.rglob("*")
-                     if p.is_file() and not p.name.endswith(".tmp"))
+    earlier = sorted(name for name in files_under(record_dir) if not name.endswith(".tmp"))
     names = [RECORD_FILE, *earlier, records.run_files_name(prefix), f"{prefix}0", *saved]
-    record_rows = [(record_dir / name).relative_to(installed.site_dir).as_posix()
-                   for name in dict.fromkeys(names)]
+    in_site = _label(record_dir, installed)      # the record directory, relative to the site
+    record_rows = [f"{in_site}/{name}" for name in dict.fromkeys(names)]
     original = pip_record.read_record(path)
     new = pip_record.updated(original, changes, record_rows)
     return [Write(path, new, original, _label(path, installed)), *writes]
@@ -457,9 +461,10 @@ def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
     for entry in _revertible_entries(record):
         target = _target_of(installed, entry["path"])
         current = read_if_present(target, PACKAGE_FILE)
-        if sha(current) == entry["original_sha256"]:
+        current_sha = sha(current)
+        if current_sha == entry["original_sha256"]:
             continue    # never patched (an interrupted apply) or already restored
-        if sha(current) != entry["patched_sha256"]:
+        if current_sha != entry["patched_sha256"]:
             if foreign is not None:
                 continue    # the other install's file
             raise ForgeError(f"{target}: changed since vllm-forge patched it; not reverting "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from forge.errors import ForgeError
-from forge.files import PACKAGE_FILE, read_bytes
+from forge.files import PACKAGE_FILE, files_under, mode_of, read_bytes
 from forge.patching import dependencies
 from forge.patching.vocabulary import Kind, Status
 from forge.upstream import pypi
@@ -167,36 +168,42 @@ def stage(dependency: DependencyPlan, installed, find_links: str | None) -> Path
 
 
 def file_changes(dependency: DependencyPlan, staged: Path, installed
-                 ) -> dict[Path, tuple[bytes, int] | None]:
-    """Absolute path -> (new bytes, mode) (None: remove) that replace the installed version by the
-    staged one. Scripts pip put in bin/ are installed only for a --site-packages target (as
-    `pip --target` does); in an environment the previous version's scripts stay."""
-    new: dict[Path, tuple[bytes, int] | None] = {}
-    for path in sorted(staged.rglob("*")):
-        relative = path.relative_to(staged)
-        if path.is_file() and not (installed.on_sys_path and relative.parts[0] == "bin"):
-            new[dependency.base / relative] = (read_bytes(path, PACKAGE_FILE), path.stat().st_mode & 0o777)
+                 ) -> dict[str, tuple[bytes, int] | None]:
+    """Absolute path (as text) -> (new bytes, mode) (None: remove) that replace the installed
+    version by the staged one, the staged files first, each part in path order. Scripts pip put in
+    bin/ are installed only for a --site-packages target (as `pip --target` does); in an
+    environment the previous version's scripts stay."""
+    base = str(dependency.base)
+    new: dict[str, tuple[bytes, int] | None] = {}
+    for relative in files_under(staged):
+        if installed.on_sys_path and relative.split("/")[0] == "bin":
+            continue
+        path = os.path.join(staged, relative)
+        new[os.path.join(base, relative)] = (read_bytes(path, PACKAGE_FILE), os.stat(path).st_mode & 0o777)
     for path in previous_files(dependency):
         new.setdefault(path, None)
     return new
 
 
-def previous_files(dependency: DependencyPlan) -> list[Path]:
-    """Every file of the installed version inside its base directory: its RECORD, plus the
-    bytecode Python wrote next to those files later (__pycache__), which pip would remove too.
-    Nothing else: a top-level directory may be a namespace shared with other distributions."""
+def previous_files(dependency: DependencyPlan) -> list[str]:
+    """Every file of the installed version inside its base directory (absolute, as text, in path
+    order): its RECORD, plus the bytecode Python wrote next to those files later (__pycache__),
+    which pip would remove too. Nothing else: a top-level directory may be a namespace shared
+    with other distributions. Text, not Path: RECORD lists thousands of files."""
     dist = dependencies.find_distribution(dependency.package, [str(dependency.base)])
-    base = dependency.base
+    base = str(dependency.base)
+    inside = os.path.join(base, "")
     files = set()
     for entry in dist.files or []:
-        path = Path(os.path.normpath(base / entry))
-        if path.is_relative_to(base) and path.is_file():
+        path = os.path.normpath(os.path.join(base, entry))
+        if path.startswith(inside) and stat.S_ISREG(mode_of(path)):
             files.add(path)
-    for parent in {path.parent for path in files}:
-        cache = parent / "__pycache__"
-        if cache.is_dir():
-            files.update(p for p in cache.iterdir() if p.is_file() and not p.is_symlink())
-    return sorted(files)
+    for parent in {os.path.dirname(path) for path in files}:
+        cache = os.path.join(parent, "__pycache__")
+        if stat.S_ISDIR(mode_of(cache)):
+            with os.scandir(cache) as listing:
+                files.update(p.path for p in listing if p.is_file(follow_symlinks=False))
+    return sorted(files, key=lambda path: path.split("/"))
 
 
 def discard_staging(installed) -> None:

@@ -45,18 +45,25 @@ def updated(record: bytes, changes: dict[str, bytes | None], added: list[str]) -
         lines[-1] += ending
     pending = dict(changes)
     kept = []
+    listed = set()      # the paths of the kept lines (each line parsed once: RECORD is long)
     for line in lines:
-        path = next(csv.reader([line]), [""])[0]
+        path = _path(line)
         if path in pending:
             data = pending.pop(path)
             if data is None:
                 continue
             line = _row(path, data, ending)
+            path = _path(line)
         kept.append(line)
-    listed = {next(csv.reader([line]), [""])[0] for line in kept}
+        listed.add(path)
     kept += [_row(path, data, ending) for path, data in pending.items() if data is not None]
     kept += [_row(path, None, ending) for path in added if path not in listed]
     return "".join(kept).encode()
+
+
+def _path(line: str) -> str:
+    """The path a RECORD line lists (its first field)."""
+    return next(csv.reader([line]), [""])[0]
 
 
 def _row(path: str, data: bytes | None, ending: str) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forge.errors import ForgeError
+from forge.files import mode_of
 from forge.json_text import dump_json
 from forge.patching import record as records
 from forge.patching.installed import InstalledVllm
@@ -67,10 +68,8 @@ def remove_empty_dirs(directories: list[Path] | set[Path]) -> list[Path]:
 def _missing_dirs(writes: list[Write]) -> list[Path]:
     """Directories that staging the writes will create, shallowest first."""
     missing: set[Path] = set()
-    for w in writes:
-        if w.new is None:
-            continue
-        parent = w.target.parent
+    # Each directory once: thousands of files share a few hundred.
+    for parent in {w.target.parent for w in writes if w.new is not None}:
         while not parent.exists() and parent not in missing:
             missing.add(parent)
             parent = parent.parent
@@ -97,9 +96,10 @@ def commit(writes: list[Write], installed: InstalledVllm, new_record: dict | Non
             marked.append(_mark_revert(record_dir, old_record or {}, RevertStep.STAGING, created))
         for directory in created:
             directory.mkdir()
+        ready: set[Path] = set()    # directories _stage has made sure of
         for staged, (w, new) in enumerate((w, w.new) for w in writes if w.new is not None):
             _maybe_kill_while_staging(staged)
-            w.temp = _stage(w.target, new, w.mode)
+            w.temp = _stage(w.target, new, w.mode, ready)
     except OSError as exc:
         _discard(writes, created, forget)
         raise ForgeError(f"cannot write {exc.filename or installed.package_dir}: "
@@ -186,7 +186,7 @@ def _start_record(record_dir: Path, writes: list[Write], record: dict, created: 
     records.write_run_files(record_dir, prefix, run)
     for index, w in enumerate(writes):
         if w.original is not None:
-            (record_dir / f"{prefix}{index}").write_bytes(w.original)
+            _write_file(os.path.join(record_dir, f"{prefix}{index}"), w.original)
     return record
 
 
@@ -206,15 +206,38 @@ def _maybe_inject_failure(renames_done: int) -> None:
                                  f"({FAIL_AFTER_ENV}={limit})")
 
 
-def _stage(target: Path, data: bytes, mode: int | None = None) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    if target.exists():
-        mode = stat.S_IMODE(target.stat().st_mode)
+def _stage(target: Path, data: bytes, mode: int | None = None, ready: set[Path] | None = None
+           ) -> Path:
+    """`data` in a temp file beside `target`, with target's mode (else `mode`, else 0o644).
+    `ready`: the directories already made sure of in this run (each is made once, not per file)."""
+    parent = target.parent
+    if ready is None or parent not in ready:
+        parent.mkdir(parents=True, exist_ok=True)
+        if ready is not None:
+            ready.add(parent)
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=parent)
+    _write_all(fd, data)
+    existing = mode_of(str(target))      # 0: no file there
+    if existing:
+        mode = stat.S_IMODE(existing)
     os.chmod(name, mode if mode is not None else 0o644)
     return Path(name)
+
+
+def _write_file(path: str, data: bytes) -> None:
+    """Path(path).write_bytes(data) (created 0o666 less the umask, or truncated), without a Path
+    and a buffered file object per file: a run saves thousands of originals."""
+    _write_all(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666), data)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to `fd`, then close it (also on failure)."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def write_record(record_dir: Path, record: dict) -> None:
