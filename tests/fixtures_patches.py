@@ -21,6 +21,7 @@ import pytest
 from packaging.version import Version
 
 from forge.errors import ForgeError
+from forge.files import files_under
 from forge.patching.record import RECORD_DIR, RECORD_FILE
 from forge.upstream import releases
 
@@ -133,19 +134,14 @@ def _digest(path: str, st: os.stat_result) -> str:
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    """Every file under `root` (relative path -> sha256 of its bytes, links followed as a read
-    follows them): two snapshots are equal when the trees are equal byte for byte."""
+    """Every file under `root` (relative path -> sha256 of its bytes; the files
+    sorted(rglob("*")) finds, as forge.files.files_under lists them): two snapshots are equal
+    when the trees are equal byte for byte."""
     found = {}
-    pending = [("", str(root))]
-    while pending:
-        prefix, folder = pending.pop()
-        with os.scandir(folder) as listing:
-            for entry in listing:
-                if entry.is_dir():
-                    pending.append((prefix + entry.name + "/", entry.path))
-                elif entry.is_file():
-                    found[prefix + entry.name] = _digest(entry.path, entry.stat())
-    return dict(sorted(found.items()))
+    for relative in files_under(root):
+        path = os.path.join(root, relative)
+        found[relative] = _digest(path, os.stat(path))
+    return found
 
 
 @pytest.fixture

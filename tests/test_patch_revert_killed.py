@@ -9,12 +9,18 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import subprocess
 
 import pytest
 
 from forge.patching.apply import KILL_AFTER_ENV, KILL_AFTER_STAGED_ENV, RECORD_DIR, TEMP_SUFFIX
-from tests.fixtures_patches import install_wheel, make_site_packages, snapshot, source_patches_applying, wheelhouse
+from tests.fixtures_patches import (
+    copy_tree,
+    install_wheel,
+    make_site_packages,
+    snapshot,
+    source_patches_applying,
+    wheelhouse,
+)
 from tests.test_patch_apply_dependencies import (
     CONSTRAINT,
     FIXED_LINE,
@@ -44,7 +50,7 @@ def applied_template(tmp_path_factory):
     applied = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()))
     assert applied.returncode == 0, applied.stderr
     assert transformers_in(site) == "5.14.1"
-    subprocess.run(["cp", "-a", str(site), str(base / "template")], check=True)
+    copy_tree(site, base / "template")
     return site, base / "template", original, empty
 
 
@@ -53,7 +59,7 @@ def patched_install(applied_template):
     """The applied install, as `apply` left it (cp -a keeps bytes, modes and times)."""
     site, template, original, empty = applied_template
     shutil.rmtree(site, ignore_errors=True)
-    subprocess.run(["cp", "-a", str(template), str(site)], check=True)
+    copy_tree(template, site)
     return site, original, empty
 
 

@@ -445,7 +445,7 @@ def measure_window(server: Endpoint, model: str, prompts: list, params: dict,
         what = f"POST /v1/completions ({name} window, prompt {number} of {len(prompts)})"
         answer = server.post_json("/v1/completions", what, {"model": model, "prompt": prompt, **params})
         if not isinstance(answer.get("choices"), list) or not answer["choices"]:
-            raise EndpointError(f"{what}: the answer has no choices: {excerpt(json.dumps(answer, default=str))}")
+            raise EndpointError(f"{what}: the answer has no choices: {excerpt(json.dumps(answer, default=str, allow_nan=False))}")
     after = read_counters(server, f"GET /metrics (after the {name} window)")
     try:
         return after - before
