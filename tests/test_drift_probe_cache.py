@@ -64,10 +64,23 @@ def asked(monkeypatch):
     return requests
 
 
+def kept_entries(folder: Path) -> list[dict]:
+    """Every entry kept in `folder`."""
+    return [json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))]
+
+
 def entries(folder: Path) -> dict[str, dict]:
-    """release -> the entry kept for it."""
-    return {entry["release"]: entry for entry in
-            (json.loads(path.read_text()) for path in sorted(folder.glob("*.json")))}
+    """release -> the entry kept for it, in a folder that keeps one tree per release."""
+    found = kept_entries(folder)
+    releases_kept = [entry["release"] for entry in found]
+    assert len(set(releases_kept)) == len(releases_kept), f"two trees of one release in {folder}"
+    return {entry["release"]: entry for entry in found}
+
+
+def entry_of(folder: Path, tree: Path) -> dict:
+    """The entry kept for this tree (the folder may keep other trees of its release)."""
+    [entry] = [entry for entry in kept_entries(folder) if entry["tree"] == str(tree)]
+    return entry
 
 
 def tree_copy(tmp_path: Path, release: str) -> Path:
@@ -105,7 +118,7 @@ def test_a_changed_file_the_probe_read_asks_again_for_that_release_only(
     assert first["releases"]["0.27.1"]["target"]["error"]["raised_at"]["line"] == line
     assert str(tree / CONVERTORS) in first["releases"]["0.27.1"]["target"]["error"]["traceback"]
     assert first["releases"]["0.28.0"] == probed[1]["releases"]["0.28.0"]
-    read = entries(kept)["0.27.1"]["read"]
+    read = entry_of(kept, tree)["read"]
     assert CONVERTORS in read and "vllm/__init__.py" not in read
 
     # A file of the tree the probe never read: nothing is asked again.
@@ -121,10 +134,10 @@ def test_a_changed_file_the_probe_read_asks_again_for_that_release_only(
         assert moved["releases"]["0.27.1"][role]["error"]["raised_at"]["line"] == \
             first["releases"]["0.27.1"][role]["error"]["raised_at"]["line"] + 1
     assert moved["releases"]["0.28.0"] == first["releases"]["0.28.0"]
-    assert entries(kept)["0.27.1"]["read"][CONVERTORS] != read[CONVERTORS]
+    assert entry_of(kept, tree)["read"][CONVERTORS] != read[CONVERTORS]
 
     # A file the probe looked for and did not find appears: asked again.
-    absent = next(relative for relative, sha in entries(kept)["0.27.1"]["read"].items() if sha is None)
+    absent = next(relative for relative, sha in entry_of(kept, tree)["read"].items() if sha is None)
     (tree / absent).parent.mkdir(parents=True, exist_ok=True)
     (tree / absent).write_text("")
     assert drift.run_probe(python, trees) == moved
@@ -188,5 +201,5 @@ def test_answers_that_cannot_be_used_again_are_not_kept(tmp_path, kept, asked, p
     assert asked == [["0.27.0", "0.27.1"], ["0.27.0", "0.27.1"]]
     assert second["releases"]["0.27.1"] == first["releases"]["0.27.1"]
     assert second["releases"]["0.27.0"]["target"]["error"]["message"] != named["error"]["message"]
-    assert {entry["tree"] for entry in entries(kept).values()} == \
-        {entry["tree"] for entry in entries(probed[0]).values()}
+    assert sorted(entry["tree"] for entry in kept_entries(kept)) == \
+        sorted(entry["tree"] for entry in kept_entries(probed[0]))
