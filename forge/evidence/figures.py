@@ -14,6 +14,7 @@ from collections.abc import Callable
 from forge import files
 from forge.data_formats import load_json
 from forge.errors import ForgeError
+from forge.evidence import suite
 from forge.evidence.records import Record
 from forge.json_text import dump_json
 
@@ -239,6 +240,7 @@ DERIVERS: dict[str, Callable[[Record, dict], dict]] = {
     "mtp_smoke.json": lambda record, records: smoke_figures(record),
     "bench.json": lambda record, records: bench_figures(record),
     "analysis.json": profile_figures,
+    suite.LOG_NAME: lambda record, records: suite.suite_figures(record),
 }
 TUNE_PREFIX = "tune-moe-"
 

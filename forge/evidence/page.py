@@ -134,6 +134,23 @@ def group_section(records: list[Record]) -> list[str]:
     return lines
 
 
+def suite_section(records: list[Record]) -> list[str]:
+    """Per `.ci/run` record (benchmarks/ci_run.py): the README's test command on a fresh clone."""
+    if not records:
+        return []
+    lines = ["## The test suite on a CI machine", "",
+             "`.ci/run` on a fresh clone (benchmarks/ci_run.py): the machine, the cache it started "
+             "with, its tests phase (the README's test command) and whole run in seconds, pytest's counts.", "",
+             "| record | date | commit | cache | cores | tests s | total s | passed | failed | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(records, key=lambda r: (r.date, r.id)):
+        cells = " | ".join(_cell(r, name, "{:.0f}") for name in
+                           ("cores", "phase.tests_s", "total_s", "passed", "failed"))
+        lines.append(f"| `{r.id}` | {r.date} | {r.settings.get('commit', '–')} "
+                     f"| {r.settings.get('cache', '–')} | {cells} | {r.verdict} |")
+    return lines + [""]
+
+
 def index_section(records: list[Record]) -> list[str]:
     lines = ["## Every record", "",
              "| record | kind | date | recipe / target | GPU | verdict | what |",
@@ -154,7 +171,8 @@ def render(records: dict[str, Record]) -> str:
         "How to read a record: docs/gpu-evidence.md._", "",
         *smoke_section(smokes), *step_section(every),
         *engine_section([r for r in every if r.kind == "bench"]),
-        *group_section([r for r in every if r.kind == "profile"]), *index_section(every)])
+        *group_section([r for r in every if r.kind == "profile"]),
+        *suite_section([r for r in every if r.kind == "suite"]), *index_section(every)])
 
 
 def regenerate(page: Path, name: str, results: Path | None = None) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from forge.schema import Field, ListOf, SchemaError, validate
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 RECORD_FILE = "result.json"
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9.-]*")
-KINDS = ("smoke", "bench", "profile", "serve", "drift", "build", "tune", "latency")
+KINDS = ("smoke", "bench", "profile", "serve", "drift", "build", "tune", "latency", "suite")
 VERDICTS = ("pass", "fail", "measured", "win", "loss", "tie")
 SETTING_TYPES = (str, int, float, bool)
 

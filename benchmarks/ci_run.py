@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Time `.ci/run` as CI runs it and keep the result as a record.
+
+    python3 benchmarks/ci_run.py --cache warm    # the machine keeps ~/.cache/vllm-forge
+    python3 benchmarks/ci_run.py --cache cold    # an empty VLLM_FORGE_CACHE: every vLLM sdist,
+                                                 # tree, environment and rootfs made anew
+
+A fresh clone of HEAD runs `bash .ci/run` with CI=true, no stdin, as root, with
+PYTHONDONTWRITEBYTECODE unset (as a newcomer's shell has it). The record goes to
+benchmarks/results/ci-<cache>-<commit>/ (`result.json`, kind `suite`): the machine (cores,
+memory, CPU model, Python), each `.ci/run` phase's seconds, pytest's counts, the verdict (pass when
+.ci/run exited 0), and beside it `ci-run.log`, the run's phase lines and pytest's summary lines.
+The README quotes the suite's time from such a record, by id.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+if __package__ in (None, ""):       # run as a script: the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from forge import REPO_ROOT  # noqa: E402
+from forge.evidence.records import RECORD_FILE, RESULTS, SCHEMA, load_record  # noqa: E402
+from forge.evidence.suite import LOG_NAME, read_log  # noqa: E402
+from forge.files import write_text_atomically  # noqa: E402
+from forge.json_text import dump_json  # noqa: E402
+from forge.schema import validate  # noqa: E402
+
+
+def machine() -> dict[str, object]:
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    memory_kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                      if line.startswith("MemTotal:"))
+    return {"cores": os.cpu_count() or 0, "memory_gib": round(memory_kib / 2**20),
+            "cpu": cpu, "os": f"{platform.system()} {platform.release()}"}
+
+
+def run_ci(repo: Path, work: Path, cache: str) -> tuple[int, str, str]:
+    """(.ci/run's exit status, its whole output, the commit) for a fresh clone of `repo`'s HEAD."""
+    clone = work / "clone"
+    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "--short=7", "HEAD"], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "VLLM_FORGE_CACHE")}
+    env["CI"] = "true"
+    if cache == "cold":
+        env["VLLM_FORGE_CACHE"] = str(work / "cache")
+    done = subprocess.run(["bash", ".ci/run"], cwd=clone, env=env, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    return done.returncode, done.stdout, commit
+
+
+def write_record(results: Path, cache: str, commit: str, status: int, log: str,
+                 when: datetime) -> Path:
+    """benchmarks/results/ci-<cache>-<commit>/: result.json and ci-run.log, validated as a record
+    before it takes its name (a record that would not load is never left under one)."""
+    figures, kept = read_log(log)
+    if "pytest_s" not in figures:
+        kept.append(log.rstrip().splitlines()[-1] if log.strip() else "(no output)")
+    facts = machine()
+    record_id = f"ci-{cache}-{commit}"
+    record = {
+        "schema": 1, "id": record_id, "kind": "suite", "date": when.date().isoformat(),
+        "command": f"python3 benchmarks/ci_run.py --cache {cache}",
+        "versions": {"python": platform.python_version()},
+        "settings": {"cache": cache, "commit": commit, "cpu": str(facts["cpu"]), "os": str(facts["os"]),
+                     "started_utc": when.strftime("%Y-%m-%dT%H:%MZ")},
+        "figures": {"cores": facts["cores"], "memory_gib": facts["memory_gib"], "exit_status": status,
+                    **figures},
+        "verdict": "pass" if status == 0 else "fail",
+        "summary": f".ci/run on a fresh clone, {cache} cache, {facts['cores']} cores",
+        "files": [LOG_NAME],
+    }
+    folder = results / record_id
+    validate(record, SCHEMA, str(folder / RECORD_FILE))   # refused before anything is written
+    staging = Path(tempfile.mkdtemp(prefix=f".{record_id}.", dir=results))
+    try:
+        write_text_atomically(staging / LOG_NAME, "\n".join(kept) + "\n")
+        write_text_atomically(staging / RECORD_FILE,
+                              dump_json(record, str(folder / RECORD_FILE), indent=2) + "\n")
+        if folder.exists():     # a second run of the same commit and cache replaces the first's
+            shutil.rmtree(folder)
+        staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    load_record(folder)
+    return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", choices=("warm", "cold"), required=True,
+                        help="warm: the machine's ~/.cache/vllm-forge; cold: an empty one")
+    parser.add_argument("--repo", type=Path, default=REPO_ROOT, help="the repository to clone (default: this one)")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where the record goes")
+    args = parser.parse_args(argv)
+    if not args.results.is_dir():
+        parser.error(f"--results: no such directory: {args.results}")
+    when = datetime.now(timezone.utc)
+    with tempfile.TemporaryDirectory(prefix="vllm-forge-ci-run-") as work:
+        status, log, commit = run_ci(args.repo, Path(work), args.cache)
+    folder = write_record(args.results, args.cache, commit, status, log, when)
+    print(f"{folder / RECORD_FILE}: .ci/run exited {status}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""A `suite` record's figures, read from `ci-run.log` beside it: what `.ci/run` printed of its
+phases (`=== [ci] tests took 761 s`, `=== [ci] total 777 s`) and pytest's closing line
+(`==== 2428 passed, 1 failed in 759.52s (0:12:39) ====`). benchmarks/ci_run.py keeps those
+lines of a run and writes the record; tests/test_evidence.py checks every record's figures
+against what this makes of its log."""
+from __future__ import annotations
+
+import re
+
+from forge import files
+from forge.evidence.records import Record
+
+LOG_NAME = "ci-run.log"
+PHASE_TOOK = re.compile(r"^=== \[ci\] (?P<phase>.+?) took (?P<seconds>\d+) s$")
+TOTAL = re.compile(r"^=== \[ci\] total (?P<seconds>\d+) s$")
+PYTEST_SUMMARY = re.compile(r"^=+ (?P<counts>\d+ [a-z]+.*) in (?P<seconds>\d+(?:\.\d+)?)s\b.*=+$")
+SINGULAR = {"errors": "error", "warnings": "warning"}   # pytest writes "1 error", "2 errors"
+COUNT = re.compile(r"(?P<n>\d+) (?P<what>passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)\b")
+
+
+def figure_name(phase: str) -> str:
+    """'vLLM source cache' -> 'phase.vllm_source_cache_s'."""
+    return "phase." + re.sub(r"[^a-z0-9]+", "_", phase.lower()).strip("_") + "_s"
+
+
+def read_log(text: str) -> tuple[dict[str, float], list[str]]:
+    """The figures in a `.ci/run` log, and the lines they came from (a record keeps those)."""
+    figures: dict[str, float] = {}
+    kept = []
+    for line in text.splitlines():
+        if match := PHASE_TOOK.match(line):
+            figures[figure_name(match["phase"])] = int(match["seconds"])
+        elif match := TOTAL.match(line):
+            figures["total_s"] = int(match["seconds"])
+        elif match := PYTEST_SUMMARY.match(line):
+            figures["pytest_s"] = float(match["seconds"])
+            for count in COUNT.finditer(match["counts"]):
+                figures[SINGULAR.get(count["what"], count["what"])] = int(count["n"])
+        else:
+            continue
+        kept.append(line)
+    if "pytest_s" in figures:
+        for what in ("passed", "failed", "error"):
+            figures.setdefault(what, 0)
+    return figures, kept
+
+
+def suite_figures(record: Record) -> dict:
+    text = files.decode_utf8(files.read_bytes(record.raw(LOG_NAME), files.REPORT), str(record.raw(LOG_NAME)))
+    return read_log(text)[0]
