@@ -366,3 +366,23 @@ def test_defaults_evidence_holds_for_every_target_and_is_checked_against_the_rec
     with pytest.raises(ForgeError, match=r"gemma-4-26b-a4b-it.yaml: defaults.evidence\[0\]: record "
                                          r"'h200-0.27.1-smoke-31b-v2' measured recipe 'gemma-4-31b-it'"):
         load_recipe("gemma-4-26b-a4b-it", "gb10", root)
+
+
+def test_records_read_again_see_a_changed_record_and_a_raw_file_gone(tmp_path):
+    """load_records keeps what it read while nothing under the results changed: a figure edited
+    in place and a raw file removed from a subfolder are both seen by the next call."""
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS, results)
+    first = load_records(results)
+    assert first == load_records(results) and first is not load_records(results)
+    record_id = next(i for i, r in first.items() if r.figures and any("/" in f for f in r.files))
+    path = results / record_id / "result.json"
+    data = json.loads(path.read_text())
+    name = next(iter(data["figures"]))
+    data["figures"][name] = data["figures"][name] + 1
+    path.write_text(json.dumps(data, indent=2))
+    assert load_records(results)[record_id].figures[name] == first[record_id].figures[name] + 1
+    raw = next(f for f in first[record_id].files if "/" in f)
+    (results / record_id / raw).unlink()
+    with pytest.raises(ForgeError, match=f"files\\[\\d+\\]: no such file beside the record: '{raw}'"):
+        load_records(results)

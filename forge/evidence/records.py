@@ -6,7 +6,9 @@ it. Validated on load; every error is one line naming the file and the field:
 """
 from __future__ import annotations
 
+import functools
 import math
+import os
 import re
 from dataclasses import dataclass
 from datetime import date
@@ -160,12 +162,37 @@ def _read_json(path: Path, source: str) -> Any:
 
 def load_records(results: Path | None = None) -> dict[str, Record]:
     """Every record under `results` (default benchmarks/results), by id. A folder there without
-    a result.json is not a record and is refused, so nothing half-written is cited."""
+    a result.json is not a record and is refused, so nothing half-written is cited.
+
+    Loading every recipe checks its evidence against all ~80 records: what was read is kept while
+    no folder and no result.json under `results` changed (by their status), and handed out as a
+    new dict each time."""
     results = RESULTS if results is None else results
-    records = {}
-    for folder in sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []:
-        records[folder.name] = load_record(folder, _display(folder / RECORD_FILE))
-    return records
+    folders = sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []
+    return dict(_load_folders(tuple((folder, _directories_status(folder), _status(folder / RECORD_FILE))
+                                    for folder in folders)))
+
+
+def _directories_status(folder: Path) -> tuple:
+    """The folder's and each folder's beneath it (raw files may sit in one): a file named in
+    `files` that comes or goes changes its directory's times."""
+    return tuple((top, _status(Path(top))) for top, _, _ in os.walk(folder))
+
+
+def _status(path: Path) -> tuple[int, ...] | None:
+    """What changes when the file or folder does: a folder's times change as a file in it comes
+    or goes, a file's with every write (ctime even where the writer kept mtime and size)."""
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_folders(folders: tuple[tuple[Path, object, object], ...]) -> tuple[tuple[str, Record], ...]:
+    return tuple((folder.name, load_record(folder, _display(folder / RECORD_FILE)))
+                 for folder, _, _ in folders)
 
 
 def _display(path: Path) -> str:
