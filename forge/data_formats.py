@@ -13,6 +13,7 @@ Files are read through forge.files with the cap of their kind."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 from pathlib import Path
@@ -161,25 +162,23 @@ def _parse_guarded(text: str, source: str) -> Any:
     return yaml.load(text, Loader=StrictCLoader)  # a SafeLoader's constructor
 
 
-# What each small YAML text parsed to. A command reads the same few files (the series, the
-# targets, the model families) again for every recipe it loads; a parse is milliseconds of Python,
-# a deep copy of its result a twentieth of that. The text is the key: the data depends on nothing
-# else (a refusal names the source, and is not kept).
-_PARSED_YAML: dict[str, Any] = {}
-_PARSED_YAML_TEXT_MAX = 256 << 10
-_PARSED_YAML_ENTRIES_MAX = 512
+# A command reads the same few files (the series, the targets, the model families) again for
+# every recipe it loads; a parse is milliseconds of Python, a deep copy of its result a twentieth
+# of that. What a small text parses to is kept (a refusal is not: it raises, and names the source).
+_KEPT_TEXT_MAX = 64 << 10
+_KEPT_TEXTS = 128
 
 
 def parse_yaml(text: str, source: str) -> Any:
     """Every YAML file of the project goes through here (see the module's docstring)."""
-    if text in _PARSED_YAML:
-        return copy.deepcopy(_PARSED_YAML[text])    # the caller may change what it gets
-    data = _parse_yaml_once(text, source)
-    if len(text) <= _PARSED_YAML_TEXT_MAX:
-        if len(_PARSED_YAML) >= _PARSED_YAML_ENTRIES_MAX:
-            _PARSED_YAML.pop(next(iter(_PARSED_YAML)))     # the oldest
-        _PARSED_YAML[text] = copy.deepcopy(data)
-    return data
+    if len(text) > _KEPT_TEXT_MAX:
+        return _parse_yaml_once(text, source)
+    return copy.deepcopy(_parsed_yaml(text, source))   # the caller may change what it gets
+
+
+@functools.lru_cache(maxsize=_KEPT_TEXTS)
+def _parsed_yaml(text: str, source: str) -> Any:
+    return _parse_yaml_once(text, source)
 
 
 def _parse_yaml_once(text: str, source: str) -> Any:
