@@ -12,6 +12,8 @@ load cannot hold, each refusal one line naming the file (and the line where it i
 Files are read through forge.files with the cap of their kind."""
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import re
 from pathlib import Path
@@ -160,8 +162,26 @@ def _parse_guarded(text: str, source: str) -> Any:
     return yaml.load(text, Loader=StrictCLoader)  # a SafeLoader's constructor
 
 
+# A command reads the same few files (the series, the targets, the model families) again for
+# every recipe it loads; a parse is milliseconds of Python, a deep copy of its result a twentieth
+# of that. What a small text parses to is kept (a refusal is not: it raises, and names the source).
+_KEPT_TEXT_MAX = 64 << 10
+_KEPT_TEXTS = 128
+
+
 def parse_yaml(text: str, source: str) -> Any:
     """Every YAML file of the project goes through here (see the module's docstring)."""
+    if len(text) > _KEPT_TEXT_MAX:
+        return _parse_yaml_once(text, source)
+    return copy.deepcopy(_parsed_yaml(text, source))   # the caller may change what it gets
+
+
+@functools.lru_cache(maxsize=_KEPT_TEXTS)
+def _parsed_yaml(text: str, source: str) -> Any:
+    return _parse_yaml_once(text, source)
+
+
+def _parse_yaml_once(text: str, source: str) -> Any:
     try:
         return _parse_guarded(text, source)
     except yaml.YAMLError as exc:

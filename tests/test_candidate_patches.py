@@ -22,7 +22,7 @@ from forge.patching.series import load_series
 from forge.patching.status import applied_statuses, release_status
 from tests.build_cli import copy_checkout
 from tests.build_cli import run_build as run_in
-from tests.fixtures_patches import applied_record, real_patch_entry, snapshot, write_series
+from tests.fixtures_patches import applied_record, make_site_packages, real_patch_entry, snapshot, write_series
 from tests.test_images_plan import copy_repo, plan, write_lock
 from tests.test_patch_series import run_build
 
@@ -106,14 +106,22 @@ def test_apply_leaves_the_candidates_out_unless_asked(vllm_site):
 
 
 
+@pytest.fixture(scope="module")
+def refusing_site(tmp_path_factory):
+    """One copy of the BARE release's install, and its snapshot, for the commands refused before
+    they write anything: each test checks it is left as it was (a copy and two snapshots each
+    were most of these tests' time)."""
+    site = make_site_packages(BARE, tmp_path_factory.mktemp("refusing") / "site-packages")
+    return site, snapshot(site)
+
+
 @pytest.mark.parametrize("patch_id, problem", [
     ("no-such-patch", "has no patch with that id"),
     ("gemma4-mtp-share-embeddings", "not a candidate in"),
     ("triton-spec-decode-split-kv", "not a candidate in"),   # a candidate until it shipped
 ])
-def test_a_bad_with_candidate_is_refused_in_one_line(vllm_site, patch_id, problem):
-    site = vllm_site(BARE)
-    original = snapshot(site)
+def test_a_bad_with_candidate_is_refused_in_one_line(refusing_site, patch_id, problem):
+    site, original = refusing_site
     result = run_build("apply", "--site-packages", str(site), FLAG, PATCH, FLAG, patch_id)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -122,12 +130,14 @@ def test_a_bad_with_candidate_is_refused_in_one_line(vllm_site, patch_id, proble
     assert snapshot(site) == original
 
 
-def test_with_candidate_and_revert_are_refused_together(vllm_site):
-    result = run_build("apply", "--site-packages", str(vllm_site(BARE)), "--revert", FLAG, PATCH)
+def test_with_candidate_and_revert_are_refused_together(refusing_site):
+    site, original = refusing_site
+    result = run_build("apply", "--site-packages", str(site), "--revert", FLAG, PATCH)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"error: {FLAG}: not with --revert (a revert restores every patched file, candidates "
         "included)"]
+    assert snapshot(site) == original
 
 
 def test_the_image_plan_and_the_dockerfile_leave_the_candidates_out(tmp_path):

@@ -1,4 +1,5 @@
 """build.py as users type it: the default command, help, and output into a closed pipe."""
+import functools
 import os
 import re
 import subprocess
@@ -67,6 +68,7 @@ QUOTED_COMMAND = re.compile(r"`(?:python3? )?build\.py ([^`|]*)[^`]*`")
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
 
+@functools.cache   # building the parser each time a word was looked up took 10 s of this file's 13
 def _parsers() -> dict:
     parser = build_parser()
     return parser._subparsers._group_actions[0].choices  # noqa: SLF001 (argparse has no API)

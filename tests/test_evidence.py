@@ -106,18 +106,33 @@ def test_a_latency_record_naming_a_missing_bench_is_refused():
         derive(replace(record, settings={**record.settings, "bench": "nope"}), RECORDS)
 
 
-def _sdist_lines(release: str, path_end: str) -> list[str]:
+def _sdist_files(release: str, path_ends: set[str]) -> dict[str, list[str]]:
+    """The lines of the one file in the release's sdist ending in each of `path_ends`, read in one
+    pass over the archive (each lookup used to decompress the 50 MB sdist again)."""
     import tarfile
 
     from forge.upstream.releases import fetch_sdist
 
-    with tarfile.open(fetch_sdist(release, offline=True)) as sdist:
-        names = [n for n in sdist.getnames() if n == f"vllm-{release}/{path_end}" or
-                 n.startswith(f"vllm-{release}/") and n.endswith(f"/{path_end}")]
-        assert len(names) == 1, (release, path_end, names)
-        handle = sdist.extractfile(names[0])
-        assert handle is not None
-        return handle.read().decode().splitlines()
+    top = f"vllm-{release}/"
+    found: dict[str, list[tuple[str, list[str]]]] = {end: [] for end in path_ends}
+    with tarfile.open(fetch_sdist(release, offline=True), mode="r|*") as sdist:
+        for member in sdist:
+            ends = [end for end in path_ends if member.name == top + end
+                    or member.name.startswith(top) and member.name.endswith(f"/{end}")]
+            handle = sdist.extractfile(member) if ends else None
+            if handle is not None:
+                lines = handle.read().decode().splitlines()
+                for end in ends:
+                    found[end].append((member.name, lines))
+    for end, matches in found.items():
+        assert len(matches) == 1, (release, end, [name for name, _ in matches])
+    return {end: matches[0][1] for end, matches in found.items()}
+
+
+def _excerpt_entry(entry: str) -> tuple[str, str, str]:
+    """(file, line number, text) of `NNN:text` (file "": CMakeLists.txt) or `<file>:NNN:text`."""
+    parts = entry.split(":", 2)
+    return (parts[0], parts[1], parts[2]) if not parts[0].isdigit() else ("", *entry.split(":", 1))
 
 
 ARCH_RECORDS = sorted(r for r in RECORDS if arch_excerpts(RECORDS[r]))
@@ -129,13 +144,12 @@ def test_a_records_arch_list_excerpts_are_all_the_releases_own_lines(record_id):
     source file of that name; every arch list of those kernels in CMakeLists.txt is there."""
     record = RECORDS[record_id]
     for kernels, release, name in arch_excerpts(record):
-        cmake = _sdist_lines(release, "CMakeLists.txt")
         excerpt = record.raw(name).read_text().splitlines()
+        sources = _sdist_files(release, {"CMakeLists.txt"} | {_excerpt_entry(e)[0] for e in excerpt} - {""})
+        cmake = sources[""] = sources["CMakeLists.txt"]
         for entry in excerpt:
-            parts = entry.split(":", 2)
-            where, number, text = parts if not parts[0].isdigit() else ("", *entry.split(":", 1))
-            source = _sdist_lines(release, where) if where else cmake
-            assert source[int(number) - 1] == text, (record_id, name, entry)
+            where, number, text = _excerpt_entry(entry)
+            assert sources[where][int(number) - 1] == text, (record_id, name, entry)
         lists = {f"{n}:{line}" for n, line in enumerate(cmake, start=1)
                  if (m := ARCH_LIST.search(line)) and m.group(1).startswith(kernels.upper())}
         assert lists and lists <= set(excerpt), (record_id, name, lists - set(excerpt))

@@ -182,6 +182,9 @@ def test_script_rehearsal_on_the_cpu(tmp_path):
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SITE": str(site),
            "OUT": str(out), "WORK": str(work), "PORT": str(_free_port()),
            "MASTER_PORT": str(_free_port()), "START_LIMIT": "60",
+           # the stand-ins start and stop in well under a second: the GPU run's 10 s between
+           # health checks and 5 s to stop were most of this test's time
+           "POLL_S": "0.5", "STOP_GRACE_S": "1",
            "STAND_IN_LOG": str(results / "h200-0.25.0-bench-26b-a4b-l6" / "engines" / "fp8-mtp3-v2.log"),
            "STAND_IN_PROM": str(results / "h200-0.25.0-smoke-26b-a4b-v1-l6-patched" / "prometheus" / "greedy.after.prom")}
     result = subprocess.run(["bash", "benchmarks/gpu/two_node_local.sh"], cwd=REPO, env=env,

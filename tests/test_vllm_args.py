@@ -95,8 +95,10 @@ def _flags_in_release_docs(version: str) -> dict[str, str]:
     from forge.upstream import releases
 
     found: dict[str, str] = {}
-    with tarfile.open(releases.fetch_sdist(version)) as sdist:
-        for member in sdist.getmembers():
+    # streamed: one pass over the 40 MB archive (each extractfile after getmembers decompressed
+    # it again from the start up to that member)
+    with tarfile.open(releases.fetch_sdist(version), mode="r|*") as sdist:
+        for member in sdist:
             if not (member.isfile() and member.name.startswith(f"vllm-{version}/docs/")
                     and member.name.endswith(".md")):
                 continue

@@ -9,7 +9,8 @@
 # Budget: < 9 minutes (engine start up to START_LIMIT s, smoke 60 s, burst 90 s). One file lands
 # in $OUT: the tarball.
 # Overrides: STAGE (default .gpu-stage), SITE (/tmp/site), LAYERS (10), OUT, WORK, PORT,
-# MASTER_PORT, START_LIMIT.
+# MASTER_PORT, START_LIMIT, POLL_S (seconds between health checks while the engines start, 10),
+# STOP_GRACE_S (seconds the nodes get to stop on SIGTERM before SIGKILL, 5).
 set -u
 T0=$(date +%s)
 say() { echo "[two-node +$(( $(date +%s) - T0 ))s] $*"; }
@@ -19,6 +20,8 @@ LAYERS=${LAYERS:-10}            # target layers of the dummy 26B-A4B (30 = all; 
 PORT=${PORT:-8011}
 MASTER_PORT=${MASTER_PORT:-29611}
 START_LIMIT=${START_LIMIT:-330}
+POLL_S=${POLL_S:-10}
+STOP_GRACE_S=${STOP_GRACE_S:-5}
 SITE=${SITE:-/tmp/site}          # where the wheels' gpu_setup.sh installs vLLM
 STAGE=${STAGE:-.gpu-stage}       # the release's wheels and their gpu_setup.sh
 RECIPE=gemma-4-26b-a4b-it TARGET=h200 VLLM_VERSION=0.25.0
@@ -57,7 +60,7 @@ launch "${NODE_CMDS[0]}" > "$WORK/rank0.log" 2>&1 &
 PID0=$!
 stop_nodes() {
   for pid in $PID0 $PID1; do kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null; done
-  sleep 5
+  sleep "$STOP_GRACE_S"
   for pid in $PID0 $PID1; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null; done
 }
 healthy() {
@@ -71,7 +74,7 @@ while [ $(( $(date +%s) - T0 )) -lt "$START_LIMIT" ]; do
   if healthy "http://127.0.0.1:$PORT/health"; then UP=1; break; fi
   kill -0 "$PID0" 2>/dev/null || { say "rank 0 exited"; break; }
   kill -0 "$PID1" 2>/dev/null || { say "rank 1 exited"; break; }
-  sleep 10
+  sleep "$POLL_S"
   say "waiting: $(grep -v 'NCCL INFO' "$WORK/rank0.log" | tail -n 1 | cut -c1-150)"
 done
 if [ "$UP" = 1 ]; then say "server up"; else say "server NOT up"; fi
