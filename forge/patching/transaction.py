@@ -16,7 +16,7 @@ from pathlib import Path
 
 from forge.errors import ForgeError
 from forge.files import mode_of
-from forge.json_text import dump_json
+from forge.json_text import dump_json_lines
 from forge.patching import record as records
 from forge.patching.installed import InstalledVllm
 from forge.patching.record import RECORD_DIR, RECORD_FILE, originals_prefix, runs
@@ -242,7 +242,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def write_record(record_dir: Path, record: dict) -> None:
     temp = record_dir / f"{RECORD_FILE}.tmp"
-    temp.write_text(dump_json(record, indent=1) + "\n")
+    temp.write_text(dump_json_lines(record, "the apply record") + "\n")
     os.replace(temp, record_dir / RECORD_FILE)
 
 
