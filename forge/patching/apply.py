@@ -469,9 +469,7 @@ def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
                 continue    # the other install's file
             raise ForgeError(f"{target}: changed since vllm-forge patched it; not reverting "
                              "(nothing changed)")
-        original = _saved_original(record_dir, entry)
-        writes.append(Write(target, original, current, entry["path"],
-                             mode=entry.get("original_mode")))
+        writes.append(_restoring(record_dir, entry, target, current))
     commit(writes, installed, new_record=None, old_record=record)
     if foreign is not None:
         return ApplyReport(installed, ApplyOutcome.DROPPED_FOREIGN, files=[w.label for w in writes],
@@ -479,6 +477,28 @@ def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
     return ApplyReport(installed, ApplyOutcome.REVERTED, applied=_applied_ids(record),
                        files=[w.label for w in writes],
                        dependencies=_restored_dependencies(record))
+
+
+def _restoring(record_dir: Path, entry: dict, target: str, current: bytes | None) -> Write:
+    """The write that puts `entry`'s saved original back over `current`. A saved original only
+    the record holds (the usual case) is linked into place, not read here (see
+    transaction._stage_saved); one that is more (a link shared with a file that was never
+    replaced, an unusual file) is read, and refused in one line if it cannot be."""
+    mode = entry.get("original_mode")
+    if entry["original"] is not None:
+        path = os.path.join(record_dir, entry["original"])
+        if _only_in_the_record(path):
+            return Write(target, None, current, entry["path"], mode=mode, saved=path)
+    return Write(target, _saved_original(record_dir, entry), current, entry["path"], mode=mode)
+
+
+def _only_in_the_record(path: str) -> bool:
+    """A regular file with no other name: changing its mode and time changes nothing else."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return False        # _saved_original says why in one line
+    return stat.S_ISREG(found.st_mode) and found.st_nlink == 1
 
 
 def _saved_original(record_dir: Path, entry: dict) -> bytes | None:

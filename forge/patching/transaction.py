@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from forge.errors import ForgeError
-from forge.files import mode_of
+from forge.errors import FileError, ForgeError
+from forge.files import PACKAGE_FILE, mode_of, read_bytes
 from forge.json_text import dump_json_lines
 from forge.patching import record as records
 from forge.patching.installed import InstalledVllm
@@ -46,6 +46,13 @@ class Write:
     temp: str | None = None
     mode: int | None = None    # for a new file (default 0o644); an existing file keeps its mode
     package: str | None = None  # the dependency these files belong to (None: vLLM, MoE configs)
+    # A revert's saved original that holds the new bytes (`new` is then None): put in place by a
+    # hard link, not read and written again (see _stage_saved).
+    saved: str | None = None
+
+    @property
+    def removes(self) -> bool:
+        return self.new is None and self.saved is None
 
 
 def sha(data: bytes | None) -> str | None:
@@ -89,7 +96,7 @@ def _missing_dirs(writes: list[Write]) -> list[str]:
     """Directories that staging the writes will create, shallowest first."""
     missing: set[str] = set()
     # Each directory once: thousands of files share a few hundred.
-    for parent in {os.path.dirname(w.target) for w in writes if w.new is not None}:
+    for parent in {os.path.dirname(w.target) for w in writes if not w.removes}:
         while not os.path.exists(parent) and parent not in missing:
             missing.add(parent)
             parent = os.path.dirname(parent)
@@ -117,9 +124,13 @@ def commit(writes: list[Write], installed: InstalledVllm, new_record: dict | Non
         for directory in created:
             os.mkdir(directory)
         ready: set[str] = set()     # directories _stage has made sure of
-        for staged, (w, new) in enumerate((w, w.new) for w in writes if w.new is not None):
+        for staged, w in enumerate(w for w in writes if not w.removes):
             _maybe_kill_while_staging(staged)
-            w.temp = _stage(w.target, new, w.mode, ready)
+            if w.saved is not None:
+                w.temp = _stage_saved(w.target, w.saved, w.mode, ready)
+            else:
+                assert w.new is not None
+                w.temp = _stage(w.target, w.new, w.mode, ready)
     except OSError as exc:
         _discard(writes, created, forget)
         raise ForgeError(f"cannot write {exc.filename or installed.package_dir}: "
@@ -134,7 +145,7 @@ def commit(writes: list[Write], installed: InstalledVllm, new_record: dict | Non
         undo.append(lambda: None)       # _discard removes (or puts back) the record itself
         for w in writes:
             _maybe_inject_failure(len(undo))
-            if w.new is None:
+            if w.removes:
                 os.unlink(w.target)
             else:
                 assert w.temp is not None    # staged before the commit starts
@@ -155,7 +166,7 @@ def commit(writes: list[Write], installed: InstalledVllm, new_record: dict | Non
                          "nothing changed") from exc
     # Directories that held only removed files (a dependency's old dist-info) go too; revert
     # recreates them with the files.
-    remove_empty_dirs({os.path.dirname(w.target) for w in writes if w.new is None})
+    remove_empty_dirs({os.path.dirname(w.target) for w in writes if w.removes})
 
 
 def _put_back(record_dir: Path, marked: list[dict], record: dict) -> None:
@@ -228,34 +239,90 @@ def _maybe_inject_failure(renames_done: int) -> None:
 
 def _stage(target: str, data: bytes, mode: int | None = None, ready: set[str] | None = None
            ) -> str:
-    """`data` in a temp file beside `target`, with target's mode (else `mode`, else 0o644).
-    `ready`: the directories already made sure of in this run (each is made once, not per file)."""
+    """`data` in a temp file beside `target` (created 0o600 as mkstemp does, O_EXCL), with
+    target's mode (else `mode`, else 0o644); `ready` as for _make_sure_of."""
     parent, name = os.path.split(target)
+    _make_sure_of(parent, ready)
+    while True:
+        temp = _temp_name(parent, name)
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            break
+        except FileExistsError:
+            continue    # another process's temp of the same name: take the next count
+    try:
+        os.fchmod(fd, _mode_for(target, mode))
+    except BaseException:
+        os.close(fd)
+        _remove_temp(temp)
+        raise
+    try:
+        _write_all(fd, data)
+    except BaseException:
+        _remove_temp(temp)
+        raise
+    return temp
+
+
+def _stage_saved(target: str, saved: str, mode: int | None, ready: set[str]) -> str:
+    """A revert's saved original in a temp file beside `target`, as _stage puts bytes there: a
+    hard link to it (the record alone holds it: _revert checked), then target's mode (else
+    `mode`, else 0o644) and the time now, as a fresh write would have (a bytecode cache compares
+    a source's mtime and size, so the restored file must not keep the time it was saved at).
+    Where the file system refuses the link (another device, no hard links), its bytes are copied."""
+    parent, name = os.path.split(target)
+    _make_sure_of(parent, ready)
+    while True:
+        temp = _temp_name(parent, name)
+        try:
+            os.link(saved, temp)
+            break
+        except FileExistsError:
+            continue
+        except OSError:
+            return _stage(target, _saved_bytes(saved), mode, ready)
+    try:
+        os.chmod(temp, _mode_for(target, mode))
+        os.utime(temp)
+    except BaseException:
+        _remove_temp(temp)
+        raise
+    return temp
+
+
+def _saved_bytes(saved: str) -> bytes:
+    """A saved original's bytes; what stops it being read is an OSError, as for any other write
+    the commit stages (it rolls back on OSError)."""
+    try:
+        return read_bytes(saved, PACKAGE_FILE)
+    except FileError as exc:
+        raise OSError(errno.EIO, str(exc).partition(": ")[2] or str(exc), saved) from exc
+
+
+def _make_sure_of(parent: str, ready: set[str] | None) -> None:
+    """Make `parent` if missing; `ready`: the directories already made sure of in this run (each
+    is made once, not per file)."""
     if ready is None or parent not in ready:
         os.makedirs(parent, exist_ok=True)
         if ready is not None:
             ready.add(parent)
-    temp, fd = _new_temp(parent, name)
+
+
+def _temp_name(parent: str, name: str) -> str:
+    return os.path.join(parent, f".{name}.{_TEMP_TOKEN}{next(_TEMP_COUNT)}{TEMP_SUFFIX}")
+
+
+def _mode_for(target: str, mode: int | None) -> int:
+    """The mode a file staged for `target` gets: target's own, else `mode`, else 0o644."""
     existing = mode_of(target)      # 0: no file there
     if existing:
-        mode = stat.S_IMODE(existing)
-    try:
-        os.fchmod(fd, mode if mode is not None else 0o644)
-    except BaseException:
-        os.close(fd)
-        raise
-    _write_all(fd, data)
-    return temp
+        return stat.S_IMODE(existing)
+    return mode if mode is not None else 0o644
 
 
-def _new_temp(parent: str, name: str) -> tuple[str, int]:
-    """A new temp file for `name` in `parent` (created 0o600, as mkstemp does) and its fd."""
-    while True:
-        temp = os.path.join(parent, f".{name}.{_TEMP_TOKEN}{next(_TEMP_COUNT)}{TEMP_SUFFIX}")
-        try:
-            return temp, os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        except FileExistsError:
-            continue    # another process's temp of the same name: take the next count
+def _remove_temp(temp: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(temp)
 
 
 def _write_file(path: str, data: bytes) -> None:
