@@ -308,6 +308,27 @@ def test_revert_copies_a_saved_original_that_has_another_name(vllm_site, tmp_pat
     assert (stat.S_IMODE(kept.st_mode), kept.st_mtime_ns, kept.st_nlink) == (0o600, 0, 1)
 
 
+def test_apply_saves_a_file_with_another_name_as_a_copy_and_revert_leaves_that_name_alone(
+        vllm_site, tmp_path):
+    """An installed file with a second name (an installer that links files from its cache) is
+    saved as a copy, not a link, so nothing apply or revert does touches the other name."""
+    site = vllm_site("0.25.0")
+    cached = tmp_path / "installer-cache-entry"
+    os.link(site / TARGET, cached)
+    os.utime(cached, ns=(0, 0))
+    original = snapshot(site)
+    record_inode = os.stat(site / "vllm-0.25.0.dist-info" / "RECORD").st_ino
+    apply_series(site_packages=site)
+    saved = saved_original_of(site, TARGET)
+    assert os.stat(saved).st_ino != os.stat(cached).st_ino
+    # RECORD has no other name: its original is kept as the very file, not read and written
+    assert os.stat(saved_original_of(site, "vllm-0.25.0.dist-info/RECORD")).st_ino == record_inode
+    apply_series(site_packages=site, revert=True)
+    assert snapshot(site) == original
+    kept = os.stat(cached)
+    assert (kept.st_mtime_ns, kept.st_nlink) == (0, 1)
+
+
 def test_moe_configs_go_to_the_config_dir_and_revert_removes_them(vllm_site, tmp_path):
     name = "E=128,N=704,device_name=NVIDIA_H200.json"
     config = b'{"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, ' \

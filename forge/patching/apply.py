@@ -10,7 +10,8 @@ file writes. Then, in this order:
   1. the record `vllm/.vllm-forge/applied.json` (state "staging", listing every file and every
      directory the run will create), a copy of the run's file list (`originals/files.json`,
      forge.patching.record) and the original bytes of every file it will touch
-     (`vllm/.vllm-forge/originals/N`); vLLM's dist-info RECORD is the first of those files,
+     (`vllm/.vllm-forge/originals/N`: a hard link to a file that has no other name, which the
+     run then replaces or removes, else a copy); vLLM's dist-info RECORD is the first of those files,
      rewritten to list the record's files so that pip uninstall removes them
      (forge.patching.pip_record);
   2. every output staged in a temp file `.NAME.XXXX.vllm-forge-tmp` next to its target (a

@@ -217,7 +217,7 @@ def _start_record(record_dir: Path, writes: list[Write], record: dict, created: 
     records.write_run_files(record_dir, prefix, run)
     for index, w in enumerate(writes):
         if w.original is not None:
-            _write_file(os.path.join(record_dir, f"{prefix}{index}"), w.original)
+            _save_original(w.target, os.path.join(record_dir, f"{prefix}{index}"), w.original)
     return record
 
 
@@ -323,6 +323,22 @@ def _mode_for(target: str, mode: int | None) -> int:
 def _remove_temp(temp: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(temp)
+
+
+def _save_original(target: str, saved: str, original: bytes) -> None:
+    """`original` (the bytes read from `target`) kept at `saved`. A hard link to target where
+    target is a regular file with no other name and still the size read: the commit replaces or
+    removes target, after which the record alone holds those bytes (revert links them back, see
+    _stage_saved). Else (a link, a file with other names, another device, no hard links) the
+    bytes are written."""
+    try:
+        found = os.lstat(target)
+        if stat.S_ISREG(found.st_mode) and found.st_nlink == 1 and found.st_size == len(original):
+            os.link(target, saved, follow_symlinks=False)
+            return
+    except OSError:
+        pass
+    _write_file(saved, original)
 
 
 def _write_file(path: str, data: bytes) -> None:
