@@ -138,10 +138,14 @@ def read_bytes(path: Path | str, kind: FileKind) -> bytes:
         data = _read_upto(fd, kind.cap + 1, path)
     finally:
         os.close(fd)
+    _refuse_over_cap(path, data, kind)
+    return data
+
+
+def _refuse_over_cap(path: Path | str, data: bytes, kind: FileKind) -> None:
     if len(data) > kind.cap:
         raise FileError(f"{path}: larger than the {_cap_text(kind.cap)} cap for {_a(kind.what)}; "
                         "is it the right file?")
-    return data
 
 
 def read_text(path: Path | str, kind: FileKind, errors: str = "strict") -> str:
@@ -189,8 +193,22 @@ def regular_or_absent(path: Path | str, kind: FileKind) -> bool:
 
 
 def read_if_present(path: Path | str, kind: FileKind) -> bytes | None:
-    """The file's bytes, or None when there is none; FileError when it is no regular file."""
-    return read_bytes(path, kind) if regular_or_absent(path, kind) else None
+    """The file's bytes, or None when there is none (a dangling link included, as for
+    regular_or_absent); FileError when it is no regular file. Opened at once, without a stat
+    first: apply reads thousands of files this way."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise file_error(path, exc, "read it") from exc
+    try:
+        _refuse_irregular(path, os.fstat(fd).st_mode, kind)
+        data = _read_upto(fd, kind.cap + 1, path)
+    finally:
+        os.close(fd)
+    _refuse_over_cap(path, data, kind)
+    return data
 
 
 # --- listings (text paths: over thousands of files, a Path per file is the cost) -------------

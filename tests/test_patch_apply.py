@@ -7,6 +7,7 @@ import csv
 import errno
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -263,6 +264,69 @@ def test_revert_refuses_a_file_changed_since_apply(vllm_site):
     with pytest.raises(ForgeError, match="changed since vllm-forge patched it; not reverting"):
         apply_series(site_packages=site, revert=True)
     assert snapshot(site) == before
+
+
+def saved_original_of(site: Path, rel: str) -> Path:
+    [entry] = [e for e in applied_record(site)["files"] if e["path"] == rel]
+    return site / "vllm" / RECORD_DIR / entry["original"]
+
+
+def test_revert_puts_each_file_back_with_its_mode_and_a_fresh_time(vllm_site):
+    """A saved original only the record holds is linked back into place: it gets the file's mode
+    and the time of the revert (a bytecode cache compares a source's mtime and size), never the
+    time it was saved at."""
+    site = vllm_site("0.25.0")
+    os.chmod(site / TARGET, 0o640)
+    original = snapshot(site)
+    apply_series(site_packages=site)
+    saved = saved_original_of(site, TARGET)
+    os.utime(saved, ns=(0, 0))
+    apply_series(site_packages=site, revert=True)
+    restored = os.stat(site / TARGET)
+    assert snapshot(site) == original
+    assert stat.S_IMODE(restored.st_mode) == 0o640 and restored.st_mtime_ns != 0
+    assert restored.st_nlink == 1        # the record's name for it went with the record
+
+
+def test_revert_copies_a_saved_original_that_has_another_name(vllm_site, tmp_path):
+    """A saved original with a second name is read and written, not linked: putting the file
+    back changes nothing about the other name (its mode, its time)."""
+    site = vllm_site("0.25.0")
+    os.chmod(site / TARGET, 0o640)
+    original = snapshot(site)
+    apply_series(site_packages=site)
+    saved = saved_original_of(site, TARGET)
+    os.chmod(saved, 0o600)
+    os.utime(saved, ns=(0, 0))
+    other = tmp_path / "other-name"
+    os.link(saved, other)
+    apply_series(site_packages=site, revert=True)
+    assert snapshot(site) == original
+    restored = os.stat(site / TARGET)
+    assert stat.S_IMODE(restored.st_mode) == 0o640 and restored.st_nlink == 1
+    kept = os.stat(other)
+    assert (stat.S_IMODE(kept.st_mode), kept.st_mtime_ns, kept.st_nlink) == (0o600, 0, 1)
+
+
+def test_apply_saves_a_file_with_another_name_as_a_copy_and_revert_leaves_that_name_alone(
+        vllm_site, tmp_path):
+    """An installed file with a second name (an installer that links files from its cache) is
+    saved as a copy, not a link, so nothing apply or revert does touches the other name."""
+    site = vllm_site("0.25.0")
+    cached = tmp_path / "installer-cache-entry"
+    os.link(site / TARGET, cached)
+    os.utime(cached, ns=(0, 0))
+    original = snapshot(site)
+    record_inode = os.stat(site / "vllm-0.25.0.dist-info" / "RECORD").st_ino
+    apply_series(site_packages=site)
+    saved = saved_original_of(site, TARGET)
+    assert os.stat(saved).st_ino != os.stat(cached).st_ino
+    # RECORD has no other name: its original is kept as the very file, not read and written
+    assert os.stat(saved_original_of(site, "vllm-0.25.0.dist-info/RECORD")).st_ino == record_inode
+    apply_series(site_packages=site, revert=True)
+    assert snapshot(site) == original
+    kept = os.stat(cached)
+    assert (kept.st_mtime_ns, kept.st_nlink) == (0, 1)
 
 
 def test_moe_configs_go_to_the_config_dir_and_revert_removes_them(vllm_site, tmp_path):

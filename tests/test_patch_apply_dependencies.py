@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +17,15 @@ from packaging.version import Version
 from forge.patching.apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR, TEMP_SUFFIX, apply_series
 from forge.patching.series import load_series
 from forge.patching.status import shipped_moe_configs, tree_status
-from tests.fixtures_patches import applied_record, install_wheel, snapshot, source_patches_applying, wheelhouse
+from tests.fixtures_patches import (
+    applied_record,
+    copy_tree,
+    install_wheel,
+    make_site_packages,
+    snapshot,
+    source_patches_applying,
+    wheelhouse,
+)
 from tests.test_patch_series import run_build
 
 TARGET = "vllm/v1/spec_decode/llm_base_proposer.py"
@@ -46,8 +55,13 @@ def newest_below_5_15() -> str:
 
 
 def leftovers(site) -> list[str]:
-    return sorted(str(p.relative_to(site)) for p in site.rglob("*")
-                  if p.name.endswith(TEMP_SUFFIX) or "vllm-forge" in p.name)
+    """Every path under `site` (directory or not: what rglob("*") finds, one os.walk) whose name
+    is a temp file's or holds "vllm-forge" (the record directory, pip's staging directory)."""
+    found = []
+    for folder, folders, files in os.walk(site):
+        found += [os.path.relpath(os.path.join(folder, name), site) for name in folders + files
+                  if name.endswith(TEMP_SUFFIX) or "vllm-forge" in name]
+    return sorted(found)
 
 
 def test_apply_pins_transformers_with_the_source_patch_and_revert_restores_5_15_0(
@@ -145,19 +159,19 @@ def test_a_wheelhouse_without_a_fitting_version_or_with_a_broken_wheel_changes_n
     assert snapshot(site) == original and leftovers(site) == []
 
 
-@pytest.mark.parametrize("steps", [0, 1, 2, 40])
-def test_a_failure_anywhere_in_apply_restores_everything_byte_for_byte(site_with_transformers,
-                                                                       steps):
+def test_a_failure_anywhere_in_apply_restores_everything_byte_for_byte(site_with_transformers):
     """Steps: 1 marks the record applying, then the patched vLLM file and transformers' files
-    one by one: 40 fails in the middle of the dependency."""
+    one by one: 40 fails in the middle of the dependency. Each failure leaves the install as it
+    was, so the next one starts from the same install."""
     site = site_with_transformers("0.25.0", "5.15.0")
     original = snapshot(site)
-    result = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()),
-                       **{FAIL_AFTER_ENV: str(steps)})
-    assert result.returncode == 2, result.stdout
-    assert f"rolled back {steps} step(s), nothing changed" in result.stderr
-    assert snapshot(site) == original and leftovers(site) == []
-    assert transformers_in(site) == "5.15.0"
+    for steps in (0, 1, 2, 40):
+        result = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()),
+                           **{FAIL_AFTER_ENV: str(steps)})
+        assert result.returncode == 2, result.stdout
+        assert f"rolled back {steps} step(s), nothing changed" in result.stderr
+        assert snapshot(site) == original and leftovers(site) == []
+        assert transformers_in(site) == "5.15.0"
 
 
 def test_a_kill_mid_apply_leaves_temp_files_the_next_run_removes(site_with_transformers):
@@ -265,9 +279,22 @@ def upgrade_as_pip_does(site, version: str) -> None:
     assert transformers_in(site) == version
 
 
+@pytest.fixture(scope="module")
+def drifted_without_apply(tmp_path_factory) -> tuple[dict[str, str], dict[str, str]]:
+    """What revert must give back after a drift: the install as it was before the first apply,
+    except for the dependency someone else changed afterwards, which comes back exactly as they
+    left it. The same steps on a site without any apply make that state for real (snapshots
+    before and after the upgrade; made once for the module: each source's case compares with it)."""
+    site = make_site_packages("0.25.0", tmp_path_factory.mktemp("drifted-without-apply") / "site")
+    install_wheel(site, "transformers", "5.14.1")
+    before = snapshot(site)
+    upgrade_as_pip_does(site, "5.15.0")
+    return before, snapshot(site)
+
+
 @pytest.mark.parametrize("where", ["index", "find-links"])
 def test_apply_pins_a_dependency_that_drifted_after_an_earlier_apply_and_revert_undoes_both(
-        site_with_transformers, tmp_path, where):
+        site_with_transformers, drifted_without_apply, where):
     """The bug seen on the H200: an install patched while transformers 5.14.1 satisfied the
     constraint got 5.15.0 over it; apply said "nothing to do" and Gemma 4 still could not start."""
     site = site_with_transformers("0.25.0", "5.14.1")
@@ -278,14 +305,8 @@ def test_apply_pins_a_dependency_that_drifted_after_an_earlier_apply_and_revert_
     assert first.returncode == 0, first.stderr
     assert transformers_in(site) == "5.14.1" and FIXED_LINE in (site / TARGET).read_bytes()
     upgrade_as_pip_does(site, "5.15.0")
-    # What revert must give back: the install as it was before the first apply, except for the
-    # dependency someone else changed afterwards, which comes back exactly as they left it. The
-    # same steps on a second site without any apply make that state for real.
-    expected_site = site_with_transformers("0.25.0", "5.14.1")
-    assert snapshot(expected_site) == original
-    upgrade_as_pip_does(expected_site, "5.15.0")
-    expected = snapshot(expected_site)
-    assert expected != original
+    before, expected = drifted_without_apply
+    assert before == original and expected != original
 
     status = run_build("patches", "--site-packages", str(site), "--offline")
     assert status.returncode == 0, status.stderr
@@ -328,16 +349,40 @@ def test_apply_pins_a_dependency_that_drifted_after_an_earlier_apply_and_revert_
     assert FIXED_LINE not in (site / TARGET).read_bytes() and leftovers(site) == []
 
 
+@pytest.fixture(scope="module")
+def drifted_after_apply_template(tmp_path_factory):
+    """vLLM 0.25.0 with transformers 5.15.0, applied from the wheelhouse (5.14.1 pinned), then
+    5.15.0 put back over it as `pip install -U` does; made once for the module: its path, a copy
+    of it, and what the install was before apply."""
+    base = tmp_path_factory.mktemp("drifted-after-apply")
+    site = make_site_packages("0.25.0", base / "site")
+    install_wheel(site, "transformers", "5.15.0")
+    original = snapshot(site)
+    applied = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()))
+    assert applied.returncode == 0, applied.stderr
+    assert transformers_in(site) == "5.14.1"
+    upgrade_as_pip_does(site, "5.15.0")
+    copy_tree(site, base / "template")
+    return site, base / "template", original
+
+
+@pytest.fixture
+def drifted_after_apply(drifted_after_apply_template):
+    """The applied-then-drifted install, at the path it was applied at (the record names its
+    site by path), as an exact copy (cp -a keeps bytes, modes and times)."""
+    site, template, original = drifted_after_apply_template
+    shutil.rmtree(site, ignore_errors=True)
+    copy_tree(template, site)
+    return site, original
+
+
 def test_a_failed_or_killed_re_pin_keeps_the_first_record_and_revert_restores_the_start(
-        site_with_transformers):
+        drifted_after_apply):
     """First apply pinned 5.15.0 down to 5.14.1; 5.15.0 came back over it. A re-pin that fails
     or is killed part way leaves the drifted install and the first run's record exactly as they
     were; the finished re-pin then reverts to the install from before the first apply."""
-    site = site_with_transformers("0.25.0", "5.15.0")
-    original = snapshot(site)
+    site, original = drifted_after_apply
     links = ["--find-links", str(wheelhouse())]
-    assert run_build("apply", "--site-packages", str(site), *links).returncode == 0
-    upgrade_as_pip_does(site, "5.15.0")
     drifted = snapshot(site)
     for steps in (0, 1, 40):
         failed = run_build("apply", "--site-packages", str(site), *links,
@@ -386,12 +431,9 @@ def test_a_source_patch_lost_after_apply_is_refused_not_reported_as_carried(vllm
     assert snapshot(site) == changed
 
 
-def test_a_re_pin_killed_while_replacing_files_is_reverted_to_the_start(site_with_transformers):
-    site = site_with_transformers("0.25.0", "5.15.0")
-    original = snapshot(site)
+def test_a_re_pin_killed_while_replacing_files_is_reverted_to_the_start(drifted_after_apply):
+    site, original = drifted_after_apply
     links = ["--find-links", str(wheelhouse())]
-    assert run_build("apply", "--site-packages", str(site), *links).returncode == 0
-    upgrade_as_pip_does(site, "5.15.0")
     killed = run_build("apply", "--site-packages", str(site), *links, **{KILL_AFTER_ENV: "40"})
     assert killed.returncode == -signal.SIGKILL
     assert list(site.rglob(f"*{TEMP_SUFFIX}"))

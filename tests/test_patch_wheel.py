@@ -13,26 +13,17 @@ import pytest
 from forge.files import one_maker
 from forge.patching.apply import RECORD_DIR
 from forge.upstream import releases
-from tests.fixtures_patches import snapshot, source_patches_applying, write_dist_info
+from tests.fixtures_patches import copy_tree, snapshot, source_patches_applying, write_dist_info
 from tests.test_patch_series import run_build
 
 TARGET = "vllm/v1/spec_decode/llm_base_proposer.py"
 VERSION = "0.25.0"
 
 
-def pip_installed_vllm(version: str, target: Path) -> Path:
-    """The release's wheel (cached_wheel), installed by pip without dependencies (no torch
-    needed to patch source files)."""
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile",
-                    "--target", str(target), "--quiet", str(cached_wheel(version))], check=True)
-    return target
-
-
-
-
 @pytest.mark.slow
-def test_apply_and_revert_on_a_pip_installed_wheel(tmp_path):
-    site = pip_installed_vllm(VERSION, tmp_path / "site")
+def test_apply_and_revert_on_a_pip_installed_wheel(installed_venv):
+    venv, _ = installed_venv
+    site = venv.site
     assert (site / f"vllm-{VERSION}.dist-info" / "INSTALLER").read_text() == "pip\n"
     before = snapshot(site)
     applied = run_build("apply", "--site-packages", str(site), "--vllm", VERSION)
@@ -76,6 +67,7 @@ class Venv:
 
     def __init__(self, root: Path):
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+        self.root = root
         self.python = root / "bin" / "python"
         self.site = Path(subprocess.run(
             [str(self.python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
@@ -99,11 +91,34 @@ def listing(root: Path) -> set[str]:
     return {p.relative_to(root).as_posix() for p in root.rglob("*")}
 
 
-@pytest.mark.slow
-def test_pip_removes_what_apply_added_and_another_release_is_never_reported_reverted(tmp_path):
-    venv = Venv(tmp_path / "venv")
-    empty = listing(tmp_path / "venv")
+@pytest.fixture(scope="module")
+def installed_venv_template(tmp_path_factory):
+    """A venv with the release's wheel installed by pip (without dependencies: no torch needed to
+    patch source files), made once for the module: the venv, a copy of it, and what the venv
+    held before the install."""
+    base = tmp_path_factory.mktemp("venv")
+    venv = Venv(base / "venv")
+    empty = listing(venv.root)
     venv.install(VERSION)
+    copy_tree(venv.root, base / "template")
+    return venv, base / "template", empty
+
+
+@pytest.fixture
+def installed_venv(installed_venv_template):
+    """The venv holding the release as pip installed it, at the path pip installed it at (the
+    scripts pip wrote name their interpreter by path), as an exact copy (cp -a keeps bytes, modes
+    and times), and what the venv held before the install."""
+    venv, template, empty = installed_venv_template
+    shutil.rmtree(venv.root, ignore_errors=True)
+    copy_tree(template, venv.root)
+    return venv, empty
+
+
+@pytest.mark.slow
+def test_pip_removes_what_apply_added_and_another_release_is_never_reported_reverted(
+        installed_venv):
+    venv, empty = installed_venv
     assert venv.apply("--vllm", VERSION).returncode == 0
     assert (venv.site / "vllm" / RECORD_DIR / "originals").is_dir()
     venv.install(OTHER)                        # pip upgrades: it uninstalls 0.25.0 first
@@ -118,14 +133,13 @@ def test_pip_removes_what_apply_added_and_another_release_is_never_reported_reve
     assert f"applied {len(source_patches_applying(OTHER))} patch(es) to vLLM {OTHER}" \
         in applied.stdout
     venv.pip("uninstall", "--yes", "vllm")
-    assert listing(tmp_path / "venv") == empty          # nothing of vLLM or vllm-forge is left
+    assert listing(venv.root) == empty          # nothing of vLLM or vllm-forge is left
 
 
 @pytest.mark.slow
 def test_a_reinstalled_release_is_patched_afresh_and_a_record_pip_left_is_named_not_reverted(
-        tmp_path):
-    venv = Venv(tmp_path / "venv")
-    venv.install(VERSION)
+        installed_venv):
+    venv, _ = installed_venv
     fresh = snapshot(venv.site)
     assert venv.apply().returncode == 0
     venv.install(VERSION, "--force-reinstall")     # pip removes the record with vLLM

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from forge.errors import ForgeError
-from forge.json_text import dump_json
+from forge.json_text import dump_json, dump_json_lines
 from forge.untrusted import visible
 from tests.metrics_server import MetricsServer, prometheus
 from verify import bench, mtp_smoke
@@ -187,6 +187,20 @@ def test_dump_json_names_the_field_that_is_no_number():
         dump_json({"windows": {"greedy": {"per_position_rates": [0.5, -math.inf]}}}, "report")
     with pytest.raises(ForgeError, match=r"^JSON: \[1\]\[0\]\.x is nan"):
         dump_json([0, [{"x": math.nan}]])
+
+
+def test_dump_json_lines_puts_each_flat_entry_on_a_line_of_its_own_and_is_as_strict():
+    record = {"state": "applied", "applied": ["a", "b"], "files": [{"path": "x", "sha": None}, {}],
+              "later": [{"files": [{"path": "é"}]}], "created_dirs": [], 1: [[True]]}
+    text = dump_json_lines(record)
+    assert json.loads(text) == json.loads(json.dumps(record))
+    assert text.splitlines() == [
+        '{', ' "state": "applied",', ' "applied": ["a", "b"],', ' "files": [',
+        '  {"path": "x", "sha": null},', '  {}', ' ],', ' "later": [', '  {', '   "files": [',
+        '    {"path": "\\u00e9"}', '   ]', '  }', ' ],', ' "created_dirs": [],', ' "1": [',
+        '  [true]', ' ]', '}']
+    with pytest.raises(ForgeError, match=r"^the record: files\[0\]\.size is inf, not a finite"):
+        dump_json_lines({"files": [{"size": math.inf}]}, "the record")
 
 
 def test_every_json_the_project_writes_goes_through_dump_json():

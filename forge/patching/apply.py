@@ -10,7 +10,8 @@ file writes. Then, in this order:
   1. the record `vllm/.vllm-forge/applied.json` (state "staging", listing every file and every
      directory the run will create), a copy of the run's file list (`originals/files.json`,
      forge.patching.record) and the original bytes of every file it will touch
-     (`vllm/.vllm-forge/originals/N`); vLLM's dist-info RECORD is the first of those files,
+     (`vllm/.vllm-forge/originals/N`: a hard link to a file that has no other name, which the
+     run then replaces or removes, else a copy); vLLM's dist-info RECORD is the first of those files,
      rewritten to list the record's files so that pip uninstall removes them
      (forge.patching.pip_record);
   2. every output staged in a temp file `.NAME.XXXX.vllm-forge-tmp` next to its target (a
@@ -357,8 +358,8 @@ def _dependency_writes(dependency, installed: InstalledVllm, find_links) -> list
         if new is None and original is not None:
             mode = stat.S_IMODE(os.stat(target).st_mode)     # to put a removed file back as it was
         if new != original:     # most files are the same in neighbouring releases
-            writes.append(Write(Path(target), new, original, _label(target, installed), mode=mode,
-                                 package=dependency.package))
+            writes.append(Write(target, new, original, _label(target, installed), mode=mode,
+                                package=dependency.package))
     return writes
 
 
@@ -408,21 +409,21 @@ def _plan(series: Series, statuses, installed: InstalledVllm, moe_config_dir):
             applied.append(patch.id)
     writes = []
     for rel, new in contents.items():
-        path = installed.site_dir / rel
+        path = str(installed.site_dir / rel)
         writes.append(Write(path, new, read_if_present(path, SOURCE), rel))
     if moe_files:
         moe_dir = Path(moe_config_dir).resolve()
         for f in moe_files:
-            target = moe_dir / f.name
+            target = str(moe_dir / f.name)
             writes.append(Write(target, read_bytes(f.absolute, SOURCE),
-                                 read_if_present(target, SOURCE), str(target)))
+                                read_if_present(target, SOURCE), target))
     return writes, applied, notes
 
 
-def _target_of(installed: InstalledVllm, label: str) -> Path:
+def _target_of(installed: InstalledVllm, label: str) -> str:
     """The file a record's label names: relative to the site directory, or absolute (joining an
-    absolute path gives that path)."""
-    return installed.site_dir / label
+    absolute path gives that path). Text, not Path: a record lists thousands of files."""
+    return os.path.join(installed.site_dir, label)
 
 
 def _with_pip_record(writes: list[Write], installed: InstalledVllm, run_index: int) -> list[Write]:
@@ -436,7 +437,7 @@ def _with_pip_record(writes: list[Write], installed: InstalledVllm, run_index: i
     # vLLM's own files, by their path in RECORD (relative to the site directory); compared as
     # text, as for _label.
     ours = os.path.join(installed.package_dir, "")
-    changes = {_label(w.target, installed): w.new for w in writes if str(w.target).startswith(ours)}
+    changes = {_label(w.target, installed): w.new for w in writes if w.target.startswith(ours)}
     # Index 0 is RECORD itself (it has original bytes), the others keep their order. Files an
     # earlier run saved are listed too (a record from before RECORD listed them).
     saved = [f"{prefix}{index + 1}" for index, w in enumerate(writes) if w.original is not None]
@@ -447,7 +448,7 @@ def _with_pip_record(writes: list[Write], installed: InstalledVllm, run_index: i
     record_rows = [f"{in_site}/{name}" for name in dict.fromkeys(names)]
     original = pip_record.read_record(path)
     new = pip_record.updated(original, changes, record_rows)
-    return [Write(path, new, original, _label(path, installed)), *writes]
+    return [Write(str(path), new, original, _label(path, installed)), *writes]
 
 
 def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
@@ -469,9 +470,7 @@ def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
                 continue    # the other install's file
             raise ForgeError(f"{target}: changed since vllm-forge patched it; not reverting "
                              "(nothing changed)")
-        original = _saved_original(record_dir, entry)
-        writes.append(Write(target, original, current, entry["path"],
-                             mode=entry.get("original_mode")))
+        writes.append(_restoring(record_dir, entry, target, current))
     commit(writes, installed, new_record=None, old_record=record)
     if foreign is not None:
         return ApplyReport(installed, ApplyOutcome.DROPPED_FOREIGN, files=[w.label for w in writes],
@@ -479,6 +478,28 @@ def _revert(installed: InstalledVllm, record: dict | None) -> ApplyReport:
     return ApplyReport(installed, ApplyOutcome.REVERTED, applied=_applied_ids(record),
                        files=[w.label for w in writes],
                        dependencies=_restored_dependencies(record))
+
+
+def _restoring(record_dir: Path, entry: dict, target: str, current: bytes | None) -> Write:
+    """The write that puts `entry`'s saved original back over `current`. A saved original only
+    the record holds (the usual case) is linked into place, not read here (see
+    transaction._stage_saved); one that is more (a link shared with a file that was never
+    replaced, an unusual file) is read, and refused in one line if it cannot be."""
+    mode = entry.get("original_mode")
+    if entry["original"] is not None:
+        path = os.path.join(record_dir, entry["original"])
+        if _only_in_the_record(path):
+            return Write(target, None, current, entry["path"], mode=mode, saved=path)
+    return Write(target, _saved_original(record_dir, entry), current, entry["path"], mode=mode)
+
+
+def _only_in_the_record(path: str) -> bool:
+    """A regular file with no other name: changing its mode and time changes nothing else."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return False        # _saved_original says why in one line
+    return stat.S_ISREG(found.st_mode) and found.st_nlink == 1
 
 
 def _saved_original(record_dir: Path, entry: dict) -> bytes | None:
@@ -550,13 +571,13 @@ def clean_leftovers(installed: InstalledVllm) -> list[Path]:
     if record is not None:
         targets = [_target_of(installed, entry["path"])
                    for run in runs(record) for entry in run.get("files", [])]
-        removed += remove_temps({t.parent for t in targets})
+        removed += remove_temps({os.path.dirname(t) for t in targets})
     if record is not None and record.get("reverting") is not None:
         return removed + _clean_killed_revert(record_dir, record)
     if record is not None and record.get("state") == RecordState.STAGING and record.get("later"):
         # A later run killed before it changed a file: drop just that run.
         *earlier, last = record["later"]
-        removed += remove_empty_dirs([Path(d) for d in last.get("created_dirs", [])])
+        removed += remove_empty_dirs(last.get("created_dirs", []))
         previous = dict(record, state=RecordState.APPLIED, later=earlier)
         if not earlier:
             del previous["later"]
@@ -565,8 +586,7 @@ def clean_leftovers(installed: InstalledVllm) -> list[Path]:
     if record is None and records.holds_files(record_dir / "originals"):
         return removed      # saved originals without a record: records.read says so
     if record is None or record.get("state") == RecordState.STAGING:
-        created = [Path(d) for d in (record or {}).get("created_dirs", [])]
-        removed += remove_empty_dirs(created)
+        removed += remove_empty_dirs((record or {}).get("created_dirs", []))
         shutil.rmtree(record_dir)
         removed.append(record_dir)
     return removed
@@ -576,7 +596,7 @@ def _clean_killed_revert(record_dir: Path, record: dict) -> list[Path]:
     """The directories a killed revert created (each empty once its temp files are gone); one
     killed while staging is forgotten, one killed while restoring stays to be finished."""
     reverting = record["reverting"]
-    removed = remove_empty_dirs([Path(d) for d in reverting.get("created_dirs", [])])
+    removed = remove_empty_dirs(reverting.get("created_dirs", []))
     if reverting.get("step") == RevertStep.STAGING:
         write_record(record_dir, {k: v for k, v in record.items() if k != "reverting"})
     return removed

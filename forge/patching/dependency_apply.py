@@ -14,6 +14,7 @@ and no directory is ever renamed (overlayfs refuses to rename directories of a l
 """
 from __future__ import annotations
 
+import csv
 import os
 import shlex
 import shutil
@@ -194,7 +195,7 @@ def previous_files(dependency: DependencyPlan) -> list[str]:
     base = str(dependency.base)
     inside = os.path.join(base, "")
     files = set()
-    for entry in dist.files or []:
+    for entry in _listed_files(dist):
         path = os.path.normpath(os.path.join(base, entry))
         if path.startswith(inside) and stat.S_ISREG(mode_of(path)):
             files.add(path)
@@ -204,6 +205,16 @@ def previous_files(dependency: DependencyPlan) -> list[str]:
             with os.scandir(cache) as listing:
                 files.update(p.path for p in listing if p.is_file(follow_symlinks=False))
     return sorted(files, key=lambda path: path.split("/"))
+
+
+def _listed_files(dist) -> list[str]:
+    """The paths a distribution lists, as dist.files gives them: its RECORD's first column
+    (read here, without a PackagePath per row: a RECORD lists thousands), else what dist.files
+    finds for an egg-info."""
+    record = dist.read_text("RECORD")
+    if record:
+        return [row[0] for row in csv.reader(record.splitlines()) if row]
+    return [str(path) for path in dist.files or []]
 
 
 def discard_staging(installed) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from forge.data_formats import DataError, parse_json
 from forge.errors import FileError, ForgeError
 from forge.files import INDEX, read_bytes, write_text_atomically
-from forge.json_text import dump_json
+from forge.json_text import dump_json_lines
 from forge.patching.installed import InstalledVllm
 from forge.patching.vocabulary import RecordState, RevertStep
 
@@ -81,7 +81,8 @@ def holds_files(directory: Path) -> bool:
 
 
 def write_run_files(record_dir: Path, prefix: str, run: dict) -> None:
-    write_text_atomically(record_dir / f"{prefix}{RUN_FILES}", dump_json(run, indent=1) + "\n")
+    write_text_atomically(record_dir / f"{prefix}{RUN_FILES}",
+                          dump_json_lines(run, "the apply record") + "\n")
 
 
 def run_files_name(prefix: str) -> str:
