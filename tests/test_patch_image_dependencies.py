@@ -23,7 +23,7 @@ from packaging.specifiers import SpecifierSet
 
 from forge.upstream import pypi
 from tests.build_cli import run_build
-from tests.fixtures_docker import STANDIN_SITE, push, standin_with_wheels
+from tests.fixtures_docker import STANDIN_SITE, Upload, publish_seeded, standin_with_wheels
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -44,9 +44,10 @@ CASES = [pytest.param("h200", "0.25.0", "amd64", id="h200-0.25.0-amd64"),
 def publish_base(client, registry, version: str, arch: str) -> str:
     """The stand-in with transformers 5.15.0, pushed as upstream's tag for `version`."""
     local = standin_with_wheels(client, arch, version, BASE_WHEELS, host_ca=True)
-    ref = f"{registry.host}/vllm/vllm-openai:v{version}-{arch}-transformers{BROKEN_TRANSFORMERS}"
-    push(client, local, ref)
-    return ref
+    remote = f"vllm/vllm-openai:v{version}-{arch}-transformers{BROKEN_TRANSFORMERS}"
+    publish_seeded(client, registry, f"transformers-base-v{version}-{arch}",
+                   [Upload(local, remote, f"linux/{arch}")])
+    return f"{registry.host}/{remote}"
 
 
 def in_image(client, image: str, command: str) -> str:
