@@ -12,7 +12,10 @@ pip under qemu is no obstacle (measured 2026-11-30 on the 2-core amd64 test mach
 in the arm64 stand-in) takes 13 s (3 s natively on amd64), the whole `build.py apply --pin` step
 23 s, and the gb10 case 50-75 s with warm caches (98 s when the stand-in is built first). What would
 be slow under emulation is Debian's pip from apt (dpkg and byte-compiling under qemu), so the
-stand-in gets pip and requests as PyPI wheels, copied in, with no RUN step at all."""
+stand-in gets pip and requests as PyPI wheels, copied in, with no RUN step at all. What is slow
+under emulation is every Python start in the image (seconds each): the gb10 image is read by one
+Python process, and `build.py apply --revert` (the same Python on every platform) runs in the
+h200 case, natively. Warm, the gb10 case now takes 11 CPU-s (2026-12-04, same machine)."""
 from __future__ import annotations
 
 import json
