@@ -9,7 +9,8 @@ Session fixtures start what is missing and leave the machine as they found it:
   standin_base      the stand-in for upstream's vllm/vllm-openai:v0.25.0 in the local registry: a
                     multi-platform index (amd64 + arm64) of Debian bookworm + python3, python3-yaml,
                     python3-packaging + the real vLLM 0.25.0 package tree from its PyPI sdist, with a
-                    dist-info like pip writes. Rootfs tarballs are cached in ~/.cache/vllm-forge/bases.
+                    dist-info like pip writes. Rootfs tarballs are cached in ~/.cache/vllm-forge/bases,
+                    and what the registry is given, as a seed (publish_seeded).
   standin_with_wheels(client, arch, version, requirements, host_ca)
                     a stand-in for another release / platform that also carries pure-Python wheels
                     from PyPI (e.g. transformers 5.15.0, pip, requests), installed by copying only:
@@ -307,25 +308,126 @@ def push(client, local_tag: str, remote: str) -> None:
             raise RuntimeError(f"push of {remote} failed: {chunk['error']}")
 
 
-def publish_standin(client, registry: Registry, version: str = STANDIN_VERSION) -> str:
-    """Push both single-platform stand-ins and a manifest list over them at `v<version>`, like
-    upstream's multi-platform release tags. Returns the list's digest."""
+def _manifest_list(registry: Registry, repository: str, version: str) -> str:
+    """Put a manifest list over the pushed single-platform v<version>-<arch> tags at `v<version>`,
+    like upstream's multi-platform release tags; returns its digest."""
     manifests = []
     for platform in PLATFORMS:
         arch = platform.split("/")[1]
-        push(client, standin_image(client, arch, version),
-             f"{registry.host}/{STANDIN_REPO}:v{version}-{arch}")
-        response = requests.get(registry.url(f"{STANDIN_REPO}/manifests/v{version}-{arch}"),
+        response = requests.get(registry.url(f"{repository}/manifests/v{version}-{arch}"),
                                 headers={"Accept": MANIFEST_V2}, timeout=10)
         response.raise_for_status()
         manifests.append({"mediaType": MANIFEST_V2, "size": len(response.content),
                           "digest": response.headers["Docker-Content-Digest"],
                           "platform": {"os": "linux", "architecture": arch}})
     index = json.dumps({"schemaVersion": 2, "mediaType": MANIFEST_LIST, "manifests": manifests})
-    response = requests.put(registry.url(f"{STANDIN_REPO}/manifests/v{version}"), data=index,
+    response = requests.put(registry.url(f"{repository}/manifests/v{version}"), data=index,
                             headers={"Content-Type": MANIFEST_LIST}, timeout=30)
     response.raise_for_status()
     return response.headers["Docker-Content-Digest"]
+
+
+def publish_standin(client, registry: Registry, version: str = STANDIN_VERSION) -> str:
+    """Both single-platform stand-ins at `v<version>-<arch>` and a manifest list over them at
+    `v<version>`, like upstream's multi-platform release tags. Returns the list's digest."""
+    uploads = [Upload(standin_image(client, platform.split("/")[1], version),
+                      f"{STANDIN_REPO}:v{version}-{platform.split('/')[1]}", platform)
+               for platform in PLATFORMS]
+    publish_seeded(client, registry, f"standin-v{version}", uploads,
+                   lambda seeding: _manifest_list(seeding, STANDIN_REPO, version))
+    digest = registry.digest(STANDIN_REPO, f"v{version}")
+    if digest is None:
+        raise RuntimeError(f"the registry's seed for {STANDIN_REPO}:v{version} holds no manifest list")
+    return digest
+
+
+# --- registry seeds: what a fixture published once, put into each run's fresh registry -----------
+#
+# Pushing the stand-ins makes the engine compress every layer again for each new registry (a new
+# port each run): 14 s for the two bases. A registry's filesystem storage is plain files: blobs by
+# digest and, per repository, links naming them. So what a fixture publishes is pushed once, by
+# the engine, into a registry of its own; its storage is kept in the bases cache as a seed, named
+# after the local images it holds; each run's registry gets a copy (blobs hard-linked where they
+# can be: the registry never writes into a blob it has; repositories' small link files copied,
+# since tags are rewritten in place). Then each image is pushed to the run's registry as before:
+# the engine finds every layer there (nothing compressed or sent, the same manifest) and records
+# this registry as their source, so a later push of those layers to another repository of it
+# mounts them, as after a first push.
+
+REGISTRY_STORAGE = Path("docker/registry/v2")   # under a registry's rootdirectory
+
+
+@dataclass(frozen=True)
+class Upload:
+    local: str          # a local image (tag or id)
+    remote: str         # repository:tag in the registry, without its host
+    platform: str       # the image's, e.g. linux/arm64
+
+
+def _storage(registry: Registry) -> Path:
+    return registry.root / "data" / REGISTRY_STORAGE
+
+
+def _seed_path(client, name: str, uploads: list[Upload]) -> Path:
+    images = "\n".join(f"{client.images.get(u.local).id} {u.remote} {u.platform}" for u in uploads)
+    key = hashlib.sha256(images.encode()).hexdigest()[:12]
+    return bases_cache() / f"registry-seed-{name}-{key}"
+
+
+def _copy_storage(source: Path, destination: Path) -> None:
+    """A registry's storage (or a seed) into another: blobs hard-linked where both are on one file
+    system (one already there stays), other files copied, upload folders (unfinished pushes) left
+    out."""
+    for path in sorted(source.rglob("*")):
+        relative = path.relative_to(source)
+        target = destination / relative
+        if "_uploads" in relative.parts:
+            continue
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif relative.parts[0] == "blobs":
+            if not target.exists():
+                _link_or_copy(path, target)
+        else:
+            shutil.copy2(path, target)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:     # another file system: the run's registry lives in memory (tests/conftest.py)
+        shutil.copy2(source, target)
+
+
+def _make_seed(client, seed: Path, uploads: list[Upload], finish) -> None:
+    seeding = start_registry()
+    try:
+        for upload in uploads:
+            push(client, upload.local, f"{seeding.host}/{upload.remote}")
+        if finish is not None:
+            finish(seeding)
+        partial = seed.with_name(seed.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        _copy_storage(_storage(seeding), partial)
+        partial.rename(seed)
+    finally:
+        seeding.stop()
+        forget_registry_images(client, seeding)
+
+
+def publish_seeded(client, registry: Registry, name: str, uploads: list[Upload], finish=None) -> None:
+    """Put `uploads` (and what `finish(registry)` adds after pushing them) into `registry`: pushed
+    by the engine once into a registry of their own and kept as a seed (see above), copied here."""
+    from forge.files import one_maker
+    from forge.upstream.releases import locks_dir
+
+    seed = _seed_path(client, name, uploads)
+    with one_maker(seed, locks_dir()):
+        if not seed.is_dir():
+            _make_seed(client, seed, uploads, finish)
+        _copy_storage(seed, _storage(registry))
+    for upload in uploads:
+        push(client, upload.local, f"{registry.host}/{upload.remote}")
 
 
 # --- fixtures ---------------------------------------------------------------------------------
@@ -446,9 +548,8 @@ def publish_sbom_scanner(client, registry: Registry) -> str:
                                   rm=True, decode=True):
         if "error" in chunk:
             raise RuntimeError(f"SBOM scanner build failed: {chunk['error']}")
-    remote = f"{registry.host}/buildkit-syft-scanner:local"
-    push(client, tag, remote)
-    return remote
+    publish_seeded(client, registry, "sbom-scanner", [Upload(tag, "buildkit-syft-scanner:local", "linux/amd64")])
+    return f"{registry.host}/buildkit-syft-scanner:local"
 
 
 @pytest.fixture(scope="session")

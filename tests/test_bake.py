@@ -32,10 +32,20 @@ def lock_standin(standin, lock):
     return save_lock({standin.ref: standin.digest}, lock, {standin.ref: ["linux/amd64", "linux/arm64"]})
 
 
-def test_bake_file_covers_every_target_with_attestations(standin_base, buildx, tmp_path):
-    lock = tmp_path / "lock.yaml"
+@pytest.fixture(scope="module")
+def every_target_baked(standin_base, tmp_path_factory):
+    """(result, bake file, lock) of one bake of every target against a lock of the stand-in: read
+    by two tests, made once (a bake of four targets resolves four plans and unpacks four contexts)."""
+    folder = tmp_path_factory.mktemp("every-target")
+    lock = folder / "lock.yaml"
     lock_standin(standin_base, lock)
-    result, output = bake(tmp_path, standin_base, lock=lock)
+    result, output = bake(folder, standin_base, lock=lock)
+    return result, output, lock
+
+
+def test_bake_file_covers_every_target_with_attestations(standin_base, buildx, every_target_baked):
+    result, output, _ = every_target_baked
+    folder = output.parent
     assert result.returncode == 0, result.stderr
     data = json.loads(output.read_text())
     assert sorted(data["group"]["default"]["targets"]) == ["a100", "gb10", "h100", "h200"]
@@ -48,13 +58,13 @@ def test_bake_file_covers_every_target_with_attestations(standin_base, buildx, t
         assert len(target["tags"]) == 1
         assert re.fullmatch(rf"ghcr\.io/acme/vllm-forge:vllm{VERSION}-{name}-[0-9a-f]{{12}}", target["tags"][0])
         assert target["labels"]["io.vllm-forge.target"] == name
-        context = tmp_path / target["context"]
+        context = folder / target["context"]
         record = json.loads((context / "build-record.json").read_text())
         assert record["target"] == name and record["base"]["digest"] == standin_base.digest
         assert (context / "Dockerfile").read_text() == (REPO / "images/Dockerfile").read_text()
         assert (context / "forge" / "patching" / "status.py").exists() and (context / "patches" / "series.yaml").exists()
     # The real tool reads it back: the same targets, platforms, args and attestations.
-    printed = subprocess.run([buildx, "buildx", "bake", "-f", output.name, "--print"], cwd=tmp_path,
+    printed = subprocess.run([buildx, "buildx", "bake", "-f", output.name, "--print"], cwd=folder,
                              capture_output=True, text=True, timeout=120)
     assert printed.returncode == 0, printed.stderr
     seen = json.loads(printed.stdout)["target"]
@@ -64,13 +74,9 @@ def test_bake_file_covers_every_target_with_attestations(standin_base, buildx, t
     assert any("sbom" in str(a) for a in seen["h200"].get("attest", [])), seen["h200"]
 
 
-def test_bake_same_commit_and_lock_gives_same_contexts(standin_base, tmp_path):
-    lock = tmp_path / "lock.yaml"
-    lock_standin(standin_base, lock)
-    first_dir, second_dir = tmp_path / "a", tmp_path / "b"
-    first_dir.mkdir(), second_dir.mkdir()
-    r1, out1 = bake(first_dir, standin_base, lock=lock)
-    r2, out2 = bake(second_dir, standin_base, lock=lock)
+def test_bake_same_commit_and_lock_gives_same_contexts(standin_base, every_target_baked, tmp_path):
+    r1, out1, lock = every_target_baked
+    r2, out2 = bake(tmp_path, standin_base, lock=lock)
     assert r1.returncode == r2.returncode == 0
     t1, t2 = json.loads(out1.read_text())["target"], json.loads(out2.read_text())["target"]
     assert {n: t["labels"] for n, t in t1.items()} == {n: t["labels"] for n, t in t2.items()}

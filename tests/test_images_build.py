@@ -86,6 +86,48 @@ def _run_in(client, image: str, command: str, platform: str | None = None) -> st
                                  platform=platform).decode()
 
 
+# Between the answers of one container's commands; no answer holds such a line.
+ANSWER_END = "--- vllm-forge-test answer end ---"
+
+
+def _answers(client, image: str, commands: dict[str, str], platform: str | None = None) -> dict[str, str]:
+    """Each command's output (its last newline dropped), all run in one container by one shell
+    that stops at the first failing command (the run then raises with its stderr): one container
+    start, not one per question, which counts under qemu."""
+    script = "set -e\n" + "".join(f"{command}\necho '{ANSWER_END}'\n" for command in commands.values())
+    parts = _run_in(client, image, script, platform).split(f"{ANSWER_END}\n")
+    assert len(parts) == len(commands) + 1 and parts[-1] == "", parts
+    return {name: part.removesuffix("\n") for name, part in zip(commands, parts)}
+
+
+def _look_inside(client, tag: str, arch: str, target: str) -> dict[str, str]:
+    """The machine, build record, patched line count, tuned config folder and {recipe: target}
+    of the target's recipes as the image's forge loads them, from one container and (for the
+    recipes) one Python process: under qemu each Python start costs seconds."""
+    recipes = ", ".join(repr(name) for name in load_targets()[target].recipes)
+    return _answers(client, tag, {
+        "machine": "uname -m",
+        "record": "cat /opt/vllm-forge/build-record.json",
+        "patched lines": f"grep -c '{PATCHED_LINE}' {PATCHED_FILE}",
+        "tuned config folder": "echo $VLLM_TUNED_CONFIG_FOLDER",
+        "recipes": (f"cd /opt/vllm-forge && python3 -c \"import json; from forge.serving.recipes import "
+                    f"load_recipe; print(json.dumps({{r: load_recipe(r, '{target}').target for r in "
+                    f"({recipes},)}}))\""),
+    }, platform=f"linux/{arch}")
+
+
+def _check_verify_scripts_run_as_files(client, tag: str) -> None:
+    """The verify scripts run as files from any directory of the image, no PYTHONPATH (before:
+    ModuleNotFoundError: No module named 'forge'; only `python3 -m verify.X` from /opt/vllm-forge).
+    The same COPY steps and scripts on every platform: checked natively (amd64), where a Python
+    start does not cost what it does under qemu."""
+    scripts = ("mtp_smoke.py", "bench.py", "profile.py")
+    usages = _answers(client, tag, {script: f"cd / && env -u PYTHONPATH python3 /opt/vllm-forge/verify/{script} --help"
+                                    for script in scripts})
+    for script, usage in usages.items():
+        assert usage.startswith(f"usage: {script} ") and "--recipe" in usage, usage
+
+
 def test_lock_pins_the_multi_platform_index_digest(setup):
     standin = setup["standin"]
     assert load_lock(setup["env"]["VLLM_FORGE_LOCK"]) == {standin.ref: standin.digest}
@@ -111,13 +153,9 @@ def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
     assert labels["io.vllm-forge.patches"] == ",".join(f"{k}={v}" for k, v in expected.items())
     assert labels["org.opencontainers.image.base.digest"] == setup["standin"].digest
     assert labels["org.opencontainers.image.revision"]
-    out = _run_in(client, tag, f"uname -m; cat /opt/vllm-forge/build-record.json; "
-                               f"grep -c '{PATCHED_LINE}' {PATCHED_FILE}; echo $VLLM_TUNED_CONFIG_FOLDER",
-                  platform=f"linux/{arch}")
-    machine, rest = out.split("\n", 1)
-    assert machine == {"amd64": "x86_64", "arm64": "aarch64"}[arch]
-    record_text, count, folder = rest.rsplit("\n", 3)[0], rest.split("\n")[-3], rest.split("\n")[-2]
-    record = json.loads(record_text)
+    inside = _look_inside(client, tag, arch, target)
+    assert inside["machine"] == {"amd64": "x86_64", "arm64": "aarch64"}[arch]
+    record = json.loads(inside["record"])
     assert (record["target"], record["vllm_version"]) == (target, VERSION)
     assert record["base"]["digest"] == setup["standin"].digest
     assert {p["id"]: p["status"] for p in record["patches"]} == expected
@@ -129,20 +167,10 @@ def _check_image(client, tag: str, target: str, arch: str, setup) -> dict:
                           text=True).stdout.strip()
     assert record["source"] == {"revision": head, "source_date_epoch": 1790000000}
     assert labels["org.opencontainers.image.created"] == "2026-09-21T14:13:20Z"
-    assert count == "1", "the patched line must be in the image's vLLM exactly once"
-    assert folder == "/opt/vllm-forge/moe-configs"
-    # verify loads its recipe inside the image with every cross-file check (targets.yaml is there).
-    for recipe in load_targets()[target].recipes:
-        loaded = _run_in(client, tag, f"cd /opt/vllm-forge && python3 -c \"from forge.serving.recipes import "
-                                      f"load_recipe; print(load_recipe('{recipe}', '{target}').target)\"",
-                         platform=f"linux/{arch}")
-        assert loaded.strip() == target
-    # The verify scripts run as files from any directory of the image, no PYTHONPATH (before:
-    # ModuleNotFoundError: No module named 'forge'; only `python3 -m verify.X` from /opt/vllm-forge).
-    for script in ("mtp_smoke.py", "bench.py", "profile.py"):
-        usage = _run_in(client, tag, f"cd / && env -u PYTHONPATH python3 /opt/vllm-forge/verify/{script} --help",
-                        platform=f"linux/{arch}")
-        assert usage.startswith(f"usage: {script} ") and "--recipe" in usage, usage
+    assert inside["patched lines"] == "1", "the patched line must be in the image's vLLM exactly once"
+    assert inside["tuned config folder"] == "/opt/vllm-forge/moe-configs"
+    # verify loads its recipes inside the image with every cross-file check (targets.yaml is there).
+    assert json.loads(inside["recipes"]) == {recipe: target for recipe in load_targets()[target].recipes}
     return record
 
 
@@ -155,6 +183,7 @@ def test_build_amd64_target_runs_patched(setup, docker_engine):
     immutable, moving = plan["tags"]
     assert immutable.endswith(f"vllm{VERSION}-a100-{plan['content_digest'][:12]}") and moving.endswith(f"vllm{VERSION}-a100")
     _check_image(docker_engine, immutable, "a100", "amd64", setup)
+    _check_verify_scripts_run_as_files(docker_engine, immutable)
     assert docker_engine.images.get(immutable).id == docker_engine.images.get(moving).id
     # The local-only tag that held the image between build and tagging is gone again.
     held = [t for image in docker_engine.images.list(name="vllm-forge-build") for t in image.tags
