@@ -154,16 +154,17 @@ def _file_version(filename: str) -> str | None:
 def isolated_cache(tmp_path: Path) -> Path:
     """A cache that shares the real one's vLLM sources, trees and environments but keeps its own
     package-index answers (pypi/), so a run against another index leaves the shared cache as it was.
-    Its drift-probe answers are its own too: they are keyed by the trees' paths, which are this
-    cache's, so the shared ones never apply and these would only pile up there."""
+    The drift-probe answers are the shared ones: they are keyed by the real paths of the trees and
+    environments (forge.watch.drift.real_location), which are the shared cache's."""
     shared = releases.cache_dir()
     cache = tmp_path / "cache"
     cache.mkdir()
     releases.list_releases()   # the vLLM release index, read once into the shared cache
     for entry in shared.iterdir():
-        if entry.name not in ("pypi", "drift-probe"):
+        if entry.name != "pypi":
             (cache / entry.name).symlink_to(entry)
-    (shared / "envs").mkdir(exist_ok=True)
-    if not (cache / "envs").exists():
-        (cache / "envs").symlink_to(shared / "envs")
+    for folder in ("envs", "drift-probe"):
+        (shared / folder).mkdir(exist_ok=True)
+        if not (cache / folder).exists():
+            (cache / folder).symlink_to(shared / folder)
     return cache

@@ -56,9 +56,8 @@ def index(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def index_cache(tmp_path_factory) -> Path:
-    """One cache for the module's tests, as for one user's runs against the index: the drift
-    probe's answers one test asked for (5.15.0 on every release, a probe run of seconds) are
-    there for the next, as they would be on that user's next run."""
+    """One cache for the module's tests, as for one user's runs against the index: what one test
+    read of the index is there for the next, as it would be on that user's next run."""
     return isolated_cache(tmp_path_factory.mktemp("index-cache"))
 
 
