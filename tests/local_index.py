@@ -1,7 +1,7 @@
 """A package index on 127.0.0.1 that pip and forge.upstream.pypi both read ($VLLM_FORGE_PYPI;
 forge.upstream.pyenvs hands pip the same URL): every project's page is PyPI's own (PEP 691 JSON,
-fetched live, its files still downloaded from PyPI), plus the wheels a test adds, served from a
-local directory. The added wheels are real wheels (forge_fixture_wheel) whose METADATA says what
+fetched live the first time the index is asked for it, its files still downloaded from PyPI), plus
+the wheels a test adds, served from a local directory. The added wheels are real wheels (forge_fixture_wheel) whose METADATA says what
 they require, so pip resolves them against PyPI's real releases.
 
 An isolated cache (isolated_cache) keeps the index answers of such a run out of the shared cache,
@@ -73,6 +73,17 @@ def local_index(wheels: list[Path], newest: dict[str, str] | None = None) -> Ite
     for wheel in wheels:
         added.setdefault(parse_wheel_filename(wheel.name)[0], []).append(wheel)
     by_file = {wheel.name: wheel for wheel in wheels}
+    fetched: dict[str, tuple[int, str]] = {}
+
+    def pypi_page(name: str) -> tuple[int, str]:
+        """PyPI's answer for `name` (status, body), fetched once per index: pip asks for the same
+        few pages on every install it tries, and the TLS and download cost more than the tests."""
+        if name not in fetched:
+            response = requests.get(f"{PYPI_SIMPLE}{name}/", timeout=60, headers={"Accept": JSON_TYPE})
+            if response.status_code != 404:
+                response.raise_for_status()
+            fetched[name] = (response.status_code, response.text)
+        return fetched[name]
 
     class Index(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -90,14 +101,13 @@ def local_index(wheels: list[Path], newest: dict[str, str] | None = None) -> Ite
 
         def _page(self, name: str) -> dict | None:
             local = added.get(name, [])
-            response = requests.get(f"{PYPI_SIMPLE}{name}/", timeout=60, headers={"Accept": JSON_TYPE})
-            if response.status_code == 404:
+            status, body = pypi_page(name)
+            if status == 404:
                 if not local:
                     return None
                 page = {"meta": {"api-version": "1.0"}, "name": name, "files": [], "versions": []}
             else:
-                response.raise_for_status()
-                page = response.json()
+                page = json.loads(body)
             local_versions = {str(parse_wheel_filename(w.name)[1]) for w in local}
             page["files"] = [f for f in page["files"] if _file_version(f["filename"]) not in local_versions]
             port = self.server.server_address[1]
@@ -144,16 +154,17 @@ def _file_version(filename: str) -> str | None:
 def isolated_cache(tmp_path: Path) -> Path:
     """A cache that shares the real one's vLLM sources, trees and environments but keeps its own
     package-index answers (pypi/), so a run against another index leaves the shared cache as it was.
-    Its drift-probe answers are its own too: they are keyed by the trees' paths, which are this
-    cache's, so the shared ones never apply and these would only pile up there."""
+    The drift-probe answers are the shared ones: they are keyed by the real paths of the trees and
+    environments (forge.watch.drift.real_location), which are the shared cache's."""
     shared = releases.cache_dir()
     cache = tmp_path / "cache"
     cache.mkdir()
     releases.list_releases()   # the vLLM release index, read once into the shared cache
     for entry in shared.iterdir():
-        if entry.name not in ("pypi", "drift-probe"):
+        if entry.name != "pypi":
             (cache / entry.name).symlink_to(entry)
-    (shared / "envs").mkdir(exist_ok=True)
-    if not (cache / "envs").exists():
-        (cache / "envs").symlink_to(shared / "envs")
+    for folder in ("envs", "drift-probe"):
+        (shared / folder).mkdir(exist_ok=True)
+        if not (cache / folder).exists():
+            (cache / folder).symlink_to(shared / folder)
     return cache

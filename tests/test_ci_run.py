@@ -6,13 +6,24 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # What .ci/run reads; the tests/ directory is the stand-in's own.
 CI_FILES = [".ci/run", ".ci/apt-packages.txt", ".ci/missing-packages.sh", "requirements.txt",
             "requirements-dev.txt", "pyproject.toml"]
 
 
-def run_ci(tmp_path: Path, tests: dict[str, str], package: str = "") -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def mypy_cache(tmp_path_factory) -> Path:
+    """mypy's cache, kept between the module's runs as a CI machine keeps its checkout's: the
+    standard library's stubs are analysed once (a second of CPU per run), and each stand-in's
+    own files, new at their path, are checked afresh."""
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
+def run_ci(tmp_path: Path, tests: dict[str, str], mypy_cache: Path,
+           package: str = "") -> subprocess.CompletedProcess:
     """The real .ci/run in a stand-in checkout: `tests` its tests/, `package` the text of its
     forge/__init__.py (what lint and type checks read)."""
     checkout = tmp_path / "checkout"
@@ -27,20 +38,20 @@ def run_ci(tmp_path: Path, tests: dict[str, str], package: str = "") -> subproce
         (checkout / "tests" / name).write_text(text)
     return subprocess.run(["bash", ".ci/run"], cwd=checkout, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "CI": "true"})
+                          env={**os.environ, "CI": "true", "MYPY_CACHE_DIR": str(mypy_cache)})
 
 
-def test_a_run_that_collects_no_test_fails(tmp_path):
-    result = run_ci(tmp_path, {"__init__.py": "", "helpers.py": "VALUE = 1\n"})
+def test_a_run_that_collects_no_test_fails(tmp_path, mypy_cache):
+    result = run_ci(tmp_path, {"__init__.py": "", "helpers.py": "VALUE = 1\n"}, mypy_cache)
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
     assert "no tests ran" in result.stdout
     assert ("[ci] FAILED: pytest collected no tests (exit 5); a run that tests nothing is not a pass"
             in result.stderr)
 
 
-def test_a_failing_test_fails_the_run_with_pytest_status_and_phase_times(tmp_path):
+def test_a_failing_test_fails_the_run_with_pytest_status_and_phase_times(tmp_path, mypy_cache):
     result = run_ci(tmp_path, {"__init__.py": "",
-                               "test_sample.py": "def test_fails():\n    assert 1 + 1 == 3\n"})
+                               "test_sample.py": "def test_fails():\n    assert 1 + 1 == 3\n"}, mypy_cache)
     assert result.returncode == 1
     assert "[ci] FAILED: pytest exited 1" in result.stderr
     assert "1 failed" in result.stdout
@@ -51,15 +62,15 @@ def test_a_failing_test_fails_the_run_with_pytest_status_and_phase_times(tmp_pat
     assert "=== [ci] total " in result.stdout
 
 
-def test_lint_and_type_errors_fail_a_run_whose_tests_pass(tmp_path):
+def test_lint_and_type_errors_fail_a_run_whose_tests_pass_and_both_are_named(tmp_path, mypy_cache):
     passing = {"__init__.py": "", "test_sample.py": "def test_passes():\n    assert 1 + 1 == 2\n"}
-    lint = run_ci(tmp_path / "lint", passing, package="import os\n")
-    assert "1 passed" in lint.stdout
-    assert lint.returncode == 1 and "[ci] FAILED: ruff found lint errors" in lint.stderr
-    assert "F401" in lint.stdout     # ruff names the unused import
-    types = run_ci(tmp_path / "types", passing, package="COUNT: int = 'three'\n")
-    assert types.returncode == 1 and "[ci] FAILED: mypy found type errors" in types.stderr
-    assert "Incompatible types in assignment" in types.stdout
+    run = run_ci(tmp_path, passing, mypy_cache, package="import os\nCOUNT: int = 'three'\n")
+    assert "1 passed" in run.stdout
+    assert run.returncode == 1
+    assert run.stderr.endswith("[ci] FAILED: ruff found lint errors (tests passed)\n"
+                               "[ci] FAILED: mypy found type errors (tests passed)\n"), run.stderr
+    assert "F401" in run.stdout     # ruff names the unused import
+    assert "Incompatible types in assignment" in run.stdout
 
 
 def apt_packages() -> list[str]:

@@ -54,9 +54,16 @@ def index(tmp_path_factory) -> str:
         yield url
 
 
+@pytest.fixture(scope="module")
+def index_cache(tmp_path_factory) -> Path:
+    """One cache for the module's tests, as for one user's runs against the index: what one test
+    read of the index is there for the next, as it would be on that user's next run."""
+    return isolated_cache(tmp_path_factory.mktemp("index-cache"))
+
+
 @pytest.fixture
-def index_env(index, tmp_path, monkeypatch) -> dict[str, str]:
-    env = {"VLLM_FORGE_PYPI": index, "VLLM_FORGE_CACHE": str(isolated_cache(tmp_path))}
+def index_env(index, index_cache, monkeypatch) -> dict[str, str]:
+    env = {"VLLM_FORGE_PYPI": index, "VLLM_FORGE_CACHE": str(index_cache)}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return env

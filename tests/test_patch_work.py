@@ -58,8 +58,16 @@ def status_line(repo: Path, vllm: str, patch_id: str) -> list[str]:
 
 
 def git_apply_check(diff: Path, vllm: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    tree = tmp_path / f"fresh-{vllm}-{diff.stem}"
-    shutil.copytree(releases.release_tree(vllm) / "vllm", tree / "vllm")
+    """`git apply --check` in a fresh copy of the release's files the diff names (all that git
+    reads of the tree: a file it adds must be absent, one it changes present and matching)."""
+    tree, release = tmp_path / f"fresh-{vllm}-{diff.stem}", releases.release_tree(vllm)
+    named = re.findall(r"^(?:---|\+\+\+) [ab]/(\S+)$", diff.read_text(), re.M)
+    assert named, f"{diff} names no file"
+    for relative in named:
+        if (release / relative).is_file():
+            (tree / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(release / relative, tree / relative)
+    tree.mkdir(parents=True, exist_ok=True)
     return subprocess.run(["git", "apply", "--check", str(diff)], cwd=tree, capture_output=True,
                           text=True, env={**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path)})
 
@@ -216,9 +224,16 @@ BAD_INPUT = [
 ]
 
 
+@pytest.fixture(scope="module")
+def refusing_checkout(tmp_path_factory) -> Path:
+    """One copy for every refusal: each case compares the whole copy before and after its own
+    run, so a case that wrote anything fails itself, whichever ran before it."""
+    return copy_checkout(tmp_path_factory.mktemp("refusals") / "repo")
+
+
 @pytest.mark.parametrize("name, args, message", BAD_INPUT, ids=[c[0] for c in BAD_INPUT])
-def test_bad_input_is_one_line_naming_the_flag_and_writes_nothing(tmp_path, name, args, message):
-    repo = copy_checkout(tmp_path / "repo")
+def test_bad_input_is_one_line_naming_the_flag_and_writes_nothing(refusing_checkout, name, args, message):
+    repo = refusing_checkout
     before = snapshot(repo)
     result = forge(repo, *args)
     assert result.returncode == 2, result.stdout + result.stderr

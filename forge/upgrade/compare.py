@@ -14,7 +14,7 @@ from forge.patching.series import Series, load_series
 from forge.serving.recipes import Recipe, load_recipe
 from forge.serving.vllm_args import release_args
 from forge.targets import Target, get_target
-from forge.upgrade import image, kernels, patch_changes, release_defaults, requirements
+from forge.upgrade import evidence, image, kernels, patch_changes, release_defaults, requirements
 from forge.upgrade.image import ImageSide
 from forge.upgrade.kernels import KernelBuild
 from forge.upgrade.patch_changes import PatchChange
@@ -123,6 +123,7 @@ def compare(before: str, after: str, target_name: str, recipe_names: list[str] |
     old_args, new_args = release_args(old), release_args(new)
     builds = kernels.compare_builds(old, new, target.cuda, target.cuda_arch)
     weights = sorted({r.weights for r in recipes if r.moe_shape is not None})
+    measured_on = evidence.record_releases()
     upgrade = Upgrade(
         before=old, after=new, target=target, downgrade=new.version < old.version,
         unchecked=new.version > Version(series.checked_through),
@@ -136,7 +137,8 @@ def compare(before: str, after: str, target_name: str, recipe_names: list[str] |
                           release_defaults.gemma4_attention(new)),
         moe_backends=[_backend_change(old, new, w) for w in weights],
         kernels=builds,
-        recipes=[check_recipe(r, old_args, new_args, builds, target.cuda_arch) for r in recipes],
+        recipes=[check_recipe(r, old_args, new_args, builds, target.cuda_arch, measured_on)
+                 for r in recipes],
         images=(image.image_side(target.name, old, repository),
                 image.image_side(target.name, new, repository)),
         series_path=str(series.path))

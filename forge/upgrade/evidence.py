@@ -6,6 +6,7 @@ every release.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,8 +15,8 @@ from forge.schema import load_yaml
 from forge.serving.recipes import Recipe, merged
 
 RESULTS_DIR = RESULTS
-__all__ = ["RECORD_FILE", "RESULTS_DIR", "Coverage", "cited_ids", "coverage", "coverage_of",
-           "missing_records", "record_release", "records_of"]
+__all__ = ["RECORD_FILE", "RESULTS_DIR", "Coverage", "cited_ids", "coverage", "coverage_in",
+           "coverage_of", "missing_in", "missing_records", "record_releases", "records_of"]
 MEASURED, NOT_MEASURED = "measured", "not measured"
 
 
@@ -45,14 +46,10 @@ def cited_ids(recipe: Recipe) -> list[str]:
     return [str(i) for i in ids] if isinstance(ids, list) else []
 
 
-def _releases(results: Path) -> dict[str, str | None]:
-    """Each record's id -> the vLLM release it was measured on (None where it names none)."""
+def record_releases(results: Path = RESULTS_DIR) -> dict[str, str | None]:
+    """Each record's id -> the vLLM release it was measured on (None where it names none).
+    Every record is read and validated: a report reads them once and looks each recipe up here."""
     return {record_id: record.vllm for record_id, record in load_records(results).items()}
-
-
-def record_release(record_id: str, results: Path = RESULTS_DIR) -> str | None:
-    """The vLLM release record `record_id` was measured on; None where there is no such record."""
-    return _releases(results).get(record_id)
 
 
 def coverage(recipe: Recipe, release: str, results: Path = RESULTS_DIR) -> Coverage:
@@ -60,14 +57,22 @@ def coverage(recipe: Recipe, release: str, results: Path = RESULTS_DIR) -> Cover
 
 
 def coverage_of(ids: list[str], release: str, results: Path = RESULTS_DIR) -> Coverage:
-    releases = _releases(results)
+    return coverage_in(ids, release, record_releases(results))
+
+
+def coverage_in(ids: list[str], release: str, releases: Mapping[str, str | None]) -> Coverage:
+    """coverage_of over the records' releases already read (record_releases)."""
     measured = [i for i in ids if releases.get(i) == str(release)]
     return Coverage(str(release), MEASURED if measured else NOT_MEASURED, measured)
 
 
 def missing_records(ids: list[str], results: Path = RESULTS_DIR) -> list[str]:
     """Cited ids with no record (or one naming no vLLM release)."""
-    releases = _releases(results)
+    return missing_in(ids, record_releases(results))
+
+
+def missing_in(ids: list[str], releases: Mapping[str, str | None]) -> list[str]:
+    """missing_records over the records' releases already read (record_releases)."""
     return [i for i in ids if releases.get(i) is None]
 
 

@@ -4,6 +4,7 @@ the new build files no longer compile for the target, the known upstream failure
 weights, and whether its evidence covers each release."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from packaging.version import Version
@@ -70,12 +71,15 @@ class RecipeChange:
 
 
 def check_recipe(recipe: Recipe, before: ReleaseArgs, after: ReleaseArgs,
-                 builds: list[KernelBuild], capability: str) -> RecipeChange:
+                 builds: list[KernelBuild], capability: str,
+                 record_releases: Mapping[str, str | None]) -> RecipeChange:
+    """`record_releases`: evidence.record_releases(), read once for every recipe of the report."""
     change = RecipeChange(recipe.name, recipe.target, recipe.admits(before.version),
                           recipe.admits(after.version), recipe.serve.model_runner)
     ids = evidence.cited_ids(recipe)
-    change.evidence = [evidence.coverage_of(ids, v) for v in (before.version, after.version)]
-    change.missing_evidence = evidence.missing_records(ids)
+    change.evidence = [evidence.coverage_in(ids, v, record_releases)
+                       for v in (before.version, after.version)]
+    change.missing_evidence = evidence.missing_in(ids, record_releases)
     change.known_failures = known_failures_of(recipe)
     if not change.served_to:
         change.notes.append(f"not served on {after.version}: the recipe is for vLLM {recipe.vllm}")

@@ -34,19 +34,26 @@ class RequirementChange:
 
 def declared(version: str) -> dict[str, str]:
     """package -> the combined specifier text release `version` installs it with on CUDA."""
-    lines = dependencies.release_requirements(version)
-    names = set()
-    for line in lines:
-        try:
-            names.add(canonicalize_name(Requirement(line).name))
-        except InvalidRequirement:
-            continue
     found: dict[str, str] = {}
-    for name in sorted(names):
+    for name, lines in sorted(lines_by_package(dependencies.release_requirements(version)).items()):
+        # declared_in reads only the package's own lines: each line is parsed twice in all,
+        # not once per package the release names (a few hundred each)
         spec = dependencies.declared_in(lines, name, REQUIREMENTS_ENTRY).specifier
         if spec is not None:
             found[name] = str(spec)
     return found
+
+
+def lines_by_package(lines: list[str]) -> dict[str, list[str]]:
+    """The requirement lines grouped by the package each names (unparsable lines left out)."""
+    grouped: dict[str, list[str]] = {}
+    for line in lines:
+        try:
+            name = canonicalize_name(Requirement(line).name)
+        except InvalidRequirement:
+            continue
+        grouped.setdefault(name, []).append(line)
+    return grouped
 
 
 def changed_requirements(before: str, after: str) -> list[RequirementChange]:

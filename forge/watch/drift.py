@@ -194,9 +194,9 @@ def check(package: str, version: str, series, releases_to_check: list[str] | Non
     probe = probe_for(package)
     targets = releases_to_check or supported_releases(series, offline=offline)
     pyenvs.env_dir(package, version)  # a bad version fails here, before any download
-    trees = {r: releases.release_tree(r, offline=offline) for r in targets}
+    trees = {r: releases.release_tree(r, offline=offline).resolve() for r in targets}
     try:
-        python = pyenvs.package_env(package, version, offline=offline)
+        python = real_location(pyenvs.package_env(package, version, offline=offline))
     except pyenvs.UninstallableError as exc:
         return DriftReport(package, version, probe, [], uninstallable=exc.reason)
     raw = run_probe(python, trees)
@@ -207,6 +207,15 @@ def check(package: str, version: str, series, releases_to_check: list[str] | Non
                         declared_specifier(release, package, offline=offline))
                for release in targets]
     return DriftReport(package, version, probe, results, pyenvs.installed_set(python))
+
+
+def real_location(python: Path) -> Path:
+    """The environment's python under the environment's real folder. The probe's answers are
+    kept by the paths of the environment and the trees (probe_cache.keys), and name the trees'
+    files: a cache reached through a symlink, or one that links another cache's envs/ and trees/,
+    then finds the answers that cache keeps. The python itself stays the venv's own link (run
+    through its target it would not be the venv)."""
+    return python.parent.parent.resolve() / python.parent.name / python.name
 
 
 def _verdict(release: str, models: dict, constraints: list, version: str,

@@ -37,6 +37,7 @@ import __future__
 
 import ast
 import builtins
+import gc
 import hashlib
 import importlib
 import json
@@ -306,6 +307,10 @@ def _error(exc: BaseException, tree: Path) -> dict:
 
 
 def main() -> int:
+    # One short run whose live objects only grow (transformers' modules, each release's parsed
+    # files): every full collection would walk all of them and find next to nothing to free.
+    # Without the collector the probe takes about a sixth less CPU.
+    gc.disable()
     import transformers
 
     request = json.load(sys.stdin)
