@@ -4,6 +4,10 @@
     python3 benchmarks/ci_run.py --cache warm    # the machine keeps ~/.cache/vllm-forge
     python3 benchmarks/ci_run.py --cache cold    # an empty VLLM_FORGE_CACHE: every vLLM sdist,
                                                  # tree, environment and rootfs made anew
+    python3 benchmarks/ci_run.py --cache cold --engine fresh
+                                                 # and Docker engines with no data, as on a new
+                                                 # CI machine (none may be running: the tests
+                                                 # start them in folders of the run's own)
 
 A fresh clone of HEAD runs `bash .ci/run` with CI=true, no stdin, as root, with
 PYTHONDONTWRITEBYTECODE unset (as a newcomer's shell has it). The record goes to
@@ -47,7 +51,26 @@ def machine() -> dict[str, object]:
             "cpu": cpu, "os": f"{platform.system()} {platform.release()}"}
 
 
-def run_ci(repo: Path, work: Path, cache: str) -> tuple[int, str, str]:
+ENGINE_STATE_VARIABLES = ("DOCKER_STATE_DIR", "DOCKER26_STATE_DIR")   # tests/infra/start-dockerd*.sh
+ENGINE_SOCKETS = (Path("/var/run/docker.sock"), Path("/tmp/vllm-forge-dockerd26/docker.sock"))
+
+
+def running_engine() -> Path | None:
+    """The socket of a Docker engine that answers, or None: the tests reuse an engine that
+    answers, so a run on fresh engine data needs none running."""
+    import socket
+
+    for path in ENGINE_SOCKETS:
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(str(path))
+                return path
+            except OSError:
+                continue
+    return None
+
+
+def run_ci(repo: Path, work: Path, cache: str, engine: str) -> tuple[int, str, str]:
     """(.ci/run's exit status, its whole output, the commit) for a fresh clone of `repo`'s HEAD."""
     clone = work / "clone"
     subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
@@ -57,12 +80,15 @@ def run_ci(repo: Path, work: Path, cache: str) -> tuple[int, str, str]:
     env["CI"] = "true"
     if cache == "cold":
         env["VLLM_FORGE_CACHE"] = str(work / "cache")
+    if engine == "fresh":
+        for name in ENGINE_STATE_VARIABLES:
+            env[name] = str(work / name.lower())
     done = subprocess.run(["bash", ".ci/run"], cwd=clone, env=env, stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     return done.returncode, done.stdout, commit
 
 
-def write_record(results: Path, cache: str, commit: str, status: int, log: str,
+def write_record(results: Path, cache: str, engine: str, commit: str, status: int, log: str,
                  when: datetime) -> Path:
     """benchmarks/results/ci-<cache>-<commit>/: result.json and ci-run.log, validated as a record
     before it takes its name (a record that would not load is never left under one)."""
@@ -70,17 +96,17 @@ def write_record(results: Path, cache: str, commit: str, status: int, log: str,
     if "pytest_s" not in figures:
         kept.append(log.rstrip().splitlines()[-1] if log.strip() else "(no output)")
     facts = machine()
-    record_id = f"ci-{cache}-{commit}"
+    record_id = f"ci-{cache}-{commit}"     # one per commit and cache: a run again replaces it
     record = {
         "schema": 1, "id": record_id, "kind": "suite", "date": when.date().isoformat(),
-        "command": f"python3 benchmarks/ci_run.py --cache {cache}",
+        "command": f"python3 benchmarks/ci_run.py --cache {cache} --engine {engine}",
         "versions": {"python": platform.python_version()},
-        "settings": {"cache": cache, "commit": commit, "cpu": str(facts["cpu"]), "os": str(facts["os"]),
+        "settings": {"cache": cache, "engine_data": engine, "commit": commit, "cpu": str(facts["cpu"]), "os": str(facts["os"]),
                      "started_utc": when.strftime("%Y-%m-%dT%H:%MZ")},
         "figures": {"cores": facts["cores"], "memory_gib": facts["memory_gib"], "exit_status": status,
                     **figures},
         "verdict": "pass" if status == 0 else "fail",
-        "summary": f".ci/run on a fresh clone, {cache} cache, {facts['cores']} cores",
+        "summary": f".ci/run on a fresh clone, {cache} cache, {engine} engine data, {facts['cores']} cores",
         "files": [LOG_NAME],
     }
     folder = results / record_id
@@ -103,15 +129,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", choices=("warm", "cold"), required=True,
                         help="warm: the machine's ~/.cache/vllm-forge; cold: an empty one")
+    parser.add_argument("--engine", choices=("kept", "fresh"), default="kept",
+                        help="kept: the Docker engines and data the machine has; fresh: new ones "
+                             "with no data, started and stopped by the tests")
     parser.add_argument("--repo", type=Path, default=REPO_ROOT, help="the repository to clone (default: this one)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the record goes")
     args = parser.parse_args(argv)
     if not args.results.is_dir():
         parser.error(f"--results: no such directory: {args.results}")
+    if args.engine == "fresh" and (socket_path := running_engine()):
+        parser.error(f"--engine fresh: an engine answers on {socket_path}; stop it first "
+                     "(bash tests/infra/stop-dockerd.sh, stop-dockerd26.sh)")
     when = datetime.now(timezone.utc)
-    with tempfile.TemporaryDirectory(prefix="vllm-forge-ci-run-") as work:
-        status, log, commit = run_ci(args.repo, Path(work), args.cache)
-    folder = write_record(args.results, args.cache, commit, status, log, when)
+    # an engine's data may keep files its own processes made read-only or in use: best effort
+    with tempfile.TemporaryDirectory(prefix="vllm-forge-ci-run-", ignore_cleanup_errors=True) as work:
+        status, log, commit = run_ci(args.repo, Path(work), args.cache, args.engine)
+    folder = write_record(args.results, args.cache, args.engine, commit, status, log, when)
     print(f"{folder / RECORD_FILE}: .ci/run exited {status}")
     return 0
 

@@ -41,6 +41,13 @@ def test_as_ci_runs():
     else:
         assert cache is None
 
+def test_engine_data():
+    fresh = [os.environ.get(name) for name in ("DOCKER_STATE_DIR", "DOCKER26_STATE_DIR")]
+    if os.environ.get("EXPECT_ENGINE") == "fresh":
+        assert all(f and "vllm-forge-ci-run-" in f and not Path(f).exists() for f in fresh), fresh
+    else:
+        assert fresh == [None, None]
+
 def test_second():
     assert os.environ["EXPECT"] != "fail"
 """
@@ -84,12 +91,12 @@ def test_a_passing_run_is_a_record_of_its_phases_and_counts(tmp_path, repo, cach
     record = load_record(folder)
     assert (record.kind, record.verdict, record.settings["cache"]) == ("suite", "pass", cache)
     figures = record.figures
-    assert (figures["passed"], figures["failed"], figures["error"], figures["exit_status"]) == (2, 0, 0, 0)
+    assert (figures["passed"], figures["failed"], figures["error"], figures["exit_status"]) == (3, 0, 0, 0)
     assert (figures["phase.python_packages_s"], figures["phase.tests_s"], figures["total_s"]) == (3, 5, 8)
     assert figures["pytest_s"] >= 0 and figures["cores"] >= 1
     log = (folder / "ci-run.log").read_text().splitlines()
     assert log[0] == "=== [ci] Python packages took 3 s" and log[-1] == "=== [ci] total 8 s"
-    assert [line for line in log if " 2 passed in " in line and line.startswith("=")], log
+    assert [line for line in log if " 3 passed in " in line and line.startswith("=")], log
     assert not [p for p in (tmp_path / "results").iterdir() if p.name.startswith(".")], "staging left"
 
 
@@ -101,7 +108,7 @@ def test_a_failing_run_is_kept_with_a_fail_verdict_and_replaces_the_same_commits
     [folder] = (tmp_path / "results").iterdir()
     record = json.loads((folder / "result.json").read_text())
     assert record["verdict"] == "fail"
-    assert (record["figures"]["passed"], record["figures"]["failed"], record["figures"]["exit_status"]) == (1, 1, 1)
+    assert (record["figures"]["passed"], record["figures"]["failed"], record["figures"]["exit_status"]) == (2, 1, 1)
 
 
 def test_a_results_folder_that_is_not_there_is_named(tmp_path, repo):
@@ -121,5 +128,43 @@ def test_a_suite_record_is_a_row_of_the_evidence_page_and_its_log_makes_its_figu
     [record] = records.values()
     assert derive(record, records) == {k: v for k, v in record.figures.items()
                                        if k not in ("cores", "memory_gib", "exit_status")}
-    row = f"| `{record.id}` | {record.date} | {commit_of(repo)} | cold | {record.figures['cores']} | 5 | 8 | 2 | 0 | pass |"
+    row = f"| `{record.id}` | {record.date} | {commit_of(repo)} | cold | {record.figures['cores']} | 5 | 8 | 3 | 0 | pass |"
     assert row in page.render(records).splitlines()
+
+
+def test_fresh_engine_data_is_refused_while_an_engine_answers_and_given_to_the_run_otherwise(
+        tmp_path, repo, monkeypatch, capsys):
+    import socket
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import ci_run
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    results = tmp_path / "results"
+    results.mkdir()
+    argv = ["--cache", "warm", "--engine", "fresh", "--repo", str(repo), "--results", str(results)]
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(tmp_path / "engine.sock"))
+    listening.listen()
+    monkeypatch.setattr(ci_run, "ENGINE_SOCKETS", (tmp_path / "none.sock", tmp_path / "engine.sock"))
+    with listening, pytest.raises(SystemExit) as refused:
+        ci_run.main(argv)
+    assert refused.value.code == 2
+    assert f"--engine fresh: an engine answers on {tmp_path / 'engine.sock'}" in capsys.readouterr().err
+    assert not list(results.iterdir())
+    monkeypatch.setattr(ci_run, "ENGINE_SOCKETS", (tmp_path / "none.sock",))
+    monkeypatch.setenv("EXPECT", "warm")
+    monkeypatch.setenv("EXPECT_ENGINE", "fresh")
+    monkeypatch.delenv("VLLM_FORGE_CACHE", raising=False)
+    assert ci_run.main(argv) == 0
+    [record] = load_records_in(results)
+    assert (record.verdict, record.settings["engine_data"], record.figures["passed"]) == ("pass", "fresh", 3)
+    assert record.command.endswith("--cache warm --engine fresh")
+
+
+def load_records_in(results: Path):
+    from forge.evidence.records import load_records
+
+    return list(load_records(results).values())
+
