@@ -13,7 +13,7 @@ A fresh clone of HEAD runs `bash .ci/run` with CI=true, no stdin, as root, with
 PYTHONDONTWRITEBYTECODE unset (as a newcomer's shell has it). The record goes to
 benchmarks/results/ci-<cache>-<commit>/ (`result.json`, kind `suite`): the machine (cores,
 memory, CPU model, Python), each `.ci/run` phase's seconds, pytest's counts, the verdict (pass when
-.ci/run exited 0), and beside it `ci-run.log`, the run's phase lines and pytest's summary lines.
+.ci/run exited 0), and beside it `ci-run.log`, the run's whole output (a few hundred lines).
 The README quotes the suite's time from such a record, by id.
 """
 from __future__ import annotations
@@ -92,9 +92,7 @@ def write_record(results: Path, cache: str, engine: str, commit: str, status: in
                  when: datetime) -> Path:
     """benchmarks/results/ci-<cache>-<commit>/: result.json and ci-run.log, validated as a record
     before it takes its name (a record that would not load is never left under one)."""
-    figures, kept = read_log(log)
-    if "pytest_s" not in figures:
-        kept.append(log.rstrip().splitlines()[-1] if log.strip() else "(no output)")
+    figures = read_log(log)
     facts = machine()
     record_id = f"ci-{cache}-{commit}"     # one per commit and cache: a run again replaces it
     record = {
@@ -113,7 +111,7 @@ def write_record(results: Path, cache: str, engine: str, commit: str, status: in
     validate(record, SCHEMA, str(folder / RECORD_FILE))   # refused before anything is written
     staging = Path(tempfile.mkdtemp(prefix=f".{record_id}.", dir=results))
     try:
-        write_text_atomically(staging / LOG_NAME, "\n".join(kept) + "\n")
+        write_text_atomically(staging / LOG_NAME, log if log.endswith("\n") or not log else log + "\n")
         write_text_atomically(staging / RECORD_FILE,
                               dump_json(record, str(folder / RECORD_FILE), indent=2) + "\n")
         if folder.exists():     # a second run of the same commit and cache replaces the first's

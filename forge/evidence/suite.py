@@ -1,7 +1,8 @@
 """A `suite` record's figures, read from `ci-run.log` beside it: what `.ci/run` printed of its
 phases (`=== [ci] tests took 761 s`, `=== [ci] total 777 s`) and pytest's closing line
-(`==== 2428 passed, 1 failed in 759.52s (0:12:39) ====`). benchmarks/ci_run.py keeps those
-lines of a run and writes the record; tests/test_evidence.py checks every record's figures
+(`==== 2428 passed, 1 failed in 759.52s (0:12:39) ====`). benchmarks/ci_run.py keeps the
+run's whole output there (pytest's names of what failed, what came after the summary) and writes
+the record; tests/test_evidence.py checks every record's figures
 against what this makes of its log."""
 from __future__ import annotations
 
@@ -23,10 +24,9 @@ def figure_name(phase: str) -> str:
     return "phase." + re.sub(r"[^a-z0-9]+", "_", phase.lower()).strip("_") + "_s"
 
 
-def read_log(text: str) -> tuple[dict[str, float], list[str]]:
-    """The figures in a `.ci/run` log, and the lines they came from (a record keeps those)."""
+def read_log(text: str) -> dict[str, float]:
+    """The figures in a `.ci/run` log."""
     figures: dict[str, float] = {}
-    kept = []
     for line in text.splitlines():
         if match := PHASE_TOOK.match(line):
             figures[figure_name(match["phase"])] = int(match["seconds"])
@@ -36,15 +36,12 @@ def read_log(text: str) -> tuple[dict[str, float], list[str]]:
             figures["pytest_s"] = float(match["seconds"])
             for count in COUNT.finditer(match["counts"]):
                 figures[SINGULAR.get(count["what"], count["what"])] = int(count["n"])
-        else:
-            continue
-        kept.append(line)
     if "pytest_s" in figures:
         for what in ("passed", "failed", "error"):
             figures.setdefault(what, 0)
-    return figures, kept
+    return figures
 
 
 def suite_figures(record: Record) -> dict:
     text = files.decode_utf8(files.read_bytes(record.raw(LOG_NAME), files.REPORT), str(record.raw(LOG_NAME)))
-    return read_log(text)[0]
+    return read_log(text)
