@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Time `.ci/run` as CI runs it and keep the result as a record.
 
-    python3 benchmarks/ci_run.py --cache warm    # the machine keeps ~/.cache/vllm-forge
-    python3 benchmarks/ci_run.py --cache cold    # an empty VLLM_FORGE_CACHE: every vLLM sdist,
+    python3 -m benchmarks.ci_run --cache warm    # the machine keeps ~/.cache/vllm-forge
+    python3 -m benchmarks.ci_run --cache cold    # an empty VLLM_FORGE_CACHE: every vLLM sdist,
                                                  # tree, environment and rootfs made anew
-    python3 benchmarks/ci_run.py --cache cold --engine fresh
+    python3 -m benchmarks.ci_run --cache cold --engine fresh
                                                  # and Docker engines with no data, as on a new
                                                  # CI machine (none may be running: the tests
                                                  # start them in folders of the run's own)
@@ -28,15 +28,13 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-if __package__ in (None, ""):       # run as a script: the repository root on the path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from forge import REPO_ROOT  # noqa: E402
-from forge.evidence.records import RECORD_FILE, RESULTS, SCHEMA, load_record  # noqa: E402
-from forge.evidence.suite import LOG_NAME, read_log  # noqa: E402
-from forge.files import write_text_atomically  # noqa: E402
-from forge.json_text import dump_json  # noqa: E402
-from forge.schema import validate  # noqa: E402
+from forge import REPO_ROOT
+from forge.errors import exit_on_interrupt
+from forge.evidence.records import RECORD_FILE, RESULTS, SCHEMA, load_record
+from forge.evidence.suite import LOG_NAME, read_log
+from forge.files import write_text_atomically
+from forge.json_text import dump_json
+from forge.schema import validate
 
 
 def machine() -> dict[str, object]:
@@ -97,7 +95,7 @@ def write_record(results: Path, cache: str, engine: str, commit: str, status: in
     record_id = f"ci-{cache}-{commit}"     # one per commit and cache: a run again replaces it
     record = {
         "schema": 1, "id": record_id, "kind": "suite", "date": when.date().isoformat(),
-        "command": f"python3 benchmarks/ci_run.py --cache {cache} --engine {engine}",
+        "command": f"python3 -m benchmarks.ci_run --cache {cache} --engine {engine}",
         "versions": {"python": platform.python_version()},
         "settings": {"cache": cache, "engine_data": engine, "commit": commit, "cpu": str(facts["cpu"]), "os": str(facts["os"]),
                      "started_utc": when.strftime("%Y-%m-%dT%H:%MZ")},
@@ -141,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     when = datetime.now(timezone.utc)
     # an engine's data may keep files its own processes made read-only or in use: best effort
     with tempfile.TemporaryDirectory(prefix="vllm-forge-ci-run-", ignore_cleanup_errors=True) as work:
+        os.chmod(work, 0o755)    # a checkout others may read: tests run commands as nobody
         status, log, commit = run_ci(args.repo, Path(work), args.cache, args.engine)
     folder = write_record(args.results, args.cache, args.engine, commit, status, log, when)
     print(f"{folder / RECORD_FILE}: .ci/run exited {status}")
@@ -148,4 +147,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_on_interrupt(main))

@@ -1,4 +1,4 @@
-"""benchmarks/ci_run.py: a fresh clone's `.ci/run`, timed, kept as a `suite` result record. Run here
+"""benchmarks/ci_run.py (`python3 -m benchmarks.ci_run`): a fresh clone's `.ci/run`, timed, kept as a `suite` result record. Run here
 on a small real repository whose `.ci/run` prints the phase lines the real one prints and runs a
 real pytest, so the record's figures are read from real output."""
 from __future__ import annotations
@@ -13,7 +13,6 @@ import pytest
 from forge.evidence.records import load_record
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "ci_run.py"
 
 CI_RUN = """\
 set -u
@@ -69,8 +68,9 @@ def ci_run(tmp_path: Path, cache: str, expect: str, *extra: str) -> subprocess.C
     results.mkdir(exist_ok=True)
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path), "EXPECT": expect,
            "PYTHONDONTWRITEBYTECODE": "1", "VLLM_FORGE_CACHE": str(tmp_path / "kept")}
-    return subprocess.run([sys.executable, str(SCRIPT), "--cache", cache, "--repo", str(tmp_path / "repo"),
-                           "--results", str(results), *extra], env=env, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "benchmarks.ci_run", "--cache", cache, "--repo", str(tmp_path / "repo"),
+                           "--results", str(results), *extra], env=env, capture_output=True, text=True,
+                          cwd=ROOT)
 
 
 @pytest.fixture
@@ -136,11 +136,7 @@ def test_fresh_engine_data_is_refused_while_an_engine_answers_and_given_to_the_r
         tmp_path, repo, monkeypatch, capsys):
     import socket
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import ci_run
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    from benchmarks import ci_run
     results = tmp_path / "results"
     results.mkdir()
     argv = ["--cache", "warm", "--engine", "fresh", "--repo", str(repo), "--results", str(results)]
