@@ -25,6 +25,7 @@ Run as `python3 -m tests.prefetch trees envs` it makes those entries in the fore
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -160,6 +161,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     group = Path(folder) / "group"
     if group.is_file():
         stop_background_group(int(group.read_text()), signal.SIGINT, STOP_GRACE_S)
+    # the run's folder goes with it (a maker that failed said so in the log: the test that
+    # needed its entry made it and failed with its own error)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_makers(names: list[str]) -> int:

@@ -117,34 +117,32 @@ def test_ci_run_is_valid_bash_and_shellcheck_clean():
     assert result.returncode == 0, result.stdout
 
 
-def release_matrix(*args: str) -> subprocess.CompletedProcess:
+def release_matrix(env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "build.py", "release-matrix", *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=600, env=actions_env())
+                          capture_output=True, text=True, timeout=600, env=env)
 
 
-def actions_env() -> dict:
+@pytest.fixture(scope="module")
+def actions_env(tmp_path_factory) -> dict:
     """This environment as a GitHub Actions job of owner Example-Org sees it, with 0.27.1 locked
     (immutable tags name the base digest; the committed lock is empty: no registry here)."""
     env = {k: v for k, v in os.environ.items() if k != "VLLM_FORGE_REPOSITORY"}
     env["GITHUB_REPOSITORY_OWNER"] = "Example-Org"
-    env["VLLM_FORGE_LOCK"] = str(_lock_for("0.27.1"))
+    env["VLLM_FORGE_LOCK"] = str(_lock_for("0.27.1", tmp_path_factory.mktemp("workflows") / "lock.yaml"))
     return env
 
 
-def _lock_for(vllm: str):
-    import tempfile
-
+def _lock_for(vllm: str, path: Path):
     from forge.images.lock import save_lock
 
     refs = {t.base_for(vllm).ref for t in load_targets().values()}
-    path = Path(tempfile.mkdtemp(prefix="vllm-forge-workflows-")) / "lock.yaml"
     return save_lock({ref: "sha256:" + "ab" * 32 for ref in refs}, path,
                      {ref: ["linux/amd64", "linux/arm64"] for ref in refs})
 
 
-def test_release_matrix_builds_every_target_on_its_native_runner(tmp_path):
+def test_release_matrix_builds_every_target_on_its_native_runner(tmp_path, actions_env):
     outputs = tmp_path / "github_output"
-    result = release_matrix("--tag", "vllm-0.27.1-r2", "--github-output", str(outputs))
+    result = release_matrix(actions_env, "--tag", "vllm-0.27.1-r2", "--github-output", str(outputs))
     assert result.returncode == 0, result.stderr
     matrix = json.loads(result.stdout)
     targets = load_targets()
@@ -163,27 +161,27 @@ def test_release_matrix_builds_every_target_on_its_native_runner(tmp_path):
 
 
 @pytest.mark.parametrize("tag", ["v0.27.1", "vllm-", "vllm-0.27.1-final"])
-def test_release_matrix_refuses_a_tag_that_names_no_release(tag):
-    result = release_matrix("--tag", tag)
+def test_release_matrix_refuses_a_tag_that_names_no_release(tag, actions_env):
+    result = release_matrix(actions_env, "--tag", tag)
     assert result.returncode == 2
     assert result.stderr.strip() == (f"error: release tag {tag!r}: expected vllm-<version> or "
                                      "vllm-<version>-r<N> (e.g. vllm-0.27.1)")
 
 
-def test_plan_steps_of_release_and_gpu_verify_give_the_matrices_the_jobs_read(tmp_path):
+def test_plan_steps_of_release_and_gpu_verify_give_the_matrices_the_jobs_read(tmp_path, actions_env):
     """release.yml's plan step and gpu-verify.yml's recipes step, run as the runner runs them."""
     from tests.workflow_steps import run_step, step_script
 
     release_out, verify_out = tmp_path / "release_output", tmp_path / "verify_output"
     plan = run_step(step_script("release.yml", "plan", "matrix"), REPO_ROOT,
-                    {**actions_env(), "RELEASE_TAG": "vllm-0.27.1", "GITHUB_OUTPUT": str(release_out)})
+                    {**actions_env, "RELEASE_TAG": "vllm-0.27.1", "GITHUB_OUTPUT": str(release_out)})
     assert plan.returncode == 0, plan.stderr
     release = dict(line.split("=", 1) for line in release_out.read_text().splitlines())
     jobs = json.loads(release["matrix"])["include"]
     assert release["vllm"] == "0.27.1" and {j["target"] for j in jobs} == set(load_targets())
 
     recipes = run_step(step_script("gpu-verify.yml", "recipes", "plan"), REPO_ROOT,
-                       {**actions_env(), "TARGET": "h200", "VLLM": "0.27.1",
+                       {**actions_env, "TARGET": "h200", "VLLM": "0.27.1",
                         "GITHUB_OUTPUT": str(verify_out)})
     assert recipes.returncode == 0, recipes.stderr
     matrix = json.loads(dict(line.split("=", 1) for line in verify_out.read_text().splitlines())["matrix"])
