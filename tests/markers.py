@@ -81,23 +81,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = run_order(items, distributed(config))
     if distributed(config):
         group_units(items)
-
-
-def cache_is_cold() -> bool:
-    """No vLLM sdist in the forge cache yet: the run will wait on downloads and extraction."""
-    from forge.upstream.releases import cache_dir
-
-    return not any((cache_dir() / "sdists").glob("vllm-*.tar.gz"))
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_xdist_auto_num_workers(config: pytest.Config):
-    """`-n auto` is a worker per core; on a cold cache, one more. A cold run's workers spend
-    about a third of their time waiting on downloads, extraction and pip (the CPU idles); a
-    third worker runs tests meanwhile. PYTEST_XDIST_AUTO_NUM_WORKERS still decides when set."""
-    import os
-
-    workers = yield
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or not cache_is_cold():
-        return workers
-    return workers + 1
