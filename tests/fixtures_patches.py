@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -223,13 +224,23 @@ def install_wheel(site_dir: Path, package: str, version: str) -> None:
     a site-packages directory; pip runs once per version, later calls copy its result."""
     made = releases.cache_dir() / "pip-target" / f"{package}-{version}"
     if not made.is_dir():
-        staging = made.with_name(made.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
-                        "--disable-pip-version-check", "--find-links", str(wheelhouse()),
-                        "--target", str(staging), f"{package}=={version}"],
-                       check=True, capture_output=True)
-        staging.rename(made)
+        # A staging folder of this call's own: two workers may make the entry at once; the
+        # first rename wins and the other's copy is dropped (a shared name let one pip write
+        # into the folder the other was renaming).
+        made.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{made.name}.", suffix=".partial", dir=made.parent))
+        try:
+            subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
+                            "--disable-pip-version-check", "--find-links", str(wheelhouse()),
+                            "--target", str(staging), f"{package}=={version}"],
+                           check=True, capture_output=True)
+            try:
+                staging.rename(made)
+            except OSError:
+                if not made.is_dir():
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     copy_tree(made, site_dir)
 
 
