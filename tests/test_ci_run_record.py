@@ -4,6 +4,7 @@ real pytest, so the record's figures are read from real output."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -164,3 +165,25 @@ def load_records_in(results: Path):
 
     return list(load_records(results).values())
 
+
+
+SUITE_ID = re.compile(r"\bci-(?:warm|cold)-[0-9a-f]{7}\b")
+MINUTES = re.compile(r"\b(\d+) min (\d+) s\b")
+
+
+def test_the_readme_quotes_the_suite_time_from_its_records():
+    """The README's suite times are figures of the suite records it cites beside them (a warm
+    and a cold one), with their dates."""
+    from forge.evidence.records import load_records
+
+    records = load_records()
+    paragraphs = [p for p in (ROOT / "README.md").read_text().split("\n\n") if SUITE_ID.search(p)]
+    cited = {i for p in paragraphs for i in SUITE_ID.findall(p)}
+    assert {i.split("-")[1] for i in cited} == {"warm", "cold"}, cited
+    assert cited <= set(records), cited - set(records)
+    for paragraph in paragraphs:
+        ids = SUITE_ID.findall(paragraph)
+        seconds = {round(v) for i in ids for k, v in records[i].figures.items() if k.endswith("_s")}
+        quoted = [int(m) * 60 + int(s) for m, s in MINUTES.findall(paragraph)]
+        assert quoted and all(q in seconds for q in quoted), (quoted, seconds)
+        assert all(records[i].date in paragraph for i in ids), ids
