@@ -169,8 +169,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def run_makers(names: list[str]) -> int:
     """Each maker in a thread of its own (downloads, pip and mmdebstrap overlap); 1 when any failed."""
     def run(name: str) -> bool:
+        started = time.monotonic()
         try:
             MAKERS[name]()
+            # the log says what the background cost: a slow cold run is read from it
+            print(f"prefetch: {name} took {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
             return True
         except Exception:  # noqa: BLE001 (the test that needs the entry fails with its own error)
             print(f"prefetch: {name} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
