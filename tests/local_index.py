@@ -13,7 +13,6 @@ import base64
 import hashlib
 import http.server
 import json
-import threading
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from forge.upstream import releases
+from tests.loopback import serve_in_background
 
 PYPI_SIMPLE = "https://pypi.org/simple/"
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
@@ -131,7 +131,7 @@ def local_index(wheels: list[Path], newest: dict[str, str] | None = None) -> Ite
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_background(server)
     try:
         yield f"http://127.0.0.1:{server.server_port}/simple/"
     finally:

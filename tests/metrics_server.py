@@ -8,6 +8,8 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.loopback import serve_in_background
+
 MODEL = "gemma-4-26b-a4b-it"
 LABELS = f'engine="0",model_name="{MODEL}"'
 
@@ -80,10 +82,9 @@ class MetricsServer:
 
         self.httpd = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def __enter__(self) -> MetricsServer:
-        self.thread.start()
+        serve_in_background(self.httpd)
         return self
 
     def __exit__(self, *exc) -> None:

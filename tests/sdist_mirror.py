@@ -5,12 +5,12 @@ downloads, checks and extracts each release as it would on its first run anywher
 from __future__ import annotations
 
 import http.server
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from forge.upstream import releases
+from tests.loopback import serve_in_background
 
 
 @contextmanager
@@ -40,7 +40,7 @@ def cold_cache(cache: Path, served: list[str] | None = None) -> Iterator[dict[st
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Mirror)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_background(server)
     try:
         yield {"VLLM_FORGE_CACHE": str(cache),
                "VLLM_FORGE_INDEX": f"http://127.0.0.1:{server.server_port}/simple/vllm/",

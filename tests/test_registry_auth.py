@@ -3,7 +3,6 @@ that challenges like they do: 401 + WWW-Authenticate, a token endpoint, then the
 import base64
 import http.server
 import json
-import threading
 
 import pytest
 
@@ -11,6 +10,7 @@ from forge import http_session
 from forge.errors import ForgeError
 from forge.images.registry import manifest_digest
 from forge.images.retag import move_tag
+from tests.loopback import serve_in_background
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -60,7 +60,7 @@ def token_registry(monkeypatch):
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_background(server)
     monkeypatch.setenv("VLLM_FORGE_REGISTRY_USER", "robot")
     monkeypatch.setenv("VLLM_FORGE_REGISTRY_TOKEN", "secret")
     yield f"127.0.0.1:{server.server_port}", seen
@@ -285,7 +285,7 @@ def flaky_registry():
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_background(server)
     yield f"127.0.0.1:{server.server_port}", plan
     server.shutdown()
 

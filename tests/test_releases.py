@@ -4,7 +4,6 @@ import http.server
 import io
 import re
 import tarfile
-import threading
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from forge import http_session
 from forge.errors import ForgeError
 from forge.progress import CLEAR_LINE
 from forge.upstream import releases
+from tests.loopback import serve_in_background
 from tests.terminal import run_python
 
 
@@ -96,7 +96,7 @@ def _serve_index(tmp_path, monkeypatch, delay_s: float):
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_background(server)
     monkeypatch.setenv("VLLM_FORGE_INDEX", f"http://127.0.0.1:{server.server_port}/simple/vllm/")
     monkeypatch.setenv("VLLM_FORGE_CACHE", str(tmp_path / "cache"))
     yield tmp_path / "cache"

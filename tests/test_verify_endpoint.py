@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.loopback import serve_in_background
 from verify import bench, mtp_smoke
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -103,10 +104,9 @@ class FakeServer:
 
         self.httpd = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def __enter__(self):
-        self.thread.start()
+        serve_in_background(self.httpd)
         return self
 
     def __exit__(self, *exc):

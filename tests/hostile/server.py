@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.loopback import serve_in_background
+
 MODEL = "gemma-4-26b-a4b-it"
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[1;1H\r\nRESULT: PASS\n"
 LABELS = 'engine="0",model_name="m"'
@@ -194,7 +196,7 @@ class Handler(BaseHTTPRequestHandler):
 def main() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    serve_in_background(server)
     print(server.server_address[1], flush=True)
     sys.stdin.read()                         # until the test session closes the pipe
 
