@@ -1,11 +1,14 @@
 """verify/vllm_logs.py and the gate's log checks, on engine logs captured on an H200 with vLLM 0.25.0
 (the raw files of the result records under benchmarks/results/)."""
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forge.models import load_family
-from verify import checks
+from verify import checks, vllm_logs
 from verify.report import FAIL, INFO, PASS
 from verify.vllm_logs import parse_engine_log, root_cause
 
@@ -234,3 +237,37 @@ def test_an_engine_run_eager_fails_the_cuda_graph_check_whatever_else_the_log_sa
     assert eager.enforce_eager is True and eager.graph_capture_s == 41.0
     check = checks.check_cuda_graphs(eager, "FULL_AND_PIECEWISE")
     assert (check.status, check.detail) == (FAIL, "engine ran eager (enforce_eager=True)")
+
+
+# The fast scans against the regexes they replace, on texts made of the pieces that matter.
+LOG_PIECES = st.lists(st.sampled_from(
+    ["\n", "\r", " ", "x", "_", "é", "kv_", "quantization=fp8,", "tensor_parallel_size=2",
+     "Keeping separate embedding weights", "Keeping separate lm_head weights", "ValueError: bad",
+     "INFO 11-29 22:00:00 [x.py:1] ", "Error: ", "RuntimeError:"]), max_size=30).map("".join)
+
+
+@given(LOG_PIECES)
+@settings(max_examples=300)
+def test_lines_containing_is_the_whole_line_regex(text):
+    for literal in (vllm_logs.SEPARATE_EMBEDDINGS, vllm_logs.SEPARATE_LM_HEAD):
+        whole_lines = re.compile(rf"^[^\n]*{re.escape(literal)}[^\n]*", re.M)
+        assert vllm_logs.lines_containing(text, literal) == whole_lines.findall(text)
+
+
+@given(LOG_PIECES)
+@settings(max_examples=300)
+def test_search_word_is_a_leading_word_boundary(text):
+    for pattern in (vllm_logs.ENGINE_QUANTIZATION, vllm_logs.TENSOR_PARALLEL):
+        bounded = re.compile(r"\b" + pattern.pattern).search(text)
+        found = vllm_logs.search_word(pattern, text)
+        assert (found and (found.start(), found.group(1))) == (bounded and (bounded.start(), bounded.group(1)))
+
+
+@given(LOG_PIECES)
+@settings(max_examples=300)
+def test_root_cause_reads_every_error_line(text):
+    errors = [m for line in text.splitlines()
+              if (m := vllm_logs.ERROR_LINE.match(vllm_logs._strip_prefix(line).strip()))]
+    if not any(p.search(text) for p in vllm_logs.KNOWN_CAUSES):
+        assert root_cause(text) == (f"{errors[-1].group(1)}: {errors[-1].group(2).strip()}"
+                                    if errors else None)

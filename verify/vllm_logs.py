@@ -10,10 +10,10 @@ RESOLVED_ARCH = re.compile(r"Resolved architecture: (\w+)")
 # Any line saying a drafter shares the target's embedding; which wording counts is the family's
 # (models/<family>.yaml, drafter.sharing_log_lines): each release and proposer says it its own way.
 SHARING_LINE = re.compile(r"\] ([^\n]*[Ss]haring target model[^\n]*)")
-# Anchored at a line's start (re.M): the same whole lines, but tried once a line, not at every
-# character of it (unanchored, a long line is scanned again from each position: quadratic).
-SEPARATE_EMBEDDINGS = re.compile(r"^[^\n]*Keeping separate embedding weights[^\n]*", re.M)
-SEPARATE_LM_HEAD = re.compile(r"^[^\n]*Keeping separate lm_head weights[^\n]*", re.M)
+# The whole lines that hold these (lines_containing: found by a literal scan, not a regex tried
+# at every line of a 64 MiB log).
+SEPARATE_EMBEDDINGS = "Keeping separate embedding weights"
+SEPARATE_LM_HEAD = "Keeping separate lm_head weights"
 # The engine's config line: "... 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>".
 # An API server logs its arguments first, before vLLM resolves the mode ("'cudagraph_mode': None"):
 # the resolved mode is the last one named.
@@ -26,8 +26,9 @@ MOE_CONFIG_MISSING = re.compile(r"Using default MoE config\. Performance might b
 MOE_BACKEND = re.compile(r"Using '?(\w+)'? (Unquantized|Fp8|NvFp4|Mxfp4|W4A8) MoE backend")
 # The engine config line (vllm/config/vllm.py, VllmConfig.__str__): "... tensor_parallel_size=2,
 # ... quantization=modelopt_fp4, quantization_config=..., enforce_eager=False, ...".
-ENGINE_QUANTIZATION = re.compile(r"\bquantization=([\w.\-]+),")
-TENSOR_PARALLEL = re.compile(r"\btensor_parallel_size=(\d+)")
+# Both start a word (search_word): "kv_quantization=" is not the field.
+ENGINE_QUANTIZATION = re.compile(r"quantization=([\w.\-]+),")
+TENSOR_PARALLEL = re.compile(r"tensor_parallel_size=(\d+)")
 # vllm/platforms/cuda.py: "Using AttentionBackendEnum.TRITON_ATTN backend." (a backend given with
 # --attention-backend) or "Using FLASH_ATTN attention backend out of potential backends: [...]"
 # (chosen by vLLM); vllm/v1/attention/backends/flash_attn.py: "Using FlashAttention version 4".
@@ -81,8 +82,8 @@ def parse_engine_log(text: str) -> EngineLogFacts:
     facts = EngineLogFacts()
     facts.architectures = _unique(RESOLVED_ARCH.findall(text))
     facts.embedding_sharing_lines = _unique(line.strip() for line in SHARING_LINE.findall(text))
-    facts.separate_embedding_lines = [_strip_prefix(m) for m in SEPARATE_EMBEDDINGS.findall(text)]
-    facts.separate_lm_head_lines = [_strip_prefix(m) for m in SEPARATE_LM_HEAD.findall(text)]
+    facts.separate_embedding_lines = [_strip_prefix(m) for m in lines_containing(text, SEPARATE_EMBEDDINGS)]
+    facts.separate_lm_head_lines = [_strip_prefix(m) for m in lines_containing(text, SEPARATE_LM_HEAD)]
     modes = [m for m in CUDAGRAPH_MODE.findall(text) if m != "None"]
     facts.cudagraph_mode = modes[-1] if modes else None
     eager = ENFORCE_EAGER.search(text)
@@ -93,9 +94,9 @@ def parse_engine_log(text: str) -> EngineLogFacts:
     facts.moe_config_missing = _unique(m.strip() for m in MOE_CONFIG_MISSING.findall(text))
     facts.moe_backends = _unique(f"{b} {kind}" for b, kind in MOE_BACKEND.findall(text))
     facts.v2_runner = V2_RUNNER in text
-    quantization = ENGINE_QUANTIZATION.search(text)
+    quantization = search_word(ENGINE_QUANTIZATION, text)
     facts.quantization = quantization.group(1) if quantization else None
-    tensor_parallel = TENSOR_PARALLEL.search(text)
+    tensor_parallel = search_word(TENSOR_PARALLEL, text)
     facts.tensor_parallel_size = int(tensor_parallel.group(1)) if tensor_parallel else None
     facts.attention_backends = _unique(ATTENTION_BACKEND.findall(text))
     fa_version = FLASH_ATTN_VERSION.search(text)
@@ -132,7 +133,11 @@ def root_cause(text: str) -> str | None:
         if match:
             return match.group(0).strip()
     errors = []
+    # ERROR_LINE needs ": " after Error or Exception: the other lines (most of a long log) are
+    # passed over without the per-line prefix strip and match.
     for line in text.splitlines():
+        if "Error: " not in line and "Exception: " not in line:
+            continue
         match = ERROR_LINE.match(_strip_prefix(line).strip())
         if match:
             errors.append(f"{match.group(1)}: {match.group(2).strip()}")
@@ -141,6 +146,29 @@ def root_cause(text: str) -> str | None:
     causes = [e for e in errors if "See root cause above" not in e]
     found = causes or errors
     return found[-1] if found else None
+
+
+def lines_containing(text: str, literal: str) -> list[str]:
+    """Each line of `text` that holds `literal`, whole and without its newline, once, in order."""
+    lines, at = [], text.find(literal)
+    while at != -1:
+        start = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        end = len(text) if end == -1 else end
+        lines.append(text[start:end])
+        at = text.find(literal, end)
+    return lines
+
+
+def search_word(pattern: re.Pattern, text: str) -> re.Match | None:
+    """pattern.search(text) where the match must start a word (as a leading \\b would ask). A
+    pattern that starts with a literal is found by a fast scan; a leading \\b would make the
+    regex engine try it at every position of the text."""
+    for match in pattern.finditer(text):
+        before = text[match.start() - 1] if match.start() else " "
+        if not (before.isalnum() or before == "_"):
+            return match
+    return None
 
 
 def _strip_prefix(line: str) -> str:

@@ -5,6 +5,7 @@ command is expected to answer; FILE_KINDS are the ways to spoil it. Their produc
 """
 from __future__ import annotations
 
+from forge.files import SERVER_LOG
 from tests.hostile.commands import (
     BENCH_RENDER,
     MTP_SMOKE_HEALTHY,
@@ -67,7 +68,10 @@ JSON_KINDS = {
 }
 TEXT_KINDS = {k: COMMON_KINDS[k] for k in ("fifo", "dev-zero", "dev-urandom", "directory",
                                              "huge-sparse", "binary", "unreadable")}
-TEXT_KINDS["huge-text"] = lambda rel: [("repeat", rel, b"INFO engine step " + b"x" * 60 + b"\n", 600 * MiB)]
+# Past the cap a server log is read from (its last SERVER_LOG.cap bytes): what comes before is never
+# read, so a quarter more shows it as well as ten times more would.
+TEXT_KINDS["huge-text"] = lambda rel: [("repeat", rel, b"INFO engine step " + b"x" * 60 + b"\n",
+                                        SERVER_LOG.cap + SERVER_LOG.cap // 4)]
 
 # Kinds a reader must refuse without reading them through: a refusal takes well under a second,
 # so a short timeout costs the corpus little while these still hang or read without end.
