@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -242,6 +243,13 @@ def _image_id(client, ref: str) -> str:
     return client.images.get(ref).id
 
 
+def step_status(output: str, step: str) -> str:
+    """What BuildKit's plain progress says of the Dockerfile step starting `step`: CACHED or DONE."""
+    number = re.search(rf"^#(\d+) \[[ \d/]+\] {re.escape(step)}", output, re.M)
+    assert number, f"no step {step!r} in the build output"
+    return re.search(rf"^#{number[1]} (CACHED|DONE)", output, re.M)[1]
+
+
 def test_a_changed_image_ships_under_a_new_immutable_tag(setup, docker_engine, tmp_path):
     """Before: a new verify script kept the patch-set tag, so the push was refused and the fix could
     not ship. Now the new content has its own tag; the old tag keeps its digest; the registry's
@@ -252,9 +260,13 @@ def test_a_changed_image_ships_under_a_new_immutable_tag(setup, docker_engine, t
     old_tag, moving = (t.rsplit(":", 1)[1] for t in old["tags"])
     old_digest = registry.digest("forge-test", old_tag)
     copy = _repo_copy(tmp_path)
-    (copy / "verify" / "extra_check.py").write_text("print('a different image')\n")
+    # new to this engine on every run: its COPY cannot come from an earlier run's cache
+    (copy / "verify" / "extra_check.py").write_text(f"print('a different image {uuid.uuid4()}')\n")
     result = forge("--target", "a100", "--vllm", VERSION, "--push", env=setup["env"], cwd=copy)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    # The apply step reads no verify script: BuildKit copies the new verify/ and reuses the step.
+    assert step_status(result.stdout, "RUN cd /opt/vllm-forge") == "CACHED"
+    assert step_status(result.stdout, "COPY verify/") == "DONE"
     new = json.loads(forge("--target", "a100", "--vllm", VERSION, "--plan", "--json", env=setup["env"],
                            cwd=copy).stdout)
     new_tag = new["tags"][0].rsplit(":", 1)[1]
