@@ -319,3 +319,31 @@ def test_identity_token_is_exchanged_through_oauth2(token_registry, docker_confi
     (form,) = seen["token_posts"]
     assert form["grant_type"] == ["refresh_token"] and form["refresh_token"] == ["refresh-me"]
     assert form["scope"] == ["repository:acme/forge:pull"] and form["service"] == ["registry.test"]
+
+
+def test_a_refused_connection_is_tried_once_more_at_once_and_named(monkeypatch):
+    """Nothing listens at 127.0.0.1:9: forge's session connects twice (CONNECT_RETRIES) and does
+    not wait between (BACKOFF_S as shipped), then the caller's one-line error names the host.
+    urllib3's own connect and sleep are watched, not replaced."""
+    import time
+
+    from urllib3.util import connection
+
+    attempts, waits = [], []
+    real_connect, real_sleep = connection.create_connection, time.sleep
+
+    def connect(address, *args, **kwargs):
+        attempts.append(address)
+        return real_connect(address, *args, **kwargs)
+
+    def sleep(seconds):
+        waits.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(connection, "create_connection", connect)
+    monkeypatch.setattr(time, "sleep", sleep)
+    with pytest.raises(ForgeError) as failure:
+        manifest_digest("127.0.0.1:9/acme/forge:v1")
+    assert attempts == [("127.0.0.1", 9)] * (1 + http_session.CONNECT_RETRIES)
+    assert [w for w in waits if w > 0] == []
+    assert "127.0.0.1:9" in str(failure.value) and "\n" not in str(failure.value)
