@@ -4,13 +4,15 @@ really installed, which is quick when already there), then the README's test com
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # What .ci/run reads; the tests/ directory is the stand-in's own.
-CI_FILES = [".ci/run", ".ci/apt-packages.txt", ".ci/missing-packages.sh", "requirements.txt",
+CI_FILES = [".ci/run", ".ci/apt-packages.txt", ".ci/missing-packages.sh", ".ci/missing-requirements.py",
+            "requirements.txt",
             "requirements-dev.txt", "pyproject.toml"]
 
 
@@ -57,6 +59,8 @@ def test_a_failing_test_fails_the_run_with_pytest_status_and_phase_times(tmp_pat
     assert "1 failed" in result.stdout
     # this machine has every listed package (the suite's set-up installed them): no apt run
     assert f"[ci] all {len(apt_packages())} Debian packages are installed" in result.stdout
+    # and every Python requirement (the suite runs under them): no pip run
+    assert "[ci] every Python requirement is installed" in result.stdout
     for phase in ("Debian packages", "Python packages", "lint and types", "vLLM source cache", "tests"):
         assert f"=== [ci] {phase} took " in result.stdout
     assert "=== [ci] total " in result.stdout
@@ -85,3 +89,27 @@ def test_only_packages_dpkg_lacks_are_named_for_install():
     named = subprocess.run(["bash", str(REPO_ROOT / ".ci" / "missing-packages.sh"), *listed,
                             "vllm-forge-no-such-package"], capture_output=True, text=True, check=True)
     assert named.stdout.split() == ["vllm-forge-no-such-package"]
+
+
+def missing_requirements(tmp_path: Path, text: str, python: str = sys.executable) -> subprocess.CompletedProcess:
+    listed = tmp_path / "requirements.txt"
+    listed.write_text(text)
+    return subprocess.run([python, str(REPO_ROOT / ".ci" / "missing-requirements.py"), str(listed)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_missing_requirements_prints_what_this_python_lacks_and_only_that(tmp_path):
+    result = missing_requirements(tmp_path, "# a comment\n\npytest>=8  # installed\npytest>=999\n"
+                                            "vllm-forge-no-such-package==1\nPyYAML>=6\n"
+                                            "numpy>=1; python_version < '3'\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["pytest>=999", "vllm-forge-no-such-package==1"]
+
+
+def test_missing_requirements_without_packaging_names_every_requirement(tmp_path):
+    """A fresh machine's Python may lack packaging: nothing is judged, so pip installs."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    result = missing_requirements(tmp_path, "pytest>=8\nPyYAML>=6\n", str(bare / "bin" / "python"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["pytest>=8", "PyYAML>=6"]
