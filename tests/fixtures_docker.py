@@ -157,7 +157,7 @@ def start_registry(auth: dict | None = None) -> Registry:
 
 # Named after what tests/infra/make-rootfs.sh makes: a change to its recipe gets a new name, so no
 # cache keeps serving the old tarball (nor a stand-in image built from it: _standin_record).
-ROOTFS_NAME = "bookworm-python-unpacked"
+ROOTFS_NAME = "bookworm-python-compiled"
 
 
 def _rootfs_path(arch: str) -> Path:
