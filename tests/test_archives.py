@@ -53,3 +53,23 @@ def test_each_member_is_reported_once_it_is_on_disk(tmp_path, extraction_path):
     with tarfile.open(_archive(tmp_path, [(name, "file") for name in names])) as archive:
         archives.extract_safely(archive, tmp_path / "out", on_member=on_member)
     assert reported == [(name, b"hello") for name in names]
+
+
+def _stream(path):
+    return tarfile.open(path, "r|")
+
+
+def test_a_stream_extracts_plain_files_without_setuid(tmp_path, extraction_path):
+    with _stream(_archive(tmp_path, [("pkg/a.py", "file"), ("pkg/b.py", "file")])) as archive:
+        archives.extract_stream(archive, tmp_path / "out", iter(archive))
+    for name in ("a.py", "b.py"):
+        extracted = tmp_path / "out" / "pkg" / name
+        assert extracted.read_bytes() == b"hello" and not extracted.stat().st_mode & 0o4022
+
+
+@pytest.mark.parametrize("entry", [("../escape.py", "file"), ("pkg/link", "symlink")])
+def test_a_stream_refuses_escapes_and_links_as_they_come(tmp_path, extraction_path, entry):
+    with _stream(_archive(tmp_path, [("pkg/a.py", "file"), entry])) as archive:
+        with pytest.raises((ForgeError, getattr(tarfile, "FilterError", ForgeError))):
+            archives.extract_stream(archive, tmp_path / "out", iter(archive))
+    assert not (tmp_path / "escape.py").exists() and not (tmp_path / "out" / "pkg" / "link").exists()

@@ -31,7 +31,7 @@ from forge.files import one_maker, write_bytes_atomically, write_text_atomically
 from forge.http_session import retrying_session
 from forge.json_text import dump_json
 from forge.progress import Progress
-from forge.upstream.archives import extract_safely
+from forge.upstream.archives import extract_stream
 from forge.versions import Release
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/vllm/"
@@ -263,15 +263,25 @@ def _extract_tree(parsed: Version, tree: Path, offline: bool) -> None:
     tree.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{parsed}-", dir=tree.parent))
     try:
-        prefix = f"vllm-{parsed}/vllm/"
-        with tarfile.open(sdist) as archive, \
-                Progress(f"extracting vLLM {parsed}'s vllm/ package", unit="files") as progress:
-            members = [m for m in archive.getmembers()  # reads (decompresses) the whole sdist
-                       if m.name.startswith(prefix) and (m.isfile() or m.isdir())]
-            for member in members:
-                member.name = member.name[len(f"vllm-{parsed}/"):]
-            progress.update(0, total=len(members))
-            extract_safely(archive, staging, members, on_member=lambda _: progress.advance())
+        top = f"vllm-{parsed}/"
+        size = sdist.stat().st_size
+        # One pass over the gzip stream (extract_stream); progress in the sdist's bytes read, as
+        # the number of files is known only at the end.
+        with open(sdist, "rb") as raw, tarfile.open(fileobj=raw, mode="r|gz") as archive, \
+                Progress(f"extracting vLLM {parsed}'s vllm/ package", total=size) as progress:
+            files = 0
+
+            def package_members():
+                nonlocal files
+                for member in archive:
+                    progress.update(min(raw.tell(), size), detail=f"{files} files")
+                    if member.name.startswith(top + "vllm/") and (member.isfile() or member.isdir()):
+                        member.name = member.name[len(top):]
+                        files += member.isfile()
+                        yield member
+
+            extract_stream(archive, staging, package_members())
+            progress.update(size, detail=f"{files} files")
         if not (staging / "vllm" / "__init__.py").exists():
             raise ForgeError(f"vLLM {parsed}'s sdist {sdist} holds no vllm/ package")
         shutil.rmtree(tree, ignore_errors=True)  # a half-made tree from an interrupted run
