@@ -15,14 +15,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 from packaging.version import Version
 
 from forge.errors import ForgeError
-from forge.files import files_under
+from forge.files import files_under, one_maker
 from forge.patching.record import RECORD_DIR, RECORD_FILE
 from forge.upstream import releases
 
@@ -223,24 +222,17 @@ def install_wheel(site_dir: Path, package: str, version: str) -> None:
     """What `pip install --no-deps --target SITE --upgrade PKG==V` from the wheelhouse puts in
     a site-packages directory; pip runs once per version, later calls copy its result."""
     made = releases.cache_dir() / "pip-target" / f"{package}-{version}"
-    if not made.is_dir():
-        # A staging folder of this call's own: two workers may make the entry at once; the
-        # first rename wins and the other's copy is dropped (a shared name let one pip write
-        # into the folder the other was renaming).
-        made.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f"{made.name}.", suffix=".partial", dir=made.parent))
-        try:
+    # One maker per entry (forge.files.one_maker, as for release trees): a second worker that
+    # needs it waits, then copies it, instead of running the same pip beside the first.
+    with one_maker(made, releases.locks_dir()):
+        if not made.is_dir():
+            staging = made.with_name(made.name + ".partial")
+            shutil.rmtree(staging, ignore_errors=True)     # a killed maker's leftover
             subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
                             "--disable-pip-version-check", "--find-links", str(wheelhouse()),
                             "--target", str(staging), f"{package}=={version}"],
                            check=True, capture_output=True)
-            try:
-                staging.rename(made)
-            except OSError:
-                if not made.is_dir():
-                    raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            staging.rename(made)
     copy_tree(made, site_dir)
 
 
