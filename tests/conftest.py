@@ -10,6 +10,7 @@ path kept from the test before (pytest's own `tmp_path_retention_policy = "faile
 """
 import os
 import shutil
+import signal
 import stat
 import tempfile
 from pathlib import Path
@@ -38,9 +39,19 @@ def ram_scratch(root: Path = RAM_TMP, needed: int = RAM_TMP_NEEDED) -> Path | No
     return folder
 
 
+def hear_ctrl_c() -> None:
+    """SIGINT back to Python's KeyboardInterrupt where the run was started with it ignored (`cmd &`
+    in a script, nohup): an ignored signal stays ignored across exec, and the tests that press
+    Ctrl-C on a command (test_verify_numbers, the background's stop in tests/prefetch) would wait
+    on children that cannot hear it. A handler, unlike SIG_IGN, resets to the default at exec."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_configure(config):
     """Before pytest-xdist starts its workers (they inherit $TMPDIR) and before tmp_path's
     base folder is made."""
+    hear_ctrl_c()
     if hasattr(config, "workerinput"):
         return                      # the controller chose; the variable came with the worker
     scratch = ram_scratch()

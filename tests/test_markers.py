@@ -94,3 +94,24 @@ def test_the_owner_of_a_run_stops_a_background_group_whose_leader_it_did_not_sta
     stop_background_group(pgid, signal.SIGINT, 2)
     with pytest.raises(ProcessLookupError):
         os.killpg(pgid, 0)
+
+
+# A child that sends itself SIGINT: it dies by the signal when it hears it, exits 0 when it is ignored.
+SELF_INTERRUPT = "import os, signal; os.kill(os.getpid(), signal.SIGINT)"
+
+
+def test_a_run_started_with_ctrl_c_ignored_gives_its_commands_ctrl_c_back():
+    """The suite's own set-up (tests/conftest.hear_ctrl_c), in a process started as `cmd &` in a
+    script starts it: SIGINT ignored, as its children would inherit it."""
+    script = ("import subprocess, sys\n"
+              "from tests.conftest import hear_ctrl_c\n"
+              f"before = subprocess.run([sys.executable, '-c', {SELF_INTERRUPT!r}]).returncode\n"
+              "hear_ctrl_c()\n"
+              f"after = subprocess.run([sys.executable, '-c', {SELF_INTERRUPT!r}]).returncode\n"
+              "print(before, after)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert done.returncode == 0, done.stderr
+    before, after = done.stdout.split()
+    assert before == "0"          # ignored: the child never heard its own Ctrl-C
+    assert after == str(-signal.SIGINT)    # an uncaught KeyboardInterrupt: Python dies by the signal
