@@ -23,6 +23,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -157,7 +158,8 @@ def start_registry(auth: dict | None = None) -> Registry:
 
 # Named after what tests/infra/make-rootfs.sh makes: a change to its recipe gets a new name, so no
 # cache keeps serving the old tarball (nor a stand-in image built from it: _standin_record).
-ROOTFS_NAME = "bookworm-python-compiled"
+ROOTFS_FAMILY = "bookworm-python"
+ROOTFS_NAME = f"{ROOTFS_FAMILY}-compiled"
 
 
 def _rootfs_path(arch: str) -> Path:
@@ -175,7 +177,19 @@ def rootfs_tarball(arch: str) -> Path:
     with one_maker(path, locks_dir()):
         if not path.exists():
             _run("make-rootfs.sh", arch, str(path))
+            drop_superseded_rootfs(arch)
     return path
+
+
+def drop_superseded_rootfs(arch: str) -> None:
+    """A renamed recipe's tarballs and the stand-in records made from them: nothing reads them
+    again, and a kept cache would carry ~100 MB per architecture per rename."""
+    for old in bases_cache().glob(f"{ROOTFS_FAMILY}-*-{arch}.tar"):
+        if old != _rootfs_path(arch):
+            old.unlink(missing_ok=True)
+    for record in bases_cache().glob(f"standin-{ROOTFS_FAMILY}-*.id"):
+        if not record.name.startswith(f"standin-{ROOTFS_NAME}-"):
+            record.unlink(missing_ok=True)
 
 
 def _dist_info(version: str, requires: list[str] | None = None) -> dict[str, bytes]:
@@ -276,25 +290,33 @@ def pure_python_site(requirements: tuple[str, ...]) -> Path:
     but for SITE_COMPILE_SKIP (by this Python: the stand-in's is the same minor version, the
     rootfs's check, tests/infra/make-rootfs.sh); made once per set of requirements and cached in
     the bases cache."""
+    from forge.files import one_maker
+    from forge.upstream.releases import locks_dir
+
     key = hashlib.sha256("\n".join([*sorted(requirements), SITE_COMPILE_SKIP]).encode()).hexdigest()[:12]
     site = bases_cache() / f"site-{key}"
-    if not site.is_dir():
-        partial = site.with_name(site.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        result = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile",
-             "--disable-pip-version-check", "--only-binary", ":all:", "--platform", "any",
-             "--target", str(partial), *requirements], capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(f"pip could not install {' '.join(requirements)}:\n"
-                               f"{result.stderr[-3000:]}")
-        shutil.rmtree(partial / "bin", ignore_errors=True)   # console scripts: not needed
-        # unchecked-hash: valid whatever mtime the copy into an image gives the sources
-        subprocess.run([sys.executable, "-m", "compileall", "-q", "-j0", "-x", SITE_COMPILE_SKIP,
-                        "--invalidation-mode", "unchecked-hash", "-s", str(partial), "-p", STANDIN_SITE,
-                        str(partial)], check=True, stdout=subprocess.DEVNULL)
-        partial.rename(site)
+    with one_maker(site, locks_dir()):   # a second worker waits, then reads the first's
+        if not site.is_dir():
+            _make_pure_python_site(site, requirements)
     return site
+
+
+def _make_pure_python_site(site: Path, requirements: tuple[str, ...]) -> None:
+    partial = site.with_name(site.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile",
+         "--disable-pip-version-check", "--only-binary", ":all:", "--platform", "any",
+         "--target", str(partial), *requirements], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"pip could not install {' '.join(requirements)}:\n"
+                           f"{result.stderr[-3000:]}")
+    shutil.rmtree(partial / "bin", ignore_errors=True)   # console scripts: not needed
+    # unchecked-hash: valid whatever mtime the copy into an image gives the sources
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j0", "-x", SITE_COMPILE_SKIP,
+                    "--invalidation-mode", "unchecked-hash", "-s", str(partial), "-p", STANDIN_SITE,
+                    str(partial)], check=True, stdout=subprocess.DEVNULL)
+    partial.rename(site)
 
 
 def standin_with_wheels(client, arch: str, version: str, requirements: tuple[str, ...],
@@ -367,6 +389,7 @@ def publish_standin(client, registry: Registry, version: str = STANDIN_VERSION) 
 # mounts them, as after a first push.
 
 REGISTRY_STORAGE = Path("docker/registry/v2")   # under a registry's rootdirectory
+SEED_KEY_LENGTH = 12                            # hex digits of the images' hash in a seed's name
 
 
 @dataclass(frozen=True)
@@ -382,7 +405,7 @@ def _storage(registry: Registry) -> Path:
 
 def _seed_path(client, name: str, uploads: list[Upload]) -> Path:
     images = "\n".join(f"{client.images.get(u.local).id} {u.remote} {u.platform}" for u in uploads)
-    key = hashlib.sha256(images.encode()).hexdigest()[:12]
+    key = hashlib.sha256(images.encode()).hexdigest()[:SEED_KEY_LENGTH]
     return bases_cache() / f"registry-seed-{name}-{key}"
 
 
@@ -422,9 +445,24 @@ def _make_seed(client, seed: Path, uploads: list[Upload], finish) -> None:
         shutil.rmtree(partial, ignore_errors=True)
         _copy_storage(_storage(seeding), partial)
         partial.rename(seed)
+        drop_superseded_seeds(seed)
     finally:
         seeding.stop()
         forget_registry_images(client, seeding)
+
+
+def drop_superseded_seeds(seed: Path) -> None:
+    """Remove the seeds of `seed`'s name made from other images (a rebuilt stand-in gets a new
+    key, and nothing names the old seed again): a kept cache holds one seed per name, not one per
+    rebuild. Each under its own maker lock, so a process copying it finishes first."""
+    from forge.files import one_maker
+    from forge.upstream.releases import locks_dir
+
+    prefix = seed.name[:-SEED_KEY_LENGTH]
+    for other in seed.parent.glob(f"{prefix}*"):
+        if other != seed and re.fullmatch(re.escape(prefix) + f"[0-9a-f]{{{SEED_KEY_LENGTH}}}", other.name):
+            with one_maker(other, locks_dir()):
+                shutil.rmtree(other, ignore_errors=True)
 
 
 def publish_seeded(client, registry: Registry, name: str, uploads: list[Upload], finish=None) -> None:

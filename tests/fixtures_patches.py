@@ -207,14 +207,17 @@ def real_patch_entry(**changes) -> tuple[dict, bytes]:
 
 
 def wheelhouse() -> Path:
-    """The real transformers wheels from PyPI, downloaded once into the forge cache."""
+    """The real transformers wheels from PyPI, downloaded once into the forge cache (one maker
+    per wheel: a second worker waits for the first's download rather than fetching it again)."""
     directory = releases.cache_dir() / "wheels"
     directory.mkdir(parents=True, exist_ok=True)
     for version in TRANSFORMERS_WHEELS:
-        if not (directory / f"transformers-{version}-py3-none-any.whl").is_file():
-            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary",
-                            ":all:", "--disable-pip-version-check", "--dest", str(directory),
-                            f"transformers=={version}"], check=True, capture_output=True)
+        wheel = directory / f"transformers-{version}-py3-none-any.whl"
+        with one_maker(wheel, releases.locks_dir()):
+            if not wheel.is_file():
+                subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary",
+                                ":all:", "--disable-pip-version-check", "--dest", str(directory),
+                                f"transformers=={version}"], check=True, capture_output=True)
     return directory
 
 

@@ -60,3 +60,39 @@ def test_two_processes_extracting_one_release_on_a_cold_cache_download_it_once(t
     # one tree, no staging directory of the other left beside it, one sdist and no partial download
     assert sorted(os.listdir(cache / "trees")) == ["0.25.0"]
     assert sorted(os.listdir(cache / "sdists")) == ["vllm-0.25.0.tar.gz"]
+
+
+def test_a_new_registry_seed_drops_the_superseded_seeds_of_its_name_only(tmp_path):
+    from tests.fixtures_docker import drop_superseded_seeds
+
+    def seed(name: str) -> Path:
+        (tmp_path / name / "blobs").mkdir(parents=True)
+        return tmp_path / name
+
+    old = seed("registry-seed-standin-v0.25.0-0123456789ab")
+    other_name = seed("registry-seed-standin-v0.25.0-arm64-0123456789ab")
+    other_version = seed("registry-seed-standin-v0.27.1-0123456789ab")
+    unfinished = seed("registry-seed-standin-v0.25.0-fedcba987654.partial")
+    new = seed("registry-seed-standin-v0.25.0-fedcba987654")
+    drop_superseded_seeds(new)
+    assert not old.exists()
+    assert new.is_dir() and other_name.is_dir() and other_version.is_dir() and unfinished.is_dir()
+
+
+def test_a_new_rootfs_drops_the_renamed_recipes_tarballs_and_stand_in_records(tmp_path, monkeypatch):
+    from tests import fixtures_docker as docker
+
+    monkeypatch.setenv("VLLM_FORGE_CACHE", str(tmp_path))
+    bases = docker.bases_cache()
+    names = {"current": f"{docker.ROOTFS_NAME}-amd64.tar",
+             "current_other_arch": f"{docker.ROOTFS_NAME}-arm64.tar",
+             "renamed": f"{docker.ROOTFS_FAMILY}-essential-amd64.tar",
+             "renamed_other_arch": f"{docker.ROOTFS_FAMILY}-essential-arm64.tar",
+             "record": f"standin-{docker.ROOTFS_NAME}-vllm-forge-test_standin_v0.25.0-amd64.id",
+             "renamed_record": f"standin-{docker.ROOTFS_FAMILY}-essential-vllm-forge-test_standin_v0.25.0-amd64.id"}
+    for name in names.values():
+        (bases / name).write_text("x")
+    docker.drop_superseded_rootfs("amd64")
+    left = {key for key, name in names.items() if (bases / name).exists()}
+    # the other architecture's old tarball goes when that architecture's new one is made
+    assert left == {"current", "current_other_arch", "renamed_other_arch", "record"}
