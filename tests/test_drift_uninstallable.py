@@ -9,6 +9,7 @@ finding and without counting it as checked.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -117,7 +118,9 @@ def test_a_release_the_index_has_but_pip_cannot_take_here_stays_a_failed_check(i
     assert not isinstance(caught.value, pyenvs.UninstallableError)
     message = str(caught.value)
     assert message.startswith(f"pip cannot install {FIXTURE}==3.0 into ")
-    assert message.endswith("ERROR: No matching distribution found for numpy==1.21.0")
+    # pip 26 adds the parent to pip's last line, which the message quotes
+    assert re.search(r"ERROR: No matching distribution found for numpy==1\.21\.0"
+                     rf"( \(from {FIXTURE}\))?$", message), message
     assert leftovers(FIXTURE) == []
 
 
@@ -247,3 +250,15 @@ def test_the_watch_step_with_only_an_uninstallable_version_passes_and_moves_noth
     assert (f"- {UNINSTALLABLE}: not checked: {reason(newest_packaging)}; the watch tries it again "
             "on its next run") in body.read_text()
     assert "Edits to `patches/dependency-watch.yaml`" not in body.read_text()
+
+
+@pytest.mark.parametrize("last_line", [
+    "ERROR: No matching distribution found for packaging>=999",                 # pip 23-25
+    "ERROR: No matching distribution found for packaging>=999 (from forge-drift-fixture-dep)",  # 26
+])
+def test_the_requirement_is_read_from_the_last_line_of_every_pip_that_prints_it(last_line):
+    """The requirement without the parent pip 26 names after it (a `packaging>=999 (from x)` would
+    not parse as a requirement, and the version would count as a failed check)."""
+    stderr = ("ERROR: Could not find a version that satisfies the requirement packaging>=999 "
+              "(from forge-drift-fixture-dep) (from versions: 26.3, 26.4)\n" + last_line + "\n")
+    assert pyenvs.NO_DISTRIBUTION.findall(stderr) == ["packaging>=999"]

@@ -46,8 +46,10 @@ from forge.upstream.releases import cache_dir, locks_dir
 MARKER = "forge-env.json"
 PIP_TIMEOUT_S = 900
 # What pip prints for a requirement no candidate satisfies; the parent is named `(from transformers)`
-# by pip 23.2 and may carry its version, `(from transformers==5.25.0)`.
-NO_DISTRIBUTION = re.compile(r"^ERROR: No matching distribution found for (?P<requirement>.+?)\s*$", re.M)
+# by pip 23.2 and may carry its version, `(from transformers==5.25.0)`; pip 26 names it at the end of
+# the last line too, which is not part of the requirement.
+NO_DISTRIBUTION = re.compile(r"^ERROR: No matching distribution found for (?P<requirement>.+?)"
+                             r"(?: \(from [^()]+\))?\s*$", re.M)
 NOT_SATISFIED = (r"Could not find a version that satisfies the requirement {} "
                  r"\(from (?!versions:)(?P<parent>[^()]+)\)")
 
