@@ -4,6 +4,10 @@ version a real install carries."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from packaging.specifiers import SpecifierSet
@@ -15,7 +19,10 @@ from forge.patching.series import load_series
 from forge.patching.status import release_status
 from forge.upstream import pypi
 from tests.fixtures_patches import write_series
+from tests.sdist_mirror import cold_cache
 from tests.test_patch_series import run_build
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 TRANSFORMERS = "transformers-gemma4-per-layer-config"
 FASTAPI = "fastapi-included-router-path"
@@ -54,6 +61,23 @@ def test_release_requirements_follow_includes_from_the_real_sdist():
     declared = dependencies.release_declares("0.24.0", "fastapi")
     assert declared.specifier == SpecifierSet(">=0.133.0,<0.137.0")
     assert dependencies.release_declares("0.24.0", "no-such-dependency").specifier is None
+
+
+def test_a_release_tree_carries_its_requirement_files_so_the_sdist_is_read_once(tmp_path):
+    """The tree's one pass over the sdist takes requirements/ too: with the sdist gone afterwards
+    (and no network), the same lines come from the tree. In a process of its own, on an empty
+    cache (the mirror serves from this process's)."""
+    expected = dependencies.release_requirements("0.24.0")
+    script = ("import json; from forge.upstream import releases; from forge.patching import dependencies\n"
+              "tree = releases.release_tree('0.24.0')\n"
+              "assert (tree / dependencies.REQUIREMENTS_ENTRY).is_file(), sorted(p.name for p in tree.iterdir())\n"
+              "releases.fetch_sdist('0.24.0').unlink()\n"
+              "print(json.dumps(dependencies.release_requirements('0.24.0', offline=True)))\n")
+    with cold_cache(tmp_path / "cold") as env:
+        done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
+                              env={**os.environ, **env}, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == expected
 
 
 @pytest.mark.parametrize("version, transformers, fastapi", [

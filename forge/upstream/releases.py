@@ -243,8 +243,14 @@ def tree_path(version: str) -> Path:
     return cache_dir() / "trees" / str(Release(version).version)
 
 
+# What a tree holds of its sdist: the package, and the requirement files its setup.py reads
+# (forge.patching.dependencies), taken in the same pass rather than decompressing the sdist again.
+TREE_PARTS = ("vllm/", "requirements/")
+
+
 def release_tree(version: str, offline: bool = False) -> Path:
-    """The directory that holds release `version`'s `vllm/` package, extracted once.
+    """The directory that holds release `version`'s `vllm/` package, extracted once, and beside it
+    the sdist's `requirements/` (in trees made since it was added).
 
     Returns the parent of `vllm/`, laid out like a site-packages directory.
     """
@@ -275,7 +281,8 @@ def _extract_tree(parsed: Version, tree: Path, offline: bool) -> None:
                 nonlocal files
                 for member in archive:
                     progress.update(min(raw.tell(), size), detail=f"{files} files")
-                    if member.name.startswith(top + "vllm/") and (member.isfile() or member.isdir()):
+                    if member.name.startswith(tuple(top + part for part in TREE_PARTS)) and \
+                            (member.isfile() or member.isdir()):
                         member.name = member.name[len(top):]
                         files += member.isfile()
                         yield member
