@@ -61,10 +61,9 @@ def release_requirements(version: str, offline: bool = False) -> list[str]:
         return load_json(cached, CACHE)
     except ForgeError:       # not cached yet, or damaged: read the files again
         pass
-    files = _requirement_files(version, offline)
+    files, source = _requirement_files(version, offline)
     if REQUIREMENTS_ENTRY not in files:
-        raise ForgeError(f"vLLM {version}'s sdist {releases.fetch_sdist(version, offline=offline)} "
-                         f"has no {REQUIREMENTS_ENTRY}")
+        raise ForgeError(f"vLLM {version}'s {source} has no {REQUIREMENTS_ENTRY}")
     lines = _resolve_includes(files, REQUIREMENTS_ENTRY, seen=set())
     from forge.files import write_text_atomically
 
@@ -72,22 +71,24 @@ def release_requirements(version: str, offline: bool = False) -> list[str]:
     return lines
 
 
-def _requirement_files(version: str, offline: bool) -> dict[str, str]:
-    """The sdist's requirements/ files by path (`requirements/cuda.txt`): from the release's tree,
-    which its extraction took them into, or from the sdist for a tree made before it did (a
-    second decompression of 20-40 MB, a CPU-second)."""
+def _requirement_files(version: str, offline: bool) -> tuple[dict[str, str], str]:
+    """The sdist's requirements/ files by path (`requirements/cuda.txt`), and what they were read
+    from (for an error): the release's tree, which its extraction took them into, or the sdist for
+    a tree made before it did (a second decompression of 20-40 MB, a CPU-second)."""
     from forge.upstream import releases
 
     tree = releases.release_tree(version, offline=offline)
     if (tree / "requirements").is_dir():
-        return {path.relative_to(tree).as_posix(): read_text(path, SOURCE)
-                for path in sorted((tree / "requirements").rglob("*")) if path.is_file()}
+        return ({path.relative_to(tree).as_posix(): read_text(path, SOURCE)
+                 for path in sorted((tree / "requirements").rglob("*")) if path.is_file()},
+                f"tree {tree}")
     sdist = releases.fetch_sdist(version, offline=offline)
     prefix = f"vllm-{version}/"
     with tarfile.open(sdist) as archive:
-        return {m.name[len(prefix):]: archive.extractfile(m).read().decode()  # type: ignore[union-attr]  # regular files only
-                for m in archive.getmembers()
-                if m.isfile() and m.name.startswith(prefix + "requirements/")}
+        return ({m.name[len(prefix):]: archive.extractfile(m).read().decode()  # type: ignore[union-attr]  # regular files only
+                 for m in archive.getmembers()
+                 if m.isfile() and m.name.startswith(prefix + "requirements/")},
+                f"sdist {sdist}")
 
 
 def _resolve_includes(files: dict[str, str], name: str, seen: set[str]) -> list[str]:
