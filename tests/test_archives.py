@@ -73,3 +73,11 @@ def test_a_stream_refuses_escapes_and_links_as_they_come(tmp_path, extraction_pa
         with pytest.raises((ForgeError, getattr(tarfile, "FilterError", ForgeError))):
             archives.extract_stream(archive, tmp_path / "out", iter(archive))
     assert not (tmp_path / "escape.py").exists() and not (tmp_path / "out" / "pkg" / "link").exists()
+
+
+def test_a_stream_refuses_an_absolute_name(tmp_path, extraction_path):
+    name = f"{tmp_path}/absolute.py"
+    with _stream(_archive(tmp_path, [(name, "file")])) as archive:
+        with pytest.raises(ForgeError, match="absolute.py"):
+            archives.extract_stream(archive, tmp_path / "out", iter(archive))
+    assert not (tmp_path / "absolute.py").exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from forge.errors import ForgeError
 
@@ -19,12 +20,38 @@ def extract_stream(archive: tarfile.TarFile, destination: Path, members: Iterabl
     """Extract `members` as they come from an archive opened as a stream (mode "r|gz"): read and
     decompressed once, where random access reads a gzip archive twice (its index, then each
     member again from the start). Each member is checked as it comes; on a refusal what came
-    before it is on disk, so the destination is a staging folder its caller removes."""
+    before it is on disk, so `destination` is a fresh staging folder its caller removes.
+
+    The rule is the data filter's, checked by name: in a folder holding only the plain files and
+    folders let in before, no link can lead out, so a relative name without `..` stays inside,
+    and the data filter's realpath of each member (an lstat per path component, a fifth of the
+    time a vLLM tree takes) is not needed."""
     if HAS_DATA_FILTER:
-        archive.extractall(destination, members=members, filter="data")
+        archive.extractall(destination, members=members,
+                           filter=lambda member, _: _plain_member(archive, member))
         return
-    root = Path(destination).resolve()
-    archive.extractall(destination, members=(_checked(archive, root, m) for m in members))
+    archive.extractall(destination, members=(_plain_member(archive, m) for m in members))
+
+
+def _plain_member(archive: tarfile.TarFile, member: tarfile.TarInfo) -> tarfile.TarInfo:
+    """`member` as the data filter passes a plain file or folder with a relative name without
+    `..`, or ForgeError naming it: no setuid, sticky or group/other write bits, owner read and
+    write on files, no owner taken from the archive."""
+    if not (member.isfile() or member.isdir()) or member.name.startswith("/") \
+            or ".." in member.name.split("/"):
+        raise ForgeError(f"{archive.name!s}: refusing to extract {member.name!r}: not a plain "
+                         "file or directory with a relative name inside the destination")
+    mode = member.mode & 0o755
+    if member.isfile():
+        mode = (mode if mode & 0o100 else mode & ~0o111) | 0o600
+    if not HAS_DATA_FILTER:       # an older tarfile applies what it is given, owner included
+        member.mode = mode
+        return member
+    # None: not applied (PEP 706), so a folder keeps extractall's mode and nothing is chowned
+    # (typeshed's stub allows no None, hence the untyped mapping)
+    applied: dict[str, Any] = {"mode": mode if member.isfile() else None, "uid": None, "gid": None,
+                               "uname": None, "gname": None}
+    return member.replace(deep=False, **applied)
 
 
 def extract_safely(archive: tarfile.TarFile, destination: Path, members=None,
