@@ -17,7 +17,7 @@ from forge.errors import ForgeError
 from forge.patching import dependencies
 from forge.patching.series import load_series
 from forge.patching.status import release_status
-from forge.upstream import pypi
+from forge.upstream import pypi, releases
 from tests.fixtures_patches import write_series
 from tests.sdist_mirror import cold_cache
 from tests.test_patch_series import run_build
@@ -64,20 +64,25 @@ def test_release_requirements_follow_includes_from_the_real_sdist():
 
 
 def test_a_release_tree_carries_its_requirement_files_so_the_sdist_is_read_once(tmp_path):
-    """The tree's one pass over the sdist takes requirements/ too: with the sdist gone afterwards
-    (and no network), the same lines come from the tree. In a process of its own, on an empty
-    cache (the mirror serves from this process's)."""
+    """The tree's one pass over the sdist takes requirements/ and CMakeLists.txt too: with the
+    sdist gone afterwards (and no network), the same lines and the same build file come from the
+    tree. In a process of its own, on an empty cache (the mirror serves from this process's)."""
     expected = dependencies.release_requirements("0.24.0")
+    cmake = releases.release_build_file("0.24.0", "CMakeLists.txt")
+    assert cmake is not None
     script = ("import json; from forge.upstream import releases; from forge.patching import dependencies\n"
               "tree = releases.release_tree('0.24.0')\n"
               "assert (tree / dependencies.REQUIREMENTS_ENTRY).is_file(), sorted(p.name for p in tree.iterdir())\n"
               "releases.fetch_sdist('0.24.0').unlink()\n"
-              "print(json.dumps(dependencies.release_requirements('0.24.0', offline=True)))\n")
+              "cmake = releases.release_build_file('0.24.0', 'CMakeLists.txt', offline=True)\n"
+              "assert cmake == tree / 'CMakeLists.txt', cmake\n"
+              "print(json.dumps([dependencies.release_requirements('0.24.0', offline=True),\n"
+              "                  cmake.read_text()]))\n")
     with cold_cache(tmp_path / "cold") as env:
         done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
                               env={**os.environ, **env}, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == expected
+    assert json.loads(done.stdout) == [expected, cmake.read_text()]
 
 
 @pytest.mark.parametrize("version, transformers, fastapi", [

@@ -243,9 +243,10 @@ def tree_path(version: str) -> Path:
     return cache_dir() / "trees" / str(Release(version).version)
 
 
-# What a tree holds of its sdist: the package, and the requirement files its setup.py reads
-# (forge.patching.dependencies), taken in the same pass rather than decompressing the sdist again.
-TREE_PARTS = ("vllm/", "requirements/")
+# What a tree holds of its sdist: the package, the requirement files its setup.py reads
+# (forge.patching.dependencies) and the kernel build's CMakeLists.txt (forge.upgrade.kernels),
+# taken in the same pass rather than decompressing the sdist again for each.
+TREE_PARTS = ("vllm/", "requirements/", "CMakeLists.txt")
 
 
 def release_tree(version: str, offline: bool = False) -> Path:
@@ -310,9 +311,13 @@ def release_file(version: str, relative_path: str, offline: bool = False) -> Pat
 
 def release_build_file(version: str, relative_path: str, offline: bool = False) -> Path | None:
     """A file of release `version`'s sdist outside the vllm/ package (`CMakeLists.txt`,
-    `cmake/utils.cmake`, `docker/Dockerfile`), taken from the sdist once and cached; None when the
-    sdist has no such file."""
+    `cmake/utils.cmake`, `docker/Dockerfile`): from the release tree when it is one of the
+    TREE_PARTS, else taken from the sdist once and cached; None when the sdist has no such file."""
     parsed = Release(version).version
+    if relative_path.startswith(TREE_PARTS):
+        in_tree = release_tree(str(parsed), offline=offline) / relative_path
+        if in_tree.is_file():      # a tree made before the part was added lacks it: the sdist
+            return in_tree
     cached = cache_dir() / "build-files" / str(parsed) / relative_path
     if cached.is_file():
         return cached
