@@ -203,7 +203,7 @@ def _dist_info(version: str, requires: list[str] | None = None) -> dict[str, byt
             f"{name}/RECORD": b""}
 
 
-def _standin_context(arch: str, version: str, extra_site: Path | None = None,
+def _standin_context(client, arch: str, version: str, extra_site: Path | None = None,
                      host_ca: bool = False) -> tuple[bytes, str]:
     from forge.patching.dependencies import release_requirements
     from forge.upstream.releases import release_tree
@@ -213,8 +213,7 @@ def _standin_context(arch: str, version: str, extra_site: Path | None = None,
     # so what forge reads from the installed METADATA is upstream's (transformers >= 5.5.3).
     requires = release_requirements(version) if extra_site else None
     dockerfile = (
-        "FROM scratch\n"
-        "ADD rootfs.tar /\n"
+        f"FROM {rootfs_image(client, arch)}\n"
         # Debian's python3 looks in /usr/local/lib/python3.X/dist-packages for what pip installs.
         f"COPY site/ {STANDIN_SITE}/\n"
         + (f"COPY extra-site/ {STANDIN_SITE}/\n" if extra_site else "")
@@ -232,7 +231,6 @@ def _standin_context(arch: str, version: str, extra_site: Path | None = None,
             info.size, info.mode = len(data), 0o644
             archive.addfile(info, io.BytesIO(data))
         add_bytes("Dockerfile", dockerfile.encode())
-        archive.add(rootfs_tarball(arch), "rootfs.tar")
         archive.add(tree / "vllm", "site/vllm", filter=lambda i: None if "__pycache__" in i.name else i)
         for name, data in _dist_info(version, requires).items():
             add_bytes(f"site/{name}", data)
@@ -242,6 +240,23 @@ def _standin_context(arch: str, version: str, extra_site: Path | None = None,
             archive.add(HOST_CA_BUNDLE, "host-ca.crt")
     data = buffer.getvalue()
     return data, hashlib.sha256(data[:1 << 20] + str(len(data)).encode()).hexdigest()[:12]
+
+
+def rootfs_image(client, arch: str) -> str:
+    """The rootfs tarball as a one-layer image (built once per content), which every stand-in of
+    `arch` starts FROM: the ~100 MB tarball goes to the engine, and is unpacked and hashed there,
+    once per architecture rather than once per stand-in."""
+    tag = f"vllm-forge-test/rootfs:{ROOTFS_NAME}-{arch}"
+    if _built_from_current_rootfs(client, tag):
+        return tag
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        dockerfile = b"FROM scratch\nADD rootfs.tar /\n"
+        info = tarfile.TarInfo("Dockerfile")
+        info.size, info.mode = len(dockerfile), 0o644
+        archive.addfile(info, io.BytesIO(dockerfile))
+        archive.add(rootfs_tarball(arch), "rootfs.tar")
+    return _build_standin(client, buffer.getvalue(), tag, arch)
 
 
 def _standin_record(tag: str) -> Path:
@@ -274,7 +289,7 @@ def standin_image(client, arch: str, version: str = STANDIN_VERSION) -> str:
     tag = f"vllm-forge-test/standin:v{version}-{arch}"
     if _built_from_current_rootfs(client, tag):
         return tag
-    context, _ = _standin_context(arch, version)
+    context, _ = _standin_context(client, arch, version)
     return _build_standin(client, context, tag, arch)
 
 
@@ -330,7 +345,7 @@ def standin_with_wheels(client, arch: str, version: str, requirements: tuple[str
     tag = f"vllm-forge-test/standin:v{version}-{arch}-{key}"
     if _built_from_current_rootfs(client, tag):
         return tag
-    context, _ = _standin_context(arch, version, pure_python_site(requirements), host_ca)
+    context, _ = _standin_context(client, arch, version, pure_python_site(requirements), host_ca)
     return _build_standin(client, context, tag, arch)
 
 
