@@ -6,7 +6,8 @@ imports every forge and verify module from the case tree's repository copy, so t
 the case tree, and answers one request per line on a pipe:
 
   request  {"entry": "build", "argv": [...], "env": {...}, "cwd": DIR, "stdout": F, "stderr": F,
-            "timeout": S, "sigint_after": S | null, "user": "nobody" | "root", "memory": BYTES}
+            "timeout": S, "sigint_after": S | null, "user": "nobody" | "root", "memory": BYTES,
+            "umask": N}         (memory: none when absent or null; umask: 0o022 when absent)
   answer   {"status": N, "signal": N | null, "maxrss_kb": N, "timed_out": bool, "wall_s": S}
 
 The child sets up what a shell would (its own process group, fds 0/1/2, the environment, the
@@ -124,11 +125,12 @@ def child(entries: dict, request: dict) -> None:
             os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        resource.setrlimit(resource.RLIMIT_AS, (request["memory"], request["memory"]))
+        if request.get("memory"):
+            resource.setrlimit(resource.RLIMIT_AS, (request["memory"], request["memory"]))
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None
-        os.umask(0o022)
+        os.umask(request.get("umask", 0o022))
         os.chdir(request["cwd"])
         if request["user"] == "nobody":
             os.setgroups([])
