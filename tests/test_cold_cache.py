@@ -2,15 +2,14 @@
 that has to download a release first still says exactly what it says on a warm cache. Before,
 the download's progress lines came first on stderr, so a refusal was no longer its one line,
 and tests/test_serve.py failed on every fresh machine while CI, which keeps its cache, passed."""
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.build_cli import run_build as build_cli_run
 from tests.sdist_mirror import cold_cache
 
 REPO = Path(__file__).resolve().parents[1]
@@ -19,8 +18,7 @@ pytestmark = [pytest.mark.slow]
 
 
 def run_build(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "build.py", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, **env})
+    return build_cli_run(*args, env=env, timeout=600)
 
 
 def _recipes_with_moe_backend(tmp_path: Path) -> Path:

@@ -7,11 +7,8 @@ what the release's code really does.
 """
 import ast
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +22,7 @@ from forge.upstream import pyenvs, releases
 from forge.watch import drift
 from forge.watch.dependencies import load_watch
 from forge.watch.drift import declared_specifier
+from tests.build_cli import run_build
 from verify import dummy_models
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -209,8 +207,7 @@ def test_the_shipped_constraint_covers_transformers_5_15_on_every_release_it_bre
 
 
 def run_drift(*args, env=None):
-    return subprocess.run([sys.executable, "build.py", "drift", *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=900, env=env)
+    return run_build("drift", *args, timeout=900, env=env)
 
 
 @pytest.mark.slow
@@ -239,7 +236,7 @@ def test_build_py_drift_newest_checks_the_indexs_newest_release(bare_series, rep
     from tests.local_index import isolated_cache, local_index
 
     with local_index([], newest={"transformers": "5.15.0"}) as index:
-        env = {**os.environ, "VLLM_FORGE_PYPI": index, "VLLM_FORGE_CACHE": str(isolated_cache(tmp_path))}
+        env = {"VLLM_FORGE_PYPI": index, "VLLM_FORGE_CACHE": str(isolated_cache(tmp_path))}
         result = run_drift("--newest", "--vllm", "0.27.1", "--vllm", "0.28.0", "--series",
                            str(bare_series), "--json", env=env)
     assert result.returncode == 1, result.stderr
@@ -274,7 +271,7 @@ def test_a_function_the_probe_needs_missing_is_a_failed_check(tmp_path, bare_ser
     cache = release_copy_missing(tmp_path, "0.27.1", "vllm/transformers_utils/config.py",
                                  "get_hf_text_config", "get_text_config_renamed")
     result = run_drift("--version", "5.15.0", "--vllm", "0.27.1", "--series", str(bare_series),
-                       "--offline", env={**os.environ, "VLLM_FORGE_CACHE": str(cache)})
+                       "--offline", env={"VLLM_FORGE_CACHE": str(cache)})
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("error: drift probe error on vLLM 0.27.1: "

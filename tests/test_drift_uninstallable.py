@@ -8,10 +8,8 @@ reports it as not checked (exit 2, never a pass), and the upstream watch records
 finding and without counting it as checked.
 """
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,11 +20,11 @@ from forge.patching.series import load_series
 from forge.upstream import pyenvs, releases
 from forge.watch import drift, upstream
 from forge.watch.dependencies import load_watch
+from tests.build_cli import run_build as build_cli_run
 from tests.local_index import forge_fixture_wheel, isolated_cache, local_index, pypi_versions
 from tests.test_dependency_drift import add_constraint
 from tests.test_upstream_watch import dependency_manifest, read_outputs
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 # every test runs real pip against the loopback index (a venv, a resolution)
 pytestmark = [pytest.mark.slow]
 FIXTURE = "forge-drift-fixture"
@@ -149,8 +147,7 @@ def test_the_drift_report_of_an_uninstallable_version_says_not_checked(index_env
 
 
 def run_build(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "build.py", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=1800, env={**os.environ, **env})
+    return build_cli_run(*args, env=env, timeout=1800)
 
 
 def test_build_py_drift_of_an_uninstallable_version_exits_2_saying_not_checked(

@@ -20,6 +20,7 @@ from forge.evidence import page
 from forge.evidence.figures import ARCH_LIST, CLOCK_TOLERANCE, arch_excerpts, derive, pair_verdict
 from forge.evidence.records import KINDS, RESULTS, load_record, load_records
 from forge.serving.recipes import load_recipe
+from tests.build_cli import run_build
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS = load_records()
@@ -178,8 +179,7 @@ def test_every_cited_id_names_a_record():
 
 
 def test_the_page_is_what_the_records_make():
-    result = subprocess.run([sys.executable, "build.py", "evidence", "--check"], cwd=ROOT,
-                            capture_output=True, text=True)
+    result = run_build("evidence", "--check")
     assert result.returncode == 0, result.stdout + result.stderr
     text = page.PAGE.read_text()
     assert all(f"`{record_id}`" in text for record_id in RECORDS)
@@ -189,16 +189,17 @@ def test_the_page_goes_stale_when_a_figure_changes(tmp_path):
     results, copy = tmp_path / "results", tmp_path / "evidence.md"
     shutil.copytree(RESULTS, results)
     shutil.copy(page.PAGE, copy)
-    check = [sys.executable, "build.py", "evidence", "--check", "--results", str(results), "--page", str(copy)]
-    assert subprocess.run(check, cwd=ROOT, capture_output=True).returncode == 0
+    files = ["--results", str(results), "--page", str(copy)]
+    assert subprocess.run([sys.executable, "build.py", "evidence", "--check", *files], cwd=ROOT,
+                          capture_output=True).returncode == 0
     path = results / "h200-0.27.1-bench-26b-a4b-l30-stock-splitkv" / "result.json"
     data = json.loads(path.read_text())
     data["figures"]["x_stock"] += 0.5
     path.write_text(json.dumps(data))
-    stale = subprocess.run(check, cwd=ROOT, capture_output=True, text=True)
+    stale = run_build("evidence", "--check", *files)
     assert stale.returncode == 1 and "stale" in stale.stdout
     assert copy.read_text() == page.PAGE.read_text()  # --check writes nothing
-    written = subprocess.run(check[:3] + check[4:], cwd=ROOT, capture_output=True, text=True)
+    written = run_build("evidence", *files)
     assert written.returncode == 0 and "| 2.62 |" in copy.read_text()
 
 
@@ -351,21 +352,19 @@ def test_derive_fills_a_records_figures_from_its_raw_report_and_refuses_an_unkno
     data = json.loads(path.read_text())
     expected, data["figures"] = data["figures"], {}
     path.write_text(json.dumps(data))
-    base = [sys.executable, "build.py", "evidence", "--results", str(results), "--page", str(tmp_path / "e.md")]
-    refused = subprocess.run(base + ["--derive", "h200-0.27.1-smoke-26b-a4b-v2", "--derive", "nope"],
-                             cwd=ROOT, capture_output=True, text=True)
+    base = ["evidence", "--results", str(results), "--page", str(tmp_path / "e.md")]
+    refused = run_build(*base, "--derive", "h200-0.27.1-smoke-26b-a4b-v2", "--derive", "nope")
     assert refused.returncode == 2 and "--derive: no result record 'nope'" in refused.stderr
     assert json.loads(path.read_text())["figures"] == {}  # nothing written
     data["figures"] = {"read_off_a_log": 1.5, "agree_accepted": 0}
     path.write_text(json.dumps(data))
-    done = subprocess.run(base + ["--derive", "h200-0.27.1-smoke-26b-a4b-v2"], cwd=ROOT,
-                          capture_output=True, text=True)
+    done = run_build(*base, "--derive", "h200-0.27.1-smoke-26b-a4b-v2")
     assert done.returncode == 0, done.stderr
     # the derived figures set (a stale one replaced), a figure of another name kept
     assert json.loads(path.read_text())["figures"] == {**expected, "read_off_a_log": 1.5}
     data["figures"] = expected
     path.write_text(json.dumps(data))
-    subprocess.run(base, cwd=ROOT, check=True, capture_output=True)
+    subprocess.run([sys.executable, "build.py", *base], cwd=ROOT, check=True, capture_output=True)
     assert (tmp_path / "e.md").read_text() == page.PAGE.read_text()
 
 

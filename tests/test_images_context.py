@@ -1,15 +1,14 @@
 """The build context is byte-reproducible and carries only what the image needs."""
 import io
-import os
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from forge.images import context
+from tests.build_cli import run_build
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = {"target": "a100", "vllm_version": "0.25.0"}
@@ -116,10 +115,8 @@ def test_a_source_date_epoch_out_of_range_is_one_line_naming_it(tmp_path, value)
     refs = {t.base_for("0.27.1").ref for t in load_targets().values()}
     lock = save_lock({ref: "sha256:" + "a" * 64 for ref in refs}, tmp_path / "lock.yaml",
                      {ref: ["linux/amd64", "linux/arm64"] for ref in refs})
-    done = subprocess.run([sys.executable, "build.py", "--target", "gb10", "--vllm", "0.27.1",
-                           "--plan"], cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env={**_environment(), "VLLM_FORGE_LOCK": str(lock),
-                               "SOURCE_DATE_EPOCH": value})
+    done = run_build("--target", "gb10", "--vllm", "0.27.1", "--plan", timeout=600,
+                     env={**_environment(), "VLLM_FORGE_LOCK": str(lock), "SOURCE_DATE_EPOCH": value})
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr
     assert done.stderr == (f"error: $SOURCE_DATE_EPOCH={value!r}: not a whole number of seconds "
                            "since 1970 from 0 to 253402300799 (9999-12-31); unset it to use the "
@@ -127,8 +124,8 @@ def test_a_source_date_epoch_out_of_range_is_one_line_naming_it(tmp_path, value)
 
 
 def _environment() -> dict:
-    return {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock",
-            "VLLM_FORGE_REPOSITORY": "ghcr.io/acme/vllm-forge"}
+    """What the build sees on top of this environment."""
+    return {"DOCKER_HOST": "unix:///nonexistent/docker.sock", "VLLM_FORGE_REPOSITORY": "ghcr.io/acme/vllm-forge"}
 
 
 @pytest.mark.parametrize("value, epoch", [("0", 0), ("1790000000", 1790000000),

@@ -1,15 +1,11 @@
 """images/lock.yaml and the registry digest lookup (against the real local registry)."""
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from forge.errors import ForgeError
 from forge.images.lock import DEFAULT_LOCK_FILE, load_lock, save_lock
 from forge.images.registry import manifest_digest, parse_reference
+from tests.build_cli import run_build
 
-REPO = Path(__file__).resolve().parents[1]
 DIGEST = "sha256:" + "ab" * 32
 
 
@@ -85,18 +81,15 @@ def test_digest_of_a_real_registry_tag(standin_base):
 @pytest.mark.docker
 def test_lock_for_a_tag_the_registry_lacks_writes_nothing(standin_base, tmp_path):
     lock = tmp_path / "lock.yaml"
-    result = subprocess.run([sys.executable, "build.py", "lock", "--vllm", "0.27.1", "--target", "a100"],
-                            cwd=REPO, capture_output=True, text=True, timeout=120,
-                            env={**__import__("os").environ, "VLLM_FORGE_BASE_MIRROR": standin_base.mirror,
-                                 "VLLM_FORGE_LOCK": str(lock)})
+    result = run_build("lock", "--vllm", "0.27.1", "--target", "a100", timeout=120,
+                       env={"VLLM_FORGE_BASE_MIRROR": standin_base.mirror, "VLLM_FORGE_LOCK": str(lock)})
     assert result.returncode == 2
     assert f"error: registry has no tag {standin_base.mirror}/vllm/vllm-openai:v0.27.1" in result.stderr
     assert not lock.exists()
 
 
 def test_lock_unknown_target_is_one_line():
-    result = subprocess.run([sys.executable, "build.py", "lock", "--vllm", "0.27.1", "--target", "tpu"],
-                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = run_build("lock", "--vllm", "0.27.1", "--target", "tpu", timeout=60)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert result.stderr.startswith("error: ") and "targets.yaml: unknown target 'tpu' (known: " in result.stderr
 
@@ -106,8 +99,6 @@ def test_lock_refuses_a_base_lacking_a_target_platform(standin_base, docker_engi
     """Before: `lock` pinned an amd64-only base for gb10 (arm64) and the build met a raw Docker
     error. Now: one line naming base, platform and target, nothing written; the targets the base
     fits can still be locked, and the lock records what the digest offers."""
-    import os
-
     from forge.images.lock import locked_platforms
     from tests.fixtures_docker import push
 
@@ -116,11 +107,10 @@ def test_lock_refuses_a_base_lacking_a_target_platform(standin_base, docker_engi
     push(docker_engine, "vllm-forge-test/standin:v0.25.0-amd64", f"{mirror}/vllm/vllm-openai:v0.26.0")
     ref = f"{mirror}/vllm/vllm-openai:v0.26.0"
     lock = tmp_path / "lock.yaml"
-    env = {**os.environ, "VLLM_FORGE_BASE_MIRROR": mirror, "VLLM_FORGE_LOCK": str(lock)}
+    env = {"VLLM_FORGE_BASE_MIRROR": mirror, "VLLM_FORGE_LOCK": str(lock)}
 
     def lock_cmd(*extra):
-        return subprocess.run([sys.executable, "build.py", "lock", "--vllm", "0.26.0", *extra], cwd=REPO,
-                              capture_output=True, text=True, timeout=120, env=env)
+        return run_build("lock", "--vllm", "0.26.0", *extra, timeout=120, env=env)
 
     refused = lock_cmd()
     assert refused.returncode == 2, refused.stderr
@@ -135,11 +125,8 @@ def test_lock_refuses_a_base_lacking_a_target_platform(standin_base, docker_engi
 
 
 def _first_run(standin, lock, *args):
-    import os
-
-    return subprocess.run([sys.executable, "build.py", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "VLLM_FORGE_BASE_MIRROR": standin.mirror,
-                                            "VLLM_FORGE_LOCK": str(lock)})
+    return run_build(*args, timeout=300,
+                     env={"VLLM_FORGE_BASE_MIRROR": standin.mirror, "VLLM_FORGE_LOCK": str(lock)})
 
 
 @pytest.mark.docker
@@ -169,14 +156,11 @@ def test_the_first_plan_of_an_unlocked_release_pins_its_base_and_says_so(standin
 @pytest.mark.docker
 def test_the_first_build_pins_its_base_before_it_needs_the_engine(standin_base, tmp_path):
     """The build path locks as --plan does: the pin is written, then the missing engine refused."""
-    import os
-
     lock = tmp_path / "lock.yaml"
     dead = f"unix://{tmp_path}/no-engine.sock"
-    result = subprocess.run([sys.executable, "build.py", "--target", "a100", "--vllm", "0.25.0"], cwd=REPO,
-                            capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "VLLM_FORGE_BASE_MIRROR": standin_base.mirror,
-                                 "VLLM_FORGE_LOCK": str(lock), "DOCKER_HOST": dead})
+    result = run_build("--target", "a100", "--vllm", "0.25.0", timeout=300,
+                       env={"VLLM_FORGE_BASE_MIRROR": standin_base.mirror, "VLLM_FORGE_LOCK": str(lock),
+                            "DOCKER_HOST": dead})
     assert result.returncode == 2
     locked, refused = result.stderr.splitlines()
     assert locked == f"locked {standin_base.ref} -> {standin_base.digest} (linux/amd64, linux/arm64) in {lock}"

@@ -3,8 +3,6 @@ rule, and importing the H200 sweep's real results into the patch series. The swe
 the GPU (tests/gpu/test_gpu_verify.py)."""
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ from forge.errors import ForgeError
 from forge.models import load_family
 from forge.patching.series import load_series
 from forge.serving import moe_tune
+from tests.build_cli import run_build
 
 ROOT = Path(__file__).resolve().parents[1]
 # Gemma-4-26B-A4B's experts as models/gemma4.yaml states them: 128 of 704, top-8
@@ -190,8 +189,7 @@ def test_import_refuses_results_where_tuned_never_won(tmp_path):
 
 def test_cli_errors_are_one_line(tmp_path):
     def run(*args):
-        return subprocess.run([sys.executable, "build.py", "tune-moe", *args], cwd=ROOT,
-                              capture_output=True, text=True)
+        return run_build("tune-moe", *args)
 
     no_dtype = run()
     assert no_dtype.returncode == 2 and no_dtype.stderr.strip().startswith("error: tune-moe: --dtype is required")
@@ -248,18 +246,14 @@ def test_merged_config_is_rebuilt_from_the_h200_results(tmp_path):
 
 def test_recipe_token_counts_from_the_cli(tmp_path):
     """Without a GPU the command stops at the GPU check, after deriving the counts."""
-    run = subprocess.run([sys.executable, "build.py", "tune-moe", "--dtype", "fp8_w8a8", "--recipe",
-                          "gemma-4-26b-a4b-it"], cwd=Path(__file__).resolve().parents[1],
-                         capture_output=True, text=True)
+    run = run_build("tune-moe", "--dtype", "fp8_w8a8", "--recipe", "gemma-4-26b-a4b-it")
     assert run.returncode != 0
     assert run.stderr.strip().splitlines()[-1] == "error: tune-moe: --recipe needs --target"
 
 
 def test_import_through_the_cli_needs_and_reads_the_end_to_end_runs(tmp_path):
     def run(*args):
-        return subprocess.run([sys.executable, "build.py", "tune-moe", "--import-results",
-                               str(TUNE / "tune-moe-fp8_w8a8.json"), *args], cwd=ROOT,
-                              capture_output=True, text=True)
+        return run_build("tune-moe", "--import-results", str(TUNE / "tune-moe-fp8_w8a8.json"), *args)
 
     bare = run()
     assert bare.returncode == 2 and "needs --end-to-end BENCH_JSON" in bare.stderr

@@ -8,6 +8,7 @@ import sys
 import tomllib
 
 from forge import REPO_ROOT
+from tests.build_cli import run_build
 
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
 
@@ -80,8 +81,7 @@ def test_pip_install_gives_the_vllm_forge_commands(tmp_path):
     where = run(str(python), "-c", "import forge; print(forge.__file__)")
     assert where.stdout.startswith(str(venv)), where   # the installed copy, not the checkout
     installed = run(str(venv / "bin" / "vllm-forge"), "--help")
-    checkout = subprocess.run([sys.executable, "build.py", "--help"], cwd=REPO_ROOT,
-                              capture_output=True, text=True)
+    checkout = run_build("--help")
     assert installed.returncode == 0, installed.stderr
     # Each names itself as typed (before, the installed command said `usage: build.py`).
     assert installed.stdout.startswith("usage: vllm-forge [-h] COMMAND ...\n")

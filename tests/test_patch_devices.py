@@ -1,13 +1,11 @@
 """Tuned MoE configs are per GPU: an image for one GPU carries only its own, and its patch-set
 hash (the immutable tag) does not move when another GPU's tune changes."""
 import json
-import subprocess
-import sys
 
-from forge import REPO_ROOT
 from forge.patching.apply import apply_series
 from forge.patching.series import load_series
 from forge.patching.status import for_moe_device, moe_devices_of, patch_set_hash, release_status
+from tests.build_cli import run_build
 from tests.fixtures_patches import real_patch_entry, write_series
 
 H200_BF16 = "E=128,N=704,device_name=NVIDIA_H200.json"
@@ -64,9 +62,8 @@ def test_apply_for_another_gpu_installs_no_config(vllm_site, tmp_path):
 
 def test_apply_cli_takes_moe_device(vllm_site, tmp_path):
     site, moe_dir = vllm_site("0.25.0"), tmp_path / "moe"
-    result = subprocess.run([sys.executable, "build.py", "apply", "--site-packages", str(site),
-                             "--moe-config-dir", str(moe_dir), "--moe-device", A100],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    result = run_build("apply", "--site-packages", str(site), "--moe-config-dir", str(moe_dir),
+                       "--moe-device", A100, timeout=120)
     assert result.returncode == 0, result.stderr
     assert not list(moe_dir.glob("*.json"))
     shipped = {f.name for p in load_series().patches if p.kind == "moe-config" for f in p.files}

@@ -3,8 +3,6 @@ a malformed recipe gives one line naming the file and field (through build.py, e
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from forge.serving.recipes import (
     series_coverage,
 )
 from forge.targets import load_targets
+from tests.build_cli import run_build
 
 REPO = Path(__file__).resolve().parents[1]
 # The shipped recipes and the ids they serve (a new recipe file joins them: tests/test_guides.py).
@@ -203,10 +202,8 @@ def _edit(root: Path, edit, name="gemma-4-26b-a4b-it") -> Path:
 
 
 def _serve(root: Path, name="gemma-4-26b-a4b-it", target="h200", vllm="0.25.0"):
-    return subprocess.run(
-        [sys.executable, "build.py", "serve", "--recipe", name, "--target", target,
-         "--vllm", vllm, "--recipes-dir", str(root)],
-        cwd=REPO, capture_output=True, text=True, timeout=120)
+    return run_build("serve", "--recipe", name, "--target", target, "--vllm", vllm, "--recipes-dir", str(root),
+                     timeout=120)
 
 
 def _at(edit, target="h200"):
@@ -301,16 +298,14 @@ def test_unknown_recipe_and_target_through_build_py():
             (["--recipe", "gemma-5", "--target", "h200"], "error: unknown recipe 'gemma-5'"),
             # forge.targets.get_target's one message (tests/test_serve.py compares it whole)
             (["--recipe", "gemma-4-31b-it", "--target", "tpu"], "targets.yaml: unknown target 'tpu' (known: ")):
-        result = subprocess.run([sys.executable, "build.py", "serve", *argv, "--vllm", "0.25.0"],
-                                cwd=REPO, capture_output=True, text=True, timeout=120)
+        result = run_build("serve", *argv, "--vllm", "0.25.0", timeout=120)
         assert result.returncode == 2
         assert result.stderr.startswith("error: ") and message in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_readme_threshold_table_matches_the_recipe_files():
-    check = subprocess.run([sys.executable, "build.py", "recipes-table", "--check"], cwd=REPO,
-                           capture_output=True, text=True, timeout=120)
+    check = run_build("recipes-table", "--check", timeout=120)
     assert check.returncode == 0, check.stdout + check.stderr
     text = (REPO / "recipes" / "README.md").read_text()
     for r in load_all():

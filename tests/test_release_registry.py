@@ -4,14 +4,13 @@ and release.yml's own guard step run as the workflow runs it."""
 import io
 import json
 import os
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from forge.images import published
+from tests.build_cli import run_build
 from tests.fixtures_docker import push
 from tests.workflow_steps import run_step, step_script, workflow_checkout
 
@@ -65,11 +64,9 @@ def report(tmp_path: Path, passed: bool, digest: str, target: str = "gb10") -> P
 
 def publish(registry, index: Path, tag: str, digest: str, report_path: Path, target: str = "gb10",
             vllm: str = "0.27.1"):
-    return subprocess.run(
-        [sys.executable, "build.py", "publish", "--index", str(index),
-         "--repository", f"{registry.host}/{REPOSITORY_PATH}", "--target", target, "--vllm", vllm,
-         "--immutable-tag", tag, "--digest", digest, "--verify-report", str(report_path),
-         "--move-tag"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    return run_build("publish", "--index", str(index), "--repository", f"{registry.host}/{REPOSITORY_PATH}",
+                     "--target", target, "--vllm", vllm, "--immutable-tag", tag, "--digest", digest,
+                     "--verify-report", str(report_path), "--move-tag", timeout=300)
 
 
 def test_moving_tag_follows_only_verified_digests(docker_engine, local_registry, tmp_path):

@@ -2,8 +2,6 @@
 shapes (models/gemma4.yaml, models/qwen3_5_moe.yaml) and the layout of vLLM's gemma4.py, qwen3_5.py,
 qwen3_next.py and qwen_gdn_linear_attn.py."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from forge.serving.roofline import (
     speculative_ceiling,
 )
 from forge.targets import load_targets
+from tests.build_cli import run_build
 from verify.bench_report import FP8_DTYPES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -289,10 +288,8 @@ def test_the_nvfp4_checkpoints_read_fewer_bytes_than_fp8():
 
 
 def test_json_output_and_the_profile_ceiling(tmp_path):
-    done = subprocess.run([sys.executable, "build.py", "roofline", "--recipe", "gemma-4-26b-a4b-it",
-                           "--target", "h200", "--vllm", "0.25.0", "--profile", "0.84/0.60/0.39/0.27",
-                           "--step-cost-ratio", "1.79", "--json"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = run_build("roofline", "--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--vllm", "0.25.0",
+                     "--profile", "0.84/0.60/0.39/0.27", "--step-cost-ratio", "1.79", "--json", timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert tuple(report["groups"]) == tuple(report["dtypes"]) == LAYOUT_GROUPS["gemma4"]
@@ -315,8 +312,7 @@ def test_json_output_and_the_profile_ceiling(tmp_path):
 ])
 def test_bad_input_is_one_line(args, error):
     base = ["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--vllm", "0.25.0"]
-    done = subprocess.run([sys.executable, "build.py", "roofline", *base, *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = run_build("roofline", *base, *args, timeout=120)
     assert done.returncode != 0 and done.stdout == ""
     assert done.stderr.startswith("error: ") and error in done.stderr and done.stderr.count("\n") == 1
 
@@ -326,9 +322,8 @@ def test_layers_counts_the_first_layers_only():
     30, so every per-layer group is a fifth of the whole model's, KV reads included; the lm_head,
     the embedding row and the final norm (one hidden-size vector, BF16) are read once either way."""
     def groups(*extra: str) -> dict:
-        done = subprocess.run([sys.executable, "build.py", "roofline", "--recipe", "gemma-4-26b-a4b-it",
-                               "--target", "h200", "--vllm", "0.27.1", "--context", "4096", "--json",
-                               *extra], cwd=REPO, capture_output=True, text=True, timeout=120)
+        done = run_build("roofline", "--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--vllm", "0.27.1",
+                         "--context", "4096", "--json", *extra, timeout=120)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
     full, six = groups(), groups("--layers", "6")
@@ -412,9 +407,8 @@ def test_no_published_speculative_speed_beats_k_plus_1_floors():
 
 def test_the_worked_example_in_the_docs_is_what_the_command_prints():
     doc = (REPO / "docs" / "roofline.md").read_text()
-    done = subprocess.run([sys.executable, "build.py", "roofline", "--recipe", "gemma-4-26b-a4b-it",
-                           "--target", "h200", "--vllm", "0.25.0", "--profile", "0.84/0.60/0.39/0.27"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = run_build("roofline", "--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--vllm", "0.25.0",
+                     "--profile", "0.84/0.60/0.39/0.27", timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"```\n{done.stdout}```" in doc
     for figure in ("| 1,427,374,080 | 2.855 |", "| 865,075,200 | 1.730 |", "| 259,522,560 | 0.519 |",
@@ -428,9 +422,8 @@ def test_the_worked_example_in_the_docs_is_what_the_command_prints():
 
 def test_the_qwen_worked_example_in_the_docs_is_what_the_command_prints():
     doc = (REPO / "docs" / "roofline.md").read_text()
-    done = subprocess.run([sys.executable, "build.py", "roofline", "--recipe", "qwen3.6-35b-a3b",
-                           "--target", "h200", "--vllm", "0.27.1"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = run_build("roofline", "--recipe", "qwen3.6-35b-a3b", "--target", "h200", "--vllm", "0.27.1",
+                     timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"```\n{done.stdout}```" in doc
     for weights in (Q_EXPERTS, Q_SHARED, Q_ATTENTION, Q_LINEAR, Q_LM_HEAD, Q_ROUTER, Q_SSM, Q_CONV, Q_NORMS + QH):

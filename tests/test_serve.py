@@ -20,6 +20,7 @@ from forge.image_names import image_ref
 from forge.serving.recipes import capped_range, load_all, load_recipe
 from forge.serving.serve import _runner_env, plan_serve
 from forge.serving.vllm_args import release_args
+from tests.build_cli import run_build
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKED_RELEASES = ["0.25.0", "0.27.1", "0.33.0"]
@@ -102,10 +103,8 @@ def test_home_relative_hf_cache_is_expanded():
 
 
 def test_build_py_prints_exactly_the_planned_command():
-    result = subprocess.run(
-        [sys.executable, "build.py", "serve", "--recipe", "gemma-4-31b-it", "--target", "gb10",
-         "--vllm", "0.27.1", "--repository", "127.0.0.1:5000/forge", "--port", "9001"],
-        cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = run_build("serve", "--recipe", "gemma-4-31b-it", "--target", "gb10", "--vllm", "0.27.1",
+                       "--repository", "127.0.0.1:5000/forge", "--port", "9001", timeout=120)
     assert result.returncode == 0, result.stderr
     plan = plan_serve("gemma-4-31b-it", "gb10", "0.27.1", repository="127.0.0.1:5000/forge",
                       port=9001)
@@ -141,10 +140,8 @@ def test_moe_backend_refused_where_the_release_has_no_flag(tmp_path):
     args = _serve_args(plan.argv, "google/gemma-4-26B-A4B-it")
     assert args[args.index("--moe-backend") + 1] == "triton"
     # 0.14.0 has no --moe-backend: refuse (dropping it would silently bypass the tuned config)
-    result = subprocess.run(
-        [sys.executable, "build.py", "serve", "--recipe", "gemma-4-26b-a4b-it", "--target", "gb10",
-         "--vllm", "0.14.0", "--recipes-dir", str(root)],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
+    result = run_build("serve", "--recipe", "gemma-4-26b-a4b-it", "--target", "gb10", "--vllm", "0.14.0",
+                       "--recipes-dir", str(root), timeout=300)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == (f"error: {root}/gemma-4-26b-a4b-it.yaml: targets.gb10.serve.moe_backend: needs "
                              f"--moe-backend, which vLLM 0.14.0's `vllm serve` does not have\n")
@@ -222,11 +219,9 @@ def test_run_hands_the_argv_to_docker(docker_engine, tmp_path):
     docker_engine.api.import_image_from_data(empty_layer.getvalue(), repository=reference.split(":")[0],
                                              tag=reference.split(":")[1])
     try:
-        result = subprocess.run(
-            [sys.executable, "build.py", "serve", "--recipe", "gemma-4-26b-a4b-it", "--target",
-             "h200", "--vllm", "0.25.0", "--repository", repository, "--port", "18123",
-             "--hf-cache", str(tmp_path / "hf"), "--run"],
-            cwd=REPO, capture_output=True, text=True, timeout=300)
+        result = run_build("serve", "--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--vllm", "0.25.0",
+                           "--repository", repository, "--port", "18123", "--hf-cache", str(tmp_path / "hf"),
+                           "--run", timeout=300)
     finally:
         docker_engine.images.remove(reference, force=True)
     plan = plan_serve("gemma-4-26b-a4b-it", "h200", "0.25.0", repository=repository, port=18123,
@@ -239,9 +234,8 @@ def test_run_hands_the_argv_to_docker(docker_engine, tmp_path):
 
 
 def test_bad_port_is_one_line():
-    result = subprocess.run(
-        [sys.executable, "build.py", "serve", "--recipe", "gemma-4-e4b-it", "--target", "h100",
-         "--vllm", "0.27.1", "--port", "70000"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = run_build("serve", "--recipe", "gemma-4-e4b-it", "--target", "h100", "--vllm", "0.27.1",
+                       "--port", "70000", timeout=120)
     assert result.returncode == 2 and result.stderr == "error: --port: not a TCP port: 70000\n"
 
 
@@ -263,8 +257,7 @@ def test_unknown_target_is_the_one_message_every_command_gives():
                  ["--target", "tpu", "--vllm", "0.27.1", "--plan"],
                  ["lock", "--target", "tpu", "--vllm", "0.27.1"],
                  ["release-matrix", "--target", "tpu", "--vllm", "0.27.1"]):
-        result = subprocess.run([sys.executable, "build.py", *argv], cwd=REPO,
-                                capture_output=True, text=True, timeout=120)
+        result = run_build(*argv, timeout=120)
         assert (result.returncode, result.stderr) == (2, expected), argv
 
 
@@ -338,11 +331,9 @@ def test_two_node_commands_pass_every_releases_parser(version, every_release_rec
 
 
 def test_build_py_prints_every_nodes_command():
-    result = subprocess.run(
-        [sys.executable, "build.py", "serve", "--recipe", "gemma-4-26b-a4b-it", "--target", "gb10",
-         "--vllm", "0.27.1", "--nodes", "2", "--master-addr", "127.0.0.1",
-         "--node-ips", "127.0.0.1,10.0.0.2", "--ib-hca", "mlx5_0,mlx5_1", "--repository", "r/f"],
-        cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = run_build("serve", "--recipe", "gemma-4-26b-a4b-it", "--target", "gb10", "--vllm", "0.27.1",
+                       "--nodes", "2", "--master-addr", "127.0.0.1", "--node-ips", "127.0.0.1,10.0.0.2",
+                       "--ib-hca", "mlx5_0,mlx5_1", "--repository", "r/f", timeout=120)
     assert result.returncode == 0, result.stderr
     network = Interconnect("127.0.0.1", ("127.0.0.1", "10.0.0.2"), "lo", ("mlx5_0", "mlx5_1"))
     plan = plan_multi_node("gemma-4-26b-a4b-it", "gb10", "0.27.1", 2, network, repository="r/f")
@@ -384,8 +375,7 @@ REFUSED = [
 
 @pytest.mark.parametrize("argv,message", REFUSED, ids=[r[1][:40] for r in REFUSED])
 def test_multi_node_refusals_are_one_line(argv, message):
-    result = subprocess.run([sys.executable, "build.py", "serve", "--vllm", "0.27.1", *argv],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = run_build("serve", "--vllm", "0.27.1", *argv, timeout=120)
     assert result.returncode == 2 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
@@ -487,9 +477,7 @@ def test_run_hands_one_nodes_argv_to_docker(docker_engine, tmp_path):
             "--repository", repository, "--hf-cache", str(tmp_path / "hf"), "--nodes", "2",
             "--master-addr", "127.0.0.1", "--node-ips", "127.0.0.1,127.0.0.1"]
     try:
-        result = subprocess.run([sys.executable, "build.py", "serve", *argv, "--run",
-                                 "--node-rank", "1"],
-                                cwd=REPO, capture_output=True, text=True, timeout=300)
+        result = run_build("serve", *argv, "--run", "--node-rank", "1", timeout=300)
     finally:
         docker_engine.images.remove(reference, force=True)
     network = Interconnect("127.0.0.1", ("127.0.0.1", "127.0.0.1"), "lo")
@@ -503,12 +491,10 @@ def test_run_hands_one_nodes_argv_to_docker(docker_engine, tmp_path):
 # --- extra_args values, repeated flags, --nodes and --repository (issue 20, item 9) ------------
 
 def _serve_cli(*args, root=None, env=None):
-    argv = [sys.executable, "build.py", "serve", "--recipe", "gemma-4-26b-a4b-it", "--target", "gb10",
-            *args]
+    argv = ["serve", "--recipe", "gemma-4-26b-a4b-it", "--target", "gb10", *args]
     if root is not None:
         argv += ["--recipes-dir", str(root)]
-    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})})
+    return run_build(*argv, timeout=300, env=env)
 
 
 @pytest.mark.parametrize("extra, problem", [
@@ -589,8 +575,7 @@ def test_repository_that_is_not_an_oci_name_is_refused_by_serve(repository):
                                      ["release-matrix", "--vllm", "0.27.1"]])
 def test_upper_case_repository_is_refused_before_tags_or_bake_files_are_made(tmp_path, command):
     argv = [part.format(tmp=tmp_path) for part in command]
-    result = subprocess.run([sys.executable, "build.py", *argv, "--repository", "ghcr.io/Acme/vllm-forge"],
-                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    result = run_build(*argv, "--repository", "ghcr.io/Acme/vllm-forge", timeout=300)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("error: --repository: not a valid image repository: "
                                     "'ghcr.io/Acme/vllm-forge'")

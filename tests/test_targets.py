@@ -8,6 +8,7 @@ import yaml
 
 from forge.errors import ForgeError
 from forge.targets import BaseImage, get_target, load_targets
+from tests.build_cli import run_build
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REPO / "images" / "targets.yaml"
@@ -125,8 +126,7 @@ def test_a_targets_file_written_since_is_read_again(tmp_path):
 
 
 def test_cli_unknown_target_is_one_line_exit_2_and_builds_nothing():
-    result = subprocess.run([sys.executable, "build.py", "--target", "tpu", "--vllm", "0.25.0", "--plan"],
-                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = run_build("--target", "tpu", "--vllm", "0.25.0", "--plan", timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert "unknown target 'tpu'" in result.stderr
@@ -184,10 +184,8 @@ def test_the_template_fills_version_and_cuda_and_nothing_else(tmp_path):
 def test_a_template_reaching_the_environment_fails_in_the_cli_and_leaks_nothing(tmp_path):
     path = _write(tmp_path, _with_image(
         "vllm/vllm-openai:v{version.__init__.__globals__[os].environ[FORGE_SECRET]}"))
-    result = subprocess.run([sys.executable, "build.py", "--target", "gb10", "--vllm", "0.27.1", "--plan"],
-                            cwd=REPO, capture_output=True, text=True, timeout=120,
-                            env={**__import__("os").environ, "VLLM_FORGE_TARGETS": str(path),
-                                 "FORGE_SECRET": "s3cr3t-value"})
+    result = run_build("--target", "gb10", "--vllm", "0.27.1", "--plan", timeout=120,
+                       env={"VLLM_FORGE_TARGETS": str(path), "FORGE_SECRET": "s3cr3t-value"})
     assert result.returncode == 2, result.stderr
     assert "s3cr3t-value" not in result.stdout + result.stderr and "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [
@@ -255,9 +253,8 @@ def test_the_plan_and_the_bake_stop_at_a_recipe_file_that_is_a_list(tmp_path, co
 ])
 def test_targets_that_are_no_file_or_too_big_are_one_line_at_once(tmp_path, make, problem):
     targets = make(tmp_path / "targets.yaml")
-    result = subprocess.run([sys.executable, "build.py", "--target", "gb10", "--vllm", "0.25.0", "--plan"],
-                            cwd=REPO, capture_output=True, text=True, timeout=60,
-                            env={**__import__("os").environ, "VLLM_FORGE_TARGETS": str(targets)})
+    result = run_build("--target", "gb10", "--vllm", "0.25.0", "--plan", timeout=60,
+                       env={"VLLM_FORGE_TARGETS": str(targets)})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.splitlines()) == 1
     assert result.stderr.startswith(f"error: {targets}: {problem}")

@@ -6,8 +6,6 @@ real `build.py upstream-watch` command.
 import hashlib
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from forge.patching.series import load_series
 from forge.upstream import releases
 from forge.watch import drift, upstream
 from forge.watch.dependencies import load_watch
+from tests.build_cli import run_build
 from tests.test_dependency_drift import add_constraint, method_line, series_without_constraints
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -61,8 +60,7 @@ def manifest_copy(tmp_path: Path, checked_through: str, **patch_edits) -> Path:
 
 
 def watch(series_file: Path, *extra: str):
-    return subprocess.run([sys.executable, "build.py", "upstream-watch", "--series", str(series_file),
-                           *extra], cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800)
+    return run_build("upstream-watch", "--series", str(series_file), *extra, timeout=1800)
 
 
 def status_cell(body: str, release: str, patch_id: str) -> str:
@@ -363,11 +361,9 @@ def test_a_dependency_check_that_cannot_run_fails_the_watch_and_moves_nothing(
     (cache / "pypi").mkdir()
     shutil.copy(releases.cache_dir() / "pypi" / "transformers.json", cache / "pypi")
 
-    result = subprocess.run(
-        [sys.executable, "build.py", "upstream-watch", "--series", str(series_file), "--write",
-         "--offline", "--dependency-through", "transformers==5.15.0"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
-        env={**os.environ, "VLLM_FORGE_CACHE": str(cache)})
+    result = run_build("upstream-watch", "--series", str(series_file), "--write", "--offline",
+                       "--dependency-through", "transformers==5.15.0", timeout=900,
+                       env={"VLLM_FORGE_CACHE": str(cache)})
 
     assert result.returncode == 2, result.stderr
     assert result.stderr == (f"error: transformers 5.15.0: drift probe error on vLLM {newest_release}: "

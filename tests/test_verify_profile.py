@@ -18,6 +18,7 @@ import pytest
 
 from forge.errors import ForgeError
 from forge.schema import SchemaError
+from tests.build_cli import run_build
 from verify import profile, profile_report
 from verify.kernel_groups import load_kernel_map
 
@@ -353,9 +354,8 @@ def test_step_floor_and_byte_groups_no_kernel_group_counts(gemma4, tmp_path):
 def roofline_of_build_py(tmp_path: Path, recipe: str, vllm: str) -> tuple[dict, dict]:
     """The boundary as it runs: build.py roofline's own --json output (context 350), written to a
     file and read by the report: (what the report read, what the command printed)."""
-    proc = subprocess.run([sys.executable, "build.py", "roofline", "--recipe", recipe, "--target", "h200",
-                           "--vllm", vllm, "--context", "350", "--json"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = run_build("roofline", "--recipe", recipe, "--target", "h200", "--vllm", vllm, "--context", "350",
+                     "--json", timeout=300)
     assert proc.returncode == 0, proc.stderr
     (tmp_path / "roofline.json").write_text(proc.stdout)
     return profile_report.read_roofline(tmp_path / "roofline.json"), json.loads(proc.stdout)
