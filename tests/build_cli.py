@@ -45,8 +45,7 @@ def run_build(*args: str, cwd: Path | str | None = None, env: dict | None = None
             return _FORKS.run(list(args), here, full_env, timeout)
         finally:
             _FORKS.busy.release()
-    return subprocess.run([sys.executable, "build.py", *args], cwd=here, capture_output=True,
-                          text=True, timeout=timeout, env=full_env)
+    return fresh_build(*args, cwd=here, env=env, timeout=timeout)
 
 
 def fresh_build(*args: str, cwd: Path | str | None = None, env: dict | None = None,

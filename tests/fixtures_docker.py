@@ -226,14 +226,10 @@ def _standin_context(client, arch: str, version: str, extra_site: Path | None = 
         'CMD ["/usr/bin/python3"]\n')
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        def add_bytes(name, data):
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            archive.addfile(info, io.BytesIO(data))
-        add_bytes("Dockerfile", dockerfile.encode())
+        _add_bytes(archive, "Dockerfile", dockerfile.encode())
         archive.add(tree / "vllm", "site/vllm", filter=lambda i: None if "__pycache__" in i.name else i)
         for name, data in _dist_info(version, requires).items():
-            add_bytes(f"site/{name}", data)
+            _add_bytes(archive, f"site/{name}", data)
         if extra_site:
             archive.add(extra_site, "extra-site")
         if host_ca:
@@ -251,12 +247,15 @@ def rootfs_image(client, arch: str) -> str:
         return tag
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        dockerfile = b"FROM scratch\nADD rootfs.tar /\n"
-        info = tarfile.TarInfo("Dockerfile")
-        info.size, info.mode = len(dockerfile), 0o644
-        archive.addfile(info, io.BytesIO(dockerfile))
+        _add_bytes(archive, "Dockerfile", b"FROM scratch\nADD rootfs.tar /\n")
         archive.add(rootfs_tarball(arch), "rootfs.tar")
     return _build_standin(client, buffer.getvalue(), tag, arch)
+
+
+def _add_bytes(archive: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(data), 0o644
+    archive.addfile(info, io.BytesIO(data))
 
 
 def _standin_record(tag: str) -> Path:
