@@ -190,8 +190,7 @@ def test_the_page_goes_stale_when_a_figure_changes(tmp_path):
     shutil.copytree(RESULTS, results)
     shutil.copy(page.PAGE, copy)
     files = ["--results", str(results), "--page", str(copy)]
-    assert subprocess.run([sys.executable, "build.py", "evidence", "--check", *files], cwd=ROOT,
-                          capture_output=True).returncode == 0
+    assert run_build("evidence", "--check", *files).returncode == 0
     path = results / "h200-0.27.1-bench-26b-a4b-l30-stock-splitkv" / "result.json"
     data = json.loads(path.read_text())
     data["figures"]["x_stock"] += 0.5
