@@ -20,7 +20,7 @@ import pytest
 from forge.upstream import releases
 
 RAM_TMP = Path("/dev/shm")
-RAM_TMP_NEEDED = 4 << 30          # two workers' largest tests hold ~1.2 GB at once
+RAM_TMP_NEEDED = 4 << 30          # a worker's largest test holds ~0.6 GB; three workers at once
 
 
 def ram_scratch(root: Path = RAM_TMP, needed: int = RAM_TMP_NEEDED) -> Path | None:

@@ -79,6 +79,22 @@ def test_distributed_the_docker_tests_go_first_then_files_with_slow_tests(tmp_pa
                    "test_a_plain.py::test_one", "test_c_images.py::test_five"]
 
 
+def test_auto_starts_a_worker_more_than_the_cores_unless_xdists_own_variable_says(tmp_path):
+    project = project_with(tmp_path, {"test_a_plain.py": "def test_one():\n    pass\n"})
+    cores = len(os.sched_getaffinity(0))
+
+    def run(**env: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-c", str(project / "pytest.ini"),
+                               "--rootdir", str(project), "-p", "xdist", "-n", "auto", str(project)],
+                              capture_output=True, text=True, timeout=300, cwd=project,
+                              env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", **env})
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    assert f"created: {cores + 1}/{cores + 1} workers" in run()
+    assert "created: 1/1 worker" in run(PYTEST_XDIST_AUTO_NUM_WORKERS="1")
+
+
 def test_the_owner_of_a_run_stops_a_background_group_whose_leader_it_did_not_start():
     """The controller stops the prefetch a worker started (and that worker may have exited)."""
     from tests.prefetch import stop_background_group
