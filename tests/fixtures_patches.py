@@ -25,9 +25,12 @@ from forge.files import files_under, one_maker
 from forge.patching.record import RECORD_DIR, RECORD_FILE
 from forge.upstream import releases
 
-# Real transformers wheels from PyPI (pure Python): 5.15.0 breaks Gemma 4 on vLLM < 0.28,
-# 5.14.1 is the newest below it.
-TRANSFORMERS_WHEELS = ("5.15.0", "5.14.1")
+# Real pure-Python wheels from PyPI, by package, the version a constraint keeps out first:
+# transformers 5.15.0 breaks Gemma 4 on vLLM < 0.28 (5.14.1 is the newest below it); fastapi
+# 0.137.0 fails every request of vLLM 0.21-0.23 (0.136.3 is the newest below it). fastapi's 58
+# files, against transformers' 3,500, make the cheap install for the crash-safety tests.
+WHEELS = {"transformers": ("5.15.0", "5.14.1"), "fastapi": ("0.137.0", "0.136.3")}
+TRANSFORMERS_WHEELS = WHEELS["transformers"]
 
 
 def applied_record(site: Path) -> dict:
@@ -207,17 +210,19 @@ def real_patch_entry(**changes) -> tuple[dict, bytes]:
 
 
 def wheelhouse() -> Path:
-    """The real transformers wheels from PyPI, downloaded once into the forge cache (one maker
-    per wheel: a second worker waits for the first's download rather than fetching it again)."""
+    """The real WHEELS from PyPI, downloaded once into the forge cache (one maker per wheel: a
+    second worker waits for the first's download rather than fetching it again)."""
     directory = releases.cache_dir() / "wheels"
     directory.mkdir(parents=True, exist_ok=True)
-    for version in TRANSFORMERS_WHEELS:
-        wheel = directory / f"transformers-{version}-py3-none-any.whl"
-        with one_maker(wheel, releases.locks_dir()):
-            if not wheel.is_file():
-                subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary",
-                                ":all:", "--disable-pip-version-check", "--dest", str(directory),
-                                f"transformers=={version}"], check=True, capture_output=True)
+    for package, versions in WHEELS.items():
+        for version in versions:
+            wheel = directory / f"{package}-{version}-py3-none-any.whl"
+            with one_maker(wheel, releases.locks_dir()):
+                if not wheel.is_file():
+                    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
+                                    "--only-binary", ":all:", "--disable-pip-version-check",
+                                    "--dest", str(directory), f"{package}=={version}"],
+                                   check=True, capture_output=True)
     return directory
 
 

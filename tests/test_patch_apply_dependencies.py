@@ -1,6 +1,7 @@
 """`build.py apply` brings a dependency inside its constraint, atomically with the source patches:
 real transformers wheels from PyPI (5.15.0 breaks Gemma 4 on vLLM < 0.28, 5.14.1 does not) in a
-site-packages that also holds the real vLLM 0.25.0 tree and its dist-info."""
+site-packages that also holds the real vLLM 0.25.0 tree and its dist-info. The failure and kill
+cases run on real fastapi wheels and the vLLM 0.23.0 tree (SMALL_*): the same transaction."""
 from __future__ import annotations
 
 import importlib.metadata
@@ -17,7 +18,9 @@ from packaging.version import Version
 from forge.patching.apply import FAIL_AFTER_ENV, KILL_AFTER_ENV, RECORD_DIR, TEMP_SUFFIX, apply_series
 from forge.patching.series import load_series
 from forge.patching.status import shipped_moe_configs, tree_status
+from forge.upstream import releases
 from tests.fixtures_patches import (
+    WHEELS,
     applied_record,
     copy_tree,
     install_wheel,
@@ -33,15 +36,41 @@ FIXED_LINE = b'            if share_embeddings and hasattr(self.model, "has_own_
 CONSTRAINT = "transformers-gemma4-per-layer-config"
 UNREACHABLE_INDEX = "http://127.0.0.1:9/simple/"     # discard port: nothing listens
 
-# slow: pip installs real transformers wheels (~3500 files) on every apply.
+# The failure and kill cases run on the series' other constraint, fastapi <0.137 on vLLM 0.21-0.23
+# (test_patch_revert_killed too): the same transaction as transformers' 3,500 files, on 58.
+SMALL_RELEASE = "0.23.0"
+SMALL_CONSTRAINT = "fastapi-included-router-path"
+SMALL_PACKAGE = "fastapi"
+SMALL_BROKEN, SMALL_PINNED = WHEELS[SMALL_PACKAGE]   # 0.137.0 violates it; 0.136.3 is the newest below
+SMALL_SOURCE_PATCH = "gemma4-mtp-draft-seq-lens"     # applies on 0.23.0, to this file:
+SMALL_PATCHED_FILE = "vllm/v1/worker/gpu/spec_decode/autoregressive/speculator.py"
+
+# slow: pip installs real wheels (transformers: ~3500 files) on every apply.
 pytestmark = pytest.mark.slow
 
 
-def transformers_in(site) -> str | None:
+def installed_version(site, package: str) -> str | None:
     found = [d.version for d in importlib.metadata.distributions(path=[str(site)])
-             if d.metadata["Name"] == "transformers"]
-    assert len(found) <= 1, f"two transformers dist-infos in {site}: {found}"
+             if d.metadata["Name"] == package]
+    assert len(found) <= 1, f"two {package} dist-infos in {site}: {found}"
     return found[0] if found else None
+
+
+def transformers_in(site) -> str | None:
+    return installed_version(site, "transformers")
+
+
+def carries_the_small_patch(site) -> bool:
+    return ((site / SMALL_PATCHED_FILE).read_bytes()
+            != releases.release_file(SMALL_RELEASE, SMALL_PATCHED_FILE).read_bytes())
+
+
+@pytest.fixture
+def small_site(vllm_site):
+    """A site-packages holding vLLM SMALL_RELEASE and fastapi SMALL_BROKEN."""
+    site = vllm_site(SMALL_RELEASE)
+    install_wheel(site, SMALL_PACKAGE, SMALL_BROKEN)
+    return site
 
 
 def newest_below_5_15() -> str:
@@ -159,31 +188,29 @@ def test_a_wheelhouse_without_a_fitting_version_or_with_a_broken_wheel_changes_n
     assert snapshot(site) == original and leftovers(site) == []
 
 
-def test_a_failure_anywhere_in_apply_restores_everything_byte_for_byte(site_with_transformers):
-    """Steps: 1 marks the record applying, then the patched vLLM file and transformers' files
-    one by one: 2 fails after the first file, 40 in the middle of the dependency. Each failure
-    leaves the install as it was, so the next one starts from the same install. (Failures before
-    any file, 0 and 1, take the path they take without a dependency: test_patch_apply's; here each
-    case costs a pip run.)"""
-    site = site_with_transformers("0.25.0", "5.15.0")
+def test_a_failure_anywhere_in_apply_restores_everything_byte_for_byte(small_site):
+    """Steps: 1 marks the record applying, 2 vLLM's RECORD, 3-6 the patched vLLM files, then
+    fastapi's changed files one by one (about a dozen): 8 fails in the middle of the dependency.
+    Each failure leaves the install as it was, so the next one starts from the same install."""
+    site = small_site
     original = snapshot(site)
-    for steps in (2, 40):
+    for steps in (0, 1, 2, 8):
         result = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()),
                            **{FAIL_AFTER_ENV: str(steps)})
         assert result.returncode == 2, result.stdout
         assert f"rolled back {steps} step(s), nothing changed" in result.stderr
         assert snapshot(site) == original and leftovers(site) == []
-        assert transformers_in(site) == "5.15.0"
+        assert installed_version(site, SMALL_PACKAGE) == SMALL_BROKEN
 
 
-def test_a_kill_mid_apply_leaves_temp_files_the_next_run_removes(site_with_transformers):
-    site = site_with_transformers("0.25.0", "5.15.0")
+def test_a_kill_mid_apply_leaves_temp_files_the_next_run_removes(small_site):
+    site = small_site
     original = snapshot(site)
     killed = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()),
-                       **{KILL_AFTER_ENV: "40"})
+                       **{KILL_AFTER_ENV: "8"})       # as above: two of fastapi's files in place
     assert killed.returncode == -signal.SIGKILL
     temps = [p for p in site.rglob(f"*{TEMP_SUFFIX}")]
-    assert len(temps) > 100          # transformers' staged files that were never put in place
+    assert len(temps) > 5            # fastapi's staged files that were never put in place
     again = run_build("apply", "--site-packages", str(site))
     assert again.returncode == 2 and "an earlier apply was interrupted" in again.stderr
     assert list(site.rglob(f"*{TEMP_SUFFIX}")) == []
@@ -192,16 +219,17 @@ def test_a_kill_mid_apply_leaves_temp_files_the_next_run_removes(site_with_trans
     assert snapshot(site) == original and leftovers(site) == []
 
 
-def test_a_kill_before_any_file_changed_is_cleaned_up_and_apply_proceeds(site_with_transformers):
-    site = site_with_transformers("0.25.0", "5.15.0")
+def test_a_kill_before_any_file_changed_is_cleaned_up_and_apply_proceeds(small_site):
+    site = small_site
     killed = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()),
                        **{KILL_AFTER_ENV: "0"})
     assert killed.returncode == -signal.SIGKILL
     assert list(site.rglob(f"*{TEMP_SUFFIX}")) and (site / "vllm" / RECORD_DIR).is_dir()
-    assert transformers_in(site) == "5.15.0"
+    assert installed_version(site, SMALL_PACKAGE) == SMALL_BROKEN
     again = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()))
     assert again.returncode == 0, again.stderr
-    assert list(site.rglob(f"*{TEMP_SUFFIX}")) == [] and transformers_in(site) == "5.14.1"
+    assert list(site.rglob(f"*{TEMP_SUFFIX}")) == []
+    assert installed_version(site, SMALL_PACKAGE) == SMALL_PINNED and carries_the_small_patch(site)
 
 
 def test_a_failed_apply_creates_no_moe_config_dir_and_revert_removes_the_one_it_made(vllm_site,
@@ -268,17 +296,17 @@ def test_a_pin_holds_an_image_to_its_planned_version_even_where_the_base_satisfi
     assert snapshot(site) == original
 
 
-def upgrade_as_pip_does(site, version: str) -> None:
-    """What `pip install -U transformers==V` does to an environment after apply: pip itself
+def upgrade_as_pip_does(site, version: str, package: str = "transformers") -> None:
+    """What `pip install -U PACKAGE==V` does to an environment after apply: pip itself
     uninstalls the installed version (every file its RECORD lists), then the new wheel's files go
     in (the same bytes pip's --target install of it produces, tests.fixtures_patches)."""
     result = subprocess.run([sys.executable, "-m", "pip", "uninstall", "--yes",
-                             "--disable-pip-version-check", "transformers"],
+                             "--disable-pip-version-check", package],
                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(site)})
     assert result.returncode == 0, result.stderr
-    assert transformers_in(site) is None, result.stdout
-    install_wheel(site, "transformers", version)
-    assert transformers_in(site) == version
+    assert installed_version(site, package) is None, result.stdout
+    install_wheel(site, package, version)
+    assert installed_version(site, package) == version
 
 
 @pytest.fixture(scope="module")
@@ -353,17 +381,17 @@ def test_apply_pins_a_dependency_that_drifted_after_an_earlier_apply_and_revert_
 
 @pytest.fixture(scope="module")
 def drifted_after_apply_template(tmp_path_factory):
-    """vLLM 0.25.0 with transformers 5.15.0, applied from the wheelhouse (5.14.1 pinned), then
-    5.15.0 put back over it as `pip install -U` does; made once for the module: its path, a copy
+    """vLLM 0.23.0 with fastapi 0.137.0, applied from the wheelhouse (0.136.3 pinned), then
+    0.137.0 put back over it as `pip install -U` does; made once for the module: its path, a copy
     of it, and what the install was before apply."""
     base = tmp_path_factory.mktemp("drifted-after-apply")
-    site = make_site_packages("0.25.0", base / "site")
-    install_wheel(site, "transformers", "5.15.0")
+    site = make_site_packages(SMALL_RELEASE, base / "site")
+    install_wheel(site, SMALL_PACKAGE, SMALL_BROKEN)
     original = snapshot(site)
     applied = run_build("apply", "--site-packages", str(site), "--find-links", str(wheelhouse()))
     assert applied.returncode == 0, applied.stderr
-    assert transformers_in(site) == "5.14.1"
-    upgrade_as_pip_does(site, "5.15.0")
+    assert installed_version(site, SMALL_PACKAGE) == SMALL_PINNED
+    upgrade_as_pip_does(site, SMALL_BROKEN, SMALL_PACKAGE)
     copy_tree(site, base / "template")
     return site, base / "template", original
 
@@ -380,13 +408,13 @@ def drifted_after_apply(drifted_after_apply_template):
 
 def test_a_failed_or_killed_re_pin_keeps_the_first_record_and_revert_restores_the_start(
         drifted_after_apply):
-    """First apply pinned 5.15.0 down to 5.14.1; 5.15.0 came back over it. A re-pin that fails
+    """First apply pinned 0.137.0 down to 0.136.3; 0.137.0 came back over it. A re-pin that fails
     or is killed part way leaves the drifted install and the first run's record exactly as they
     were; the finished re-pin then reverts to the install from before the first apply."""
     site, original = drifted_after_apply
     links = ["--find-links", str(wheelhouse())]
     drifted = snapshot(site)
-    for steps in (1, 40):      # 1: the re-pin's entry marked in the record; 40: mid-dependency
+    for steps in (0, 1, 5):      # 1: the re-pin's entry marked in the record; 5: mid-dependency
         failed = run_build("apply", "--site-packages", str(site), *links,
                            **{FAIL_AFTER_ENV: str(steps)})
         assert failed.returncode == 2 and failed.stderr.count("\n") == 1
@@ -396,8 +424,9 @@ def test_a_failed_or_killed_re_pin_keeps_the_first_record_and_revert_restores_th
     assert killed.returncode == -signal.SIGKILL
     again = run_build("apply", "--site-packages", str(site), *links)
     assert again.returncode == 0, again.stderr
-    assert "transformers 5.15.0 -> 5.14.1 (pinned ==5.14.1" in again.stdout
-    assert list(site.rglob(f"*{TEMP_SUFFIX}")) == [] and transformers_in(site) == "5.14.1"
+    assert f"{SMALL_PACKAGE} {SMALL_BROKEN} -> {SMALL_PINNED} (pinned =={SMALL_PINNED}" in again.stdout
+    assert list(site.rglob(f"*{TEMP_SUFFIX}")) == []
+    assert installed_version(site, SMALL_PACKAGE) == SMALL_PINNED
     record = applied_record(site)
     assert len(record["later"]) == 1       # the killed run left no trace in the record
     reverted = run_build("apply", "--site-packages", str(site), "--revert")
@@ -436,7 +465,7 @@ def test_a_source_patch_lost_after_apply_is_refused_not_reported_as_carried(vllm
 def test_a_re_pin_killed_while_replacing_files_is_reverted_to_the_start(drifted_after_apply):
     site, original = drifted_after_apply
     links = ["--find-links", str(wheelhouse())]
-    killed = run_build("apply", "--site-packages", str(site), *links, **{KILL_AFTER_ENV: "40"})
+    killed = run_build("apply", "--site-packages", str(site), *links, **{KILL_AFTER_ENV: "5"})
     assert killed.returncode == -signal.SIGKILL
     assert list(site.rglob(f"*{TEMP_SUFFIX}"))
     again = run_build("apply", "--site-packages", str(site), *links)
@@ -444,4 +473,4 @@ def test_a_re_pin_killed_while_replacing_files_is_reverted_to_the_start(drifted_
     reverted = run_build("apply", "--site-packages", str(site), "--revert")
     assert reverted.returncode == 0, reverted.stderr
     assert snapshot(site) == original and leftovers(site) == []
-    assert transformers_in(site) == "5.15.0"
+    assert installed_version(site, SMALL_PACKAGE) == SMALL_BROKEN
