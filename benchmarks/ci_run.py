@@ -86,6 +86,13 @@ def run_ci(repo: Path, work: Path, cache: str, engine: str) -> tuple[int, str, s
     return done.returncode, done.stdout, commit
 
 
+def pytest_options() -> dict:
+    """PYTEST_ADDOPTS, which the clone's .ci/run inherits, as a setting when set: options added to
+    the README's command (a JUnit XML file of per-test times, say) are part of what ran."""
+    given = os.environ.get("PYTEST_ADDOPTS", "").strip()
+    return {"pytest_addopts": given} if given else {}
+
+
 def write_record(results: Path, cache: str, engine: str, commit: str, status: int, log: str,
                  when: datetime) -> Path:
     """benchmarks/results/ci-<cache>-<commit>/: result.json and ci-run.log, validated as a record
@@ -98,7 +105,7 @@ def write_record(results: Path, cache: str, engine: str, commit: str, status: in
         "command": f"python3 -m benchmarks.ci_run --cache {cache} --engine {engine}",
         "versions": {"python": platform.python_version()},
         "settings": {"cache": cache, "engine_data": engine, "commit": commit, "cpu": str(facts["cpu"]), "os": str(facts["os"]),
-                     "started_utc": when.strftime("%Y-%m-%dT%H:%MZ")},
+                     "started_utc": when.strftime("%Y-%m-%dT%H:%MZ"), **pytest_options()},
         "figures": {"cores": facts["cores"], "memory_gib": facts["memory_gib"], "exit_status": status,
                     **figures},
         "verdict": "pass" if status == 0 else "fail",

@@ -64,11 +64,11 @@ def tiny_repo(path: Path) -> Path:
     return path
 
 
-def ci_run(tmp_path: Path, cache: str, expect: str, *extra: str) -> subprocess.CompletedProcess:
+def ci_run(tmp_path: Path, cache: str, expect: str, *extra: str, **more_env: str) -> subprocess.CompletedProcess:
     results = tmp_path / "results"
     results.mkdir(exist_ok=True)
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path), "EXPECT": expect,
-           "PYTHONDONTWRITEBYTECODE": "1", "VLLM_FORGE_CACHE": str(tmp_path / "kept")}
+           "PYTHONDONTWRITEBYTECODE": "1", "VLLM_FORGE_CACHE": str(tmp_path / "kept"), **more_env}
     return subprocess.run([sys.executable, "-m", "benchmarks.ci_run", "--cache", cache, "--repo", str(tmp_path / "repo"),
                            "--results", str(results), *extra], env=env, capture_output=True, text=True,
                           cwd=ROOT)
@@ -99,6 +99,17 @@ def test_a_passing_run_is_a_record_of_its_phases_and_counts(tmp_path, repo, cach
     assert log[0] == "=== [ci] Python packages" and log[-1] == "=== [ci] total 8 s"
     assert [line for line in log if " 3 passed in " in line and line.startswith("=")], log
     assert not [p for p in (tmp_path / "results").iterdir() if p.name.startswith(".")], "staging left"
+
+
+def test_options_added_to_pytest_through_the_environment_are_a_setting_of_the_record(tmp_path, repo):
+    plain = ci_run(tmp_path, "warm", "warm")
+    assert plain.returncode == 0, plain.stderr
+    folder = tmp_path / "results" / f"ci-warm-{commit_of(repo)}"
+    assert "pytest_addopts" not in load_record(folder).settings
+    added = ci_run(tmp_path, "warm", "warm", PYTEST_ADDOPTS=f"--junitxml={tmp_path / 'times.xml'}")
+    assert added.returncode == 0, added.stderr
+    assert load_record(folder).settings["pytest_addopts"] == f"--junitxml={tmp_path / 'times.xml'}"
+    assert (tmp_path / "times.xml").is_file()        # the clone's pytest took the option
 
 
 def test_a_failing_run_is_kept_with_a_fail_verdict_and_replaces_the_same_commits_record(tmp_path, repo):
