@@ -73,8 +73,9 @@ def make_wheels() -> None:
 
 
 def make_rootfs() -> None:
-    from tests.fixtures_docker import rootfs_tarball
+    from tests.fixtures_docker import favour_the_critical_path, rootfs_tarball
 
+    favour_the_critical_path()      # the docker unit waits for these; the pool's threads inherit it
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(rootfs_tarball, ("amd64", "arm64")))
 
