@@ -17,11 +17,16 @@ PLUGINS = 'pytest_plugins = ["tests.fixtures_docker", "tests.markers"]\n'
 INI = "[pytest]\nmarkers =\n    docker: d\n    slow: s\naddopts = -p no:cacheprovider\n"
 
 
-def collect(project: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-c",
-                           str(project / "pytest.ini"), "--rootdir", str(project), *args, str(project)],
+def pytest_in(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """A real pytest on `project` alone, with the suite's plugins importable."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-c", str(project / "pytest.ini"),
+                           "--rootdir", str(project), *args, str(project)],
                           capture_output=True, text=True, timeout=300, cwd=project,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", **env})
+
+
+def collect(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return pytest_in(project, "--collect-only", "-q", *args)
 
 
 def project_with(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -84,10 +89,7 @@ def test_auto_starts_a_worker_more_than_the_cores_unless_xdists_own_variable_say
     cores = len(os.sched_getaffinity(0))
 
     def run(**env: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "pytest", "-c", str(project / "pytest.ini"),
-                               "--rootdir", str(project), "-p", "xdist", "-n", "auto", str(project)],
-                              capture_output=True, text=True, timeout=300, cwd=project,
-                              env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", **env})
+        done = pytest_in(project, "-p", "xdist", "-n", "auto", **env)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 

@@ -42,8 +42,7 @@ SMALL_RELEASE = "0.23.0"
 SMALL_CONSTRAINT = "fastapi-included-router-path"
 SMALL_PACKAGE = "fastapi"
 SMALL_BROKEN, SMALL_PINNED = WHEELS[SMALL_PACKAGE]   # 0.137.0 violates it; 0.136.3 is the newest below
-SMALL_SOURCE_PATCH = "gemma4-mtp-draft-seq-lens"     # applies on 0.23.0, to this file:
-SMALL_PATCHED_FILE = "vllm/v1/worker/gpu/spec_decode/autoregressive/speculator.py"
+SMALL_SOURCE_PATCH = "gemma4-mtp-draft-seq-lens"     # applies on 0.23.0
 
 # slow: pip installs real wheels (transformers: ~3500 files) on every apply.
 pytestmark = pytest.mark.slow
@@ -61,8 +60,12 @@ def transformers_in(site) -> str | None:
 
 
 def carries_the_small_patch(site) -> bool:
-    return ((site / SMALL_PATCHED_FILE).read_bytes()
-            != releases.release_file(SMALL_RELEASE, SMALL_PATCHED_FILE).read_bytes())
+    """Every file SMALL_SOURCE_PATCH touches (its series entry says which) differs from the
+    release's own."""
+    touched = load_series(check_index=False).get(SMALL_SOURCE_PATCH).touches or []
+    assert touched, f"{SMALL_SOURCE_PATCH} lists no files it touches"
+    return all((site / path).read_bytes() != releases.release_file(SMALL_RELEASE, path).read_bytes()
+               for path in touched)
 
 
 @pytest.fixture
