@@ -32,7 +32,7 @@ ALLOWED = {
     ("forge/serving/serve.py", "_interface_holding", "json.loads"): "the output of `ip -json addr`",
     ("forge/watch/drift.py", "_launch", "json.loads"): "the drift probe's standard output",
     ("verify/endpoint.py", "_json", "json.loads"): "a vLLM server's HTTP reply body",
-    ("forge/serving/recipes.py", "_parse_value", "json.loads"):
+    ("forge/serving/serve_flags.py", "_parse_value", "json.loads"):
         "a command-line value that may be JSON (else it stays text)",
     ("benchmarks/gpu/two_node_commands.py", "_swap_models", "json.loads"):
         "a JSON command-line argument of a vLLM command being rewritten",

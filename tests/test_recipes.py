@@ -10,7 +10,7 @@ import yaml
 from packaging.version import Version
 
 from forge.errors import ForgeError
-from forge.serving import recipes
+from forge.serving import recipes, serve_flags
 from forge.serving.recipes import (
     ENGINE_SETTINGS,
     load_all,
@@ -169,7 +169,7 @@ def test_engine_kwargs_and_cli_args_come_from_one_table():
 
 
 def test_extra_args_become_engine_kwargs():
-    assert recipes.extra_args_as_kwargs(
+    assert serve_flags.extra_args_as_kwargs(
         ["--limit-mm-per-prompt", '{"image": 0}', "--no-enable-prefix-caching",
          "--async-scheduling", "--reasoning-parser", "gemma4"]) == {
         "limit_mm_per_prompt": {"image": 0}, "enable_prefix_caching": False,

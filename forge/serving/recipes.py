@@ -10,10 +10,8 @@ derived from one table, ENGINE_SETTINGS, so the verify scripts start vLLM exactl
 """
 from __future__ import annotations
 
-import json
 import math
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,9 +21,9 @@ from packaging.version import Version
 
 from forge import files
 from forge.errors import ForgeError
-from forge.json_text import dump_json
 from forge.models import Family, Model, MoeShape, model_for_id
 from forge.schema import Field, ListOf, load_yaml, pep440_specifier, pep440_version, validate
+from forge.serving.serve_flags import cli_value, extra_args_as_kwargs, flag_groups
 from forge.targets import KNOWN_FAILURES_FILE, RECIPES_DIR
 
 RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
@@ -367,38 +365,6 @@ ENGINE_SETTINGS = (
 )
 
 
-@dataclass(frozen=True)
-class FlagGroup:
-    """One flag of a `vllm serve` command line and the values that follow it."""
-    index: int               # where the flag stands among the tokens
-    flag: str                # as written, without an `=value`
-    values: list[str]
-
-    @property
-    def name(self) -> str:
-        """The flag as the parser registers it: `--max_model_len` and `--x.key` are `--x`."""
-        return self.flag.split(".", 1)[0].replace("_", "-")
-
-
-_NUMBER = re.compile(r"-\d+(\.\d*)?")
-
-
-def flag_groups(tokens: list[str]) -> list[FlagGroup]:
-    """Tokens as argparse reads them: each flag (`-x`, `--x`, `--x=value`) with the values after
-    it; a negative number is a value (vLLM's parser registers no flag that looks like one).
-    Values before the first flag belong to no flag and are returned under flag ''."""
-    groups: list[FlagGroup] = []
-    for index, token in enumerate(tokens):
-        if token.startswith("-") and not _NUMBER.fullmatch(token):
-            flag, equals, inline = token.partition("=")
-            groups.append(FlagGroup(index, flag, [inline] if equals else []))
-        elif groups:
-            groups[-1].values.append(token)
-        else:
-            groups.append(FlagGroup(index, "", [token]))
-    return groups
-
-
 def recipe_field(kwarg: str) -> str:
     """The recipe field behind an ENGINE_SETTINGS keyword, as messages name it."""
     return "speculative" if kwarg == "speculative_config" else f"serve.{kwarg}"
@@ -425,35 +391,6 @@ def check_extra_args_repeat_nothing(recipe: Recipe, where: str,
         if name in set_by:
             raise ForgeError(f"{where}.serve.extra_args[{group.index}]: {group.flag} is already "
                              f"set by {set_by[name]}; set it there only")
-
-
-def cli_value(value) -> str:
-    if isinstance(value, (dict, list)):
-        return dump_json(value, separators=(",", ":"))
-    return str(value)
-
-
-def extra_args_as_kwargs(tokens: list[str]) -> dict[str, Any]:
-    """['--limit-mm-per-prompt', '{"image":0}', '--no-x'] -> {limit_mm_per_prompt: {...}, x: False}."""
-    kwargs: dict[str, Any] = {}
-    for group in flag_groups(tokens):
-        name = group.flag.lstrip("-").replace("-", "_")
-        if len(group.values) > 1:
-            kwargs[name] = [_parse_value(value) for value in group.values]
-        elif group.values:
-            kwargs[name] = _parse_value(group.values[0])
-        elif name.startswith("no_"):
-            kwargs[name[3:]] = False
-        else:
-            kwargs[name] = True
-    return kwargs
-
-
-def _parse_value(text: str):
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,11 +27,10 @@ from forge.serving.recipes import (
     RUNNER_ENV,
     Recipe,
     check_extra_args_repeat_nothing,
-    cli_value,
-    flag_groups,
     load_recipe,
     recipe_field,
 )
+from forge.serving.serve_flags import cli_value, flag_groups
 
 CONTAINER_PORT = 8000
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
