@@ -68,14 +68,16 @@ def test_a_failing_test_fails_the_run_with_pytest_status_and_phase_times(tmp_pat
 
 
 def assert_the_tests_cpu_is_the_phase_on_every_core(output: str) -> None:
-    """The cores' busy, idle and stolen seconds during the tests add up to the phase's seconds on
-    every core: each figure is truncated to whole seconds, the phase to whole seconds at both ends."""
-    import re
+    """The cores' busy, idle and stolen seconds during the tests, as a suite record reads them,
+    add up to the phase's seconds on every core: each figure is truncated to whole seconds, the
+    phase to whole seconds at both ends."""
+    from forge.evidence.suite import read_log
 
-    [cpu] = re.findall(r"^=== \[ci\] tests cpu: busy (\d+) s, idle (\d+) s, stolen (\d+) s$", output, re.M)
-    [took] = re.findall(r"^=== \[ci\] tests took (\d+) s$", output, re.M)
-    spent, cores = sum(map(int, cpu)), os.cpu_count() or 1
-    assert cores * (int(took) - 1) - 3 <= spent <= cores * (int(took) + 1), (cpu, took, cores)
+    assert output.count("=== [ci] tests cpu: ") == 1, output
+    figures = read_log(output)
+    cpu = [figures[f"phase.tests_cpu_{spent}_s"] for spent in ("busy", "idle", "stolen")]
+    took, cores = figures["phase.tests_s"], os.cpu_count() or 1
+    assert cores * (took - 1) - 3 <= sum(cpu) <= cores * (took + 1), (cpu, took, cores)
 
 
 def test_lint_and_type_errors_fail_a_run_whose_tests_pass_and_both_are_named(tmp_path, mypy_cache):
