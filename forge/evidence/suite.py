@@ -1,9 +1,9 @@
 """A `suite` record's figures, read from `ci-run.log` beside it: what `.ci/run` printed of its
-phases (`=== [ci] tests took 761 s`, `=== [ci] total 777 s`) and pytest's closing line
-(`==== 2428 passed, 1 failed in 759.52s (0:12:39) ====`), and what the cores did during the
-tests (`=== [ci] tests cpu: busy 612 s, idle 98 s, stolen 3 s`, CPU-seconds over every core). benchmarks/ci_run.py keeps the
-run's whole output there (pytest's names of what failed, what came after the summary) and writes
-the record; tests/test_evidence.py checks every record's figures
+phases (`=== [ci] tests took 761 s`, `=== [ci] total 777 s`), pytest's closing line
+(`==== 2428 passed, 1 failed in 759.52s (0:12:39) ====`) and what the cores did during the
+tests (`=== [ci] tests cpu: busy 612 s, idle 98 s, stolen 3 s`, CPU-seconds over every core).
+benchmarks/ci_run.py keeps the run's whole output there (pytest's names of what failed, what came
+after the summary) and writes the record; tests/test_evidence.py checks every record's figures
 against what this makes of its log."""
 from __future__ import annotations
 
