@@ -123,7 +123,16 @@ MODEL_SCHEMA = {
     "source": Field(str),
     "text": Field(dict, check=_no_negative_counts),
     "assistant_heads": Field(dict, required=False),
+    # Widths of the drafter's own text config where they differ from dummy.assistant_text (the tiny
+    # model's drafter is narrower than every published one).
+    "assistant_text": Field(dict, required=False, check=_no_negative_counts),
 }
+# The tiny model: the family's layer types, vocabulary and drafter wiring at widths a CPU engine
+# runs in seconds (build.py smoke --device cpu). Not a published model: no ids.
+TINY_SCHEMA = {k: v for k, v in MODEL_SCHEMA.items() if k != "ids"}
+TINY = "tiny"
+# The text config keys that shape the KV cache a drafter's KV-shared layers read from the target.
+KV_CACHE_SHAPE = ("head_dim", "global_head_dim", "sliding_window")
 FAMILY_SCHEMA = {
     "family": Field(str),
     "vllm": Field(str, required=False, check=pep440_specifier),
@@ -166,6 +175,7 @@ FAMILY_SCHEMA = {
         "centroids": Field(dict, required=False),
     }),
     "models": Field(dict),
+    "tiny": Field(dict, required=False),
 }
 # What each way of loading the drafter needs stated, and what it must leave out.
 LOADING_FIELDS = {
@@ -198,6 +208,7 @@ class Model:
     assistant_heads: dict | None
     moe_activation: str | None = None
     moe_keys: dict | None = None
+    assistant_text: dict | None = None
 
     @property
     def layers(self) -> int:
@@ -214,6 +225,7 @@ class Family:
     source: str
     values: dict = field(repr=False)
     models: dict[str, Model] = field(repr=False)
+    tiny: Model | None = field(default=None, repr=False)  # the top-level `tiny:` (TINY_SCHEMA)
 
     @property
     def target_architectures(self) -> list[str]:
@@ -292,6 +304,8 @@ class Family:
         raise ForgeError(f"{self.source}: {key}: no entry covers vLLM {vllm_version}")
 
     def model(self, name: str) -> Model:
+        if name == TINY and self.tiny is not None:
+            return self.tiny
         if name not in self.models:
             raise ForgeError(f"{self.source}: models: no model {name!r} (known: {', '.join(self.models)})")
         return self.models[name]
@@ -374,8 +388,10 @@ class Family:
             raise ValueError(f"{self.source}: models.{model.name}.assistant_heads: no assistant "
                              f"shape for {model.label}")
         dummy = self.values["dummy"]
-        text = {"model_type": self.config_types["target"], **self.values["text_defaults"],
-                **dummy["assistant_text"], **model.assistant_heads}
+        # Its KV-shared layers read the target's cache: the cache's shape is the target's.
+        cache_shape = {k: model.text[k] for k in KV_CACHE_SHAPE if k in model.text}
+        text = {"model_type": self.config_types["target"], **self.values["text_defaults"], **cache_shape,
+                **dummy["assistant_text"], **(model.assistant_text or {}), **model.assistant_heads}
         config = {"architectures": [dummy["assistant_architecture"]],
                   "model_type": self.config_types["assistant"], "text_config": text,
                   "backbone_hidden_size": model.text["hidden_size"], "use_ordered_embeddings": centroids,
@@ -433,7 +449,11 @@ def parse_family(data, source: str, name: str) -> Family:
     models = {str(key): _parse_model(str(key), body, values, source) for key, body in values["models"].items()}
     if not models:
         raise ForgeError(f"{source}: models: must name at least one model")
-    return Family(name=name, source=source, values=values, models=models)
+    if TINY in models:
+        raise ForgeError(f"{source}: models.{TINY}: the name is the family's tiny model's (top-level `tiny:`)")
+    tiny = values["tiny"]
+    return Family(name=name, source=source, values=values, models=models,
+                  tiny=None if tiny is None else _parse_model(TINY, tiny, values, source, TINY, TINY_SCHEMA))
 
 
 def _check_loading(values: dict, source: str) -> None:
@@ -457,9 +477,10 @@ def _moe_shape(text: dict, keys: dict | None, activation: str | None) -> MoeShap
                     hidden=text["hidden_size"], topk=text[keys["top_k"]], activation=activation or "")
 
 
-def _parse_model(name: str, body, family: dict, source: str) -> Model:
-    where = f"models.{name}"
-    item = validate(body, MODEL_SCHEMA, source, where)
+def _parse_model(name: str, body, family: dict, source: str, where: str | None = None,
+                 schema: dict = MODEL_SCHEMA) -> Model:
+    where = where or f"models.{name}"
+    item = validate(body, schema, source, where)
     text = {**family["text_defaults"], **item["text"]}
     for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "vocab_size", "head_dim"):
@@ -477,9 +498,9 @@ def _parse_model(name: str, body, family: dict, source: str) -> Model:
     if layers_key is not None and not (isinstance(text.get(layers_key), int) and text[layers_key] >= 1):
         raise ForgeError(f"{source}: {where}.text.{layers_key}: must be a positive integer: the drafter's "
                          f"layers (drafter.layers_key) (got {text.get(layers_key)!r})")
-    return Model(name=name, label=item["label"], ids=tuple(item["ids"]), source=item["source"], text=text,
-                 assistant_heads=item["assistant_heads"], moe_activation=family["moe_activation"],
-                 moe_keys=keys)
+    return Model(name=name, label=item["label"], ids=tuple(item.get("ids") or ()),
+                 source=item["source"], text=text, assistant_heads=item["assistant_heads"],
+                 moe_activation=family["moe_activation"], moe_keys=keys, assistant_text=item["assistant_text"])
 
 
 def family_names(root: Path | str | None = None) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forge.models import Family, family_names, load_family
+from forge.models import TINY, Family, family_names, load_family
 
 
 def _families() -> list[Family]:
@@ -20,8 +20,10 @@ def _families() -> list[Family]:
 
 def _shapes(family: Family, drafter: bool) -> list[str]:
     """The family's models --dummy can write: with a drafter, those whose drafter shape is known;
-    without (a plain engine's target alone), every model."""
-    return family.dummy_shapes() if drafter else list(family.models)
+    without (a plain engine's target alone), every model; and last the family's tiny model
+    (`tiny`, for CPU engines) where it declares one."""
+    published = family.dummy_shapes() if drafter else list(family.models)
+    return published + ([TINY] if family.tiny is not None else [])
 
 
 def dummy_shapes(drafter: bool = True) -> list[str]:
