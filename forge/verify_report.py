@@ -16,7 +16,11 @@ from dataclasses import dataclass, fields
 REPORT_NAME = "mtp_smoke.json"
 
 PASS, FAIL, INFO, NOT_CHECKED = "PASS", "FAIL", "INFO", "NOT CHECKED"
-STATUSES = (PASS, FAIL, INFO, NOT_CHECKED)
+# A check that cannot hold on the device the engine ran on (a CPU engine has no CUDA graphs): never
+# a pass, and accepted in place of one only in a report of that device (a CPU report, which publish
+# refuses whatever it says).
+NOT_APPLICABLE = "NOT APPLICABLE"
+STATUSES = (PASS, FAIL, INFO, NOT_CHECKED, NOT_APPLICABLE)
 
 # What the gate proves, in every mode (in-process or --endpoint): the drafter resolved, shares the
 # target's embedding, runs under CUDA graphs, and its drafts are accepted at the recipe's
@@ -25,6 +29,16 @@ STATUSES = (PASS, FAIL, INFO, NOT_CHECKED)
 # MoE config where the recipe expects one, the start or answer of the server, --lossless).
 REQUIRED_GATES = ("architectures", "draft shares target embedding", "CUDA graphs",
                   "acceptance (temperature 0)")
+# The checks that only a GPU engine can pass, and why a CPU engine cannot (verify/device.py): on a
+# CPU report each is NOT APPLICABLE, which that report's verdict accepts in place of a PASS.
+GPU_ONLY_CHECKS = {
+    "CUDA graphs": "vLLM's CPU build captures no CUDA graphs (the engine runs eager)",
+    "tuned MoE config": "the tuned configs are for the GPU's fused-MoE Triton kernel",
+    "quantization": "the CPU build has no fp8 kernels: the engine ran in the checkpoint's dtype",
+    "MoE backend": "the recipe's MoE backend is a GPU kernel",
+    "attention backend": "the recipe's attention backend is a GPU kernel; the CPU runs CPU_ATTN",
+}
+CPU = "cpu"
 
 
 @dataclass
@@ -61,18 +75,29 @@ def not_checked(name: str, why: str, gating: bool = True) -> Check:
     return Check(name, NOT_CHECKED, why, gating)
 
 
-def unmet_gates(checks: list[Check]) -> list[str]:
-    """Why the checks do not pass, one entry per failed, unchecked or missing gate; [] = passed."""
+def unmet_gates(checks: list[Check], device: str | None = None) -> list[str]:
+    """Why the checks do not pass, one entry per failed, unchecked or missing gate; [] = passed.
+    On a CPU report (`device` "cpu") a GPU-only check that is NOT APPLICABLE is not unmet."""
     unmet = [f"{c.name}: {c.status}" for c in checks
-             if c.failed or (c.gates and c.status != PASS)]
+             if not _not_applicable_here(c, device)
+             and (c.failed or c.status == NOT_APPLICABLE or (c.gates and c.status != PASS))]
     present = {c.name for c in checks}
     unmet += [f"{name}: missing" for name in REQUIRED_GATES if name not in present]
     return unmet
 
 
-def verdict(checks: list[Check]) -> bool:
-    """True only if every gating check ran and passed, the required ones included, and none failed."""
-    return not unmet_gates(checks)
+def _not_applicable_here(check: Check, device: str | None) -> bool:
+    return device == CPU and check.status == NOT_APPLICABLE and check.name in GPU_ONLY_CHECKS
+
+
+def verdict(checks: list[Check], device: str | None = None) -> bool:
+    """True only if every gating check ran and passed, the required ones included, and none failed
+    (on a CPU report, a GPU-only check may be NOT APPLICABLE instead)."""
+    return not unmet_gates(checks, device)
+
+
+def not_applicable(name: str, why: str) -> Check:
+    return Check(name, NOT_APPLICABLE, why, gating=False)
 
 
 # What each field of a check holds in a report: anything else (a list for a name) is refused by

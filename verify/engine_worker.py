@@ -7,7 +7,7 @@ The result names the vLLM, torch and transformers versions installed where the e
 (verify/report.py: installed_versions), read before the engine starts, so a failed start names
 them too.
 
-Spec (JSON): env, engine_kwargs, windows [{name, prompts, sampling, repeat, warmup,
+Spec (JSON): device (cuda, the default, or cpu: verify/device.py), env, engine_kwargs, windows [{name, prompts, sampling, repeat, warmup,
 warmup_prompts, prompt_tokens, keep_token_ids, kind, control}], result_file, prometheus_dir,
 barrier {dir, name, count, timeout_s}, lock_file. A window's `control` ("agree" or "random")
 first switches a dummy model between agreeing and random target/drafter (verify/controls.py, a
@@ -45,7 +45,7 @@ def main(spec_path: str) -> int:
     result_file = Path(spec["result_file"])
     try:
         with gpu_turn(spec.get("lock_file"), alone=False):  # never while a clock runs
-            llm, info = start_engine(spec["engine_kwargs"])
+            llm, info = start_engine(spec["engine_kwargs"], spec.get("device", "cuda"))
         result["engine"] = {"started": True, **info}
         _write(result_file, result)
         _arrive(spec.get("barrier"), "ready")
@@ -68,16 +68,18 @@ def main(spec_path: str) -> int:
     return 0
 
 
-def start_engine(engine_kwargs: dict):
+def start_engine(engine_kwargs: dict, device: str = "cuda"):
     import torch
     import vllm
     from vllm import LLM
+
+    from verify.device import device_name
 
     started = time.perf_counter()
     llm = LLM(**engine_kwargs)
     init_s = time.perf_counter() - started
     info = {"init_s": round(init_s, 1), "vllm": vllm.__version__, "torch": torch.__version__,
-            "device": torch.cuda.get_device_name(), "cudagraph_mode": None}
+            "device": device_name(device), "cudagraph_mode": None}
     try:
         config = llm.llm_engine.vllm_config
         info["cudagraph_mode"] = str(config.compilation_config.cudagraph_mode).split(".")[-1]

@@ -50,6 +50,8 @@ from forge.serving.serve import installed_runner_env, installed_runs_v2_only
 from forge.untrusted import visible
 from verify import checks as gate
 from verify import controls
+from verify import device as devices
+from verify.device import DEVICES
 from verify.dummy_models import check_shape_flag, encode_without_tokenizer, recipe_shape, write_dummy_models
 from verify.endpoint import Endpoint, EndpointError, excerpt, served_model, server_release
 from verify.engine_worker import read_result
@@ -101,6 +103,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lossless", action="store_true",
                    help="also check greedy output with the drafter equals greedy output without")
     p.add_argument("--runner", choices=["v1", "v2"], help="override the recipe's model runner")
+    p.add_argument("--device", choices=DEVICES, default="cuda",
+                   help="where the in-process engine runs (default cuda); cpu: vLLM's CPU build "
+                        "(build.py smoke --device cpu), where the GPU-only checks are NOT APPLICABLE and "
+                        "the recipe settings a CPU cannot run are named as not honoured")
     p.add_argument("--batch", type=positive_count, metavar="N",
                    help="in-process: the gate prompts repeated to N requests, all at once (a decode "
                         "batch of N: paths chosen by the number of sequences, e.g. Triton's split-KV "
@@ -126,6 +132,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--expect-control needs --endpoint and --dummy (in-process, --dummy runs both controls)")
     if args.batch and args.endpoint:
         p.error("--batch is in-process only (--endpoint sends the gate prompts one at a time)")
+    if args.device != "cuda" and args.endpoint:
+        p.error("--device is in-process only (--endpoint checks a server wherever it runs)")
     return args
 
 
@@ -166,8 +174,9 @@ def load_recipe(args):
 # ------------------------------------------------------------------------------------------
 # In-process: the engine in a child process, its log captured
 
-def engine_setup(recipe, args, out: Path, speculative: bool = True) -> tuple[dict, dict]:
-    """(engine kwargs, environment) for vllm.LLM from the recipe plus this run's overrides."""
+def engine_setup(recipe, args, out: Path, speculative: bool = True) -> tuple[dict, dict, list]:
+    """(engine kwargs, environment, the recipe settings the device does not honour) for vllm.LLM
+    from the recipe plus this run's overrides, adapted to --device (verify/device.py)."""
     kwargs = recipe.engine_kwargs(speculative=speculative)
     env = dict(recipe.env())
     if args.runner:
@@ -199,7 +208,7 @@ def engine_setup(recipe, args, out: Path, speculative: bool = True) -> tuple[dic
     kwargs["disable_log_stats"] = False
     if args.moe_config_dir:
         env["VLLM_TUNED_CONFIG_FOLDER"] = str(Path(args.moe_config_dir).resolve())
-    return kwargs, env
+    return devices.adapt(args.device, kwargs, env)
 
 
 def prompt_inputs(args, texts: list[str]) -> list:
@@ -284,7 +293,8 @@ def window_summary(window: SpecCounters | None | MetricsError) -> dict | None:
 
 def inprocess_checks(recipe, args, out: Path) -> tuple[list[Check], dict]:
     prompts = smoke_prompts(args)
-    kwargs, env = engine_setup(recipe, args, out)
+    kwargs, env, not_honoured = engine_setup(recipe, args, out)
+    skipped = devices.skipped_windows(args.device)
     greedy = {"temperature": 0.0, "max_tokens": args.max_tokens, "ignore_eos": args.dummy}
     sampling = {k: v for k, v in recipe.sampling.values.items() if k != "source"}
     recipe_sampling = {**sampling, "seed": 0, "max_tokens": args.max_tokens, "ignore_eos": args.dummy}
@@ -292,9 +302,10 @@ def inprocess_checks(recipe, args, out: Path) -> tuple[list[Check], dict]:
     gated = list(controls.CONTROLS) if args.dummy else [None]
     windows = [{"name": _greedy_window(c), "prompts": prompts, "sampling": greedy, "control": c,
                 "keep_token_ids": args.lossless, "save_prometheus": True} for c in gated]
-    windows.append({"name": "recipe_sampling", "prompts": prompts, "sampling": recipe_sampling,
-                    "control": gated[0]})
-    jobs = [({"name": "smoke", "env": env, "engine_kwargs": kwargs,
+    if "recipe-sampling" not in skipped:
+        windows.append({"name": "recipe_sampling", "prompts": prompts, "sampling": recipe_sampling,
+                        "control": gated[0]})
+    jobs = [({"name": "smoke", "device": args.device, "env": env, "engine_kwargs": kwargs,
               "prometheus_dir": str(out / "prometheus"), "windows": windows}, "engine")]
     if args.lossless:
         jobs.append((lossless_spec(recipe, args, out, prompts, gated), "engine-no-draft"))
@@ -304,7 +315,8 @@ def inprocess_checks(recipe, args, out: Path) -> tuple[list[Check], dict]:
     engine = result.get("engine", {})
     checks = [gate.check_engine_started(engine.get("started", False), facts, result.get("error"))]
     if engine.get("started"):
-        checks += log_checks(facts, recipe, engine_runs_v2(env, facts), engine.get("cudagraph_mode"))
+        checks += log_checks(facts, recipe, engine_runs_v2(env, facts), engine.get("cudagraph_mode"),
+                             args.device)
     thresholds = recipe.thresholds
     names = [_greedy_window(c) for c in gated] + ["recipe_sampling"]
     measured = windows_measured(result, names)
@@ -319,9 +331,12 @@ def inprocess_checks(recipe, args, out: Path) -> tuple[list[Check], dict]:
         checks.append({None: verdict_, "agree": gate.positive_control(verdict_),
                        "random": gate.negative_control(verdict_)}[control])
     sampled = measured["recipe_sampling"]
-    checks.append(gate.counters_refused(gate.SAMPLING, str(sampled))
-                  if isinstance(sampled, MetricsError)
-                  else gate.report_sampling(sampled, recipe.sampling.values))
+    if "recipe-sampling" in skipped:
+        checks.append(not_checked(gate.SAMPLING, f"skipped: {skipped['recipe-sampling']}", gating=False))
+    else:
+        checks.append(gate.counters_refused(gate.SAMPLING, str(sampled))
+                      if isinstance(sampled, MetricsError)
+                      else gate.report_sampling(sampled, recipe.sampling.values))
     if args.lossless:
         without, _ = runs["engine-no-draft"]
         for control in gated:
@@ -339,7 +354,8 @@ def inprocess_checks(recipe, args, out: Path) -> tuple[list[Check], dict]:
     versions = result.get("versions") or unknown_versions("the engine process wrote no result")
     context = {"engine": engine, "versions": versions, "log_facts": facts.to_dict(),
                "engine_kwargs": kwargs, "env": env,
-               "windows": {n: window_summary(w) for n, w in measured.items()}}
+               "windows": {n: window_summary(w) for n, w in measured.items()},
+               **devices.report_context(args.device, not_honoured, skipped)}
     return checks, context
 
 
@@ -347,21 +363,23 @@ def _greedy_window(control: str | None) -> str:
     return "greedy" if control is None else f"greedy_{control}"
 
 
-def log_checks(facts: EngineLogFacts, recipe, runner_v2: bool, mode: str | None) -> list[Check]:
+def log_checks(facts: EngineLogFacts, recipe, runner_v2: bool, mode: str | None,
+               device: str = "cuda") -> list[Check]:
     # The engine's own tensor parallel size picks the file: N = 704 / TP (a multi-node layout).
     moe = recipe.moe_config_for(facts.tensor_parallel_size or 1)
     expect = recipe.expect
     family = recipe.family_model[0]
     # what the family's drafter takes from the target: one check each (models/<family>.yaml)
     shared = [gate.check_shared(facts, runner_v2, family, what) for what in family.shares]
-    return [gate.check_architectures(facts, family), *shared,
-            gate.check_cuda_graphs(facts, mode),
-            gate.check_moe_config(facts, moe.name if moe else None,
-                                  tuned_config_expected(moe, facts.vllm_version)),
-            gate.check_quantization(facts, expect.quantization),
-            gate.check_moe_backend(facts, expect.moe_backend),
-            gate.check_attention_backend(facts, expect.attention_backend,
-                                         expect.flash_attn_version)]
+    checks = [gate.check_architectures(facts, family), *shared,
+              gate.check_cuda_graphs(facts, mode),
+              gate.check_moe_config(facts, moe.name if moe else None,
+                                    tuned_config_expected(moe, facts.vllm_version)),
+              gate.check_quantization(facts, expect.quantization),
+              gate.check_moe_backend(facts, expect.moe_backend),
+              gate.check_attention_backend(facts, expect.attention_backend,
+                                           expect.flash_attn_version)]
+    return [devices.as_applicable(device, check) for check in checks]
 
 
 def tuned_config_expected(moe, vllm_version: str | None) -> bool:
@@ -389,9 +407,9 @@ def engine_runs_v2(env: dict, facts: EngineLogFacts, site_packages: str | None =
 def lossless_spec(recipe, args, out: Path, prompts: list, gated: list) -> dict:
     """The same engine without the drafter, run beside the speculative one: greedy output must
     match token for token (on each control model under --dummy)."""
-    kwargs, env = engine_setup(recipe, args, out, speculative=False)
+    kwargs, env, _ = engine_setup(recipe, args, out, speculative=False)
     greedy = {"temperature": 0.0, "max_tokens": args.max_tokens, "ignore_eos": args.dummy}
-    return {"name": "no-draft", "env": env, "engine_kwargs": kwargs, "windows": [
+    return {"name": "no-draft", "device": args.device, "env": env, "engine_kwargs": kwargs, "windows": [
         {"name": _greedy_window(c), "prompts": prompts, "keep_token_ids": True, "control": c,
          "sampling": greedy} for c in gated]}
 
@@ -548,7 +566,7 @@ def main(argv=None) -> int:
         checks, context = inprocess_checks(recipe, args, out)
     broken = gate.controls_broken(checks)
     if "log_facts" in context:
-        context["log_facts"] = report_log_facts(context["log_facts"], verdict(checks))
+        context["log_facts"] = report_log_facts(context["log_facts"], verdict(checks, args.device))
     context = {**context, **report_identity(recipe, args, context)}
     try:
         report = write_report(out / REPORT_NAME, checks, recipe=recipe.name,
@@ -556,19 +574,19 @@ def main(argv=None) -> int:
                               layers=args.layers if args.dummy else None, centroids=args.centroids,
                               compile_backend=args.compile_backend or "inductor",
                               runner=args.runner or recipe.serve.model_runner,
-                              verify_broken=bool(broken), **context,
+                              verify_broken=bool(broken), device=args.device, **context,
                               **({"batch": args.batch} if args.batch else {}))
     except ForgeError as exc:
-        print(render_table(checks))
+        print(render_table(checks, device=args.device))
         print(f"error: {visible(exc)}", file=sys.stderr)
         return 2
-    print(render_table(checks))
+    print(render_table(checks, device=args.device))
     print(f"ran on: {versions_line(context['versions'])}")
     print(f"report: {visible(report)}")
     if broken:
         print(f"VERIFY BROKEN: {visible(broken[0].detail)}", file=sys.stderr)
         return 3
-    return 0 if verdict(checks) else 1
+    return 0 if verdict(checks, args.device) else 1
 
 
 def run() -> int:

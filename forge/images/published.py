@@ -32,6 +32,7 @@ from forge.errors import ForgeError
 from forge.files import write_text_atomically
 from forge.json_text import dump_json, non_finite_field
 from forge.schema import Field, ListOf, pep440_version, validate
+from forge.untrusted import visible
 from forge.verify_report import REPORT_NAME, checks_from_report, unmet_gates
 from forge.versions import Release
 
@@ -258,6 +259,7 @@ def verify_result(report_paths: list | None, target: str, vllm: str, digest: str
     reports = [_read_report(path) for path in _report_files(report_paths)]
     for path, report in reports:
         _check_finite(path, report)
+        _check_device(path, report)
         _check_identity(path, report, target, vllm, digest)
         _check_passed(path, report)
     summary = {_report_name(path, report): _report_summary(report) for path, report in reports}
@@ -323,6 +325,16 @@ def _same_release(reported, vllm: str) -> bool:
         return isinstance(reported, str) and Version(reported).public == Release(vllm).version.public
     except InvalidVersion:
         return False
+
+
+def _check_device(path: Path, report: dict) -> None:
+    """A report of an engine on another device than a GPU (`device`: cpu, build.py smoke --device
+    cpu) proves the release's code, never an image: refused before anything else is read."""
+    device = report.get("device", "cuda")
+    if device != "cuda":
+        raise VerifyNotPassed(f"{path}: device: the report ran on {visible(str(device))}, not a GPU: a CPU "
+                              "smoke proves the release's code, never an image; nothing recorded, moving "
+                              "tag not moved")
 
 
 def _check_passed(path: Path, report: dict) -> None:
