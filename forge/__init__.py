@@ -25,6 +25,8 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
               headers, and writing patches (work tree, diff writer, authoring, journal)
   3 serving   recipes, the vLLM arguments of a release, `serve`, MoE kernel tuning, writing a
               recipe (`new-recipe`) and recipes/README.md's thresholds table
+  3 engines   vLLM's CPU build per release (images/cpu-engines.yaml), its cached environment, and
+              `build.py smoke --device cpu` on it (the series applied as apply applies it)
   4 watch     the upstream watch: new releases, dependency drift (its probe), the watched deps
   4 images    lock, plan, build context, BuildKit build and bake, host checks (engine, emulation),
               registry, retag, published index, the release matrix, a new target's entry
@@ -69,7 +71,7 @@ def _repo_root() -> Path:
 
 REPO_ROOT = _repo_root()
 
-LAYERS = {"core": 0, "upstream": 1, "evidence": 1, "patching": 2, "serving": 3, "watch": 4,
+LAYERS = {"core": 0, "upstream": 1, "evidence": 1, "patching": 2, "serving": 3, "engines": 3, "watch": 4,
           "images": 4, "upgrade": 5, "commands": 6}
 # The top-level folders above forge (by name: forge never imports them).
 ABOVE_FORGE = {"verify": 7, "benchmarks": 8}

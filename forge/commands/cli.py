@@ -443,7 +443,30 @@ def _add_upgrade(commands) -> None:
     p.set_defaults(handler=Handler("upgrade", "cmd_upgrade"))
 
 
-COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve,
+def _add_smoke(commands) -> None:
+    p = commands.add_parser("smoke", help="verify's gate on a real vLLM engine without a GPU: vLLM's CPU "
+                                          "build, the series applied, the family's tiny model")
+    p.add_argument("--vllm", type=Release, required=True, metavar="VERSION",
+                   help="the release (one pinned in images/cpu-engines.yaml)")
+    p.add_argument("--device", choices=["cpu"], required=True,
+                   help="cpu: vLLM's CPU build (a GPU host runs verify/mtp_smoke.py in the image instead)")
+    p.add_argument("--no-patches", action="store_true",
+                   help="run the release as pip installs it, without the patch series' source patches")
+    p.add_argument("--recipe", default="gemma-4-26b-a4b-it", help="whose family, drafter, k and controls "
+                   "(default gemma-4-26b-a4b-it)")
+    p.add_argument("--target", help="whose entry of the recipe (default: the recipe's first target)")
+    p.add_argument("--drift", action="append", default=[], metavar="PACKAGE==VERSION",
+                   help="install this version into the engine's environment first, as an upgrade by pip "
+                        "would (e.g. transformers==5.15.0); the series then pins it back where it has "
+                        "a constraint (repeatable)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for mtp_smoke.json and the engine logs")
+    p.add_argument("--timeout", type=int, default=900, metavar="SECONDS",
+                   help="seconds the engines may run (default 900)")
+    _add_offline_flag(p)
+    p.set_defaults(handler=Handler("engines", "cmd_smoke"))
+
+
+COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve, _add_smoke,
                     _add_roofline, _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
                     _add_drift, _add_readme_table, _add_evidence, _add_new_patch, _add_refresh_patch,
                     _add_patch_headers, _add_release_matrix, _add_upgrade, data_writers.add_parsers]

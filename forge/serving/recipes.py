@@ -434,6 +434,14 @@ def load_recipe(model: str, target: str, root: Path | None = None) -> Recipe:
     return _recipe(values, target, path)
 
 
+def recipe_targets(model: str, root: Path | None = None) -> list[str]:
+    """The targets a recipe names, in its file's order."""
+    path = recipe_path(model, root=root)
+    if not _is_recipe_file(path):
+        raise ForgeError(f"unknown recipe {model!r} (recipes: {', '.join(recipe_names(root)) or 'none'})")
+    return list(_model_file(load_yaml(path), display_path(path))["targets"])
+
+
 def load_all(root: Path | None = None) -> list[Recipe]:
     found = []
     for path in _model_files(root):

