@@ -16,13 +16,14 @@ package or from a LOWER layer (tests/test_import_graph.py checks this and that t
               their verdict: verify/ writes by it, publish reads by it), family_writer (a new
               models/<family>.yaml: `new-family`)
   1 upstream  vLLM releases on PyPI (sdists, source trees), the PyPI JSON index, archives, cached
-              per-package Python environments
+              per-package Python environments, a CPU build's wheel compared with the release
   1 evidence  the result records (benchmarks/results/<id>/result.json: schema, loader) and the
               page generated from them (docs/evidence.md)
   2 patching  the patch series: manifest (series), its vocabulary (Kind, Status), diffs, status
               per release or install, atomic apply, the installed vLLM, dependency constraints,
               MoE config file names, the status report and README table, the diffs' generated
-              headers, and writing patches (work tree, diff writer, authoring, journal)
+              headers, writing patches (work tree, diff writer, authoring, journal), and the
+              files a CPU engine run must share with the release (engine_sources)
   3 serving   recipes, the vLLM arguments of a release, `serve`, MoE kernel tuning, writing a
               recipe (`new-recipe`) and recipes/README.md's thresholds table
   3 engines   vLLM's CPU build per release (images/cpu-engines.yaml), its cached environment, and

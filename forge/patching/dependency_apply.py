@@ -84,7 +84,8 @@ def plan(series, statuses, installed, offline: bool, find_links: str | None,
         pin = (pins or {}).get(patch.package)
         if status.status == Status.SATISFIED and (pin is None or Version(dist.version) == pin):
             continue    # a pin makes an image hold exactly the version its plan and labels name
-        declared = dependencies.installed_vllm_declares(installed.site_dir, patch.package)
+        declared = dependencies.installed_vllm_declares(installed.site_dir, patch.package,
+                                                        installed.distribution)
         wanted = patch.specifier & (declared.specifier or "")
         version = _choose(patch.package, wanted, installed, offline, find_links, pin)
         plans.append(DependencyPlan(patch.id, patch.package, str(patch.specifier), dist.version,

