@@ -52,6 +52,9 @@ def run_order(items: list[pytest.Item], distributed: bool = False) -> list[pytes
         slow_files = {item.path for item in items if item.get_closest_marker("slow")}
 
         def rank(item: pytest.Item) -> int:
+            # the engine tier is the longest unit, then the docker one
+            if item.get_closest_marker("engine"):
+                return -1
             return 0 if item.get_closest_marker("docker") else 1 if item.path in slow_files else 2
     else:
         docker_files = {item.path for item in items if item.get_closest_marker("docker")}

@@ -30,6 +30,7 @@ DEVICES = ("cuda", "cpu")
 # prompts and tokens fit in with room to spare (a prompt of at most ~400 tokens, 128 new).
 CPU_KV_CACHE_BYTES = 1 << 30
 CPU_MAX_MODEL_LEN = 1024
+CPU_BATCHED_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,15 @@ def _adapt_to_cpu(kwargs: dict, env: dict) -> tuple[dict, dict, list[NotHonoured
     for sizing in ("gpu_memory_utilization", "kv_cache_memory_bytes"):
         kwargs.pop(sizing, None)
     kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES
+    # One process: the engine core and its worker inside the engine worker's own process, not two
+    # more that each import vLLM and torch again (a minute of a 2-core machine's start-up).
+    kwargs["distributed_executor_backend"] = "uni"
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     kwargs["max_model_len"] = min(kwargs.get("max_model_len") or CPU_MAX_MODEL_LEN, CPU_MAX_MODEL_LEN)
+    # Up to 0.26.x the CPU runner warms up with one pass of this many tokens even when eager, each
+    # through the 262,144-token lm_head (90 s of a busy 2-core machine at vLLM's default); prompts
+    # longer than it are prefilled in chunks.
+    kwargs["max_num_batched_tokens"] = CPU_BATCHED_TOKENS
     return kwargs, env, dropped
 
 

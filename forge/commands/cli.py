@@ -462,6 +462,8 @@ def _add_smoke(commands) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="folder for mtp_smoke.json and the engine logs")
     p.add_argument("--timeout", type=int, default=900, metavar="SECONDS",
                    help="seconds the engines may run (default 900)")
+    p.add_argument("--max-tokens", type=int, default=32, metavar="N",
+                   help="tokens per prompt in each window (default 32)")
     _add_offline_flag(p)
     p.set_defaults(handler=Handler("engines", "cmd_smoke"))
 

@@ -13,11 +13,13 @@ def cmd_smoke(args) -> int:
 
     if not 60 <= args.timeout <= 24 * 3600:
         raise ForgeError(f"--timeout: must be 60 to 86400 seconds (got {args.timeout})")
+    if not 4 <= args.max_tokens <= 1024:
+        raise ForgeError(f"--max-tokens: must be 4 to 1024 (got {args.max_tokens})")
     out = Path(check_output_dir(args.out, "--out"))
     target = args.target or recipe_targets(args.recipe)[0]
     load_recipe(args.recipe, target)          # a bad --recipe or --target: refused before any install
     run = SmokeRun(version=str(args.vllm), recipe=args.recipe, target=target, out=out,
                    patches=not args.no_patches, drift=tuple(args.drift), timeout_s=args.timeout,
-                   offline=args.offline)
+                   offline=args.offline, max_tokens=args.max_tokens)
     status = run_smoke(run)
     return status

@@ -34,6 +34,9 @@ DEFAULT_RECIPE = "gemma-4-26b-a4b-it"
 SHAPE = "tiny"
 # Two engines side by side (--lossless) start in 20-60 s each on 2 cores and run three windows.
 DEFAULT_TIMEOUT_S = 900
+# Tokens per prompt: 8 prompts of 32 give 64 verify steps on the agreeing model and about 250 on the
+# random one, enough to tell 100% from 0%, in a quarter of mtp_smoke's GPU default (128).
+DEFAULT_MAX_TOKENS = 32
 # mtp_smoke's exit codes: 0 PASS, 1 FAIL, 2 bad input, 3 verify itself broken (a control went wrong).
 PASSED, FAILED = 0, 1
 
@@ -48,6 +51,7 @@ class SmokeRun:
     drift: tuple[str, ...] = ()
     timeout_s: int = DEFAULT_TIMEOUT_S
     offline: bool = False
+    max_tokens: int = DEFAULT_MAX_TOKENS
 
 
 def series_constraints(version: str, series_path: Path | str | None = None) -> list[str]:
@@ -110,7 +114,7 @@ def _run_mtp_smoke(run: SmokeRun, clone: Path, work: Path, say) -> int:
     run.out.mkdir(parents=True, exist_ok=True)
     command = [str(python_of(clone)), str(SMOKE), "--device", "cpu", "--recipe", run.recipe, "--dummy",
                "--shape", SHAPE, "--lossless", "--out", str(run.out.resolve()), "--timeout",
-               str(run.timeout_s)]
+               str(run.timeout_s), "--max-tokens", str(run.max_tokens)]
     if run.target:
         command += ["--target", run.target]
     scratch = work / "scratch"
