@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 from forge.engines.cpu_builds import cpu_releases
 from forge.images.published import VerifyNotPassed, verify_result
 from tests.build_cli import REPO_ROOT
+from tests.test_upgrade import _snapshot
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -61,21 +63,32 @@ def runs(tmp_path_factory):
         "0.26.0": ("--vllm", "0.26.0"),
         "0.27.1-drift-unpatched": ("--vllm", "0.27.1", "--no-patches", "--drift", "transformers==5.15.0"),
         "0.27.1-drift": ("--vllm", "0.27.1", "--drift", "transformers==5.15.0"),
-        "newest": ("--vllm", cpu_releases()[-1]),
     }
 
     def run(name: str) -> Smoke:
         if name not in made:
-            made[name] = smoke(tmp_path_factory.mktemp(name), *flags[name])
+            made[name] = upgrade_run(tmp_path_factory.mktemp(name)) if name == "newest" else \
+                smoke(tmp_path_factory.mktemp(name), *flags[name])
         return made[name]
 
     return run
 
 
+def upgrade_run(folder: Path) -> Smoke:
+    """`build.py upgrade --from 0.27.1 --to NEWEST --target a100 --run` on this host, which has no GPU,
+    in a committed copy of the checkout (its verify-out/ is the copy's): the CPU smoke of the newest
+    CPU build runs first, then the image build, which the test does not wait for the outcome of."""
+    repo = _snapshot(folder)
+    done = subprocess.run([sys.executable, "build.py", "upgrade", "--from", "0.27.1", "--to", cpu_releases()[-1],
+                           "--target", "a100", "--run"], cwd=repo, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return Smoke(repo / "verify-out" / "cpu-gemma-4-26b-a4b-it", done)
+
+
 def assert_controls_and_lossless(run: Smoke) -> None:
     """Every agreeing draft accepted, every random one refused, greedy output identical with and
     without the drafter, and no GPU-only check passed."""
-    assert run.status == 0, run.output[-4000:]
+    assert run.report is not None and run.report["passed"] is True, run.output[-4000:]
     agree, random_ = run.window("greedy_agree"), run.window("greedy_random")
     assert agree["draft_tokens"] > 0 and agree["accepted"] == agree["draft_tokens"]
     assert random_["draft_tokens"] > 0 and random_["accepted"] == 0
@@ -87,6 +100,9 @@ def assert_controls_and_lossless(run: Smoke) -> None:
             ("tuned MoE config", "quantization", "MoE backend", "attention backend")} == {"NOT APPLICABLE"}
     assert run.report["device"] == "cpu" and run.report["passed"] is True
     assert "not applicable on cpu" in run.output
+    # each engine within the tier's memory budget (issue: at most 5 GB RSS per engine)
+    rss = run.report["engine"]["max_rss_mib"]
+    assert 0 < rss <= 5 * 1000**3 / 2**20, rss
 
 
 def test_0_26_0_without_the_series_fails_for_vllm_47794(runs):
@@ -104,6 +120,7 @@ def test_0_26_0_without_the_series_fails_for_vllm_47794(runs):
 
 def test_0_26_0_with_the_series_passes_both_controls_losslessly(runs):
     run = runs("0.26.0")
+    assert run.status == 0, run.output[-4000:]
     assert_controls_and_lossless(run)
     assert "gemma4-mtp-share-embeddings" in run.report["patches_applied"]
     assert run.report["cpu_environment"]["fixes"] == ["cpu-attn-kv-sharing-write"]
@@ -117,15 +134,21 @@ def test_0_27_1_fails_on_transformers_5_15_until_the_series_pins_it_back(runs):
     assert started["status"] == "FAIL" and "AmbiguousGlobalPerLayerAttributeError" in started["detail"]
     assert broken.report["versions"]["transformers"] == "5.15.0"
     fixed = runs("0.27.1-drift")
+    assert fixed.status == 0, fixed.output[-4000:]
     assert_controls_and_lossless(fixed)
     assert fixed.report["versions"]["transformers"] == "5.14.1"
     assert "transformers-gemma4-per-layer-config" in fixed.report["patches_applied"]
 
 
-def test_the_newest_cpu_build_passes(runs):
+def test_upgrade_run_without_a_gpu_gives_the_newest_cpu_builds_verdict_first(runs):
     run = runs("newest")
+    assert shutil.which("nvidia-smi") is None      # the host this test runs on has no GPU
+    newest = cpu_releases()[-1]
+    assert f"--run: CPU verdict PASS for the gemma4 family on vLLM {newest}" in run.output, run.output[-4000:]
+    # the CPU verdict came before any image step, and the image steps followed it
+    assert run.output.index("CPU verdict PASS") < run.output.index(f"--run: step 1: build the {newest} image")
     assert_controls_and_lossless(run)
-    assert run.report["vllm"] == cpu_releases()[-1]
+    assert run.report["vllm"] == newest and run.report["target"] == "a100"
 
 
 def test_a_cpu_report_cannot_publish_an_image(runs):

@@ -59,6 +59,8 @@ def main(spec_path: str) -> int:
                     result.setdefault("window_errors", {})[window["name"]] = \
                         f"{type(exc).__name__}: {exc}"
                 _write(result_file, result)
+        result["engine"]["max_rss_mib"] = max_rss_mib()
+        _write(result_file, result)
     except Exception as exc:  # noqa: BLE001 (reported, then the process fails)
         traceback.print_exc()
         result["error"] = f"{type(exc).__name__}: {exc}"
@@ -87,6 +89,16 @@ def start_engine(engine_kwargs: dict, device: str = "cuda"):
     except AttributeError:
         pass  # older engines: the log's config line still says it
     return llm, info
+
+
+def max_rss_mib() -> int:
+    """The most memory this process held at once (its own peak RSS; with the engine core and its
+    worker in this process, as on a CPU engine, the engine's) and its children's, in MiB."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return round(max(own, children) / 1024)      # Linux reports KiB
 
 
 def run_window(llm, window: dict, spec: dict) -> dict:

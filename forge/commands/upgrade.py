@@ -1,7 +1,9 @@
 """`build.py upgrade --from V1 --to V2 --target T`: what changes for the target's image and
 recipes (forge.upgrade), as text or --json; exit 0 ready, 1 needs work, 2 bad input. With --run,
 when ready: the image of V2 built as `build.py --target T --vllm V2` builds it, then each recipe's
-smoke inside it on this host's GPU; nothing is pushed or published."""
+smoke inside it on this host's GPU; nothing is pushed or published. On a host without a GPU, the CPU
+smoke of V2 (`build.py smoke --device cpu`) runs first, where a CPU build of V2 is pinned, and a
+failure there stops the run before any image is built."""
 from __future__ import annotations
 
 import argparse
@@ -41,6 +43,9 @@ def _run(upgrade, args) -> int:
     from forge.upgrade.image import smoke_argv
 
     out = sys.stderr if args.json else sys.stdout
+    gpu = gpu_problem()
+    if gpu and cpu_verdict(upgrade, gpu, out) != 0:
+        return NEEDS_WORK
     print(f"--run: step 1: build the {upgrade.after} image for {upgrade.target.name}", file=out,
           flush=True)
     try:
@@ -48,7 +53,6 @@ def _run(upgrade, args) -> int:
     except ForgeError as failure:
         raise ForgeError(f"--run: step 1 (build) failed: {failure}") from failure
     recipes = [c.recipe for c in upgrade.recipes if c.served_to]
-    gpu = gpu_problem()
     if gpu:
         commands = [shlex.join(smoke_argv(name, upgrade.target.name, upgrade.after,
                                           args.repository)) for name in recipes]
@@ -64,6 +68,44 @@ def _run(upgrade, args) -> int:
                   f"verify-out/{name}; fix that before publishing", file=out)
             return NEEDS_WORK
     print(f"--run: built and smoked; publish with: {upgrade.next[-1]}", file=out)
+    return 0
+
+
+def cpu_verdict(upgrade, gpu: str, out) -> int:
+    """Without a GPU, the functional verdict this host can give before any image is built: the CPU
+    smoke (`build.py smoke --device cpu`, forge.engines.smoke) of the --to release, once per model
+    family among the target's served recipes that has a tiny model; 0 when it passed or cannot run
+    here (the image steps follow), 1 when it failed."""
+    from pathlib import Path
+
+    from forge.engines.cpu_builds import cpu_build
+    from forge.engines.smoke import SmokeRun, run_smoke
+    from forge.serving.recipes import load_recipe
+
+    release = str(upgrade.after)
+    try:
+        cpu_build(release)
+    except ForgeError as why:
+        print(f"--run: no GPU here ({gpu}) and no CPU verdict: {why}", file=out)
+        return 0
+    families: dict[str, str] = {}
+    for change in upgrade.recipes:
+        family = load_recipe(change.recipe, upgrade.target.name).family_model[0]
+        if change.served_to and family.tiny is not None:
+            families.setdefault(family.name, change.recipe)
+    for family, name in families.items():
+        folder = Path("verify-out") / f"cpu-{name}"
+        print(f"--run: no GPU here ({gpu}): CPU verdict first, {family} family: build.py smoke --vllm "
+              f"{release} --device cpu --recipe {name} --target {upgrade.target.name} --out {folder}",
+              file=out, flush=True)
+        code = run_smoke(SmokeRun(version=release, recipe=name, target=upgrade.target.name, out=folder),
+                         say=lambda line: print(line, file=out, flush=True))
+        if code != 0:
+            print(f"--run: the CPU smoke of vLLM {release} failed (exit {code}): its report is "
+                  f"{folder / 'mtp_smoke.json'}; no image built", file=out)
+            return 1
+        print(f"--run: CPU verdict PASS for the {family} family on vLLM {release} (what a CPU proves: "
+              "docs/cpu-smoke.md); the GPU checks follow on a GPU host", file=out)
     return 0
 
 
