@@ -54,8 +54,25 @@ def smoke(out: Path, *flags: str) -> Smoke:
     return Smoke(out, done)
 
 
+def outside_state() -> dict[str, list[tuple[str, int]]]:
+    """What vLLM and Inductor would write outside the project's cache when left to their defaults:
+    every file under ~/.cache/vllm and /tmp/torchinductor_<user>, with its size."""
+    import getpass
+
+    state = {}
+    for root in (Path.home() / ".cache" / "vllm", Path(f"/tmp/torchinductor_{getpass.getuser()}")):
+        state[str(root)] = sorted((str(p), p.stat().st_size) for p in root.rglob("*") if p.is_file()) \
+            if root.is_dir() else []
+    return state
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def before_the_tier():
+    return outside_state()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, before_the_tier):
     """Each smoke run of the tier, made when a test first asks for it."""
     made: dict[str, Smoke] = {}
     flags = {
@@ -106,16 +123,21 @@ def assert_controls_and_lossless(run: Smoke) -> None:
 
 
 def test_0_26_0_without_the_series_fails_for_vllm_47794(runs):
-    """The width guard of vLLM PR #43957 keeps the MTP drafter's own embedding (the cause of
-    #47794's 'a and b must have same reduction dim' on a GPU): the gate fails on that check, and
-    on that check alone."""
+    """The width guard of vLLM PR #43957 keeps the MTP drafter's own embedding, so the drafter's
+    pre_projection gets a 256-wide embedding beside the 512-wide hidden state: the CPU form of
+    #47794's 'a and b must have same reduction dim'. The report names both: the guard's log line and
+    the engine's error while it ran the prompts."""
     run = runs("0.26.0-unpatched")
     assert run.status == 1, run.output[-4000:]
     assert run.report["passed"] is False and run.report["patches_applied"] == []
-    assert [c["name"] for c in run.report["checks"] if c["status"] == "FAIL"] == ["draft shares target embedding"]
     detail = run.check("draft shares target embedding")["detail"]
+    assert run.check("draft shares target embedding")["status"] == "FAIL"
     assert "Target embedding dim (512) differs from draft embedding dim (256)" in detail
     assert "Keeping separate embedding weights" in detail
+    acceptance = run.check("acceptance (temperature 0)")
+    assert acceptance["status"] == "FAIL" and "window failed in the engine" in acceptance["detail"]
+    assert "shape '[-1, 1024]' is invalid for input of size" in acceptance["detail"]
+    assert run.report["verify_broken"] is False       # a failing release, not a broken verify
 
 
 def test_0_26_0_with_the_series_passes_both_controls_losslessly(runs):
@@ -156,3 +178,10 @@ def test_a_cpu_report_cannot_publish_an_image(runs):
     with pytest.raises(VerifyNotPassed, match="device: the report ran on cpu, not a GPU"):
         verify_result([str(run.out / "mtp_smoke.json")], run.report["target"], run.report["vllm"],
                       "sha256:" + "0" * 64)
+
+
+def test_the_engines_wrote_nothing_outside_the_project_cache(runs, before_the_tier):
+    """Last in the file: after every run above, vLLM's and Inductor's default caches are as they were."""
+    for name in ("0.26.0-unpatched", "0.26.0", "0.27.1-drift-unpatched", "0.27.1-drift", "newest"):
+        runs(name)
+    assert outside_state() == before_the_tier

@@ -320,10 +320,16 @@ def inprocess_checks(recipe, args, out: Path) -> tuple[list[Check], dict]:
     thresholds = recipe.thresholds
     names = [_greedy_window(c) for c in gated] + ["recipe_sampling"]
     measured = windows_measured(result, names)
+    errors = result.get("window_errors") or {}
     for control in gated:
         window = measured[_greedy_window(control)]
+        label = gate.NEGATIVE_CONTROL if control == "random" else gate.ACCEPTANCE
+        if window is None and errors.get(_greedy_window(control)):
+            # the engine started but failed running the prompts: that failure is the finding
+            checks.append(failed(label, f"the {_greedy_window(control)} window failed in the engine: "
+                                        f"{errors[_greedy_window(control)]}"))
+            continue
         if isinstance(window, MetricsError):
-            label = gate.NEGATIVE_CONTROL if control == "random" else gate.ACCEPTANCE
             checks.append(gate.counters_refused(label, str(window)))
             continue
         verdict_ = gate.check_acceptance(window, thresholds.min_acceptance_rate,
