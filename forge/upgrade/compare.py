@@ -121,7 +121,7 @@ def compare(before: str, after: str, target_name: str, recipe_names: list[str] |
     target = get_target(target_name)
     recipes = chosen_recipes(target, recipe_names, new)
     old_args, new_args = release_args(old), release_args(new)
-    builds = kernels.compare_builds(old, new, target.cuda, target.cuda_arch)
+    builds = kernels.compare_builds(old, new, target.cuda, target.cuda_arch, target.platform)
     weights = sorted({r.weights for r in recipes if r.moe_shape is not None})
     measured_on = evidence.record_releases()
     upgrade = Upgrade(

@@ -5,6 +5,7 @@ from forge.patching.vocabulary import Kind
 from forge.serving.vllm_args import RUNNER_MODULES
 from forge.upgrade import patch_changes as pc
 from forge.upgrade.compare import Upgrade
+from forge.upgrade.kernels import STATE_WORDS
 
 SCHEMA_VERSION = 1
 # The patch changes the text shows, in this order (the JSON holds every patch).
@@ -119,16 +120,14 @@ def _default_lines(u: Upgrade) -> list[str]:
 def _kernel_lines(u: Upgrade) -> list[str]:
     lines = []
     for b in u.kernels:
-        if not b.changed:
+        if not b.changed and b.state_before == b.state_after:
             continue
-        def side(request):
-            return "not built" if request is None else f'"{request.text}" (line {request.line})'
-        native = {(True, False): "native code lost", (False, True): "native code gained"}.get(
-            (b.native_before, b.native_after), "native" if b.native_after else "no native code")
-        if not b.native_after and b.ptx_after:
-            native += (f" (no cubin; only the PTX of {', '.join(b.ptx_after)}, for the driver to "
-                       "compile at load: not measured)")
-        lines.append(f"{b.family}: {b.variable} {side(b.before)} -> {side(b.after)}: {native}")
+        def side(request, built):
+            return "not built" if request is None else \
+                f'"{request.text}" (line {request.line}; built {";".join(built) or "for none"})'
+        state = f"{STATE_WORDS[b.state_before]} -> {STATE_WORDS[b.state_after]}"
+        lines.append(f"{b.family}: {b.variable} {side(b.before, b.built_before)} -> "
+                     f"{side(b.after, b.built_after)}: {state}")
     return lines
 
 

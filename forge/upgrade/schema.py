@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from forge.patching.vocabulary import Kind, Status
 from forge.schema import Field, ListOf, validate
+from forge.upgrade import kernels
 from forge.upgrade import patch_changes as pc
 
 VERDICTS = ("ready", "needs-work")
@@ -37,9 +38,12 @@ DRIFT = {"package": Field(str), "checked_through": Field(str), "declared": _opti
          "no_longer_needed": Field(TEXTS), "records": Field(TEXTS)}
 FUNCTION = {"path": Field(str), "function": Field(str), "lines": Field(ListOf(int), required=False),
             "families": Field(ListOf(int))}
-ARCHS = {"archs": Field(str), "line": Field(int)}
+ARCHS = {"archs": Field(str), "line": Field(int), "built": Field(str)}
+KERNEL_STATES = (kernels.NATIVE, kernels.PTX, kernels.ABSENT)
 KERNEL = {"family": Field(str), "variable": Field(str), "from": _optional(ARCHS),
-          "to": _optional(ARCHS), "native_from": Field(bool), "native_to": Field(bool)}
+          "to": _optional(ARCHS), "state_from": Field(str, choices=KERNEL_STATES),
+          "state_to": Field(str, choices=KERNEL_STATES), "native_from": Field(bool),
+          "native_to": Field(bool)}
 COVERAGE = {"release": Field(str), "state": Field(str, choices=("measured", "not measured")),
             "records": Field(TEXTS)}
 RECIPE = {"recipe": Field(str), "target": Field(str), "served_from": Field(bool),
