@@ -59,9 +59,11 @@ class Upgrade:
 
     @property
     def blocking(self) -> list[str]:
-        lines = [f"patch {c.id} conflicts on {self.after} ({c.detail}): refresh it with "
+        verbs = {patch_changes.CONFLICT: "conflicts on",
+                 patch_changes.NOT_CARRIED: "is needed but not carried on"}
+        lines = [f"patch {c.id} {verbs[c.change]} {self.after} ({c.detail}): refresh it with "
                  f"`{patch_changes.REFRESH_COMMAND.format(id=c.id, version=self.after)}`"
-                 for c in self.patches if c.change == patch_changes.CONFLICT]
+                 for c in self.patches if c.change in patch_changes.BLOCKING]
         if self.unchecked:
             lines.append(f"{self.series_path}: vLLM {self.after} is newer than checked_through: "
                          "run `python3 build.py upstream-watch --write` first")

@@ -9,7 +9,7 @@ from forge.upgrade.kernels import STATE_WORDS
 
 SCHEMA_VERSION = 1
 # The patch changes the text shows, in this order (the JSON holds every patch).
-SHOWN = (pc.CONFLICT, pc.RETIRES, pc.DROPS, pc.NEW, pc.CARRIED)
+SHOWN = (pc.CONFLICT, pc.NOT_CARRIED, pc.RETIRES, pc.DROPS, pc.NEW, pc.CARRIED)
 
 
 def to_dict(u: Upgrade) -> dict:

@@ -15,7 +15,7 @@ from forge.upgrade import kernels
 from forge.upgrade import patch_changes as pc
 
 VERDICTS = ("ready", "needs-work")
-CHANGES = (pc.RETIRES, pc.DROPS, pc.NEW, pc.CARRIED, pc.CONFLICT, pc.UNCHANGED)
+CHANGES = (pc.RETIRES, pc.DROPS, pc.NEW, pc.CARRIED, pc.CONFLICT, pc.NOT_CARRIED, pc.UNCHANGED)
 STATUSES = tuple(s.value for s in Status)
 TEXTS = ListOf(str)
 
