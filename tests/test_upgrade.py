@@ -41,15 +41,29 @@ WATCHED = ("torch", "transformers", "flashinfer-python")
 REPORTS: dict[tuple[str, str, str], tuple[int, dict, str]] = {}
 
 
+BRIEF: dict[tuple[str, str, str], str] = {}
+
+
 def upgrade(before: str, after: str, target: str):
-    """(exit code, the --json report, the text report) of one pair, run once per session."""
+    """(exit code, the --json report, the --verbose text report) of one pair, run once per
+    session."""
     key = (before, after, target)
     if key not in REPORTS:
         args = ["upgrade", "--from", before, "--to", after, "--target", target]
-        as_json, as_text = run_build(*args, "--json"), run_build(*args)
+        as_json, as_text = run_build(*args, "--json"), run_build(*args, "--verbose")
         assert as_json.returncode == as_text.returncode, (as_json.stderr, as_text.stderr)
         REPORTS[key] = (as_json.returncode, json.loads(as_json.stdout), as_text.stdout)
     return REPORTS[key]
+
+
+def brief(before: str, after: str, target: str) -> str:
+    """The default (brief) text report of one pair, run once per session."""
+    key = (before, after, target)
+    if key not in BRIEF:
+        result = run_build("upgrade", "--from", before, "--to", after, "--target", target)
+        assert result.returncode == upgrade(before, after, target)[0], result.stderr
+        BRIEF[key] = result.stdout
+    return BRIEF[key]
 
 
 # --- what the releases' own files say, read here --------------------------------------------

@@ -10,11 +10,23 @@ from dataclasses import dataclass, field
 from packaging.version import Version
 
 from forge.errors import ForgeError
+from forge.models import Family
 from forge.patching.series import Series, load_series
 from forge.serving.recipes import Recipe, load_recipe
 from forge.serving.vllm_args import release_args
 from forge.targets import Target, get_target
-from forge.upgrade import evidence, image, kernels, patch_changes, release_defaults, requirements
+from forge.upgrade import (
+    effective_defaults,
+    evidence,
+    family_lines,
+    image,
+    kernels,
+    patch_changes,
+    release_defaults,
+    requirements,
+)
+from forge.upgrade.effective_defaults import DefaultChange
+from forge.upgrade.family_lines import LineCheck
 from forge.upgrade.image import ImageSide
 from forge.upgrade.kernels import KernelBuild
 from forge.upgrade.patch_changes import PatchChange
@@ -47,6 +59,12 @@ class Upgrade:
     images: tuple[ImageSide, ImageSide]
     series_path: str = ""
     next: list[str] = field(default_factory=list)
+    effective: list[DefaultChange] = field(default_factory=list)   # values the recipes leave to vLLM
+    family_lines: list[LineCheck] = field(default_factory=list)    # cited log lines per release
+
+    def unseen_lines(self) -> dict[tuple[str, str], list[LineCheck]]:
+        """The family files' verify checks none of whose log lines is in the new release."""
+        return family_lines.unseen(self.family_lines, self.after)
 
     @property
     def removed_runners(self) -> list[str]:
@@ -143,12 +161,24 @@ def compare(before: str, after: str, target_name: str, recipe_names: list[str] |
                  for r in recipes],
         images=(image.image_side(target.name, old, repository),
                 image.image_side(target.name, new, repository)),
-        series_path=str(series.path))
+        series_path=str(series.path),
+        effective=effective_defaults.recipe_default_changes(recipes, old, new, target.cuda_arch)[0],
+        family_lines=[line for family in _families(recipes)
+                      for line in family_lines.check_family(family, [old, new])])
     smoked = [c.recipe for c in upgrade.recipes if c.served_to and not c.refused]
     upgrade.next = image.next_commands(target.name, upgrade.images[1], smoked,
                                        patch_changes.refresh_commands(upgrade.patches, new),
                                        upgrade.unchecked, repository)
     return upgrade
+
+
+def _families(recipes: list[Recipe]) -> list[Family]:
+    """The model families (models/<family>.yaml) of the recipes, once each, in name order."""
+    found: dict[str, Family] = {}
+    for recipe in recipes:
+        family = recipe.family_model[0]
+        found.setdefault(family.name, family)
+    return [found[name] for name in sorted(found)]
 
 
 def _backend_change(before: str, after: str, weights: str) -> dict:

@@ -57,6 +57,7 @@ class RecipeChange:
     renamed: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
+    kernel_states: list[dict] = field(default_factory=list)   # family, role, from, to
     known_failures: list[str] = field(default_factory=list)
     evidence: list[evidence.Coverage] = field(default_factory=list)
     missing_evidence: list[str] = field(default_factory=list)
@@ -64,7 +65,7 @@ class RecipeChange:
     def to_dict(self) -> dict:
         return {"recipe": self.recipe, "target": self.target, "served_from": self.served_from,
                 "served_to": self.served_to, "runner": self.runner, "refused": self.refused, "renamed": self.renamed,
-                "notes": self.notes, "kernels": self.kernels,
+                "notes": self.notes, "kernels": self.kernels, "kernel_states": self.kernel_states,
                 "known_failures": self.known_failures,
                 "evidence": [c.to_dict() for c in self.evidence],
                 "missing_evidence": self.missing_evidence}
@@ -90,6 +91,7 @@ def check_recipe(recipe: Recipe, before: ReleaseArgs, after: ReleaseArgs,
     change.refused = refusals(recipe, before, after)
     change.renamed = renames(recipe, before, after)
     change.kernels = kernel_changes(recipe, builds, capability, before.version, after.version)
+    change.kernel_states = kernel_states(recipe, builds, capability, after.version)
     if not change.refused:
         change.notes += release_env(recipe, after)[1]
     return change
