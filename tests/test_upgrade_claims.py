@@ -159,6 +159,24 @@ def test_the_cited_log_lines_are_checked_against_each_release():
     assert "'draft shares target' checks" in text
 
 
+@pytest.mark.slow
+def test_every_cited_log_line_is_read_on_every_release_the_family_covers():
+    """forge's reading (string literals, by ast) against the test's (a text search with adjacent
+    literals joined) on each release the family file covers (its vllm range, else the series')."""
+    from forge.patching.readme_table import checked_releases
+    from forge.patching.series import load_series
+
+    for name in ("gemma4", "qwen3_5_moe"):
+        family = load_family(name)
+        covered = checked_releases(load_series())
+        if family.values.get("vllm"):
+            covered = [v for v in covered if Version(v) in SpecifierSet(family.values["vllm"])]
+        for check in family_lines.check_family(family, covered):
+            for version in covered:
+                assert bool(check.found[version]) == logged_in(version, check.line), \
+                    (name, version, check.line)
+
+
 # --- the drift line ----------------------------------------------------------------------------
 
 def test_the_drift_line_names_the_newest_admitted_version_checked_and_what_is_newer():

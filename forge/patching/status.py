@@ -196,7 +196,7 @@ def tree_status(series: Series, root: Path, version: Version, moe_device: str | 
 
 def _carried_by_variants(statuses: list[PatchStatus], series: Series) -> list[PatchStatus]:
     """A needed-not-carried patch whose fix another entry of the series carries on this tree (a
-    variant refresh-patch wrote, with the same upstream issue or PR, that applies or is
+    variant refresh-patch wrote: the same upstream issue or PR and a file of its own, applying or
     upstream's there) is not-needed: the release does not go without the fix."""
     def fix_of(patch: Patch) -> set[tuple[str, int]]:
         upstream = patch.upstream or {}
@@ -205,9 +205,10 @@ def _carried_by_variants(statuses: list[PatchStatus], series: Series) -> list[Pa
     result = []
     for status in statuses:
         if status.status == Status.NEEDED_NOT_CARRIED:
-            fix = fix_of(series.get(status.id))
+            patch = series.get(status.id)
+            fix, files = fix_of(patch), set(patch.touches or ())
             variant = next((p.id for p in series.patches if p.id != status.id and p.id in carrying
-                            and fix & fix_of(p)), None)
+                            and fix & fix_of(p) and files & set(p.touches or ())), None)
             if variant:
                 status = PatchStatus(status.id, status.kind, str(Status.NOT_NEEDED),
                                      f"{variant} carries its fix on this release")

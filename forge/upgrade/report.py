@@ -332,7 +332,8 @@ def _default_lines(u: Upgrade) -> list[str]:
     for c in u.effective:
         recipes = f"; recipes: {', '.join(c.recipes)}" if c.recipes else ""
         pin = f"; to keep the old value: {c.pin}" if c.pin else ""
-        lines.append(f"{c.setting}: {c.before} -> {c.after} ({c.where}){recipes}{pin}")
+        detail = f" ({c.detail})" if c.detail else ""
+        lines.append(f"{c.setting}: {c.before} -> {c.after} ({c.where}){detail}{recipes}{pin}")
     for choice in u.choices:
         if choice.removed or choice.added:
             lines.append(f"{choice.flag}: removed {', '.join(choice.removed) or 'none'}; added "
