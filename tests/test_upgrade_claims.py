@@ -18,7 +18,7 @@ from forge.upgrade import family_lines
 from forge.upstream import pypi, releases
 from forge.watch.dependencies import load_watch
 from tests.build_cli import run_build
-from tests.test_upgrade import brief, target_recipes, upgrade
+from tests.test_upgrade import V1_RUNNER, brief, target_recipes, upgrade
 
 CACHE = "vllm/config/cache.py"
 VLLM_CONFIG = "vllm/config/vllm.py"
@@ -36,6 +36,13 @@ def line_of(text: str, pattern: str) -> int:
     match = re.search(pattern, text, re.MULTILINE)
     assert match, pattern
     return text.count("\n", 0, match.start()) + 1
+
+
+def starting(target: str, version: str):
+    """The target's recipes the release serves and can start: not those on the V1 runner where
+    its module (vllm/v1/worker/gpu_model_runner.py) is gone."""
+    has_v1 = (releases.release_tree(version) / V1_RUNNER).is_file()
+    return [r for r in target_recipes(target, version) if has_v1 or r.serve.model_runner != "v1"]
 
 
 def effective(report: dict, setting: str) -> dict | None:
@@ -57,7 +64,7 @@ def test_the_extensible_kv_cache_default_is_reported_for_recipes_that_size_no_kv
     assert "cache_config.kv_cache_memory_bytes is not None" in body[:body.index("\n    def ")]
     for target in ("a100", "gb10"):
         _, report, _ = upgrade("0.27.1", "0.34.0", target)
-        unsized = [r.name for r in target_recipes(target, "0.34.0")
+        unsized = [r.name for r in starting(target, "0.34.0")
                    if r.serve.kv_cache_memory_bytes is None]
         entry = effective(report, "KV cache sizing")
         assert (entry["recipes"] if entry else []) == unsized, target
@@ -84,7 +91,7 @@ def test_the_block_size_default_is_read_from_each_release(before, after, target)
     assert entry["from"] == str(sizes[0]) and entry["to"].startswith(str(sizes[1]))
     assert entry["where"] == f"cache.py:{line_of(source(after, CACHE), pattern)}"
     assert entry["pin"] == f"--block-size {sizes[0]}"
-    assert set(entry["recipes"]) == {r.name for r in target_recipes(target, after)}
+    assert set(entry["recipes"]) == {r.name for r in starting(target, after)}
     assert "KV block size (cache.py:" in brief(before, after, target)
 
 
@@ -118,6 +125,27 @@ def test_humming_before_marlin_follows_the_capabilities_the_release_names(target
     # Where both releases name the same capabilities, nothing moved: no entry.
     same = source("0.33.0", PRIORITY) == text
     assert (effective(upgrade("0.33.0", "0.34.0", "h200")[1], "Humming/Marlin") is None) == same
+
+
+def test_compilation_fields_new_and_on_by_default_are_named():
+    """CompilationConfig fields of 0.34.0 whose default is True and that 0.27.1 lacks, read from
+    vllm/config/compilation.py's text (`    name: type = True` lines)."""
+    def on_by_default(version: str) -> dict[str, int]:
+        text = source(version, "vllm/config/compilation.py") or ""
+        body = text[text.index("class CompilationConfig"):]
+        return {m.group(1): text.count("\n", 0, len(text) - len(body) + m.start()) + 1
+                for m in re.finditer(r"^    (\w+): [^=\n]+ = True$", body, re.MULTILINE)}
+    def fields(version: str) -> set[str]:
+        text = source(version, "vllm/config/compilation.py") or ""
+        body = text[text.index("class CompilationConfig"):]
+        return set(re.findall(r"^    (\w+): ", body, re.MULTILINE))
+    new = {k: v for k, v in on_by_default("0.34.0").items() if k not in fields("0.27.1")}
+    assert new
+    _, report, _ = upgrade("0.27.1", "0.34.0", "gb10")
+    entry = effective(report, "compilation")
+    for name in new:
+        assert f"+{name}=True" in entry["to"], name
+    assert entry["where"] == f"compilation.py:{min(new.values())}"
 
 
 # --- the log lines a family file cites ------------------------------------------------------
@@ -235,7 +263,8 @@ def test_the_default_report_is_brief(before, after, target):
     removed = report["defaults"]["runners"]["recipes"]
     for name in removed:
         assert sum(re.search(rf"\b{re.escape(name)}\b(?!-)", line) is not None
-                   for line in lines[:lines.index("patches:")]) == 1, name
+                   for line in lines[:next(i for i, line in enumerate(lines)
+                                            if line.startswith("patches"))]) == 1, name
     assert len(verbose.splitlines()) > len(lines)
 
 

@@ -61,6 +61,7 @@ class Upgrade:
     next: list[str] = field(default_factory=list)
     effective: list[DefaultChange] = field(default_factory=list)   # values the recipes leave to vLLM
     family_lines: list[LineCheck] = field(default_factory=list)    # cited log lines per release
+    attention_pinned: bool = False      # every recipe sets serve.attention_backend
 
     def unseen_lines(self) -> dict[tuple[str, str], list[LineCheck]]:
         """The family files' verify checks none of whose log lines is in the new release."""
@@ -162,9 +163,13 @@ def compare(before: str, after: str, target_name: str, recipe_names: list[str] |
         images=(image.image_side(target.name, old, repository),
                 image.image_side(target.name, new, repository)),
         series_path=str(series.path),
-        effective=effective_defaults.recipe_default_changes(recipes, old, new, target.cuda_arch)[0],
         family_lines=[line for family in _families(recipes)
                       for line in family_lines.check_family(family, [old, new])])
+    upgrade.attention_pinned = all(r.serve.attention_backend for r in recipes)
+    # A recipe the new release refuses has no effective values there: only the others are compared.
+    starting = {c.recipe for c in upgrade.recipes if c.served_to and not c.refused}
+    upgrade.effective = effective_defaults.recipe_default_changes(
+        [r for r in recipes if r.name in starting], old, new, target.cuda_arch)[0]
     smoked = [c.recipe for c in upgrade.recipes if c.served_to and not c.refused]
     upgrade.next = image.next_commands(target.name, upgrade.images[1], smoked,
                                        patch_changes.refresh_commands(upgrade.patches, new),

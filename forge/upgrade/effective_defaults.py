@@ -13,6 +13,8 @@ Read per release:
   VLLM_USE_V2_MODEL_RUNNER other than 1 is a ValueError once V1 is gone).
 - The Humming-before-Marlin capabilities (quantization/utils/humming/priority.py,
   _HUMMING_PREFERRED_CAPABILITIES): which GPUs get Humming ahead of Marlin.
+- CompilationConfig's field defaults (vllm/config/compilation.py): those that changed, and new
+  fields on by default (0.34.0: cudagraph_decoder_replay).
 - The CUDA candidate order of each linear-kernel family a recipe's weights use
   (model_executor/kernels/linear/__init__.py, _POSSIBLE_*_KERNELS[PlatformEnum.CUDA]): the
   first kernel that can implement a layer on the device wins.
@@ -32,6 +34,8 @@ VLLM_CONFIG = "vllm/config/vllm.py"
 INTERFACE = "vllm/platforms/interface.py"
 PRIORITY = "vllm/model_executor/layers/quantization/utils/humming/priority.py"
 LINEAR = "vllm/model_executor/kernels/linear/__init__.py"
+COMPILATION = "vllm/config/compilation.py"
+COMPILATION_FLAGS = ("--compilation-config", "-cc", "-O")
 RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 # The linear-kernel candidate list each weight format's layers are chosen from.
 LINEAR_LISTS = {"nvfp4": "_POSSIBLE_NVFP4_KERNELS", "fp8": "_POSSIBLE_FP8_KERNELS"}
@@ -61,6 +65,7 @@ class ReleaseDefaults:
     runner_refusal: Where | None = None                      # VLLM_USE_V2_MODEL_RUNNER != 1 raises
     humming_first: tuple[list[int], Where] | None = None     # capabilities as ints: [90]
     linear_order: dict[str, tuple[list[str], Where]] = field(default_factory=dict)
+    compilation: dict[str, tuple[str, Where]] = field(default_factory=dict)   # field -> default
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,17 @@ def read_defaults(version: str) -> ReleaseDefaults:
     _read_runner_check(found, _parse(tree, INTERFACE))
     _read_priority(found, _parse(tree, PRIORITY))
     _read_linear(found, _parse(tree, LINEAR))
+    _read_compilation(found, _class(_parse(tree, COMPILATION), "CompilationConfig"))
     return found
+
+
+def _read_compilation(found: ReleaseDefaults, config: ast.ClassDef | None) -> None:
+    """CompilationConfig's field defaults, as their source spells them."""
+    for node in config.body if config else []:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                and node.value is not None and not node.target.id.startswith("_"):
+            found.compilation[node.target.id] = (ast.unparse(node.value),
+                                                 Where(COMPILATION, node.lineno))
 
 
 def _read_cache(found: ReleaseDefaults, cache: ast.ClassDef | None) -> None:
@@ -277,6 +292,23 @@ def recipe_default_changes(recipes: list[Recipe], before: str, after: str, capab
             f"_HUMMING_PREFERRED_CAPABILITIES = {new.humming_first[0]}: prioritize_humming moves "
             "Humming directly ahead of Marlin in the linear-kernel and MoE-oracle lists there"))
 
+    compiled = tuple(r.name for r in served if not _sets(r, *COMPILATION_FLAGS))
+    moved = {k: v for k, v in new.compilation.items()
+             if k in old.compilation and old.compilation[k][0] != v[0]}
+    switched_on = {k: v for k, v in new.compilation.items()
+                   if k not in old.compilation and v[0] == "True"}
+    if compiled and (moved or switched_on):
+        parts = [f"{k} {old.compilation[k][0]} -> {v[0]}" for k, v in moved.items()]
+        parts += [f"+{k}=True" for k in switched_on]
+        at = next(iter({**moved, **switched_on}.values()))[1]
+        changes.append(DefaultChange(
+            "compilation", "changed defaults" if moved else "same defaults",
+            "; ".join(parts), str(at), "--compilation-config naming the old values"
+            if moved else f"--compilation-config with {next(iter(switched_on))}=false"
+            if switched_on else None, compiled,
+            "CompilationConfig fields whose default changed, and new ones on by default: " +
+            ", ".join(f"{k} ({v[1]})" for k, v in {**moved, **switched_on}.items())))
+
     for weights, name in LINEAR_LISTS.items():
         users = tuple(r.name for r in served if r.weights == weights)
         if not users or name not in new.linear_order:
@@ -286,7 +318,7 @@ def recipe_default_changes(recipes: list[Recipe], before: str, after: str, capab
         if earlier == now:
             continue
         changes.append(DefaultChange(
-            f"{weights} linear kernels", _order_text(earlier, now, before=True),
+            f"{weights} linear order", _order_text(earlier, now, before=True),
             _order_text(earlier, now, before=False), str(where), None, users,
             f"CUDA candidates in order (the first that can implement the layer wins): "
             f"{', '.join(map(_short, earlier))} -> {', '.join(map(_short, now))}"))
@@ -298,14 +330,13 @@ def _short(kernel: str) -> str:
 
 
 def _order_text(was: list[str], now: list[str], before: bool) -> str:
-    """Marlin's and Humming's places and the kernels new to the list, 1-based."""
-    def place(kernels: list[str], word: str) -> str | None:  # its first kernel's place
-        found = [i + 1 for i, k in enumerate(kernels) if k.startswith(word)]
-        return f"{word} #{found[0]}" if found else None
+    """Marlin's place among the candidates (1-based, `#4/9`) and, after, the first kernel new to
+    the list with how many more are new."""
     side = was if before else now
-    parts = [p for p in (place(side, "Marlin"),) if p]
-    parts[0:1] = [f"{parts[0]} of {len(side)}"] if parts else [f"{len(side)} candidates"]
-    if not before:
-        fresh = [f"{_short(k)} #{now.index(k) + 1}" for k in now if k not in was]
-        parts += [f"new: {', '.join(fresh)}"] if fresh else []
-    return "; ".join(parts)
+    found = [i + 1 for i, k in enumerate(side) if k.startswith("Marlin")]
+    place = f"#{found[0]}/{len(side)}" if found else f"none of {len(side)}"
+    if before:
+        return f"Marlin {place}"
+    fresh = [f"{_short(k)} #{now.index(k) + 1}" for k in now if k not in was]
+    return place + (f"; new {fresh[0]}" + (f" +{len(fresh) - 1}" if len(fresh) > 1 else "")
+                    if fresh else "")

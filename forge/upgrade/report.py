@@ -3,6 +3,7 @@ default (the verdict and what blocks it first, then one line per change grouped 
 that share a reason on one line, at most WIDTH characters a line), every detail with --verbose."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from forge import REPO_ROOT
@@ -97,8 +98,9 @@ def _packed(pieces: list[str], separator: str = "; ") -> list[str]:
 
 
 def _recipes_text(names, u: Upgrade, room: int = 40) -> str:
-    """The recipes by name, or `all N recipes` / `N recipes` where the names take more room."""
-    served = [c.recipe for c in u.recipes if c.served_to]
+    """The recipes by name, or `all N recipes` (every recipe the new release serves and starts)
+    / `N recipes` where the names take more room."""
+    served = [c.recipe for c in u.recipes if c.served_to and not c.refused]
     if len(names) > 1 and sorted(names) == sorted(served):
         return f"all {len(served)} recipes"
     text = ", ".join(names)
@@ -107,7 +109,10 @@ def _recipes_text(names, u: Upgrade, room: int = 40) -> str:
 
 def render(u: Upgrade) -> str:
     lines = [_head(u)]
-    sections = [("blocking", _brief_blocking(u)), ("patches", _brief_patches(u)),
+    candidates = any(c.candidate and c.change in SHOWN for c in u.patches)
+    sections = [("blocking", _brief_blocking(u)),
+                ("patches" + (" (*: a candidate, which images leave out)" if candidates else ""),
+                 _brief_patches(u)),
                 (f"kernels on sm_{u.target.cuda_arch.replace('.', '')} (as vLLM's CMake builds "
                  f"the {u.target.platform} image)", _brief_kernels(u)),
                 ("defaults the recipes leave to vLLM", _brief_defaults(u)),
@@ -161,11 +166,8 @@ def _brief_patches(u: Upgrade) -> list[str]:
                 (f" (in {fixed})" if fixed and c.change == pc.RETIRES else ""))
     words = {pc.RETIRES: "retire (upstream has them):", pc.DROPS: "no longer needed:",
              pc.NEW: "new:", pc.CARRIED: "still carried:"}
-    lines = [line for change in (pc.RETIRES, pc.DROPS, pc.NEW, pc.CARRIED)
-             if by_change.get(change) for line in _listing(words[change], by_change[change])]
-    if any(c.candidate for c in u.patches if c.change in by_change):
-        lines.append("(*: a candidate, which images leave out)")
-    return lines
+    return [line for change in (pc.RETIRES, pc.DROPS, pc.NEW, pc.CARRIED)
+            if by_change.get(change) for line in _listing(words[change], by_change[change])]
 
 
 def _brief_kernels(u: Upgrade) -> list[str]:
@@ -201,13 +203,16 @@ def _brief_kernels(u: Upgrade) -> list[str]:
 def _brief_defaults(u: Upgrade) -> list[str]:
     lines = []
     for c in u.effective:
-        recipes = f" [{_recipes_text(c.recipes, u, room=24)}]" if c.recipes else ""
-        lines.append(f"{c.setting} ({c.where}): {c.before} -> {c.after}{recipes}")
-        if c.pin:
-            lines[-1] += f"; pin: {c.pin}" if len(lines[-1]) + len(c.pin) + 7 <= BODY \
-                else ""
-            if not lines[-1].endswith(c.pin):
-                lines.append(f"  pin: {c.pin}")
+        main = f"{c.setting} ({c.where}): {c.before} -> {c.after}"
+        # A linear-kernel order is per weight format, which the setting names.
+        named = c.recipes and "linear order" not in c.setting
+        tail = ([f"[{_recipes_text(c.recipes, u, room=60)}]"] if named else []) + \
+            ([f"pin: {c.pin}"] if c.pin else [])
+        together = "; ".join([main, *tail]) if tail else main
+        if len(together) <= BODY:
+            lines.append(together)
+        else:
+            lines += [main, "  " + "; ".join(tail)] if tail else [main]
     added = [f"{c.flag} +{len(c.added)}" + (f" -{len(c.removed)}" if c.removed else "")
              for c in u.choices if c.added or c.removed]
     added += [f"{m['weights']} MoE +{len(m['added'])}" + (f" -{len(m['removed'])}"
@@ -216,7 +221,7 @@ def _brief_defaults(u: Upgrade) -> list[str]:
     if added:
         lines.append("choices added(+)/removed(-): " + ", ".join(added))
     old_fn, new_fn = u.gemma4_attention
-    if old_fn.digest != new_fn.digest:
+    if old_fn.digest != new_fn.digest and not u.attention_pinned:
         lines.append(f"Gemma 4's attention choice changed: GPU families tested "
                      f"{old_fn.families or 'none'} -> {new_fn.families or 'none'} "
                      "(a pinned backend stays)")
@@ -233,7 +238,7 @@ def _brief_verify(u: Upgrade) -> list[str]:
     lines = [f"{name} drafter.shares {', '.join(whats)}: no cited log line in {u.after}'s source"
              for name, whats in by_file.items()]
     if lines:
-        lines.append("  verify's 'draft shares target' checks have nothing to read" +
+        lines.append("  so verify's 'draft shares target' checks read nothing" +
                      (f" ({u.before}: {', '.join(sorted(was))})" if was else ""))
     return lines
 
@@ -253,7 +258,7 @@ def _brief_recipes(u: Upgrade) -> list[str]:
     for change in u.recipes:
         texts = [line.replace(f"vLLM {u.after} ", f"{u.after} ")
                  .replace(" (the recipe's spelling still parses)", "") for line in change.renamed]
-        texts += [f"known failure: {line}" for line in change.known_failures]
+        texts += [f"known failure: {_failure(line)}" for line in change.known_failures]
         texts += [n for n in change.notes if "has no VLLM_USE_V2_MODEL_RUNNER" not in n]
         for text in texts:
             grouped.setdefault(text, []).append(change.recipe)
@@ -264,6 +269,13 @@ def _brief_recipes(u: Upgrade) -> list[str]:
         f"{v}: {_recipes_text(m, u) if m else 'none measured'}"
         for v, m in zip((u.before, u.after), measured)))
     return lines
+
+
+def _failure(line: str) -> str:
+    """A known failure without the model id and the why (`--verbose` keeps them): the weights and
+    parallelism, and the upstream issue."""
+    found = re.match(r"^\S+ (.*?): .*\(([^()]*(?:\([^()]*\))?[^()]*)\)$", line)
+    return f"{found.group(1)} ({found.group(2)})" if found else line
 
 
 def _brief_next(u: Upgrade) -> list[str]:
