@@ -205,6 +205,30 @@ def test_every_cited_log_line_is_read_on_every_release_the_family_covers():
                     (name, version, check.line)
 
 
+def test_a_package_index_the_new_release_drops_is_named():
+    """0.27.1's requirements/cuda.txt points pip at FlashInfer's own index; 0.34.0's CUDA
+    requirements (cuda.txt and its -r includes) name no such option."""
+    from tests.test_upgrade import sdist_text
+
+    def options(version: str, name: str = "requirements/cuda.txt") -> dict[str, int]:
+        found = {}
+        for number, line in enumerate(sdist_text(version, name).splitlines(), 1):
+            if line.startswith("-r "):
+                found.update(options(version, f"requirements/{line.split()[1]}"))
+            elif line.startswith("--extra-index-url"):
+                found[line.replace("=", " ", 1).strip()] = (name, number)
+        return found
+    old, new = options("0.27.1"), options("0.34.0")
+    dropped = sorted(set(old) - set(new))
+    assert dropped
+    _, report, _ = upgrade("0.27.1", "0.34.0", "gb10")
+    indexes = {c["option"]: c for c in report["dependencies"]["indexes"]}
+    for option in dropped:
+        name, number = old[option]
+        assert indexes[option] == {"option": option, "from": f"{name}:{number}", "to": None}
+        assert f"dropped {option} ({name}:{number})" in brief("0.27.1", "0.34.0", "gb10")
+
+
 # --- the drift line ----------------------------------------------------------------------------
 
 def test_the_drift_line_names_the_newest_admitted_version_checked_and_what_is_newer():

@@ -32,7 +32,7 @@ from forge.upgrade.kernels import KernelBuild
 from forge.upgrade.patch_changes import PatchChange
 from forge.upgrade.recipe_changes import RecipeChange, check_recipe
 from forge.upgrade.release_defaults import Choices, SourceFunction
-from forge.upgrade.requirements import DriftNote, RequirementChange
+from forge.upgrade.requirements import DriftNote, IndexChange, RequirementChange
 from forge.upstream import releases
 from forge.versions import Release
 from forge.watch.dependencies import load_watch
@@ -62,6 +62,7 @@ class Upgrade:
     effective: list[DefaultChange] = field(default_factory=list)   # values the recipes leave to vLLM
     family_lines: list[LineCheck] = field(default_factory=list)    # cited log lines per release
     attention_pinned: bool = False      # every recipe sets serve.attention_backend
+    indexes: list[IndexChange] = field(default_factory=list)   # package-index options that move
 
     def unseen_lines(self) -> dict[tuple[str, str], list[LineCheck]]:
         """The family files' verify checks none of whose log lines is in the new release."""
@@ -166,6 +167,7 @@ def compare(before: str, after: str, target_name: str, recipe_names: list[str] |
         family_lines=[line for family in _families(recipes)
                       for line in family_lines.check_family(family, [old, new])])
     upgrade.attention_pinned = all(r.serve.attention_backend for r in recipes)
+    upgrade.indexes = requirements.index_changes(old, new)
     # A recipe the new release refuses has no effective values there: only the others are compared.
     starting = {c.recipe for c in upgrade.recipes if c.served_to and not c.refused}
     upgrade.effective = effective_defaults.recipe_default_changes(

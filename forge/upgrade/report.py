@@ -30,7 +30,8 @@ def to_dict(u: Upgrade) -> dict:
         "patches": [c.to_dict() for c in u.patches],
         "dependencies": {"requirements": [c.to_dict() for c in u.requirements],
                          "constraints": [c.to_dict() for c in u.patches if c.kind == Kind.DEPENDENCY],
-                         "drift": [d.to_dict() for d in u.drift]},
+                         "drift": [d.to_dict() for d in u.drift],
+                         "indexes": [c.to_dict() for c in u.indexes]},
         "defaults": {
             "runners": {"from": u.runners[0], "to": u.runners[1], "removed": u.removed_runners,
                         "recipes": u.runner_recipes()},
@@ -122,7 +123,6 @@ def render(u: Upgrade) -> str:
         if body:
             lines.append(f"{title}:")
             lines += [f"  {line}" for line in body]
-    lines.append("(--verbose: every detail and command; --json: the same as data)")
     return "\n".join(_fit(line) for line in lines)
 
 
@@ -250,7 +250,13 @@ def _brief_dependencies(u: Upgrade) -> list[str]:
     rest = len(u.requirements) - len(key)
     if rest:
         pieces.append(f"{rest} more (--verbose)")
-    return _packed(pieces) + [d.brief(u.after) for d in u.drift]
+    return _packed(pieces) + [_index_line(c) for c in u.indexes] + \
+        [d.brief(u.after) for d in u.drift]
+
+
+def _index_line(change) -> str:
+    return (f"dropped {change.option} ({change.before})" if change.after is None
+            else f"added {change.option} ({change.after})")
 
 
 def _brief_recipes(u: Upgrade) -> list[str]:
@@ -281,12 +287,13 @@ def _failure(line: str) -> str:
 def _brief_next(u: Upgrade) -> list[str]:
     side = u.images[1]
     if side.problem:
-        return [f"{side.moving_tag}: no plan ({side.problem})"]
+        return [f"{side.moving_tag}: no plan ({side.problem})", "(--verbose: every detail)"]
     base = f"{side.base} {'locked' if side.locked else 'not locked'}"
     smokes = sum(1 for c in u.next if c.startswith("docker run "))
     first = next((c for c in u.next if c.startswith("python3 build.py lock")), None)
     return [f"{side.moving_tag} on {base}",
-            f"next: {first + ', then ' if first else ''}build, {smokes} smoke run(s), push, publish"]
+            f"next: {first + ', then ' if first else ''}build, {smokes} smoke run(s), push, publish "
+            "(--verbose: the commands)"]
 
 
 # --- verbose -----------------------------------------------------------------------------------
@@ -331,6 +338,7 @@ def _dependency_lines(u: Upgrade) -> list[str]:
         if c.kind == Kind.DEPENDENCY and c.before != c.after:
             lines.append(f"constraint {c.id}: {c.before} -> {c.after} [{c.upstream_text}]: "
                          f"{c.detail}")
+    lines += [_index_line(c) for c in u.indexes]
     lines += [d.line(u.after) for d in u.drift]
     return lines
 

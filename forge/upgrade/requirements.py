@@ -63,6 +63,51 @@ def changed_requirements(before: str, after: str) -> list[RequirementChange]:
             for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
 
 
+INDEX_OPTIONS = ("--extra-index-url", "--index-url", "--find-links", "-f", "-i")
+
+
+def index_options(version: str) -> dict[str, str]:
+    """The package-index options of the release's CUDA requirements (requirements/cuda.txt and
+    its -r includes, read as pip reads them: `--extra-index-url URL` or `=URL`) -> where
+    (`requirements/cuda.txt:16`). forge.patching.dependencies drops these lines: they are no
+    requirement, but say where pip looks for the pinned wheels."""
+    from forge import files
+    from forge.upstream import releases
+
+    root, found, seen = releases.release_tree(version), {}, set()
+
+    def read(name: str) -> None:
+        path = root / name
+        if name in seen or not path.is_file():
+            return
+        seen.add(name)
+        for number, raw in enumerate(files.read_text(path, files.SOURCE).splitlines(), 1):
+            line = raw.split("#", 1)[0].strip()
+            if line.startswith("-r "):
+                read(str(Path(name).parent / line.split(None, 1)[1]))
+            elif line.startswith(INDEX_OPTIONS):
+                option, _, value = line.replace("=", " ", 1).partition(" ")
+                found[f"{option} {value.strip()}"] = f"{name}:{number}"
+    read(REQUIREMENTS_ENTRY)
+    return found
+
+
+@dataclass(frozen=True)
+class IndexChange:
+    option: str                 # `--extra-index-url https://flashinfer.ai/whl/`
+    before: str | None          # where the old release states it (None: it does not)
+    after: str | None
+
+    def to_dict(self) -> dict:
+        return {"option": self.option, "from": self.before, "to": self.after}
+
+
+def index_changes(before: str, after: str) -> list[IndexChange]:
+    old, new = index_options(before), index_options(after)
+    return [IndexChange(option, old.get(option), new.get(option))
+            for option in sorted(set(old) ^ set(new))]
+
+
 @dataclass(frozen=True)
 class DriftNote:
     """A watched dependency (patches/dependency-watch.yaml) on the new release: how far the drift

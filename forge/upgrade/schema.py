@@ -66,7 +66,9 @@ REPORT = {
     "blocking": Field(TEXTS),
     "patches": Field(ListOf(PATCH)),
     "dependencies": Field({"requirements": Field(ListOf(REQUIREMENT)),
-                           "constraints": Field(ListOf(PATCH)), "drift": Field(ListOf(DRIFT))}),
+                           "constraints": Field(ListOf(PATCH)), "drift": Field(ListOf(DRIFT)),
+                           "indexes": Field(ListOf({"option": Field(str), "from": _optional(str),
+                                                    "to": _optional(str)}))}),
     "defaults": Field({
         "runners": Field({"from": Field(TEXTS), "to": Field(TEXTS), "removed": Field(TEXTS),
                           "recipes": Field(TEXTS)}),
