@@ -17,8 +17,9 @@ NEEDS_WORK = 1
 
 
 def cmd_upgrade(args) -> int:
+    from forge.upgrade.brief import render
     from forge.upgrade.compare import compare
-    from forge.upgrade.report import render, render_verbose, to_dict
+    from forge.upgrade.report import render_verbose, to_dict
     from forge.upgrade.schema import check_report
 
     upgrade = compare(args.from_release, args.to_release, args.target, args.recipe,
