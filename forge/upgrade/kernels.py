@@ -17,8 +17,10 @@ The branch for the target's CUDA is taken where the file tests the compiler vers
 (`if(${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER_EQUAL 13.0)` ... `else()`); any other
 condition counts as true (the CUDA build path). The last request of a variable on the taken
 branches wins, as CMake's last `set` does. The intersection follows 0.34.0's cmake/utils.cmake;
-0.27.1's differs only in how an `f` entry whose base the build list lacks falls back within its
-major, which no kernel request of the releases the recipes run meets with the pipeline's lists.
+0.27.1's differs in how an `f` entry whose base the build list lacks falls back within its major
+(any remaining arch of that major, not only one at or above it) and in keeping a plain entry a
+suffixed build arch matched: with the pipeline's plain lists, where each major's base arch is
+taken by its own `X.0f` entry first, the Marlin and FP4 requests of 0.21.0-0.34.0 give the same.
 """
 from __future__ import annotations
 
