@@ -188,3 +188,92 @@ def test_hunks_that_fit_but_break_python_are_a_conflict(tmp_path, vllm_site):
     with pytest.raises(ConflictError, match="does not compile"):
         apply_series(site_packages=site, series_path=series.path)
     assert snapshot(site) == before
+
+
+# --- a release the patch is needed on but does not fit ---------------------------------------
+
+SPLIT_KV = "triton-spec-decode-split-kv"
+LAUNCHER = "vllm/v1/attention/ops/triton_unified_attention.py"
+
+
+def _forces_2d(version: str) -> bool:
+    """Whether the release's Triton launcher keeps every batch with max_seqlen_q > 1 off the 3D
+    split-KV path (the bug), read from its `use_3d = not (...)` gate."""
+    import ast
+
+    text = (releases.release_tree(version) / LAUNCHER).read_text()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "use_3d" for t in node.targets):
+            gate = node.value.operand if isinstance(node.value, ast.UnaryOp) else node.value
+            if isinstance(gate, ast.BoolOp) and isinstance(gate.op, ast.Or):
+                return any(ast.unparse(v) == "max_seqlen_q > 1" for v in gate.values)
+    raise AssertionError(f"{version}: no use_3d gate in {LAUNCHER}")
+
+
+def test_a_capped_patch_whose_bug_is_still_there_is_needed_not_carried():
+    """0.32.0 still forces the 2D grid for max_seqlen_q > 1 and has no MAX_3D_QUERY_LEN (0.33.0's
+    upstream equivalent); the patch's releases stop at <0.32.0 because its diff no longer fits.
+    So 0.32.0 is `needed-not-carried`, never `not-needed`; 0.33.0 carries the fix."""
+    series = load_series()
+    patch = series.get(SPLIT_KV)
+    assert not patch.in_range(Version("0.32.0")) and patch.in_range(Version("0.31.0"))
+    for version in ("0.31.0", "0.32.0", "0.33.0", "0.34.0"):
+        fixed = "MAX_3D_QUERY_LEN" in (releases.release_tree(version) / LAUNCHER).read_text()
+        status = _status(release_status(version, series=series), SPLIT_KV)
+        if not patch.in_range(Version(version)):
+            expected = "not-needed" if fixed or not _forces_2d(version) else "needed-not-carried"
+        else:
+            expected = "applies"
+        assert status.status == expected, (version, status)
+    status = _status(release_status("0.32.0", series=series), SPLIT_KV)
+    assert _forces_2d("0.32.0") and not _forces_2d("0.33.0")
+    assert LAUNCHER in status.detail and "does not fit" in status.detail
+    # Below the range nothing says the bug is the patch's: not-needed keeps its meaning there.
+    assert _status(release_status("0.25.0", series=series), SPLIT_KV).status == "not-needed"
+
+
+def test_patches_cli_and_readme_table_show_needed_not_carried_on_0_32_0():
+    from forge.patching.readme_table import BEGIN, END
+    from tests.build_cli import REPO_ROOT
+
+    result = run_build("patches", "--vllm", "0.32.0")
+    assert result.returncode == 0, result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.startswith(SPLIT_KV))
+    assert row.split()[2] == "needed-not-carried"
+    readme = (REPO_ROOT / "README.md").read_text()
+    table = readme[readme.index(BEGIN):readme.index(END)]
+    head = next(line for line in table.splitlines() if line.startswith("| vLLM |"))
+    column = [cell.strip() for cell in head.split("|")].index(f"`{SPLIT_KV}`")
+    cells = next(line for line in table.splitlines() if line.startswith("| 0.32.0 |")).split("|")
+    assert cells[column].strip() == "needed-not-carried"
+    assert "`needed-not-carried`:" in table
+
+
+def test_a_variant_that_carries_the_fix_makes_the_capped_entry_not_needed(tmp_path):
+    """refresh-patch's convention: a variant entry with the same upstream numbers carries the fix
+    from the release on; where it applies, the capped entry is no longer needed there."""
+    import yaml
+
+    from tests.test_images_plan import copy_repo
+
+    repo = copy_repo(tmp_path / "repo")
+    path = repo / "patches" / "series.yaml"
+    data = yaml.safe_load(path.read_text())
+    capped = next(p for p in data["patches"] if p["id"] == SPLIT_KV)
+    # A stand-in variant: the group-KV-heads diff, which fits 0.32.0, under the split-KV's numbers.
+    donor = next(p for p in data["patches"] if p["id"] == "triton-attn-group-kv-heads")
+    variant = {**donor, "id": f"{SPLIT_KV}-0.32", "releases": ">=0.32.0,<0.33",
+               "upstream": capped["upstream"]}
+    variant.pop("retired_in", None)
+    variant.pop("candidate", None)
+    data["patches"].append(variant)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    series = load_series(path)
+    tree = releases.release_tree("0.32.0")
+    statuses = {s.id: s for s in tree_status(series, tree, Version("0.32.0"))}
+    assert statuses[variant["id"]].status == "applies"
+    assert statuses[SPLIT_KV].status == "not-needed"
+    assert statuses[SPLIT_KV].detail == f"{variant['id']} carries its fix on this release"
+    # Without it, the same tree reads needed-not-carried.
+    assert _status(tree_status(load_series(), tree, Version("0.32.0")), SPLIT_KV).status == \
+        "needed-not-carried"

@@ -33,22 +33,37 @@ from forge.upgrade.schema import check_report
 from forge.upstream import releases
 from tests.build_cli import REPO_ROOT, run_build
 
-PAIRS = [("0.27.1", "0.34.0", "gb10"), ("0.25.0", "0.27.1", "a100"), ("0.33.0", "0.34.0", "h200")]
+PAIRS = [("0.27.1", "0.34.0", "gb10"), ("0.25.0", "0.27.1", "a100"), ("0.33.0", "0.34.0", "h200"),
+         ("0.27.1", "0.34.0", "a100")]
 V1_RUNNER = "vllm/v1/worker/gpu_model_runner.py"     # vLLM's V1 GPU model runner module
 MARLIN_VARIABLES = ("MARLIN_ARCHS", "MARLIN_MOE_ARCHS", "FP4_SM120_ARCHS")
 WATCHED = ("torch", "transformers", "flashinfer-python")
 REPORTS: dict[tuple[str, str, str], tuple[int, dict, str]] = {}
 
 
+BRIEF: dict[tuple[str, str, str], str] = {}
+
+
 def upgrade(before: str, after: str, target: str):
-    """(exit code, the --json report, the text report) of one pair, run once per session."""
+    """(exit code, the --json report, the --verbose text report) of one pair, run once per
+    session."""
     key = (before, after, target)
     if key not in REPORTS:
         args = ["upgrade", "--from", before, "--to", after, "--target", target]
-        as_json, as_text = run_build(*args, "--json"), run_build(*args)
+        as_json, as_text = run_build(*args, "--json"), run_build(*args, "--verbose")
         assert as_json.returncode == as_text.returncode, (as_json.stderr, as_text.stderr)
         REPORTS[key] = (as_json.returncode, json.loads(as_json.stdout), as_text.stdout)
     return REPORTS[key]
+
+
+def brief(before: str, after: str, target: str) -> str:
+    """The default (brief) text report of one pair, run once per session."""
+    key = (before, after, target)
+    if key not in BRIEF:
+        result = run_build("upgrade", "--from", before, "--to", after, "--target", target)
+        assert result.returncode == upgrade(before, after, target)[0], result.stderr
+        BRIEF[key] = result.stdout
+    return BRIEF[key]
 
 
 # --- what the releases' own files say, read here --------------------------------------------
@@ -66,7 +81,9 @@ def sdist_build_files(version: str) -> dict[str, str]:
     as GNU tar extracts them (in C: half the CPU of tarfile's pass over 30,000 members)."""
     with tempfile.TemporaryDirectory() as folder:
         subprocess.run(["tar", "-xzf", str(releases.fetch_sdist(version)), "-C", folder, "--wildcards",
-                        f"vllm-{version}/CMakeLists.txt", f"vllm-{version}/requirements/*"], check=True)
+                        f"vllm-{version}/CMakeLists.txt", f"vllm-{version}/requirements/*",
+                        f"vllm-{version}/cmake/utils.cmake",
+                        f"vllm-{version}/.buildkite/release-pipeline.yaml"], check=True)
         root = Path(folder) / f"vllm-{version}"
         return {str(path.relative_to(root)): path.read_text() for path in root.rglob("*")
                 if path.is_file()}
@@ -100,15 +117,44 @@ def first_archs(version: str, variable: str) -> list[str] | None:
     return found.group(1).split(";") if found else None
 
 
-def native(archs: list[str] | None, capability: str) -> bool:
-    wanted = Version(capability)
+def pipeline_list(version: str, platform: str) -> list[str]:
+    """The arch list vLLM's release pipeline builds the platform's CUDA 13 wheel and image with."""
+    import yaml
+
+    name = {"linux/amd64": "CUDA_ARCH_X86", "linux/arm64": "CUDA_ARCH_AARCH64"}[platform]
+    env = yaml.safe_load(sdist_text(version, ".buildkite/release-pipeline.yaml"))["env"]
+    return env[name].replace("+PTX", "").split()
+
+
+def gencode_of_ptx_entry(version: str) -> set[str]:
+    """The `-gencode` codes cmake/utils.cmake's set_gencode_flags_for_srcs emits for an `X+PTX`
+    entry, read from its +PTX branch: {"sm", "compute"} when it builds the cubin and the PTX."""
+    text = sdist_text(version, "cmake/utils.cmake")
+    start = text.index('string(FIND "${_ARCH}" "+PTX" _HAS_PTX)')
+    branch = text[start:text.index("else()", start)]
+    return set(re.findall(r'CODE "(sm|compute)_\$\{_STRIPPED_ARCH\}"', branch))
+
+
+def expected_state(archs: list[str] | None, capability: str, built_for: list[str],
+                   ptx_codes: set[str]) -> str:
+    """native / ptx / absent for the capability, from the request, the pipeline's list and what
+    an X+PTX entry emits. An entry counts where the pipeline builds an arch of the same major at
+    or above it (or any arch at or above it, for its PTX); a cubin runs on its major from its
+    minor up (an `a` cubin on its arch alone)."""
+    wanted, state = Version(capability), "absent"
+    listed = [Version(a) for a in built_for]
     for arch in archs or []:
-        if "+PTX" in arch:
-            continue
-        base = Version(arch.rstrip("af"))
-        if base == wanted or (arch.endswith("f") and base.major == wanted.major and base <= wanted):
-            return True
-    return False
+        ptx = arch.endswith("+PTX")
+        core = arch.removesuffix("+PTX")
+        base = Version(core.rstrip("af"))
+        cubin = not ptx or "sm" in ptx_codes
+        same_major_built = any(t.major == base.major and t >= base for t in listed)
+        runs = base == wanted if core.endswith("a") else (base.major == wanted.major and base <= wanted)
+        if cubin and runs and same_major_built:
+            return "native"
+        if ptx and "compute" in ptx_codes and base <= wanted and any(t >= base for t in listed):
+            state = "ptx"
+    return state
 
 
 def target_recipes(target: str, version: str):
@@ -229,26 +275,69 @@ def test_pins_and_constraints_that_change_come_from_both_releases_requirements(b
 
 
 @pytest.mark.parametrize("before,after,target", PAIRS)
-def test_marlin_and_fp4_builds_are_read_from_cmakelists_and_name_the_recipes_on_them(before, after, target):
-    _, report, _ = upgrade(before, after, target)
-    capability = get_target(target).cuda_arch
+def test_marlin_and_fp4_builds_are_read_as_vllms_cmake_builds_them(before, after, target):
+    _, report, text = upgrade(before, after, target)
+    spec = get_target(target)
+    capability = spec.cuda_arch
     kernels = {k["variable"]: k for k in report["kernels"]}
+    states = {}
     for variable in MARLIN_VARIABLES:
         archs = (first_archs(before, variable), first_archs(after, variable))
         entry = kernels[variable]
         assert [side and side["archs"].split(";") for side in (entry["from"], entry["to"])] == list(archs)
-        assert (entry["native_from"], entry["native_to"]) == tuple(native(a, capability) for a in archs)
-    marlin_lost = native(first_archs(before, "MARLIN_ARCHS"), capability) and \
-        not native(first_archs(after, "MARLIN_ARCHS"), capability)
+        states[variable] = tuple(
+            expected_state(a, capability, pipeline_list(v, spec.platform), gencode_of_ptx_entry(v))
+            for a, v in zip(archs, (before, after)))
+        assert (entry["state_from"], entry["state_to"]) == states[variable], variable
+        assert (entry["native_from"], entry["native_to"]) == tuple(s == "native" for s in states[variable])
+    marlin_changed = states["MARLIN_ARCHS"][0] != states["MARLIN_ARCHS"][1]
     for recipe in target_recipes(target, after):
         lines = recipe_entry(report, recipe.name)["kernels"]
         on_marlin = [line for line in lines if line.startswith(f"{recipe.weights} weights: Marlin (")]
         # NVFP4 falls back to Marlin everywhere; FP8 goes through it only below sm_89.
         routed = recipe.weights == "nvfp4" or (recipe.weights == "fp8" and Version(capability) < Version("8.9"))
-        assert bool(on_marlin) == (marlin_lost and routed), (recipe.name, lines)
+        assert bool(on_marlin) == (marlin_changed and routed), (recipe.name, lines)
         for line in on_marlin:
-            assert "no longer built" in line
             assert f'MARLIN_ARCHS "{";".join(first_archs(before, "MARLIN_ARCHS") or [])}"' in line
+    assert "no native code" not in text or "FP8-activation" in text
+
+
+def test_a100_keeps_native_marlin_and_gb10_gets_its_ptx_only_on_0_34_0():
+    """The claim per target, from the sdist: `8.0+PTX` builds the sm_80 cubin and the compute_80
+    PTX (cmake/utils.cmake); the x86 pipeline builds 8.0, so the A100 runs Marlin natively;
+    nothing of major 12 is in 0.34.0's request, so GB10 runs only the PTX."""
+    assert gencode_of_ptx_entry("0.34.0") == {"sm", "compute"}
+    archs = first_archs("0.34.0", "MARLIN_ARCHS")
+    assert archs is not None and "8.0+PTX" in archs and not any(a.startswith("12.") for a in archs)
+    assert "8.0" in pipeline_list("0.34.0", "linux/amd64")
+    _, a100, a100_text = upgrade("0.27.1", "0.34.0", "a100")
+    _, gb10, gb10_text = upgrade("0.27.1", "0.34.0", "gb10")
+    marlin = {r["variable"]: r for r in a100["kernels"]}["MARLIN_ARCHS"]
+    assert (marlin["state_from"], marlin["state_to"]) == ("native", "native")
+    assert "native -> PTX-JIT only" not in a100_text and "no native code" not in a100_text
+    marlin = {r["variable"]: r for r in gb10["kernels"]}["MARLIN_ARCHS"]
+    assert (marlin["state_from"], marlin["state_to"]) == ("native", "ptx")
+    fp8 = {r["variable"]: r for r in gb10["kernels"]}["MARLIN_FP8_ARCHS"]
+    assert fp8["family"] == "Marlin FP8-activation" and fp8["to"] is None
+    # The FP8-activation kernels are no part of an NVFP4 recipe's W4A16 fallback.
+    for recipe in gb10["recipes"]:
+        assert not any("MARLIN_FP8_ARCHS" in line for line in recipe["kernels"]), recipe["recipe"]
+
+
+def test_the_loose_intersection_follows_the_examples_in_vllms_cmake_file():
+    """cmake/utils.cmake documents cuda_archs_loose_intersection with worked examples: those
+    without `a`/`f` entries are read from the file and run through forge's reading of the
+    function. (The file's 9.0a example still lists 9.0 in its result, which the function's own
+    code removes when it takes 9.0a by its base: the code is what forge follows.)"""
+    from forge.upgrade.kernels import loose_intersection
+
+    text = sdist_text("0.34.0", "cmake/utils.cmake")
+    examples = re.findall(r'#\s+SRC_CUDA_ARCHS="([^"]*)"\n#\s+TGT_CUDA_ARCHS="([^"]*)"\n'
+                          r'#\s+cuda_archs_loose_intersection\(.*\)\n#\s+OUT_CUDA_ARCHS="([^"]*)"', text)
+    plain = [e for e in examples if not re.search(r"[af](;|$)", e[0] + ";" + e[1])]
+    assert len(examples) >= 2 and plain
+    for source, target, out in plain:
+        assert sorted(loose_intersection(source.split(";"), target.split(";"))) == sorted(out.split(";"))
 
 
 def test_a_build_file_is_taken_from_the_sdist_once():

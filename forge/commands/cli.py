@@ -436,6 +436,8 @@ def _add_upgrade(commands) -> None:
     p.add_argument("--allow-downgrade", action="store_true", help="allow --to older than --from")
     p.add_argument("--json", action="store_true",
                    help="print the report as JSON (schema: forge/upgrade/schema.py)")
+    p.add_argument("--verbose", action="store_true",
+                   help="print every detail (default: a brief report of what changes)")
     p.add_argument("--run", action="store_true",
                    help="when ready: build the --to image, then smoke each recipe in it on this "
                         "host's GPU (stops at the first failure; pushes and publishes nothing)")

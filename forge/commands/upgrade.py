@@ -19,8 +19,9 @@ NEEDS_WORK = 1
 
 
 def cmd_upgrade(args) -> int:
+    from forge.upgrade.brief import render
     from forge.upgrade.compare import compare
-    from forge.upgrade.report import render, to_dict
+    from forge.upgrade.report import render_verbose, to_dict
     from forge.upgrade.schema import check_report
 
     upgrade = compare(args.from_release, args.to_release, args.target, args.recipe,
@@ -28,7 +29,7 @@ def cmd_upgrade(args) -> int:
     if args.json:
         print(dump_json(check_report(to_dict(upgrade)), indent=1))
     else:
-        print(render(upgrade))
+        print(render_verbose(upgrade) if getattr(args, "verbose", False) else render(upgrade))
     if upgrade.blocking:
         if args.run:
             print(f"--run: not started: the upgrade needs work ({upgrade.blocking[0]})",

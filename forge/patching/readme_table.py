@@ -17,7 +17,7 @@ from packaging.version import Version
 from forge import REPO_ROOT
 from forge.errors import FileError, ForgeError
 from forge.files import SOURCE, read_text
-from forge.patching.vocabulary import Kind
+from forge.patching.vocabulary import Kind, Status
 
 BEGIN = "<!-- patch-table:begin -->"
 END = "<!-- patch-table:end -->"
@@ -42,6 +42,11 @@ def render_table(series, results: dict) -> str:
         by_id = {s.id: s.status for s in statuses}
         lines.append(f"| {version} | " + " | ".join(by_id.get(i, "?") for i in ids) + " |")
     lines.append("")
+    if any(s.status == Status.NEEDED_NOT_CARRIED for statuses in results.values() for s in statuses):
+        lines.append(f"`{Status.NEEDED_NOT_CARRIED}`: the release still has the code the patch "
+                     "fixes and no upstream fix, but the patch's releases stop before it (it does "
+                     "not fit there): that release runs without the fix.")
+        lines.append("")
     for patch in series.patches:
         candidate = (" (candidate: not applied by `build.py apply` or the images unless asked, "
                      "`--with-candidate " + patch.id + "`)") if patch.candidate else ""

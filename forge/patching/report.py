@@ -9,7 +9,8 @@ from forge.versions import Release
 
 # Short cells keep the matrix readable at 80 columns.
 SHORT = {**{s: s.value for s in Status},
-         Status.ALREADY_UPSTREAM: "upstream", Status.NOT_NEEDED: "-", Status.CONFLICT: "CONFLICT"}
+         Status.ALREADY_UPSTREAM: "upstream", Status.NOT_NEEDED: "-", Status.CONFLICT: "CONFLICT",
+         Status.NEEDED_NOT_CARRIED: "NOT-CARRIED"}
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -70,6 +71,7 @@ def print_matrix(results: dict, series, as_json: bool = False) -> None:
     print(_table(rows))
     print("applies: patch needed and fits (dependency: vLLM's own requirement admits a version "
           "outside the constraint); upstream: already in vLLM; -: not needed; "
-          "CONFLICT: fits neither way")
+          "CONFLICT: fits neither way; NOT-CARRIED: needed (the code it fixes is there, no "
+          "upstream fix) but past the patch's releases")
     if any(p.candidate for p in series.patches):
         print(CANDIDATE_NOTE)

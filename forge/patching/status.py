@@ -8,6 +8,10 @@ Statuses (the same engine for a release's sdist tree and for an installed site-p
                     file of that name
   already-upstream  the reverse applies (upstream holds the change); moe-config: bundled
   conflict          in range, the code it fixes is there, and neither forward nor reverse fits
+  needed-not-carried  past the top of `releases` (a cap), not retired, and its `fixes_marker` still
+                    in the file: the bug is there and the series carries nothing for it (the diff
+                    does not fit, or fits but the range stops short); never `not-needed`, which
+                    means the release lacks the code or carries the fix
   satisfied         dependency on an install: the installed version already satisfies it
 
 Dependency constraints (kind `dependency`) are judged by forge.patching.dependencies: against a release
@@ -24,6 +28,7 @@ import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from forge.data_formats import load_json
@@ -73,6 +78,9 @@ def status_of(patch: Patch, root: Path, version: Version, install_path: list[str
             return status(*dependencies.install_status(patch, version, install_path))
         return status(*dependencies.release_status(patch, version, offline=offline))
     if not patch.in_range(version):
+        past = _needed_past_range(patch, root, version)
+        if past is not None:
+            return status(*past)
         return status(Status.NOT_NEEDED, f"{version} is outside releases {patch.releases}")
     if patch.kind == Kind.MOE_CONFIG:
         return _moe_status(patch, root, status)
@@ -98,6 +106,38 @@ def status_of(patch: Patch, root: Path, version: Version, install_path: list[str
             return status(Status.NOT_NEEDED, f"the code it fixes is absent "
                                         f"({patch.fixes_marker!r} not in {_files(patch)})")
         return status(Status.CONFLICT, f"neither forward nor reverse applies: {forward_error}")
+
+
+def _above_range(patch: Patch, version: Version) -> bool:
+    """`version` fails an upper bound of the patch's releases (< or <=) and meets every other
+    clause: the range was capped below it."""
+    spec, parsed = SpecifierSet(patch.releases), Version(version.public)
+    uppers = [c for c in spec if c.operator in ("<", "<=")]
+    return any(not c.contains(parsed, prereleases=True) for c in uppers) and \
+        all(c.contains(parsed, prereleases=True) for c in spec if c not in uppers)
+
+
+def _needed_past_range(patch: Patch, root: Path, version: Version) -> tuple[str, str] | None:
+    """needed-not-carried where a source patch's range was capped below `version` but the code it
+    fixes is still there (its fixes_marker; without one nothing says so: None) and upstream's fix
+    has not come (the reverse does not fit, the patch is not retired). None: not-needed holds."""
+    if patch.kind != Kind.SOURCE or not patch.fixes_marker or patch.retired_for(version) \
+            or not _above_range(patch, version):
+        return None
+    marker = (patch.fixes_marker or "").encode()
+    holding = [rel for rel in diffs.target_paths(patch.diffs)
+               if regular_or_absent(root / rel, SOURCE) and (root / rel).is_file()
+               and marker in read_bytes(root / rel, SOURCE)]
+    if not holding:
+        return None
+    if _fits(patch, root, reverse=True):
+        return Status.ALREADY_UPSTREAM, f"reverse applies to {_files(patch)}"
+    where = f"needed: {patch.fixes_marker!r} is still in {', '.join(holding)}"
+    if _fits(patch, root, reverse=False):
+        return Status.NEEDED_NOT_CARRIED, (f"{where}; the diff fits {version}, but releases "
+                                           f"{patch.releases} stop before it")
+    return Status.NEEDED_NOT_CARRIED, (f"{where}; releases {patch.releases} stop before {version}, "
+                                       "where the diff does not fit")
 
 
 def _breaks_python(root: Path, planned: dict[str, bytes | None]) -> str | None:
@@ -151,7 +191,29 @@ def tree_status(series: Series, root: Path, version: Version, moe_device: str | 
     """Every patch's status (of `kinds` only, if given); see status_of for `install_path`."""
     statuses = [status_of(patch, root, version, install_path, offline) for patch in series.patches
                 if kinds is None or patch.kind in kinds]
-    return for_moe_device(statuses, series, moe_device)
+    return for_moe_device(_carried_by_variants(statuses, series), series, moe_device)
+
+
+def _carried_by_variants(statuses: list[PatchStatus], series: Series) -> list[PatchStatus]:
+    """A needed-not-carried patch whose fix another entry of the series carries on this tree (a
+    variant refresh-patch wrote: the same upstream issue or PR and a file of its own, applying or
+    upstream's there) is not-needed: the release does not go without the fix."""
+    def fix_of(patch: Patch) -> set[tuple[str, int]]:
+        upstream = patch.upstream or {}
+        return {(key, upstream[key]) for key in ("issue", "pr") if upstream.get(key)}
+    carrying = {s.id for s in statuses if s.status in (Status.APPLIES, Status.ALREADY_UPSTREAM)}
+    result = []
+    for status in statuses:
+        if status.status == Status.NEEDED_NOT_CARRIED:
+            patch = series.get(status.id)
+            fix, files = fix_of(patch), set(patch.touches or ())
+            variant = next((p.id for p in series.patches if p.id != status.id and p.id in carrying
+                            and fix & fix_of(p) and files & set(p.touches or ())), None)
+            if variant:
+                status = PatchStatus(status.id, status.kind, str(Status.NOT_NEEDED),
+                                     f"{variant} carries its fix on this release")
+        result.append(status)
+    return result
 
 
 def moe_devices_of(patch: Patch) -> set[str]:

@@ -28,6 +28,9 @@ class Status(_Word):
     ALREADY_UPSTREAM = "already-upstream"
     NOT_NEEDED = "not-needed"
     CONFLICT = "conflict"
+    # Past the top of the patch's `releases`, the code it fixes still there (its fixes_marker)
+    # and upstream's fix not in: the bug is present and the series carries no patch that fits.
+    NEEDED_NOT_CARRIED = "needed-not-carried"
     SATISFIED = "satisfied"      # a dependency on an install: the installed version satisfies it
     APPLIED = "applied"          # a source patch on an install that vllm-forge's record lists as applied
     INTERRUPTED = "interrupted"  # on an install where a vllm-forge apply or revert was killed part way

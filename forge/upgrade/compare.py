@@ -10,17 +10,29 @@ from dataclasses import dataclass, field
 from packaging.version import Version
 
 from forge.errors import ForgeError
+from forge.models import Family
 from forge.patching.series import Series, load_series
 from forge.serving.recipes import Recipe, load_recipe
 from forge.serving.vllm_args import release_args
 from forge.targets import Target, get_target
-from forge.upgrade import evidence, image, kernels, patch_changes, release_defaults, requirements
+from forge.upgrade import (
+    effective_defaults,
+    evidence,
+    family_lines,
+    image,
+    kernels,
+    patch_changes,
+    release_defaults,
+    requirements,
+)
+from forge.upgrade.effective_defaults import DefaultChange
+from forge.upgrade.family_lines import LineCheck
 from forge.upgrade.image import ImageSide
 from forge.upgrade.kernels import KernelBuild
 from forge.upgrade.patch_changes import PatchChange
 from forge.upgrade.recipe_changes import RecipeChange, check_recipe
 from forge.upgrade.release_defaults import Choices, SourceFunction
-from forge.upgrade.requirements import DriftNote, RequirementChange
+from forge.upgrade.requirements import DriftNote, IndexChange, RequirementChange
 from forge.upstream import releases
 from forge.versions import Release
 from forge.watch.dependencies import load_watch
@@ -47,6 +59,14 @@ class Upgrade:
     images: tuple[ImageSide, ImageSide]
     series_path: str = ""
     next: list[str] = field(default_factory=list)
+    effective: list[DefaultChange] = field(default_factory=list)   # values the recipes leave to vLLM
+    family_lines: list[LineCheck] = field(default_factory=list)    # cited log lines per release
+    attention_pinned: bool = False      # every recipe sets serve.attention_backend
+    indexes: list[IndexChange] = field(default_factory=list)   # package-index options that move
+
+    def unseen_lines(self) -> dict[tuple[str, str], list[LineCheck]]:
+        """The family files' verify checks none of whose log lines is in the new release."""
+        return family_lines.unseen(self.family_lines, self.after)
 
     @property
     def removed_runners(self) -> list[str]:
@@ -59,9 +79,11 @@ class Upgrade:
 
     @property
     def blocking(self) -> list[str]:
-        lines = [f"patch {c.id} conflicts on {self.after} ({c.detail}): refresh it with "
+        verbs = {patch_changes.CONFLICT: "conflicts on",
+                 patch_changes.NOT_CARRIED: "is needed but not carried on"}
+        lines = [f"patch {c.id} {verbs[c.change]} {self.after} ({c.detail}): refresh it with "
                  f"`{patch_changes.REFRESH_COMMAND.format(id=c.id, version=self.after)}`"
-                 for c in self.patches if c.change == patch_changes.CONFLICT]
+                 for c in self.patches if c.change in patch_changes.BLOCKING]
         if self.unchecked:
             lines.append(f"{self.series_path}: vLLM {self.after} is newer than checked_through: "
                          "run `python3 build.py upstream-watch --write` first")
@@ -121,7 +143,7 @@ def compare(before: str, after: str, target_name: str, recipe_names: list[str] |
     target = get_target(target_name)
     recipes = chosen_recipes(target, recipe_names, new)
     old_args, new_args = release_args(old), release_args(new)
-    builds = kernels.compare_builds(old, new, target.cuda, target.cuda_arch)
+    builds = kernels.compare_builds(old, new, target.cuda, target.cuda_arch, target.platform)
     weights = sorted({r.weights for r in recipes if r.moe_shape is not None})
     measured_on = evidence.record_releases()
     upgrade = Upgrade(
@@ -141,12 +163,29 @@ def compare(before: str, after: str, target_name: str, recipe_names: list[str] |
                  for r in recipes],
         images=(image.image_side(target.name, old, repository),
                 image.image_side(target.name, new, repository)),
-        series_path=str(series.path))
+        series_path=str(series.path),
+        family_lines=[line for family in _families(recipes)
+                      for line in family_lines.check_family(family, [old, new])])
+    upgrade.attention_pinned = all(r.serve.attention_backend for r in recipes)
+    upgrade.indexes = requirements.index_changes(old, new)
+    # A recipe the new release refuses has no effective values there: only the others are compared.
+    starting = {c.recipe for c in upgrade.recipes if c.served_to and not c.refused}
+    upgrade.effective = effective_defaults.recipe_default_changes(
+        [r for r in recipes if r.name in starting], old, new, target.cuda_arch)[0]
     smoked = [c.recipe for c in upgrade.recipes if c.served_to and not c.refused]
     upgrade.next = image.next_commands(target.name, upgrade.images[1], smoked,
                                        patch_changes.refresh_commands(upgrade.patches, new),
                                        upgrade.unchecked, repository)
     return upgrade
+
+
+def _families(recipes: list[Recipe]) -> list[Family]:
+    """The model families (models/<family>.yaml) of the recipes, once each, in name order."""
+    found: dict[str, Family] = {}
+    for recipe in recipes:
+        family = recipe.family_model[0]
+        found.setdefault(family.name, family)
+    return [found[name] for name in sorted(found)]
 
 
 def _backend_change(before: str, after: str, weights: str) -> dict:

@@ -1,7 +1,9 @@
 """The patch series across an upgrade: each patch's status on both releases (real sdists, as an
 image for the target sees them: forge.patching.status.release_status with its MoE device) and
 what that means for the image: a patch retires (upstream carries it), drops (no longer needed),
-is new, is still carried, or conflicts (refused until a refreshed patch exists)."""
+is new, is still carried, conflicts (refused until a refreshed patch exists) or is needed but not
+carried (the new release has the bug and the series no patch that fits it: the upgrade loses the
+fix until a refreshed patch exists)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,6 +16,8 @@ REFRESH_COMMAND = "python3 build.py refresh-patch {id} --vllm {version}"
 # What happened, from the statuses on the two releases.
 RETIRES, DROPS, NEW, CARRIED, UNCHANGED = "retires", "drops", "new", "carried", "unchanged"
 CONFLICT = Status.CONFLICT.value  # the new release's status names the change
+NOT_CARRIED = Status.NEEDED_NOT_CARRIED.value
+BLOCKING = (CONFLICT, NOT_CARRIED)
 
 
 @dataclass(frozen=True)
@@ -45,8 +49,8 @@ class PatchChange:
 
 
 def classify(before: str, after: str) -> str:
-    if after == Status.CONFLICT:
-        return CONFLICT
+    if after in BLOCKING:
+        return str(after)
     if before == Status.APPLIES:
         return {Status.APPLIES: CARRIED, Status.ALREADY_UPSTREAM: RETIRES}.get(Status(after), DROPS)
     return NEW if after == Status.APPLIES else UNCHANGED
@@ -66,4 +70,4 @@ def patch_changes(before: str, after: str, series: Series, moe_device: str) -> l
 
 
 def refresh_commands(changes: list[PatchChange], version: str) -> list[str]:
-    return [REFRESH_COMMAND.format(id=c.id, version=version) for c in changes if c.change == CONFLICT]
+    return [REFRESH_COMMAND.format(id=c.id, version=version) for c in changes if c.change in BLOCKING]

@@ -14,7 +14,7 @@ from forge.serving.recipes import RUNNER_ENV, Recipe, load_known_failures
 from forge.serving.serve import check_for_release, release_env
 from forge.serving.vllm_args import ReleaseArgs
 from forge.upgrade import evidence
-from forge.upgrade.kernels import KernelBuild, family_native
+from forge.upgrade.kernels import STATE_WORDS, KernelBuild, family_states
 from forge.upgrade.release_defaults import moe_oracle_backends
 from forge.upstream import releases
 
@@ -57,6 +57,7 @@ class RecipeChange:
     renamed: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
+    kernel_states: list[dict] = field(default_factory=list)   # family, role, from, to
     known_failures: list[str] = field(default_factory=list)
     evidence: list[evidence.Coverage] = field(default_factory=list)
     missing_evidence: list[str] = field(default_factory=list)
@@ -64,7 +65,7 @@ class RecipeChange:
     def to_dict(self) -> dict:
         return {"recipe": self.recipe, "target": self.target, "served_from": self.served_from,
                 "served_to": self.served_to, "runner": self.runner, "refused": self.refused, "renamed": self.renamed,
-                "notes": self.notes, "kernels": self.kernels,
+                "notes": self.notes, "kernels": self.kernels, "kernel_states": self.kernel_states,
                 "known_failures": self.known_failures,
                 "evidence": [c.to_dict() for c in self.evidence],
                 "missing_evidence": self.missing_evidence}
@@ -90,6 +91,7 @@ def check_recipe(recipe: Recipe, before: ReleaseArgs, after: ReleaseArgs,
     change.refused = refusals(recipe, before, after)
     change.renamed = renames(recipe, before, after)
     change.kernels = kernel_changes(recipe, builds, capability, before.version, after.version)
+    change.kernel_states = kernel_states(recipe, builds, capability, after.version)
     if not change.refused:
         change.notes += release_env(recipe, after)[1]
     return change
@@ -132,19 +134,27 @@ def renames(recipe: Recipe, before: ReleaseArgs, after: ReleaseArgs) -> list[str
 
 def kernel_changes(recipe: Recipe, builds: list[KernelBuild], capability: str, before: str,
                    after: str) -> list[str]:
-    """One line per kernel family on the recipe's quantization path whose native build for the
-    target's capability the upgrade removes or adds."""
+    """One line per kernel family on the recipe's quantization path whose code for the target's
+    capability the upgrade changes (native, PTX-JIT only or absent, as vLLM's CMake builds it)."""
     lines = []
     for role in roles_for(recipe, capability, after):
-        native_before, native_after = family_native(builds, role.family)
-        if native_before == native_after:
+        state_before, state_after = family_states(builds, role.family)
+        if state_before == state_after:
             continue
-        verb = "no longer built" if native_before else "now built"
         variables = "; ".join(_variable_change(b) for b in builds
                               if b.family == role.family and (b.lost or b.gained))
-        lines.append(f"{recipe.weights} weights: {role.family} ({role.role}) {verb} for sm_"
-                     f"{capability.replace('.', '')} by {after}'s CMakeLists.txt: {variables}")
+        lines.append(f"{recipe.weights} weights: {role.family} ({role.role}) on sm_"
+                     f"{capability.replace('.', '')}: {STATE_WORDS[state_before]} -> "
+                     f"{STATE_WORDS[state_after]} ({after}'s CMakeLists.txt: {variables})")
     return lines
+
+
+def kernel_states(recipe: Recipe, builds: list[KernelBuild], capability: str, after: str
+                  ) -> list[dict]:
+    """Every kernel family the recipe's weights rely on on this GPU, and its state on each side."""
+    return [{"family": role.family, "role": role.role,
+             **dict(zip(("from", "to"), family_states(builds, role.family)))}
+            for role in roles_for(recipe, capability, after)]
 
 
 def roles_for(recipe: Recipe, capability: str, after: str) -> list[KernelRole]:
@@ -171,7 +181,8 @@ def _marlin_utils_present(version: str, weights: str) -> bool:
 def _variable_change(build: KernelBuild) -> str:
     def side(request):
         return "not built" if request is None else f'"{request.text}" (line {request.line})'
-    return f"{build.variable} {side(build.before)} -> {side(build.after)}"
+    return (f"{build.variable} {side(build.before)} -> {side(build.after)}, "
+            f"{STATE_WORDS[build.state_after]}")
 
 
 def known_failures_of(recipe: Recipe) -> list[str]:

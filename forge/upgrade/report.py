@@ -1,14 +1,14 @@
-"""An upgrade as data (`--json`, validated against forge/upgrade/schema.py) and as text."""
+"""An upgrade as data (`--json`, validated against forge/upgrade/schema.py) and as text with every
+detail (`--verbose`); the default text is forge.upgrade.brief's."""
 from __future__ import annotations
 
 from forge.patching.vocabulary import Kind
 from forge.serving.vllm_args import RUNNER_MODULES
-from forge.upgrade import patch_changes as pc
+from forge.upgrade.brief import SHOWN, head_line, index_line, relative
 from forge.upgrade.compare import Upgrade
+from forge.upgrade.kernels import STATE_WORDS
 
 SCHEMA_VERSION = 1
-# The patch changes the text shows, in this order (the JSON holds every patch).
-SHOWN = (pc.CONFLICT, pc.RETIRES, pc.DROPS, pc.NEW, pc.CARRIED)
 
 
 def to_dict(u: Upgrade) -> dict:
@@ -20,7 +20,8 @@ def to_dict(u: Upgrade) -> dict:
         "patches": [c.to_dict() for c in u.patches],
         "dependencies": {"requirements": [c.to_dict() for c in u.requirements],
                          "constraints": [c.to_dict() for c in u.patches if c.kind == Kind.DEPENDENCY],
-                         "drift": [d.to_dict() for d in u.drift]},
+                         "drift": [d.to_dict() for d in u.drift],
+                         "indexes": [c.to_dict() for c in u.indexes]},
         "defaults": {
             "runners": {"from": u.runners[0], "to": u.runners[1], "removed": u.removed_runners,
                         "recipes": u.runner_recipes()},
@@ -28,24 +29,26 @@ def to_dict(u: Upgrade) -> dict:
             "gemma4_attention": {"from": old_fn.to_dict(), "to": new_fn.to_dict(),
                                  "changed": old_fn.digest != new_fn.digest},
             "moe_backends": u.moe_backends,
+            "effective": [c.to_dict() for c in u.effective],
         },
         "kernels": [b.to_dict() for b in u.kernels],
+        "family_lines": [{**c.to_dict(), "family_file": relative(c.family_file)}
+                         for c in u.family_lines],
         "recipes": [c.to_dict() for c in u.recipes],
         "image": {"from": u.images[0].to_dict(), "to": u.images[1].to_dict()},
         "next": u.next,
     }
 
 
-def render(u: Upgrade) -> str:
-    way = "downgrade" if u.downgrade else "upgrade"
-    lines = [f"{way} vLLM {u.before} -> {u.after} for {u.target.name} "
-             f"(sm_{u.target.cuda_arch.replace('.', '')}, CUDA {u.target.cuda}): {u.verdict}"]
+def render_verbose(u: Upgrade) -> str:
+    lines = [head_line(u)]
     lines += _section("blocking", u.blocking)
     lines += _section("patches", _patch_lines(u))
     lines += _section("dependencies", _dependency_lines(u))
     lines += _section("defaults", _default_lines(u))
     lines += _section(f"kernel builds for sm_{u.target.cuda_arch.replace('.', '')} "
                       "(CMakeLists.txt, CUDA " + u.target.cuda + ")", _kernel_lines(u))
+    lines += _section("cited log lines (models/*.yaml) per release", _family_line_lines(u))
     for change in u.recipes:
         lines += _section(f"recipe {change.recipe}", _recipe_lines(change))
     lines += _section("image", [side.line() for side in u.images])
@@ -77,17 +80,8 @@ def _dependency_lines(u: Upgrade) -> list[str]:
         if c.kind == Kind.DEPENDENCY and c.before != c.after:
             lines.append(f"constraint {c.id}: {c.before} -> {c.after} [{c.upstream_text}]: "
                          f"{c.detail}")
-    for d in u.drift:
-        covered = (f"known break kept out by {', '.join(d.covering)}" if d.covering
-                   else "no constraint on it applies")
-        fixed = f"; {', '.join(d.fixed)} no longer applies" if d.fixed else ""
-        unchecked = (f"; {len(d.unchecked)} admitted version(s) newer than the drift check's "
-                     f"{d.checked_through}, not checked: {', '.join(d.unchecked)}" if d.unchecked
-                     else f"; every admitted version up to {d.checked_through} drift-checked")
-        records = f"; drift records: {', '.join(d.records)}" if d.records else \
-            f"; no drift record on {u.after}"
-        lines.append(f"drift {d.package} on {u.after} ({d.declared or 'not required'}): "
-                     f"{covered}{fixed}{unchecked}{records}")
+    lines += [index_line(c) for c in u.indexes]
+    lines += [d.line(u.after) for d in u.drift]
     return lines
 
 
@@ -97,6 +91,11 @@ def _default_lines(u: Upgrade) -> list[str]:
         module = RUNNER_MODULES.get(runner, "?")
         lines.append(f"the {runner.upper()} runner is removed in {u.after} ({module} is gone); "
                      f"recipes on it: {', '.join(u.runner_recipes()) or 'none'}")
+    for c in u.effective:
+        recipes = f"; recipes: {', '.join(c.recipes)}" if c.recipes else ""
+        pin = f"; to keep the old value: {c.pin}" if c.pin else ""
+        detail = f" ({c.detail})" if c.detail else ""
+        lines.append(f"{c.setting}: {c.before} -> {c.after} ({c.where}){detail}{recipes}{pin}")
     for choice in u.choices:
         if choice.removed or choice.added:
             lines.append(f"{choice.flag}: removed {', '.join(choice.removed) or 'none'}; added "
@@ -119,16 +118,25 @@ def _default_lines(u: Upgrade) -> list[str]:
 def _kernel_lines(u: Upgrade) -> list[str]:
     lines = []
     for b in u.kernels:
-        if not b.changed:
+        if not b.changed and b.state_before == b.state_after:
             continue
-        def side(request):
-            return "not built" if request is None else f'"{request.text}" (line {request.line})'
-        native = {(True, False): "native code lost", (False, True): "native code gained"}.get(
-            (b.native_before, b.native_after), "native" if b.native_after else "no native code")
-        if not b.native_after and b.ptx_after:
-            native += (f" (no cubin; only the PTX of {', '.join(b.ptx_after)}, for the driver to "
-                       "compile at load: not measured)")
-        lines.append(f"{b.family}: {b.variable} {side(b.before)} -> {side(b.after)}: {native}")
+
+        def side(request, built):
+            return "not built" if request is None else \
+                f'"{request.text}" (line {request.line}; built {";".join(built) or "for none"})'
+        state = f"{STATE_WORDS[b.state_before]} -> {STATE_WORDS[b.state_after]}"
+        lines.append(f"{b.family}: {b.variable} {side(b.before, b.built_before)} -> "
+                     f"{side(b.after, b.built_after)}: {state}")
+    return lines
+
+
+def _family_line_lines(u: Upgrade) -> list[str]:
+    lines = []
+    for c in u.family_lines:
+        found = "; ".join(f"{v}: {', '.join(where) or 'not in the source'}"
+                          for v, where in c.found.items())
+        lines.append(f"{relative(c.family_file)} drafter.shares.{c.what} ({c.check}) "
+                     f"{c.line!r}: {found}")
     return lines
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from forge.patching import dependencies
 from forge.patching.dependencies import REQUIREMENTS_ENTRY
@@ -62,6 +63,51 @@ def changed_requirements(before: str, after: str) -> list[RequirementChange]:
             for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
 
 
+INDEX_OPTIONS = ("--extra-index-url", "--index-url", "--find-links", "-f", "-i")
+
+
+def index_options(version: str) -> dict[str, str]:
+    """The package-index options of the release's CUDA requirements (requirements/cuda.txt and
+    its -r includes, read as pip reads them: `--extra-index-url URL` or `=URL`) -> where
+    (`requirements/cuda.txt:16`). forge.patching.dependencies drops these lines: they are no
+    requirement, but say where pip looks for the pinned wheels."""
+    from forge import files
+    from forge.upstream import releases
+
+    root, found, seen = releases.release_tree(version), {}, set()
+
+    def read(name: str) -> None:
+        path = root / name
+        if name in seen or not path.is_file():
+            return
+        seen.add(name)
+        for number, raw in enumerate(files.read_text(path, files.SOURCE).splitlines(), 1):
+            line = raw.split("#", 1)[0].strip()
+            if line.startswith("-r "):
+                read(str(Path(name).parent / line.split(None, 1)[1]))
+            elif line.startswith(INDEX_OPTIONS):
+                option, _, value = line.replace("=", " ", 1).partition(" ")
+                found[f"{option} {value.strip()}"] = f"{name}:{number}"
+    read(REQUIREMENTS_ENTRY)
+    return found
+
+
+@dataclass(frozen=True)
+class IndexChange:
+    option: str                 # `--extra-index-url https://flashinfer.ai/whl/`
+    before: str | None          # where the old release states it (None: it does not)
+    after: str | None
+
+    def to_dict(self) -> dict:
+        return {"option": self.option, "from": self.before, "to": self.after}
+
+
+def index_changes(before: str, after: str) -> list[IndexChange]:
+    old, new = index_options(before), index_options(after)
+    return [IndexChange(option, old.get(option), new.get(option))
+            for option in sorted(set(old) ^ set(new))]
+
+
 @dataclass(frozen=True)
 class DriftNote:
     """A watched dependency (patches/dependency-watch.yaml) on the new release: how far the drift
@@ -73,17 +119,52 @@ class DriftNote:
     covering: list[str]                # constraint ids in range on the new release
     fixed: list[str]                   # constraint ids in range on the old release only
     records: list[str]                 # "id: verdict" of the drift records on the new release
+    newest_checked: str | None = None  # the newest admitted published version <= checked_through
+    newest_published: str | None = None   # the newest final release on the index
 
     def to_dict(self) -> dict:
         return {"package": self.package, "checked_through": self.checked_through,
                 "declared": self.declared, "unchecked": self.unchecked,
                 "covering_constraints": self.covering, "no_longer_needed": self.fixed,
-                "records": self.records}
+                "records": self.records, "newest_checked": self.newest_checked,
+                "newest_published": self.newest_published}
+
+    def brief(self, release: str) -> str:
+        """The newest admitted version the check reached, and what is newer."""
+        checked = f"checked through {self.newest_checked}" if self.newest_checked else \
+            "no admitted version checked"
+        if self.unchecked:
+            newer = f"; newer, admitted, unchecked: {', '.join(self.unchecked)}"
+        elif self.newest_published and self.newest_checked and \
+                Version(self.newest_published) > Version(self.newest_checked):
+            newer = f", the newest {release} admits; {self.newest_published} is out, not admitted"
+        else:
+            newer = ", the newest out"
+        return f"drift {self.package}: {checked}{newer}"
+
+    def line(self, release: str) -> str:
+        """What the drift check covers on `release`: the newest admitted version it checked, and
+        what is newer (admitted and unchecked, or published but outside the release's range)."""
+        covered = (f"known break kept out by {', '.join(self.covering)}" if self.covering
+                   else "no constraint on it applies")
+        fixed = f"; {', '.join(self.fixed)} no longer applies" if self.fixed else ""
+        checked = (f"checked through {self.newest_checked}, the newest {release} admits that the "
+                   f"check reached" if self.newest_checked else "no admitted version checked")
+        if self.unchecked:
+            newer = f"; newer, admitted, not checked: {', '.join(self.unchecked)}"
+        elif self.newest_published and self.newest_checked and \
+                Version(self.newest_published) > Version(self.newest_checked):
+            newer = f"; {self.newest_published} is out, outside what {release} admits"
+        else:
+            newer = "; nothing newer is out"
+        records = f"; records: {', '.join(self.records)}" if self.records else \
+            f"; no drift record on {release}"
+        return (f"drift {self.package} ({self.declared or 'not required'}): {checked}{newer}; "
+                f"{covered}{fixed}{records}")
 
 
 def drift_notes(before: str, after: str, series, watch, offline: bool = False) -> list[DriftNote]:
     from packaging.specifiers import SpecifierSet
-    from packaging.version import Version
 
     from forge.upstream import pypi
 
@@ -99,12 +180,17 @@ def drift_notes(before: str, after: str, series, watch, offline: bool = False) -
         fixed = [p.id for p in constraints if p.in_range(Version(before)) and p not in covering]
         # What an image of `after` may carry past the drift check: admitted, newer, and let
         # through by every constraint in range there.
-        unchecked = [str(v) for v in admitted.filter(published) if v > through
-                     and all(p.specifier.contains(v, prereleases=True) for p in covering)]
+        allowed = [v for v in admitted.filter(published)
+                   if all(p.specifier.contains(v, prereleases=True) for p in covering)]
+        unchecked = [str(v) for v in allowed if v > through]
+        checked = [v for v in allowed if v <= through]
+        finals = [v for v in published if not v.is_prerelease]
         notes.append(DriftNote(entry.package, entry.checked_through,
                                None if spec is None else str(spec), unchecked,
                                [p.id for p in covering], fixed,
-                               drift_records(name, after)))
+                               drift_records(name, after),
+                               str(max(checked)) if checked else None,
+                               str(max(finals)) if finals else None))
     return notes
 
 
