@@ -48,17 +48,17 @@ from forge.errors import ForgeError, exit_on_interrupt
 from forge.files import REPORT, append_text, check_output_dir, read_tail, read_text, write_text_atomically
 from forge.json_text import dump_json
 from forge.serving.acceptance import parse_profile
-from forge.serving.recipes import KV_CACHE_DTYPES, fp8_kv_refusal, pin_attention_backend
+from forge.serving.recipes import KV_CACHE_DTYPES, fp8_kv_refusal
 from forge.serving.serve import installed_runner_env
 from forge.untrusted import visible, visible_lines
 from verify import bench_report, controls
+from verify import engine_spec as build
 from verify.bench_report import FP8_DTYPES, ONLINE_FP8, PREQUANTIZED_FP8, long_window
 from verify.dummy_models import (
     check_shape_flag,
     encode_without_tokenizer,
     full_layers,
     recipe_shape,
-    write_dummy_models,
 )
 from verify.endpoint import Endpoint, EndpointError, served_model, server_release
 from verify.engine_worker import measure_lock, read_result
@@ -395,13 +395,12 @@ def _continuation(args, prompts: dict):
 def engine_spec(recipe, args, engine: dict, out: Path, max_num_seqs: int | None = None) -> dict:
     """max_num_seqs: the windows' rule (engine_max_num_seqs) unless the caller runs none (profile.py)."""
     dtype, k, runner = engine["dtype"], engine["k"], engine["runner"]
-    kwargs = recipe.engine_kwargs(speculative=bool(k))
+    kwargs, env = build.recipe_engine(recipe, speculative=bool(k))
     kwargs.pop("quantization", None)
     if dtype in ONLINE_FP8:
         kwargs["quantization"] = dtype
     if k:
         kwargs["speculative_config"] = {**kwargs["speculative_config"], "num_speculative_tokens": k}
-    env = dict(recipe.env())
     if dtype in PREQUANTIZED_FP8 and not (args.dummy or args.model):
         raise ForgeError(f"--engine {engine['name']}: dtype={dtype} needs --dummy or --model "
                          f"(a compressed-tensors FP8 checkpoint): the recipe's model is not one")
@@ -409,39 +408,24 @@ def engine_spec(recipe, args, engine: dict, out: Path, max_num_seqs: int | None 
         # A root of its own: the quantized target's config.json must not replace the plain one
         # that fp8 and bf16 engines of the same run load (the directory names are the same).
         checkpoint = dtype if dtype in PREQUANTIZED_FP8 else None
-        target_dir, draft_dir = write_dummy_models(out / (f"models-{checkpoint}" if checkpoint else "models"),
-                                                   args.layers, args.shape, fp8_checkpoint=checkpoint,
-                                                   drafter=bool(k))
-        kwargs.update(model=str(target_dir), load_format="dummy", skip_tokenizer_init=True)
-        if k and draft_dir is not None:  # None: the drafter is inside the target's checkpoint
-            kwargs["speculative_config"]["model"] = str(draft_dir)
-        controls.install_plugin(out / "plugin")
-        env.update(controls.engine_env((out / "plugin").resolve(), ROOT,
-                                       family=recipe.family_model[0].name))
+        build.use_dummy_models(kwargs, env, recipe, out / (f"models-{checkpoint}" if checkpoint else "models"),
+                               out / "plugin", args.layers, args.shape, drafter=bool(k), checkpoint=checkpoint)
     if engine.get("site"):
         # First on the path: this engine's worker imports vLLM from there; the plugin (--dummy)
         # and the rest of the path stay behind it.
         rest = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
         env["PYTHONPATH"] = ":".join([engine["site"], *(p for p in rest.split(":") if p)])
     _set_kv_cache_dtype(kwargs, engine, recipe.target)
-    if args.model:
-        kwargs["model"] = args.model
-    if args.drafter and k:
-        kwargs["speculative_config"]["model"] = args.drafter
+    build.use_given_models(kwargs, args.model, args.drafter, bool(k))
     attention = engine.get("attention") or args.attention_backend
-    if attention:
-        kwargs = pin_attention_backend(kwargs, None if attention == "default" else attention)
-    overrides = {"gpu_memory_utilization": args.gpu_memory_utilization,
-                 "max_model_len": args.max_model_len,
-                 "max_num_seqs": max_num_seqs or engine_max_num_seqs(args.windows),
-                 "kv_cache_memory_bytes": int(args.kv_cache_gib * 2**30) if args.kv_cache_gib else None}
-    kwargs.update({key: v for key, v in overrides.items() if v is not None})
+    kwargs = build.with_attention(kwargs, attention)
+    build.with_sizes(kwargs, args.gpu_memory_utilization, args.max_model_len, args.kv_cache_gib,
+                     max_num_seqs or engine_max_num_seqs(args.windows))
     if engine.get("moe_backend"):
         kwargs["moe_backend"] = engine["moe_backend"]
     backend = engine.get("compile") or args.compile_backend
-    if backend == "eager":
-        kwargs["compilation_config"] = {"backend": "eager"}
-    kwargs["disable_log_stats"] = False
+    build.with_compile_backend(kwargs, backend)
+    kwargs, env, _ = build.finished(kwargs, env)
     name = engine["name"]
     # Stock runs vLLM's own default runner: the variable is left unset.
     env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
@@ -458,8 +442,8 @@ def engine_spec(recipe, args, engine: dict, out: Path, max_num_seqs: int | None 
         # An empty folder: vLLM finds no file there nor (H200) among its bundled configs.
         (out / "moe-none").mkdir(parents=True, exist_ok=True)
         env["VLLM_TUNED_CONFIG_FOLDER"] = str((out / "moe-none").resolve())
-    elif moe:
-        env["VLLM_TUNED_CONFIG_FOLDER"] = str(Path(moe).resolve())
+    else:
+        build.with_moe_configs(env, moe)
     meta = {key: engine.get(key) for key in ENGINE_KEYS if key not in OPTIONAL_KEYS or engine.get(key)}
     meta.update(attention=attention or "default", compile=backend, moe=moe or "none",
                 stock=bool(engine.get("stock")))

@@ -45,14 +45,14 @@ from forge.commands.cli import OneLineParser
 from forge.errors import ForgeError, exit_on_interrupt
 from forge.files import SERVER_LOG, check_output_dir, read_tail, write_text_atomically
 from forge.json_text import dump_json
-from forge.serving.recipes import pin_attention_backend
 from forge.serving.serve import installed_runner_env, installed_runs_v2_only
 from forge.untrusted import visible
 from verify import checks as gate
 from verify import controls
 from verify import device as devices
+from verify import engine_spec as build
 from verify.device import DEVICES
-from verify.dummy_models import check_shape_flag, encode_without_tokenizer, recipe_shape, write_dummy_models
+from verify.dummy_models import check_shape_flag, encode_without_tokenizer, recipe_shape
 from verify.endpoint import Endpoint, EndpointError, excerpt, served_model, server_release
 from verify.engine_worker import read_result
 from verify.flags import endpoint_url, positive_count, positive_seconds
@@ -176,39 +176,21 @@ def load_recipe(args):
 
 def engine_setup(recipe, args, out: Path, speculative: bool = True) -> tuple[dict, dict, list]:
     """(engine kwargs, environment, the recipe settings the device does not honour) for vllm.LLM
-    from the recipe plus this run's overrides, adapted to --device (verify/device.py)."""
-    kwargs = recipe.engine_kwargs(speculative=speculative)
-    env = dict(recipe.env())
+    from the recipe plus this run's overrides (verify/engine_build.py), adapted to --device."""
+    kwargs, env = build.recipe_engine(recipe, speculative)
     if args.runner:
         env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if args.runner == "v2" else "0"
     # 0.34.0 on: no V1 runner and no switch (vLLM refuses VLLM_USE_V2_MODEL_RUNNER=0 at start)
     env = installed_runner_env(env, args.runner or recipe.serve.model_runner, recipe)
     if args.dummy:
-        target_dir, draft_dir = write_dummy_models(out / "models", args.layers, args.shape,
-                                                   args.centroids)
-        kwargs.update(model=str(target_dir), load_format="dummy", skip_tokenizer_init=True)
-        if speculative and draft_dir is not None:  # None: the drafter is inside the target's checkpoint
-            kwargs["speculative_config"] = {**kwargs["speculative_config"], "model": str(draft_dir)}
-        controls.install_plugin(out / "plugin")
-        env.update(controls.engine_env((out / "plugin").resolve(), ROOT,
-                                       family=recipe.family_model[0].name))
-    if args.model:
-        kwargs["model"] = args.model
-    if args.drafter and speculative:
-        kwargs["speculative_config"] = {**kwargs["speculative_config"], "model": args.drafter}
-    if args.attention_backend:
-        kwargs = pin_attention_backend(kwargs, args.attention_backend)
-    overrides = {"gpu_memory_utilization": args.gpu_memory_utilization,
-                 "max_model_len": args.max_model_len,
-                 "kv_cache_memory_bytes": int(args.kv_cache_gib * 2**30) if args.kv_cache_gib else None}
-    kwargs.update({k: v for k, v in overrides.items() if v is not None})
-    if args.compile_backend == "eager":
-        kwargs["compilation_config"] = {**kwargs.get("compilation_config", {}), "backend": "eager"}
-    # Figures come from the engine's own counters: stats must be on.
-    kwargs["disable_log_stats"] = False
-    if args.moe_config_dir:
-        env["VLLM_TUNED_CONFIG_FOLDER"] = str(Path(args.moe_config_dir).resolve())
-    return devices.adapt(args.device, kwargs, env)
+        build.use_dummy_models(kwargs, env, recipe, out / "models", out / "plugin", args.layers, args.shape,
+                              drafter=speculative, centroids=args.centroids)
+    build.use_given_models(kwargs, args.model, args.drafter, speculative)
+    kwargs = build.with_attention(kwargs, args.attention_backend)
+    build.with_sizes(kwargs, args.gpu_memory_utilization, args.max_model_len, args.kv_cache_gib)
+    build.with_compile_backend(kwargs, args.compile_backend)
+    build.with_moe_configs(env, args.moe_config_dir)
+    return build.finished(kwargs, env, args.device)
 
 
 def prompt_inputs(args, texts: list[str]) -> list:

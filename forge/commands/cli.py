@@ -466,6 +466,9 @@ def _add_smoke(commands) -> None:
                    help="seconds the engines may run (default 900)")
     p.add_argument("--max-tokens", type=int, default=32, metavar="N",
                    help="tokens per prompt in each window (default 32)")
+    p.add_argument("--no-lossless", action="store_true",
+                   help="skip the second engine, the one without the drafter whose greedy output must "
+                        "equal the drafter's (half the run's time)")
     _add_offline_flag(p)
     p.set_defaults(handler=Handler("engines", "cmd_smoke"))
 

@@ -20,6 +20,7 @@ def cmd_smoke(args) -> int:
     load_recipe(args.recipe, target)          # a bad --recipe or --target: refused before any install
     run = SmokeRun(version=str(args.vllm), recipe=args.recipe, target=target, out=out,
                    patches=not args.no_patches, drift=tuple(args.drift), timeout_s=args.timeout,
-                   offline=args.offline, max_tokens=args.max_tokens)
+                   offline=args.offline, max_tokens=args.max_tokens,
+                   lossless=not args.no_lossless)
     status = run_smoke(run)
     return status

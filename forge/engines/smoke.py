@@ -52,6 +52,7 @@ class SmokeRun:
     timeout_s: int = DEFAULT_TIMEOUT_S
     offline: bool = False
     max_tokens: int = DEFAULT_MAX_TOKENS
+    lossless: bool = True
 
 
 def series_constraints(version: str, series_path: Path | str | None = None) -> list[str]:
@@ -113,8 +114,8 @@ def _apply_series(clone: Path, build: CpuBuild, say) -> None:
 def _run_mtp_smoke(run: SmokeRun, clone: Path, work: Path, say) -> int:
     run.out.mkdir(parents=True, exist_ok=True)
     command = [str(python_of(clone)), str(SMOKE), "--device", "cpu", "--recipe", run.recipe, "--dummy",
-               "--shape", SHAPE, "--lossless", "--out", str(run.out.resolve()), "--timeout",
-               str(run.timeout_s), "--max-tokens", str(run.max_tokens)]
+               "--shape", SHAPE, *(["--lossless"] if run.lossless else []), "--out", str(run.out.resolve()),
+               "--timeout", str(run.timeout_s), "--max-tokens", str(run.max_tokens)]
     if run.target:
         command += ["--target", run.target]
     scratch = work / "scratch"
