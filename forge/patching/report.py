@@ -1,6 +1,8 @@
 """Printing patch statuses: a table for one release, a matrix for many, or JSON for machines."""
 from __future__ import annotations
 
+import textwrap
+
 from packaging.version import Version
 
 from forge.json_text import dump_json
@@ -12,11 +14,22 @@ SHORT = {**{s: s.value for s in Status},
          Status.ALREADY_UPSTREAM: "upstream", Status.NOT_NEEDED: "-", Status.CONFLICT: "CONFLICT"}
 
 
-def _table(rows: list[list[str]]) -> str:
+# A table's lines fit a terminal of this many columns (`patches --wide`: each row on one line).
+WIDTH = 100
+
+
+def _table(rows: list[list[str]], width: int | None = None) -> str:
+    """Columns padded to their widest cell. With `width`, the last column (free text) is wrapped:
+    a row longer than `width` goes on under a 4-space indent, and its rule stops at `width`."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
-             for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
+    if width is not None:
+        widths[-1] = max(1, min(widths[-1], width - sum(widths[:-1]) - 2 * (len(widths) - 1)))
+    lines = []
+    for row in rows:
+        line = "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
+        lines += textwrap.wrap(line, width, subsequent_indent="    ", break_on_hyphens=False) \
+            if width is not None and len(line) > width else [line]
+    lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
@@ -33,11 +46,12 @@ def _as_dict(status, series) -> dict:
     return {**status.to_dict(), **({"candidate": True} if series.get(status.id).candidate else {})}
 
 
-CANDIDATE_NOTE = ("*: a candidate: status shown, but `build.py apply` and image builds leave it out "
-                  "unless asked (`--with-candidate ID`)")
+CANDIDATE_NOTE = ("*: a candidate: `build.py apply` and image builds leave it out unless asked "
+                  "(`--with-candidate ID`)")
 
 
-def print_release(version: str, statuses, series, as_json: bool = False) -> None:
+def print_release(version: str, statuses, series, as_json: bool = False,
+                  wide: bool = False) -> None:
     if as_json:
         print(dump_json({"vllm": version, "series": series.digest[:12],
                           "checked_through": series.checked_through,
@@ -49,7 +63,7 @@ def print_release(version: str, statuses, series, as_json: bool = False) -> None
                                if _unchecked(version, series) else ""))
     rows = [["id", "kind", "status", "detail"]]
     rows += [[_label(s.id, series), s.kind, s.status, s.detail] for s in statuses]
-    print(_table(rows))
+    print(_table(rows, None if wide else WIDTH))
     if any(series.get(s.id).candidate for s in statuses):
         print(CANDIDATE_NOTE)
 
