@@ -59,6 +59,33 @@ def test_the_patch_table_of_a_release_fits_and_wide_keeps_one_line_a_patch():
     assert words(result.stdout) == words(wide.stdout)
 
 
+def test_the_matrix_of_every_release_fits_and_holds_what_wide_holds():
+    """`patches --all`: a patch a row, the releases in blocks of columns (before: a release a row,
+    390 columns); --wide keeps the release-a-row table. Both give every cell the same status."""
+    result = run_build("patches", "--all", "--offline")
+    assert result.returncode == 0, result.stderr
+    assert _too_wide(result.stdout) == []
+    ids = [p.id + "*" * p.candidate for p in load_series().patches]
+    seen: dict[tuple[str, str], str] = {}
+    for block in result.stdout.split("\n\n"):
+        lines = block.splitlines()
+        if not lines[0].startswith("patch "):
+            break                                   # the legend follows the last block
+        releases = lines[0].split()[1:]
+        assert [line.split()[0] for line in lines[2:2 + len(ids)]] == ids
+        for line in lines[2:2 + len(ids)]:
+            for release, cell in zip(releases, line.split()[1:]):
+                seen[(line.split()[0], release.rstrip("?"))] = cell
+    wide = run_build("patches", "--all", "--offline", "--wide").stdout.splitlines()
+    header = wide[0].split()
+    rows = [line.split() for line in wide[2:] if re.match(r"\d", line)]
+    assert rows and len(seen) == len(rows) * len(ids)
+    for row in rows:
+        cells = row[2:] if row[1:2] == ["(unchecked)"] else row[1:]
+        for patch_id, cell in zip(header[1:], cells):
+            assert seen[(patch_id, row[0])] == cell, (patch_id, row[0])
+
+
 def test_a_locked_plan_fits_and_shows_no_empty_heading(tmp_path):
     release_tree(RELEASE)
     lock = tmp_path / "lock.yaml"

@@ -111,8 +111,8 @@ def _add_patches(commands) -> None:
                             "after apply shows as applies), patches in the apply record as applied")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--wide", action="store_true",
-                   help="one line per patch, however long (default: a row's detail wraps at 100 "
-                        "columns)")
+                   help="one line per patch (--all: per release), however long (default: "
+                        "every line fits 100 columns)")
     _add_offline_flag(p)
     p.set_defaults(handler=Handler("patches", "cmd_patches"))
 

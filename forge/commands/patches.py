@@ -27,7 +27,7 @@ def cmd_patches(args) -> int:
     else:
         versions = releases.list_releases(minimum=series.checked_from, offline=args.offline)
         results = matrix(versions, offline=args.offline, series=series)
-        print_matrix(results, series, as_json=args.json)
+        print_matrix(results, series, as_json=args.json, wide=args.wide)
     conflicts = [(v, s) for v, statuses in results.items() for s in statuses
                  if s.status == Status.CONFLICT]
     if conflicts:

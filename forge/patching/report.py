@@ -68,7 +68,12 @@ def print_release(version: str, statuses, series, as_json: bool = False,
         print(CANDIDATE_NOTE)
 
 
-def print_matrix(results: dict, series, as_json: bool = False) -> None:
+MATRIX_LEGEND = ("applies: patch needed and fits (dependency: vLLM's own requirement admits a "
+                 "version outside the constraint); upstream: already in vLLM; -: not needed; "
+                 "CONFLICT: fits neither way")
+
+
+def print_matrix(results: dict, series, as_json: bool = False, wide: bool = False) -> None:
     if as_json:
         print(dump_json({"series": series.digest[:12], "checked_through": series.checked_through,
                           "releases": {v: {"unchecked": _unchecked(v, series),
@@ -76,14 +81,36 @@ def print_matrix(results: dict, series, as_json: bool = False) -> None:
                                        for v, statuses in results.items()}}, indent=1))
         return
     ids = [p.id for p in series.patches]
-    rows = [["release", *(_label(i, series) for i in ids)]]
-    for version, statuses in results.items():
-        by_id = {s.id: SHORT[s.status] for s in statuses}
-        label = version + (" (unchecked)" if _unchecked(version, series) else "")
-        rows.append([label, *(by_id.get(i, "?") for i in ids)])
-    print(_table(rows))
-    print("applies: patch needed and fits (dependency: vLLM's own requirement admits a version "
-          "outside the constraint); upstream: already in vLLM; -: not needed; "
-          "CONFLICT: fits neither way")
+    cells = {version: {s.id: SHORT[s.status] for s in statuses} for version, statuses in results.items()}
+    if wide:        # a release a row, a patch a column: as wide as the series makes it
+        rows = [["release", *(_label(i, series) for i in ids)]]
+        rows += [[version + (" (unchecked)" if _unchecked(version, series) else ""),
+                  *(cells[version].get(i, "?") for i in ids)] for version in cells]
+        print(_table(rows))
+        print(MATRIX_LEGEND)
+    else:           # a patch a row, the releases in blocks of columns that fit WIDTH
+        print("\n\n".join(_table(block) for block in _matrix_blocks(cells, ids, series)))
+        print("\n".join(textwrap.wrap(MATRIX_LEGEND, WIDTH)))
+        if any(_unchecked(v, series) for v in cells):
+            print(f"?: newer than the series' checked_through {series.checked_through}: unchecked")
     if any(p.candidate for p in series.patches):
         print(CANDIDATE_NOTE)
+
+
+def _matrix_blocks(cells: dict, ids: list[str], series) -> list[list[list[str]]]:
+    """The transposed matrix (patches down, releases across) cut into tables of at most WIDTH
+    columns, each starting with the patch column."""
+    labels = {v: v + ("?" if _unchecked(v, series) else "") for v in cells}
+    first = max(len("patch"), *(len(_label(i, series)) for i in ids))
+    blocks, current, used = [], [], first
+    for version in cells:
+        column = max(len(labels[version]), *(len(c) for c in cells[version].values())) + 2
+        if current and used + column > WIDTH:
+            blocks.append(current)
+            current, used = [], first
+        current.append(version)
+        used += column
+    blocks.append(current)
+    return [[["patch", *(labels[v] for v in block)],
+             *([_label(i, series), *(cells[v].get(i, "?") for v in block)] for i in ids)]
+            for block in blocks]
