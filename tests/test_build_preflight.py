@@ -136,3 +136,19 @@ def test_arm64_on_amd64_without_emulation_says_what_it_needs(tmp_path):
     assert emulation_registered("arm64", binfmt)
     check_emulation(plan, binfmt)   # registered: nothing to say
     check_emulation(resolve_plan("a100", VERSION, allow_unlocked=True), tmp_path / "none")  # native
+
+
+def test_a_bake_that_must_lock_without_a_registry_says_so_before_downloading(tmp_path):
+    """`bake` pins every target's base as the build does: with no registry and an empty cache,
+    the one line is about the base (bake takes no --allow-unlocked: its file names digests), and
+    nothing is downloaded or written."""
+    lock, cache, output = tmp_path / "lock.yaml", tmp_path / "cache", tmp_path / "docker-bake.json"
+    cache.mkdir()
+    env = {"VLLM_FORGE_LOCK": str(lock), "VLLM_FORGE_BASE_MIRROR": DEAD_PORT,
+           "VLLM_FORGE_CACHE": str(cache), "VLLM_FORGE_INDEX": f"http://{DEAD_PORT}/simple/vllm/",
+           "VLLM_FORGE_PYPI": f"http://{DEAD_PORT}/simple/"}
+    line = one_line_error(run_build("bake", "--vllm", VERSION, "-o", str(output), env=env))
+    assert line.startswith(f"error: {lock}: bases: {DEAD_PORT}/vllm/vllm-openai:v{VERSION} is not "
+                           f"locked and {DEAD_PORT} cannot be reached to lock it")
+    assert line.endswith("and bring lock.yaml here") and "--allow-unlocked" not in line
+    assert not lock.exists() and not output.exists() and list(cache.iterdir()) == []

@@ -111,13 +111,29 @@ def cmd_lock(args) -> int:
 # --- build.py bake -----------------------------------------------------------------------------
 
 def cmd_bake(args) -> int:
-    from forge.images.bake import ATTEST_NEEDS, plan_all, unlocked_bases, write_bake
-    from forge.images.lock import lock_missing
+    from forge.images.bake import ATTEST_NEEDS, check_plans, plan_all, unlocked_bases, write_bake
+    from forge.images.lock import (
+        BaseOutOfReach,
+        out_of_reach,
+        refuse_added_pin,
+        registry_pin,
+        write_pin,
+    )
 
-    for ref, target in unlocked_bases(args.vllm, args.target, args.repository, args.lock):
-        print(lock_missing(ref, target, args.vllm, args.lock, locked=args.locked, unlocked_flag=None),
-              file=sys.stderr,
-              flush=True)
+    # What must be pinned, and whether the registry answers, before any release is downloaded;
+    # the pins are written once every plan passed its local checks.
+    found = {}
+    for ref, target in unlocked_bases(args.vllm, args.target, args.lock):
+        if args.locked:
+            raise refuse_added_pin(ref, args.vllm, args.lock)
+        try:
+            found[ref] = registry_pin(ref, target)
+        except BaseOutOfReach as exc:
+            raise out_of_reach(ref, args.vllm, exc, args.lock, unlocked_flag=None) from exc
+    if found:
+        check_plans(args.vllm, args.target, args.repository, args.lock)
+    for ref, (digest, offered) in found.items():
+        print(write_pin(ref, digest, offered, args.lock), file=sys.stderr, flush=True)
     plans = plan_all(args.vllm, args.target, args.repository, args.lock)
     output = write_bake(plans, Path(args.output).resolve(), attest=not args.no_attest)
     for plan in plans:

@@ -8,9 +8,11 @@
 `python3 build.py lock --vllm V` resolves the bases of every target for release V through the
 registry's HTTP API, refuses a base that lacks a platform one of its targets needs, and writes the
 digests and the platforms each digest offers (all or nothing). Builds, plans and bake files read the
-pins. The first of them to meet a base that is not pinned yet pins it the same way (`lock_missing`,
-one line saying so), as uv, cargo and npm write their lock on the first run; with `--locked` (CI,
-releases) a missing pin is refused instead and the file is never changed. A base that lacks the
+pins. The first of them to meet a base that is not pinned yet pins it the same way (registry_pin,
+then write_pin once the plans passed their local checks; one line saying so), as uv, cargo and npm
+write their lock on the first run; with `--locked` (CI, releases) a missing pin is refused instead
+and the file is never changed. Whether a base can be pinned is settled before any release is
+downloaded: a registry out of reach is said first (out_of_reach). A base that lacks the
 target's platform, or whose tag now points elsewhere, is refused unless the user says otherwise.
 """
 from __future__ import annotations
@@ -177,18 +179,3 @@ def write_pin(ref: str, digest: str, offered: list[str], path: Path | str | None
     pins, platforms = read_lock(path)
     saved = save_lock({**pins, ref: digest}, path, {**platforms, ref: offered})
     return f"locked {ref} -> {digest} ({', '.join(offered)}) in {saved}"
-
-
-def lock_missing(ref: str, target, vllm: str, path: Path | str | None = None,
-                 locked: bool = False, unlocked_flag: str | None = "--allow-unlocked") -> str:
-    """Pin `ref`, the base `target` builds on for release `vllm`, to the digest its registry names
-    now, adding it to the lock file (the other pins untouched); returns the line that says so.
-    With `locked` (--locked) nothing may change: refused, naming the command that pins it."""
-    if locked:
-        raise refuse_added_pin(ref, vllm, path)
-    read_lock(path)   # a malformed lock is refused before the registry is asked
-    try:
-        digest, offered = registry_pin(ref, target)
-    except BaseOutOfReach as exc:
-        raise out_of_reach(ref, vllm, exc, path, unlocked_flag) from exc
-    return write_pin(ref, digest, offered, path)
