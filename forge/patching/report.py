@@ -102,7 +102,9 @@ def _matrix_blocks(cells: dict, ids: list[str], series) -> list[list[list[str]]]
     columns, each starting with the patch column."""
     labels = {v: v + ("?" if _unchecked(v, series) else "") for v in cells}
     first = max(len("patch"), *(len(_label(i, series)) for i in ids))
-    blocks, current, used = [], [], first
+    blocks: list[list[str]] = []
+    current: list[str] = []
+    used = first
     for version in cells:
         column = max(len(labels[version]), *(len(c) for c in cells[version].values())) + 2
         if current and used + column > WIDTH:
