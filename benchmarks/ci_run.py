@@ -50,7 +50,18 @@ def machine() -> dict[str, object]:
 
 
 ENGINE_STATE_VARIABLES = ("DOCKER_STATE_DIR", "DOCKER26_STATE_DIR")   # tests/infra/start-dockerd*.sh
-ENGINE_SOCKETS = (Path("/var/run/docker.sock"), Path("/tmp/vllm-forge-dockerd26/docker.sock"))
+
+
+def engine_sockets() -> tuple[Path, ...]:
+    """The sockets of the engines the tests start (tests/infra/start-dockerd*.sh: the Engine 26
+    one in its state folder, by default under the project's cache)."""
+    from forge.upstream.releases import cache_dir
+
+    state26 = os.environ.get("DOCKER26_STATE_DIR") or cache_dir() / "engines" / "dockerd26"
+    return (Path("/var/run/docker.sock"), Path(state26) / "docker.sock")
+
+
+ENGINE_SOCKETS = engine_sockets()
 
 
 def running_engine() -> Path | None:

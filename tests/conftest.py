@@ -1,12 +1,16 @@
 """Shared test setup. Fixtures that start real services live in their own modules, listed here.
 
 Scratch space: a run writes about 9 GB of copies (release trees, site-packages, wheels installed
-by pip) and the atomic writes under test fsync every file. Where /dev/shm is a tmpfs with room,
-the run's temporary folder ($TMPDIR, pytest's tmp_path, the workers' too) lives there, in memory;
-elsewhere it is the system's. A passing test's tmp_path is emptied as it ends (empty_when_passed),
-so a run holds a few hundred MB at a time, not 9 GB. The folder itself stays: pytest numbers the
-next test's folder after the existing ones, and a reused path would meet whatever a cache keyed by
-path kept from the test before (pytest's own `tmp_path_retention_policy = "failed"` reuses them).
+by pip) and the atomic writes under test fsync every file. Each run has a folder of its own for
+them, $TMPDIR for the run (pytest's tmp_path, the workers', every command the tests start): under
+/dev/shm where it is a tmpfs with room, in memory, elsewhere under the system's temporary folder.
+A passing test's tmp_path is emptied as it ends (empty_when_passed), so a run holds a few hundred
+MB at a time, not 9 GB; the folders themselves stay while the run lasts: pytest numbers the next
+test's folder after the existing ones, and a reused path would meet whatever a cache keyed by path
+kept from the test before (pytest's own `tmp_path_retention_policy = "failed"` reuses them).
+After a run that passed, its folder goes whole (module- and session-wide folders too, such as
+tests/test_patch_wheel.py's venv of two vLLM installs); after a failure it stays, to read, and the
+run's summary names it.
 """
 import os
 import shutil
@@ -18,9 +22,13 @@ from pathlib import Path
 import pytest
 
 from forge.upstream import releases
+from tests.tests_pip import use_tests_pip
 
 RAM_TMP = Path("/dev/shm")
 RAM_TMP_NEEDED = 4 << 30          # a worker's largest test holds ~0.6 GB; three workers at once
+# The folder under which a run makes its own scratch folder (default: RAM_TMP's, else the system's
+# temporary folder); tests/test_scratch_cleanup.py points runs it starts elsewhere.
+SCRATCH_ENV = "VLLM_FORGE_TESTS_SCRATCH"
 
 
 def ram_scratch(root: Path = RAM_TMP, needed: int = RAM_TMP_NEEDED) -> Path | None:
@@ -48,16 +56,60 @@ def hear_ctrl_c() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def run_scratch(parent: Path) -> Path:
+    """This run's own temporary folder under `parent`, which no other run shares."""
+    # short: unix socket paths under a test's tmp_path must stay within 107 bytes
+    folder = Path(tempfile.mkdtemp(prefix="r-", dir=parent))
+    # like /tmp: commands the tests run as nobody make their own temporary files here too
+    os.chmod(folder, 0o777 | stat.S_ISVTX)
+    return folder
+
+
+def mounts_under(folder: Path) -> list[str]:
+    """Mount points inside `folder` (a test's tmpfs or read-only bind mount left mounted): a
+    folder holding one is never removed, which would reach through a bind mount."""
+    inside = str(folder.resolve()) + "/"
+    with open("/proc/self/mountinfo", encoding="utf-8") as table:
+        points = [line.split()[4].replace("\\040", " ") for line in table]
+    return [point for point in points if point.startswith(inside)]
+
+
+_SCRATCH = pytest.StashKey[Path]()
+_PIP = pytest.StashKey[str]()
+
+
 def pytest_configure(config):
     """Before pytest-xdist starts its workers (they inherit $TMPDIR) and before tmp_path's
     base folder is made."""
     hear_ctrl_c()
     if hasattr(config, "workerinput"):
         return                      # the controller chose; the variable came with the worker
-    scratch = ram_scratch()
-    if scratch is not None:
-        os.environ["TMPDIR"] = str(scratch)
-        tempfile.tempdir = None     # gettempdir() reads $TMPDIR again
+    parent = os.environ.get(SCRATCH_ENV)
+    scratch = run_scratch(Path(parent) if parent else ram_scratch() or Path(tempfile.gettempdir()))
+    config.stash[_SCRATCH] = scratch
+    os.environ["TMPDIR"] = str(scratch)
+    tempfile.tempdir = None         # gettempdir() reads $TMPDIR again
+    config.stash[_PIP] = use_tests_pip()
+
+
+def pytest_report_header(config):
+    return [config.stash[_PIP]] if _PIP in config.stash else []
+
+
+@pytest.hookimpl(trylast=True)      # after the background makers (tests/prefetch.py) stopped
+def pytest_sessionfinish(session, exitstatus):
+    """A run that passed leaves nothing of its scratch behind; one that failed keeps it."""
+    scratch = session.config.stash.get(_SCRATCH, None)
+    if scratch is None or not scratch.is_dir():
+        return
+    mounted = mounts_under(scratch)
+    if exitstatus == 0 and not mounted:
+        shutil.rmtree(scratch, ignore_errors=True)
+        return
+    why = f"still mounted there: {', '.join(mounted)}" if mounted else "the run did not pass"
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"the run's scratch folder stays ({why}): {scratch}")
 
 
 pytest_plugins = ["tests.fixtures_docker", "tests.fixtures_patches", "tests.markers", "tests.prefetch"]

@@ -2,10 +2,13 @@
 
 Session fixtures start what is missing and leave the machine as they found it:
   docker_engine     a Docker engine answering on /var/run/docker.sock (started with
-                    tests/infra/start-dockerd.sh when none answers; stopped again at the end if so),
-                    with the buildx CLI plugin (tests/infra/install-buildx.sh): builds use BuildKit
+                    tests/infra/start-dockerd.sh when none answers; stopped again at the end if so,
+                    and its docker0 bridge removed; its data stays in the project's cache,
+                    engines/docker: engine_state), with the buildx CLI plugin
+                    (tests/infra/install-buildx.sh): builds use BuildKit
   local_registry    Debian's docker-registry on a free 127.0.0.1 port, storage in a temp dir
-  arm64_emulation   qemu-aarch64 through binfmt_misc (tests/infra/enable-binfmt.sh)
+  arm64_emulation   qemu-aarch64 through binfmt_misc (tests/infra/enable-binfmt.sh; unregistered
+                    at the end when the session registered it)
   standin_base      the stand-in for upstream's vllm/vllm-openai:v0.25.0 in the local registry: a
                     multi-platform index (amd64 + arm64) of Debian bookworm + python3, python3-yaml,
                     python3-packaging + the real vLLM 0.25.0 package tree from its PyPI sdist, with a
@@ -57,9 +60,21 @@ def bases_cache() -> Path:
     return path
 
 
+def engine_state(variable: str) -> Path:
+    """Where an engine the tests start keeps its data, images and (Engine 26) unpacked packages:
+    $DOCKER_STATE_DIR / $DOCKER26_STATE_DIR, else the project's cache (engines/docker,
+    engines/dockerd26), kept between runs on purpose: the stand-in bases and image layers in it
+    are a cache too. Before, the data stayed behind in /tmp (1.3 GB after a run)."""
+    from forge.upstream.releases import cache_dir
+
+    name = {"DOCKER_STATE_DIR": "docker", "DOCKER26_STATE_DIR": "dockerd26"}[variable]
+    return Path(os.environ.get(variable) or cache_dir() / "engines" / name)
+
+
 def _run(script: str, *args: str, timeout: int = 1800) -> str:
+    env = {**os.environ, **{v: str(engine_state(v)) for v in ("DOCKER_STATE_DIR", "DOCKER26_STATE_DIR")}}
     result = subprocess.run(["bash", str(INFRA / script), *args], capture_output=True, text=True,
-                            timeout=timeout)
+                            timeout=timeout, env=env)
     if result.returncode != 0:
         raise RuntimeError(f"{script} {' '.join(args)} failed ({result.returncode}):\n"
                            f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
@@ -546,10 +561,18 @@ def local_registry(docker_engine):
     forget_registry_images(docker_engine, registry)
 
 
+BINFMT_ENTRY = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
+
+
 @pytest.fixture(scope="session")
 def arm64_emulation():
+    """qemu-aarch64 registered with binfmt_misc for the session; unregistered at the end when
+    this session registered it (an entry the machine had stays)."""
+    had = BINFMT_ENTRY.exists()
     _run("enable-binfmt.sh")
-    return "linux/arm64"
+    yield "linux/arm64"
+    if not had:
+        _run("disable-binfmt.sh")
 
 
 @dataclass
@@ -644,9 +667,8 @@ def buildx(docker_engine):
 
 
 def engine26_host() -> str:
-    """The DOCKER_HOST tests/infra/start-dockerd26.sh gives its engine (same state dir default)."""
-    state = os.environ.get("DOCKER26_STATE_DIR", "/tmp/vllm-forge-dockerd26")
-    return f"unix://{state}/docker.sock"
+    """The DOCKER_HOST tests/infra/start-dockerd26.sh gives its engine (the state dir _run gives it)."""
+    return f"unix://{engine_state('DOCKER26_STATE_DIR')}/docker.sock"
 
 
 def host_answers(host: str) -> bool:

@@ -1,11 +1,14 @@
 """What `build.py --target T --vllm V` checks before it builds, as a new user meets it: a release
 not locked yet, `--locked`, no registry, no Docker engine, no arm64 emulation. Each is one line,
 exit 2, nothing written; real processes, a real refused socket, real files."""
+import shutil
 import socket
+from pathlib import Path
 
 from forge.images.host import check_emulation, emulation_registered
 from forge.images.plan import resolve_plan
-from tests.build_cli import run_build
+from forge.upstream.releases import release_tree
+from tests.build_cli import REPO_ROOT, run_build
 
 VERSION = "0.25.0"
 DEAD_PORT = "127.0.0.1:9"   # the discard port: nothing listens there
@@ -30,30 +33,62 @@ def test_locked_refuses_to_add_a_pin_and_writes_nothing(tmp_path):
         assert not lock.exists()
 
 
-def test_a_first_plan_without_a_registry_says_so_and_how_to_lock_elsewhere(tmp_path):
-    """Before: `... is not locked; run python3 build.py lock`, although the plan could have locked
-    it; now it tries, and says exactly why it could not and what to run where."""
+def _no_docker_hub(lock: Path) -> dict:
+    """Docker Hub (every HTTPS host) behind a proxy that does not answer, as on a machine without
+    it; the release trees a plan reads come from the shared cache, made beforehand."""
+    dead_proxy = f"http://{DEAD_PORT}"
+    return {"VLLM_FORGE_LOCK": str(lock), "VLLM_FORGE_BASE_MIRROR": "", "HTTPS_PROXY": dead_proxy,
+            "https_proxy": dead_proxy, "NO_PROXY": "", "no_proxy": ""}
+
+
+def test_the_first_plan_without_docker_hub_shows_the_base_it_would_lock(tmp_path):
+    """Before: `--plan` of a release the shipped (empty) lock does not pin exited 2 without Docker
+    Hub. Now it exits 0: the plan names the base, says its digest is unknown, and a note first
+    says why and what pins it; nothing is written."""
+    release_tree("0.27.1")   # the plan reads the release; the test is about the registry alone
     lock = tmp_path / "lock.yaml"
-    result = run_build("--target", "a100", "--vllm", VERSION, "--plan",
+    shutil.copyfile(REPO_ROOT / "images" / "lock.yaml", lock)   # a fresh clone's: no pins
+    before = lock.read_bytes()
+    result = run_build("--target", "gb10", "--vllm", "0.27.1", "--plan", env=_no_docker_hub(lock))
+    assert result.returncode == 0, result.stderr
+    note = " ".join(result.stderr.split())
+    assert note.startswith("note: vllm/vllm-openai:v0.27.1 is not locked and Docker Hub "
+                           "(registry-1.docker.io) cannot be reached (registry docker.io unreachable")
+    assert "digest cannot be known offline" in note and "python3 build.py lock --vllm 0.27.1" in note
+    assert "--allow-unlocked" in note
+    plan = result.stdout.splitlines()
+    assert plan[0] == "plan: vLLM 0.27.1 for gb10 (linux/arm64, CUDA 13.0, sm 12.1)"
+    assert plan[1] == "  base        vllm/vllm-openai:v0.27.1"
+    assert plan[2].startswith("  digest      unknown: not locked.")
+    assert lock.read_bytes() == before
+
+
+def test_a_build_that_must_lock_without_a_registry_says_so_before_downloading(tmp_path):
+    """Before: the build downloaded and unpacked the release's 78 MB sdist, then refused without
+    naming --allow-unlocked. Now the lock is settled first: with an empty cache and a package
+    index that does not answer, the one line is about the base, names both ways on, and the
+    cache stays empty."""
+    lock, cache = tmp_path / "lock.yaml", tmp_path / "cache"
+    cache.mkdir()
+    env = {**_no_docker_hub(lock), "VLLM_FORGE_CACHE": str(cache),
+           "VLLM_FORGE_INDEX": f"http://{DEAD_PORT}/simple/vllm/",
+           "VLLM_FORGE_PYPI": f"http://{DEAD_PORT}/simple/"}
+    line = one_line_error(run_build("--target", "h200", "--vllm", VERSION, env=env))
+    assert line.startswith(f"error: {lock}: bases: vllm/vllm-openai:v{VERSION} is not locked and "
+                           "Docker Hub (registry-1.docker.io) cannot be reached to lock it")
+    assert f"nothing downloaded or written. On a machine that reaches it, run `python3 build.py " \
+           f"lock --vllm {VERSION}` and bring lock.yaml here (--allow-unlocked builds" in line
+    assert not lock.exists() and list(cache.iterdir()) == []
+
+
+def test_a_build_with_a_mirror_out_of_reach_names_the_mirror(tmp_path):
+    lock = tmp_path / "lock.yaml"
+    result = run_build("--target", "a100", "--vllm", VERSION,
                        env={"VLLM_FORGE_LOCK": str(lock), "VLLM_FORGE_BASE_MIRROR": DEAD_PORT})
     line = one_line_error(result)
     assert line.startswith(f"error: {lock}: bases: {DEAD_PORT}/vllm/vllm-openai:v{VERSION} is not locked "
                            f"and {DEAD_PORT} cannot be reached to lock it (registry {DEAD_PORT} unreachable")
-    assert line.endswith(f"nothing written. On a machine that reaches it, run `python3 build.py lock "
-                         f"--vllm {VERSION}` and bring lock.yaml here")
     assert not lock.exists() and result.stdout == ""
-
-
-def test_docker_hub_out_of_reach_is_named_as_such(tmp_path):
-    """The real base, vllm/vllm-openai on Docker Hub, through a proxy that does not answer."""
-    lock = tmp_path / "lock.yaml"
-    dead_proxy = f"http://{DEAD_PORT}"
-    env = {"VLLM_FORGE_LOCK": str(lock), "VLLM_FORGE_BASE_MIRROR": "", "HTTPS_PROXY": dead_proxy,
-           "https_proxy": dead_proxy, "NO_PROXY": "", "no_proxy": ""}
-    line = one_line_error(run_build("--target", "h200", "--vllm", VERSION, "--plan", env=env))
-    assert f"bases: vllm/vllm-openai:v{VERSION} is not locked and Docker Hub (registry-1.docker.io) " \
-           "cannot be reached to lock it" in line
-    assert f"run `python3 build.py lock --vllm {VERSION}`" in line and not lock.exists()
 
 
 def _build_on(host: str, tmp_path):
@@ -101,3 +136,19 @@ def test_arm64_on_amd64_without_emulation_says_what_it_needs(tmp_path):
     assert emulation_registered("arm64", binfmt)
     check_emulation(plan, binfmt)   # registered: nothing to say
     check_emulation(resolve_plan("a100", VERSION, allow_unlocked=True), tmp_path / "none")  # native
+
+
+def test_a_bake_that_must_lock_without_a_registry_says_so_before_downloading(tmp_path):
+    """`bake` pins every target's base as the build does: with no registry and an empty cache,
+    the one line is about the base (bake takes no --allow-unlocked: its file names digests), and
+    nothing is downloaded or written."""
+    lock, cache, output = tmp_path / "lock.yaml", tmp_path / "cache", tmp_path / "docker-bake.json"
+    cache.mkdir()
+    env = {"VLLM_FORGE_LOCK": str(lock), "VLLM_FORGE_BASE_MIRROR": DEAD_PORT,
+           "VLLM_FORGE_CACHE": str(cache), "VLLM_FORGE_INDEX": f"http://{DEAD_PORT}/simple/vllm/",
+           "VLLM_FORGE_PYPI": f"http://{DEAD_PORT}/simple/"}
+    line = one_line_error(run_build("bake", "--vllm", VERSION, "-o", str(output), env=env))
+    assert line.startswith(f"error: {lock}: bases: {DEAD_PORT}/vllm/vllm-openai:v{VERSION} is not "
+                           f"locked and {DEAD_PORT} cannot be reached to lock it")
+    assert line.endswith("and bring lock.yaml here") and "--allow-unlocked" not in line
+    assert not lock.exists() and not output.exists() and list(cache.iterdir()) == []

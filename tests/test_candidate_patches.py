@@ -65,8 +65,8 @@ def test_build_patches_marks_the_candidates_and_no_other_patch():
     result = run_build("patches", "--vllm", BARE, "--offline")
     assert result.returncode == 0, result.stderr
     assert CANDIDATE_NOTE in result.stdout
-    assert CANDIDATE_NOTE == (f"*: a candidate: status shown, but `build.py apply` and image builds "
-                              f"leave it out unless asked (`{FLAG} ID`)")
+    assert CANDIDATE_NOTE == (f"*: a candidate: `build.py apply` and image builds leave it out "
+                              f"unless asked (`{FLAG} ID`)")
     as_json = json.loads(run_build("patches", "--vllm", BARE, "--offline", "--json").stdout)
     marked = {p["id"] for p in as_json["patches"] if p.get("candidate")}
     assert PATCH in marked and marked == candidates()

@@ -331,7 +331,7 @@ def test_unlocked_base_is_refused_with_locked(setup, tmp_path):
     assert result.returncode == 2
     assert f"{tmp_path / 'empty-lock.yaml'}: bases: {setup['standin'].ref} is not locked" in one_line_error(result)
     planned = forge("--target", "a100", "--vllm", VERSION, "--plan", "--locked", env=env)
-    assert "not locked: a build with --locked refuses it" in planned.stdout
+    assert "unknown: not locked. A build pins it first (with --locked it refuses" in planned.stdout
     assert planned.returncode == 2 and one_line_error(planned) == one_line_error(result)
     assert not (tmp_path / "empty-lock.yaml").exists()
 

@@ -154,7 +154,7 @@ def test_cli_table_and_json(tmp_path):
     for version, expected in EXPECTED.items():
         assert _status_named(rows[version]["patches"], PATCH) == expected
     assert min(Version(v) for v in rows) == Version("0.21.0")
-    header = run_build("patches", "--all").stdout.splitlines()[0].split()
+    header = run_build("patches", "--all", "--wide").stdout.splitlines()[0].split()
     # a candidate (series.yaml `candidate: true`) is marked ID*
     assert header[0] == "release" and header[1:] == [p.id + "*" * p.candidate
                                                      for p in load_series().patches]

@@ -255,6 +255,13 @@ MALFORMED = [
      "model: " + str(REPO / "models") + ": no model family lists 'org/gemma-lookalike' in a model's ids"),
     ("reference without source", lambda d: d["reference"][0].pop("source"),
      "reference[0].source: required field is missing"),
+    # A shared note is named, exists, and is cited (each fact once, and none left orphaned):
+    ("a note the file lacks", _set("expect", "note", "hoper-attention"),
+     "targets.h200.expect.note: no note 'hoper-attention' under notes (notes: hopper-attention)"),
+    ("a note no target cites", lambda d: d["notes"].update({"orphan": "text"}),
+     "notes.orphan: no expect.note cites it; remove it or cite it"),
+    ("a note's name", lambda d: d["notes"].update({"Hopper Attention": "text"}),
+     "notes: 'Hopper Attention' is not a note name (lowercase words joined by -)"),
 ]
 
 

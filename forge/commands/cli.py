@@ -110,6 +110,9 @@ def _add_patches(commands) -> None:
                        help="an installed vLLM as it is now: dependencies as installed (a drift "
                             "after apply shows as applies), patches in the apply record as applied")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--wide", action="store_true",
+                   help="one line per patch (--all: per release), however long (default: "
+                        "every line fits 100 columns)")
     _add_offline_flag(p)
     p.set_defaults(handler=Handler("patches", "cmd_patches"))
 
@@ -491,7 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=prog,
         description="vllm-forge: patched, verified vLLM serving images per GPU target.",
-        epilog=f"Without a command, {prog} builds: {example} --target gb10 --vllm 0.27.1")
+        epilog=f"Without a command, {prog} builds: {example} --target gb10 --vllm 0.27.1 "
+               f"(`{example} build --help` lists the build's own flags: --plan, --push, "
+               f"--allow-unlocked, --locked, ...). `{example} COMMAND --help` lists a command's.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add_command in COMMAND_BUILDERS:
         add_command(commands)

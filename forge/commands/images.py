@@ -4,6 +4,7 @@ knowledge (plans, pins, BuildKit, the registry, the published index) stays in fo
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 
 from forge.errors import ForgeError
@@ -15,24 +16,56 @@ from forge.json_text import dump_json
 def _locked_plan(args):
     """The build's plan, every local check done first; a base not pinned yet is pinned now (one
     line on stderr: stdout may be --json) unless --allow-unlocked (build from the registry's digest
-    of the moment, lock untouched) or --locked (a plan shows it, then both refuse)."""
-    from forge.images.lock import lock_missing
-    from forge.images.plan import format_plan, resolve_plan
+    of the moment, lock untouched) or --locked (a plan shows it, then both refuse).
+
+    Whether the base can be pinned is settled before the release is downloaded: a build that must
+    pin it and cannot reach the registry says so first; a plan then shows the base it would pin,
+    whose digest nobody can know offline, and exits 0."""
+    from forge.images.lock import (
+        BaseOutOfReach,
+        out_of_reach,
+        read_lock,
+        refuse_added_pin,
+        registry_pin,
+        write_pin,
+    )
+    from forge.images.plan import format_plan, planned_base, resolve_plan
 
     def plan_with(allow_unlocked: bool):
         return resolve_plan(args.target, args.vllm, repository=args.repository,
                             base_image=args.base_image, allow_unlocked=allow_unlocked,
                             lock_path=args.lock)
 
-    plan = plan_with(allow_unlocked=True)
-    if plan.base_locked or args.allow_unlocked:
-        return plan
-    if args.locked and args.plan:
-        # A plan shows the unlocked base before it fails as the build would (to inspect it).
-        print(dump_json(plan.to_dict(), indent=1) if args.json else format_plan(plan), flush=True)
-    print(lock_missing(plan.base.ref, plan.target, plan.vllm, args.lock, locked=args.locked),
-          file=sys.stderr, flush=True)
+    target, base = planned_base(args.target, args.vllm, args.base_image)
+    pins, _ = read_lock(args.lock)   # a malformed lock is refused before anything else
+    if base.ref in pins or args.allow_unlocked:
+        return plan_with(allow_unlocked=True)
+    if args.locked:
+        if args.plan:
+            # A plan shows the unlocked base before it fails as the build would (to inspect it).
+            plan = plan_with(allow_unlocked=True)
+            print(dump_json(plan.to_dict(), indent=1) if args.json else format_plan(plan), flush=True)
+        raise refuse_added_pin(base.ref, args.vllm, args.lock)
+    try:
+        digest, offered = registry_pin(base.ref, target)
+    except BaseOutOfReach as exc:
+        if not args.plan:
+            raise out_of_reach(base.ref, args.vllm, exc, args.lock) from exc
+        print(_wrapped(f"note: {base.ref} is not locked and {exc.registry} cannot be reached "
+                       f"({exc}): the plan below shows the base a build would lock, whose digest "
+                       f"cannot be known offline. Where the registry answers, `python3 build.py "
+                       f"lock --vllm {args.vllm}` pins it (a build with --allow-unlocked takes its "
+                       f"digest then, unpinned)."), file=sys.stderr, flush=True)
+        return plan_with(allow_unlocked=True)
+    plan_with(allow_unlocked=True)   # every local check passes before the lock file is written
+    print(write_pin(base.ref, digest, offered, args.lock), file=sys.stderr, flush=True)
     return plan_with(allow_unlocked=False)
+
+
+def _wrapped(text: str) -> str:
+    from forge.images.plan import WIDTH
+
+    return "\n".join(textwrap.wrap(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False))
 
 
 def cmd_build(args) -> int:
@@ -78,12 +111,29 @@ def cmd_lock(args) -> int:
 # --- build.py bake -----------------------------------------------------------------------------
 
 def cmd_bake(args) -> int:
-    from forge.images.bake import ATTEST_NEEDS, plan_all, unlocked_bases, write_bake
-    from forge.images.lock import lock_missing
+    from forge.images.bake import ATTEST_NEEDS, check_plans, plan_all, unlocked_bases, write_bake
+    from forge.images.lock import (
+        BaseOutOfReach,
+        out_of_reach,
+        refuse_added_pin,
+        registry_pin,
+        write_pin,
+    )
 
-    for ref, target in unlocked_bases(args.vllm, args.target, args.repository, args.lock):
-        print(lock_missing(ref, target, args.vllm, args.lock, locked=args.locked), file=sys.stderr,
-              flush=True)
+    # What must be pinned, and whether the registry answers, before any release is downloaded;
+    # the pins are written once every plan passed its local checks.
+    found = {}
+    for ref, target in unlocked_bases(args.vllm, args.target, args.lock):
+        if args.locked:
+            raise refuse_added_pin(ref, args.vllm, args.lock)
+        try:
+            found[ref] = registry_pin(ref, target)
+        except BaseOutOfReach as exc:
+            raise out_of_reach(ref, args.vllm, exc, args.lock, unlocked_flag=None) from exc
+    if found:
+        check_plans(args.vllm, args.target, args.repository, args.lock)
+    for ref, (digest, offered) in found.items():
+        print(write_pin(ref, digest, offered, args.lock), file=sys.stderr, flush=True)
     plans = plan_all(args.vllm, args.target, args.repository, args.lock)
     output = write_bake(plans, Path(args.output).resolve(), attest=not args.no_attest)
     for plan in plans:

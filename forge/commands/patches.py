@@ -22,12 +22,12 @@ def cmd_patches(args) -> int:
         return _installed_report(args, series)
     if args.vllm:
         statuses = release_status(args.vllm, offline=args.offline, series=series)
-        print_release(args.vllm, statuses, series, as_json=args.json)
+        print_release(args.vllm, statuses, series, as_json=args.json, wide=args.wide)
         results = {args.vllm: statuses}
     else:
         versions = releases.list_releases(minimum=series.checked_from, offline=args.offline)
         results = matrix(versions, offline=args.offline, series=series)
-        print_matrix(results, series, as_json=args.json)
+        print_matrix(results, series, as_json=args.json, wide=args.wide)
     conflicts = [(v, s) for v, statuses in results.items() for s in statuses
                  if s.status == Status.CONFLICT]
     if conflicts:
@@ -44,7 +44,7 @@ def _installed_report(args, series) -> int:
     statuses = install_statuses(series, installed, record)
     if not args.json:
         print(f"installed at {installed.package_dir}" + _record_note(installed, record))
-    print_release(str(installed.version), statuses, series, as_json=args.json)
+    print_release(str(installed.version), statuses, series, as_json=args.json, wide=args.wide)
     return 0
 
 

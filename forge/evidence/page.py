@@ -140,16 +140,17 @@ def suite_section(records: list[Record]) -> list[str]:
         return []
     lines = ["## The test suite on a CI machine", "",
              "`.ci/run` on a fresh clone (benchmarks/ci_run.py): the machine, the cache it started "
-             "with, its tests phase (the README's test command) and whole run in seconds, what every core "
-             "did during the tests in CPU-seconds (busy; stolen: taken by the host of a virtual machine), "
-             "pytest's counts.", "",
-             "| record | date | commit | cache | cores | tests s | total s | CPU busy s | CPU stolen s "
-             "| passed | failed | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "with, its tests phase (the README's test command) and whole run in seconds, the suite's "
+             "own CPU-seconds in the tests (its processes and the services it started; – in records "
+             "from before .ci/run counted them), what every core of the machine did meanwhile (busy; "
+             "stolen: taken by the host of a virtual machine), pytest's counts.", "",
+             "| record | date | commit | cache | cores | tests s | total s | suite CPU s | CPU busy s "
+             "| CPU stolen s | passed | failed | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(records, key=lambda r: (r.date, r.id)):
         cells = " | ".join(_cell(r, name, "{:.0f}") for name in
-                           ("cores", "phase.tests_s", "total_s", "phase.tests_cpu_busy_s",
-                            "phase.tests_cpu_stolen_s", "passed", "failed"))
+                           ("cores", "phase.tests_s", "total_s", "phase.tests_cpu_suite_s",
+                            "phase.tests_cpu_busy_s", "phase.tests_cpu_stolen_s", "passed", "failed"))
         lines.append(f"| `{r.id}` | {r.date} | {r.settings.get('commit', '–')} "
                      f"| {r.settings.get('cache', '–')} | {cells} | {r.verdict} |")
     return lines + [""]

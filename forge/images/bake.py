@@ -24,7 +24,8 @@ import tarfile
 from pathlib import Path
 
 from forge.files import write_text_atomically
-from forge.images.plan import Plan, resolve_plan
+from forge.images.lock import read_lock
+from forge.images.plan import Plan, planned_base, resolve_plan
 from forge.json_text import dump_json
 from forge.targets import load_targets
 from forge.upstream.archives import extract_safely
@@ -92,17 +93,26 @@ def write_bake(plans: list[Plan], output: Path, attest: bool = True) -> Path:
     return output
 
 
-def unlocked_bases(vllm: str, names: list[str] | None = None, repository: str | None = None,
-                   lock_path: str | None = None) -> list[tuple[str, object]]:
-    """(base reference, the first target on it) of each base the lock does not pin yet, once every
-    plan passed its local checks (a bad target or release is refused before anything is locked)."""
-    plans = [resolve_plan(name, vllm, repository=repository, lock_path=lock_path, allow_unlocked=True)
-             for name in names or sorted(load_targets())]
+def unlocked_bases(vllm: str, names: list[str] | None = None, lock_path: str | None = None
+                   ) -> list[tuple[str, object]]:
+    """(base reference, the first target on it) of each base the lock does not pin yet, from
+    local files alone (targets, the series' bounds, the lock): known before any release is
+    downloaded, so a base that cannot be pinned is said first."""
+    pins = read_lock(lock_path)[0]
     unlocked: dict[str, object] = {}
-    for plan in plans:
-        if not plan.base_locked:
-            unlocked.setdefault(plan.base.ref, plan.target)
+    for name in names or sorted(load_targets()):
+        target, base = planned_base(name, vllm)
+        if base.ref not in pins:
+            unlocked.setdefault(base.ref, target)
     return list(unlocked.items())
+
+
+def check_plans(vllm: str, names: list[str] | None = None, repository: str | None = None,
+                lock_path: str | None = None) -> None:
+    """Every plan's local checks, an unlocked base allowed: a bad recipe or patch is refused
+    before anything is locked."""
+    for name in names or sorted(load_targets()):
+        resolve_plan(name, vllm, repository=repository, lock_path=lock_path, allow_unlocked=True)
 
 
 def plan_all(vllm: str, names: list[str] | None = None, repository: str | None = None,

@@ -8,9 +8,11 @@
 `python3 build.py lock --vllm V` resolves the bases of every target for release V through the
 registry's HTTP API, refuses a base that lacks a platform one of its targets needs, and writes the
 digests and the platforms each digest offers (all or nothing). Builds, plans and bake files read the
-pins. The first of them to meet a base that is not pinned yet pins it the same way (`lock_missing`,
-one line saying so), as uv, cargo and npm write their lock on the first run; with `--locked` (CI,
-releases) a missing pin is refused instead and the file is never changed. A base that lacks the
+pins. The first of them to meet a base that is not pinned yet pins it the same way (registry_pin,
+then write_pin once the plans passed their local checks; one line saying so), as uv, cargo and npm
+write their lock on the first run; with `--locked` (CI, releases) a missing pin is refused instead
+and the file is never changed. Whether a base can be pinned is settled before any release is
+downloaded: a registry out of reach is said first (out_of_reach). A base that lacks the
 target's platform, or whose tag now points elsewhere, is refused unless the user says otherwise.
 """
 from __future__ import annotations
@@ -123,11 +125,17 @@ def _check_offers(ref: str, digest: str, offered: list[str], target) -> None:
                          f"lock the other targets with --target)")
 
 
-def lock_missing(ref: str, target, vllm: str, path: Path | str | None = None,
-                 locked: bool = False) -> str:
-    """Pin `ref`, the base `target` builds on for release `vllm`, to the digest its registry names
-    now, adding it to the lock file (the other pins untouched); returns the line that says so.
-    With `locked` (--locked) nothing may change: refused, naming the command that pins it."""
+class BaseOutOfReach(ForgeError):
+    """A base to pin whose registry cannot be reached: `registry` is its name as a user knows it."""
+
+    def __init__(self, message: str, registry: str):
+        super().__init__(message)
+        self.registry = registry
+
+
+def registry_pin(ref: str, target) -> tuple[str, list[str]]:
+    """The digest the registry names for `ref` now and the platforms it offers, checked against
+    `target`; nothing written. BaseOutOfReach when the registry cannot be reached."""
     from forge.images.registry import (
         RegistryUnreachable,
         manifest_digest,
@@ -136,21 +144,38 @@ def lock_missing(ref: str, target, vllm: str, path: Path | str | None = None,
         registry_name,
     )
 
-    where, command = lock_file(path), f"python3 build.py lock --vllm {vllm}"
-    if locked:
-        raise ForgeError(f"{where}: bases: {ref} is not locked and --locked forbids adding it; run "
-                         f"`{command}` and commit {where.name}")
-    pins, platforms = read_lock(path)   # a malformed lock is refused before the registry is asked
     try:
         digest = manifest_digest(ref)
         if digest is None:
             raise ForgeError(f"registry has no tag {ref} (target {target.name}); nothing locked")
         offered = manifest_platforms(ref, digest)
     except RegistryUnreachable as exc:
-        registry = registry_name(parse_reference(ref).registry)
-        raise ForgeError(f"{where}: bases: {ref} is not locked and {registry} cannot be reached to "
-                         f"lock it ({exc}); nothing written. On a machine that reaches it, run "
-                         f"`{command}` and bring {where.name} here") from exc
+        raise BaseOutOfReach(str(exc), registry_name(parse_reference(ref).registry)) from exc
     _check_offers(ref, digest, offered, target)
+    return digest, offered
+
+
+def refuse_added_pin(ref: str, vllm: str, path: Path | str | None = None) -> ForgeError:
+    """--locked: the lock may not change, so a missing pin is refused, naming what pins it."""
+    where = lock_file(path)
+    return ForgeError(f"{where}: bases: {ref} is not locked and --locked forbids adding it; run "
+                      f"`python3 build.py lock --vllm {vllm}` and commit {where.name}")
+
+
+def out_of_reach(ref: str, vllm: str, exc: BaseOutOfReach, path: Path | str | None = None,
+                 unlocked_flag: str | None = "--allow-unlocked") -> ForgeError:
+    """The one line of a build that must pin its base and cannot reach the registry: said before
+    anything is downloaded, naming both ways on (`lock` elsewhere, or the unlocked flag)."""
+    where, command = lock_file(path), f"python3 build.py lock --vllm {vllm}"
+    unlocked = (f" ({unlocked_flag} builds without pinning it, from the digest the registry names "
+                f"when it answers)") if unlocked_flag else ""
+    return ForgeError(f"{where}: bases: {ref} is not locked and {exc.registry} cannot be reached to "
+                      f"lock it ({exc}); nothing downloaded or written. On a machine that reaches "
+                      f"it, run `{command}` and bring {where.name} here{unlocked}")
+
+
+def write_pin(ref: str, digest: str, offered: list[str], path: Path | str | None = None) -> str:
+    """Add one pin to the lock file (the other pins untouched); returns the line that says so."""
+    pins, platforms = read_lock(path)
     saved = save_lock({**pins, ref: digest}, path, {**platforms, ref: offered})
     return f"locked {ref} -> {digest} ({', '.join(offered)}) in {saved}"

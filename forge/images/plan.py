@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import textwrap
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
@@ -26,6 +27,7 @@ from forge.versions import Release
 
 LABEL_PREFIX = "io.vllm-forge."
 RECORD_PATH = "/opt/vllm-forge/build-record.json"
+WIDTH = 100      # the widest line a plan prints (a terminal of 100 columns shows it whole)
 
 
 @dataclass
@@ -153,10 +155,8 @@ def resolve_plan(target_name: str, vllm: str, repository: str | None = None,
     from forge.patching.series import load_series
     from forge.patching.status import patch_set_hash
 
-    target = get_target(target_name)
     series = load_series()
-    check_covered(vllm, series, target)
-    base = _override(base_image) if base_image else target.base_for(vllm)
+    target, base = planned_base(target_name, vllm, base_image, series)
     _check_env_declared(target)
     skipped_recipes = check_recipes(target, vllm)
     statuses = _patch_statuses(vllm, target.moe_device_name, series)
@@ -178,6 +178,17 @@ def resolve_plan(target_name: str, vllm: str, repository: str | None = None,
     if digest:
         finish(plan)
     return plan
+
+
+def planned_base(target_name: str, vllm: str, base_image: str | None = None, series=None
+                 ) -> tuple[Target, BaseImage]:
+    """The target and the base its build of `vllm` starts from, from local files alone (targets,
+    the series' bounds): what a build must pin is known before any release is downloaded."""
+    from forge.patching.series import load_series
+
+    target = get_target(target_name)
+    check_covered(vllm, series or load_series(check_index=False), target)
+    return target, (_override(base_image) if base_image else target.base_for(vllm))
 
 
 def check_covered(vllm: Release | str, series, target: Target) -> None:
@@ -330,33 +341,49 @@ def _source_url() -> str:
     return f"https://github.com/{owner}/vllm-forge" if owner else ""
 
 
+def _fit(line: str, indent: str) -> list[str]:
+    """`line` in lines of at most WIDTH characters, continued under `indent` (a digest or a label
+    value without spaces is cut where it must be: `--json` prints every value whole)."""
+    return textwrap.wrap(line, WIDTH, subsequent_indent=indent, break_on_hyphens=False) or [""]
+
+
 def format_plan(plan: Plan) -> str:
     t = plan.target
-    digest = plan.base_digest or (f"not locked: a build with --locked refuses it; without, the "
-                                  f"build pins it first, or with --allow-unlocked takes the "
-                                  f"registry's digest unpinned; `python3 build.py lock --vllm "
-                                  f"{plan.vllm}` pins it")
+    digest = plan.base_digest or (f"unknown: not locked. A build pins it first (with --locked it "
+                                  f"refuses; with --allow-unlocked it takes the registry's digest "
+                                  f"unpinned); `python3 build.py lock --vllm {plan.vllm}` pins it")
     lines = [f"plan: vLLM {plan.vllm} for {t.name} ({t.platform}, CUDA {t.cuda}, sm {t.cuda_arch})",
              # the base may name $VLLM_FORGE_BASE_MIRROR, which is the environment's, not ours
              f"  base        {visible(plan.base.ref)}",
-             f"  digest      {digest}"]
+             *_fit(f"  digest      {digest}", " " * 14)]
     lines += ["  patches"]
-    lines += [f"    {p['id']:<36} {p['kind']:<10} {p['status']:<16} {p['detail']}" for p in plan.patches]
+    id_width = max([len(p["id"]) for p in plan.patches] + [10])
+    for p in plan.patches:
+        head = f"    {p['id']:<{id_width}} {p['kind']:<10} {p['status']:<16}"
+        lines += _fit(f"{head} {p['detail']}", " " * 6) if p["detail"] else [head.rstrip()]
     pins = [p for p in plan.patches if p["kind"] == Kind.DEPENDENCY and p["status"] == Status.APPLIES]
     lines += ["  dependency pins" + ("" if pins else ": none")]
-    lines += [f"    {p['package']}=={p['pin']}  (constraint {p['specifier']}, {p['id']}; installed "
-              "by `build.py apply --pin` where the base holds another version)" for p in pins]
+    for p in pins:
+        lines += _fit(f"    {p['package']}=={p['pin']}  (constraint {p['specifier']}, {p['id']}; "
+                      "installed by `build.py apply --pin` where the base holds another version)",
+                      " " * 6)
     lines += [f"  moe configs (for {t.moe_device_name})" + ("" if plan.moe_configs else ": none")]
     lines += [f"    {name}" for name in plan.moe_configs]
-    lines += [f"  recipes     {', '.join(t.recipes) or 'none'} (checked against vLLM {plan.vllm})"]
+    lines += _fit(f"  recipes     {', '.join(t.recipes) or 'none'} (checked against vLLM "
+                  f"{plan.vllm})", " " * 14)
     lines += [f"    not for this release: {name}" for name in plan.skipped_recipes]
     lines += [f"  patch set   {plan.patch_set_hash}",
               "  content     " + (f"sha256:{plan.content_digest}" if plan.content_digest else
                                    "unknown until the base digest is (the immutable tag names it)"),
               f"  source      {plan.source.revision} (SOURCE_DATE_EPOCH {plan.source.epoch})"]
     if plan.context_sha256:
-        lines.append(f"  context     sha256:{plan.context_sha256} ({len(plan.context_bytes)} bytes)")
+        lines += _fit(f"  context     sha256:{plan.context_sha256} ({len(plan.context_bytes)} bytes)",
+                      " " * 14)
     lines += ["  tags"] + [f"    {tag}" for tag in plan.tags]
-    lines += ["  labels"] + [f"    {k}={v}" for k, v in plan.labels.items()]
+    if plan.labels:
+        lines += ["  labels (--json prints each whole)"]
+        for key, value in plan.labels.items():
+            lines += _fit(f"    {key}={value}", " " * 6)
+    else:
+        lines += ["  labels      unknown until the base digest is (they name it)"]
     return "\n".join(lines)
-

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -77,6 +78,15 @@ def _env_names(value) -> str | None:
             removed_in, flag = REMOVED_ENV_VARS[name]
             return (f"{name} was removed in vLLM {removed_in} (it would be ignored): "
                     f"use {flag} instead")
+    return None
+
+
+def _notes(value) -> str | None:
+    for name, text in value.items():
+        if not (isinstance(name, str) and re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", name)):
+            return f"{name!r} is not a note name (lowercase words joined by -)"
+        if not isinstance(text, str) or not text.strip():
+            return f"{name}: must be the note's text (got {type(text).__name__})"
     return None
 
 
@@ -151,6 +161,9 @@ RECIPE = {
         "attention_backend": Field(str, required=False, check=_attention_backend_name),
         "flash_attn_version": Field(int, required=False),  # FLASH_ATTN only: 4 for FA4
         "source": Field(str),                              # measured or assumed, and where from
+        # a note of the file (notes.<name>) the expectation also rests on, stated once there for
+        # every target it holds for (the H100 and H200 entries share the H200's attention runs)
+        "note": Field(str, required=False),
     }),
     "speculative": Field({
         # empty: the family's method where it names one (models/<family>.yaml)
@@ -198,6 +211,8 @@ MODEL_FILE = {
     "reference": Field(ListOf(REFERENCE_ITEM), required=False, default=[]),
     "defaults": Field(_partial(RECIPE), required=False, default={}),
     "targets": Field(dict),
+    # Prose that more than one target's `expect.note` cites, each stated once: name -> text.
+    "notes": Field(dict, required=False, default={}, check=_notes),
 }
 
 
@@ -459,7 +474,25 @@ def _model_file(data, source: str) -> dict:
         if target not in targets:
             fail_at(source, f"targets.{target}", f"unknown target (targets: {', '.join(targets)})")
         validate({} if body is None else body, partial, source, f"targets.{target}")
+    _check_notes(values, source)
     return values
+
+
+def _check_notes(values: dict, source: str) -> None:
+    """Every `expect.note` names a note of the file, and every note is cited by one."""
+    cited = {}
+    for where, body in [("defaults", values["defaults"]),
+                        *((f"targets.{t}", b) for t, b in values["targets"].items())]:
+        note = ((body or {}).get("expect") or {}).get("note")
+        if note is None:
+            continue
+        if note not in values["notes"]:
+            fail_at(source, f"{where}.expect.note", f"no note {note!r} under notes (notes: "
+                                                    f"{', '.join(values['notes']) or 'none'})")
+        cited[note] = where
+    for name in values["notes"]:
+        if name not in cited:
+            fail_at(source, f"notes.{name}", "no expect.note cites it; remove it or cite it")
 
 
 def fail_at(source: str, where: str, problem: str) -> NoReturn:

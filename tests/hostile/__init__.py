@@ -15,5 +15,5 @@
   test_corpus.py    the pytest face: one test per case
   test_properties.py  hypothesis over the parsers (YAML, diffs, Prometheus, versions, index, reports)
 
-Adding a case is adding a row (README.md, "The hostile corpus", says the keys).
+Adding a case is adding a row (docs/development.md, "The hostile corpus", says the keys).
 """

@@ -2,7 +2,7 @@
 
 The cases selected for this run are run once, on two sessions at once (tests/hostile/runner.py),
 when the first of them is reached; each test then reports its own case. How a case runs and
-what it asserts: tests/hostile/harness.py; how to add one: README.md ("The hostile corpus")."""
+what it asserts: tests/hostile/harness.py; how to add one: docs/development.md ("The hostile corpus")."""
 import pytest
 
 from tests.hostile.cases import CASES

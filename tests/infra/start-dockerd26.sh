@@ -5,7 +5,7 @@
 # roots, so it runs beside the bookworm engine (20.10) without touching it. Needs bookworm's
 # docker.io installed (containerd, runc). Prints the DOCKER_HOST to use. Idempotent.
 set -euo pipefail
-STATE=${DOCKER26_STATE_DIR:-/tmp/vllm-forge-dockerd26}
+STATE=${DOCKER26_STATE_DIR:-${VLLM_FORGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/vllm-forge}/engines/dockerd26}
 SOCK="unix://$STATE/docker.sock"
 BRIDGE=fd26br
 mkdir -p "$STATE/apt/lists/partial" "$STATE/apt/cache/archives/partial" "$STATE/debs"
