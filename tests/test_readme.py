@@ -161,6 +161,7 @@ NOT_RUN_HERE = {
     "lock": "asks Docker Hub (tests/test_lock.py: a loopback registry)",
     "bake": "writes docker-bake.json into the checkout (tests/test_bake.py)",
     "readme-table": "rewrites README.md (test_readme_patch_table_is_current runs --check)",
+    "smoke": "starts two vLLM engines for minutes and writes its --out folder (tests/test_engine_cpu.py runs it)",
     "COMMAND": "a placeholder",
 }
 
