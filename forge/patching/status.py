@@ -20,6 +20,7 @@ it forge.patching.apply.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -103,15 +104,16 @@ def status_of(patch: Patch, root: Path, version: Version, install_path: list[str
 def _breaks_python(root: Path, planned: dict[str, bytes | None]) -> str | None:
     """A patched .py file that no longer compiles (where the original did) is no fit.
 
-    Compared with the original because the host's Python may be older than vLLM's syntax."""
+    Compared with the original because the host's Python may be older than vLLM's syntax. Parsed
+    only (ast.parse makes a syntax tree, never code: no exec/compile outside the drift probe)."""
     for rel, new in planned.items():
         if not rel.endswith(".py") or new is None or not regular_or_absent(root / rel, SOURCE):
             continue
         try:
-            compile(new, rel, "exec", dont_inherit=True)
+            ast.parse(new, rel)
         except SyntaxError as error:
             try:
-                compile(read_bytes(root / rel, SOURCE), rel, "exec", dont_inherit=True)
+                ast.parse(read_bytes(root / rel, SOURCE), rel)
             except SyntaxError:
                 continue
             return f"the patched {rel} does not compile: line {error.lineno}: {error.msg}"

@@ -5,6 +5,7 @@ Everything lives under the cache directory ($VLLM_FORGE_CACHE, default ~/.cache/
   index.json              the release list and sdist hashes last read from the index
   sdists/vllm-X.tar.gz    each release's sdist, verified on download
   trees/X/vllm/...        the release's Python package tree, extracted once
+  tree-manifests/X.json   the sha256 of each file of trees/X as extracted from the verified sdist
   build-files/X/...       files of the sdist outside vllm/ (CMakeLists.txt, ...), read once
   locks/                  one lock file per entry being made, so concurrent runs make it once
 """
@@ -25,9 +26,9 @@ from urllib.parse import urljoin
 from packaging.version import InvalidVersion, Version
 
 from forge import files
-from forge.data_formats import load_json
+from forge.data_formats import load_json, load_json_entry
 from forge.errors import ForgeError
-from forge.files import one_maker, write_bytes_atomically, write_text_atomically
+from forge.files import one_maker, open_entry, write_bytes_atomically, write_entry, write_text_atomically
 from forge.http_session import retrying_session
 from forge.json_text import dump_json
 from forge.progress import Progress
@@ -180,10 +181,14 @@ def sdist_info(version: str, offline: bool = False) -> Sdist:
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+        return _sha256_of_stream(handle)
+
+
+def _sha256_of_stream(handle) -> str:
+    digest = hashlib.sha256()
+    for block in iter(lambda: handle.read(1 << 20), b""):
+        digest.update(block)
     return digest.hexdigest()
 
 
@@ -292,6 +297,7 @@ def _extract_tree(parsed: Version, tree: Path, offline: bool) -> None:
             progress.update(size, detail=f"{files} files")
         if not (staging / "vllm" / "__init__.py").exists():
             raise ForgeError(f"vLLM {parsed}'s sdist {sdist} holds no vllm/ package")
+        manifest = _manifest_entry(parsed, sha256_of(sdist), _hashes_under(staging))
         shutil.rmtree(tree, ignore_errors=True)  # a half-made tree from an interrupted run
         try:
             os.replace(staging, tree)
@@ -299,8 +305,82 @@ def _extract_tree(parsed: Version, tree: Path, offline: bool) -> None:
             # Another process extracted the same release meanwhile: its complete tree wins.
             if not (tree / "vllm" / "__init__.py").exists():
                 raise
+        else:
+            write_entry(_manifest_file(parsed), manifest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+# --- what a tree held when it was extracted ---------------------------------------------------
+# The drift probe runs a release's own code (forge/watch/drift_probe.py); it runs a file only when
+# its bytes are those the hash-checked sdist held, as recorded here when the tree was extracted
+# (or, for a tree made before manifests were kept, read from the sdist itself).
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _manifest_file(version: Version | str) -> Path:
+    return cache_dir() / "tree-manifests" / f"{version}.json"
+
+
+def _manifest_entry(version: Version, sdist_sha256: str, hashes: dict[str, str]) -> str:
+    return dump_json({"version": str(version), "sdist_sha256": sdist_sha256, "files": hashes},
+                     "a tree manifest", indent=0, sort_keys=True)
+
+
+def _hashes_under(root: Path) -> dict[str, str]:
+    """'/'-separated path -> sha256 of each regular file under `root` (no link followed)."""
+    found: dict[str, str] = {}
+    for folder, dirs, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                found[os.path.relpath(path, root).replace(os.sep, "/")] = sha256_of(Path(path))
+        dirs.sort()
+    return found
+
+
+def _hashes_in_sdist(sdist: Path, version: Version) -> dict[str, str]:
+    """The same map, read from the sdist's members that a tree holds (TREE_PARTS)."""
+    top = f"vllm-{version}/"
+    found: dict[str, str] = {}
+    raw = open_entry(sdist)
+    if raw is None:
+        raise ForgeError(f"{sdist}: not a regular file; remove it to download the sdist again")
+    with raw, tarfile.open(fileobj=raw, mode="r|gz") as archive:
+        for member in archive:
+            if member.isfile() and member.name.startswith(tuple(top + p for p in TREE_PARTS)):
+                handle = archive.extractfile(member)
+                if handle is not None:
+                    found[member.name[len(top):]] = _sha256_of_stream(handle)
+    return found
+
+
+def tree_manifest(version: str, offline: bool = False) -> dict[str, str]:
+    """'/'-separated path -> sha256 of each file release `version`'s tree held when it was
+    extracted from its sdist, the sdist being the one the index names (by its sha256)."""
+    info = sdist_info(version, offline=offline)
+    entry = _manifest_file(info.version)
+
+    def recorded() -> dict[str, str] | None:
+        data = load_json_entry(entry, files.CACHE)
+        if not (isinstance(data, dict) and set(data) == {"version", "sdist_sha256", "files"}
+                and data["version"] == str(info.version) and data["sdist_sha256"] == info.sha256
+                and isinstance(data["files"], dict)
+                and all(isinstance(sha, str) and _SHA256.fullmatch(sha)
+                        for sha in data["files"].values())):
+            return None
+        return data["files"]
+
+    found = recorded()
+    if found is None:
+        with one_maker(entry, locks_dir()):
+            found = recorded()
+            if found is None:
+                sdist = fetch_sdist(str(info.version), offline=offline)
+                found = _hashes_in_sdist(sdist, info.version)
+                write_entry(entry, _manifest_entry(info.version, info.sha256, found))
+    return found
 
 
 def release_file(version: str, relative_path: str, offline: bool = False) -> Path | None:
