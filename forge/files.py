@@ -528,7 +528,16 @@ def one_maker(entry: Path, locks: Path) -> Iterator[None]:
     `locks` (`<folder>-<name>.lock`), never among the entries, and stays there: removing it
     would let a third process lock a fresh file while the second still holds the old one."""
     locks.mkdir(parents=True, exist_ok=True)
-    fd = os.open(locks / f"{entry.parent.name}-{entry.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    lock = locks / f"{entry.parent.name}-{entry.name}.lock"
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(lock, flags, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise file_error(lock, exc, "lock it") from exc
+        # A link in a lock's place would make O_CREAT create (or open) its target: the link goes.
+        os.unlink(lock)
+        fd = os.open(lock, flags, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
