@@ -146,3 +146,32 @@ def test_build_py_drift_refuses_a_changed_tree_in_one_line(tmp_path):
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert "refused to run a changed release tree" in result.stderr and str(changed) in result.stderr
     assert not marker.exists()
+
+
+# --- serve: a converter not known here is a note, never code --------------------------------------
+
+def test_serve_notes_a_flag_whose_converter_is_not_known_here(tmp_path):
+    """0.34.0's --reasoning-parser is read by parse_reasoning_parser, the release's own function:
+    the command is planned, its value passed as written, and one note says it was checked as a
+    string."""
+    import yaml
+
+    from forge.serving.serve import plan_serve
+    from tests.build_cli import run_build
+
+    root = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes", root, ignore=shutil.ignore_patterns("*.md"))
+    path = root / "gemma-4-26b-a4b-it.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["targets"]["gb10"]["serve"]["extra_args"] = ["--reasoning-parser", "gemma4"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    note = ("note: vLLM 0.34.0's --reasoning-parser reads its values with parse_reasoning_parser, "
+            "which vllm-forge does not know: checked as a string")
+    plan = plan_serve("gemma-4-26b-a4b-it", "gb10", "0.34.0", recipes_dir=str(root))
+    assert note in plan.notes
+    assert plan.argv[plan.argv.index("--reasoning-parser") + 1] == "gemma4"
+    assert note not in plan_serve("gemma-4-26b-a4b-it", "gb10", "0.34.0").notes
+    result = run_build("serve", "--recipe", "gemma-4-26b-a4b-it", "--target", "gb10", "--vllm",
+                       "0.34.0", "--recipes-dir", str(root), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert note + "\n" in result.stderr and "Traceback" not in result.stderr

@@ -180,7 +180,11 @@ def _read_cached_index() -> dict | None:
             and isinstance(cached.get("fetched_at", 0), (int, float))
             and isinstance(cached.get("index_url", ""), str)):
         return None
-    for entry in cached["releases"].values():
+    for version, entry in cached["releases"].items():
+        try:
+            Version(version)
+        except InvalidVersion:
+            return None
         if not (isinstance(entry, dict) and isinstance(entry.get("url"), str)
                 and isinstance(entry.get("sha256"), str) and _SHA256.fullmatch(entry["sha256"])
                 and isinstance(entry.get("size", 0), int) and entry.get("size", 0) >= 0):

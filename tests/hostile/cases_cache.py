@@ -119,6 +119,7 @@ def from_mirror(scenario: str, **fields) -> dict:
 
 def archive_cases() -> list[dict]:
     return [
+        from_mirror("index-endless", id="index-page-endless", stderr="more than 16.0 MiB"),
         from_mirror("endless", id="download-past-the-declared-size",
                     stderr="more than the size the index declares"),
         from_mirror("bomb", id="sdist-gzip-bomb", stderr=["decompression bomb", "zeros.bin"]),

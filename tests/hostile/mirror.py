@@ -128,6 +128,9 @@ class Handler(BaseHTTPRequestHandler):
         if len(parts) < 4:
             return self._send(404, b"", "text/plain")
         scenario, kind, name = parts[1], parts[2], parts[-2] if self.path.endswith("/") else parts[-1]
+        if kind == "simple" and scenario == "index-endless":
+            link = b'<a href="/x/vllm-0.0.1.tar.gz#sha256=' + b"0" * 64 + b'">vllm</a>\n'
+            return self._stream((link * 512 for _ in range(1 << 18)), "text/html")
         if kind == "simple":
             return self._index(scenario)
         if kind == "files" and scenario in STREAMED:
