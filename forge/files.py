@@ -404,19 +404,44 @@ def open_entry(path: Path | str) -> BinaryIO | None:
         raise
 
 
-def write_entry(path: Path | str, data: bytes | str) -> Path:
+def _linked_folder(folder: Path) -> FileError:
+    return FileError(f"{folder}: is a symbolic link, not a folder of the cache; remove it and "
+                     "run again")
+
+
+def _plain_folders(folder: Path, root: Path) -> None:
+    """Make `folder` and the folders between `root` and it where missing; FileError where one is
+    a symbolic link (`root` itself, the cache, may be one: its user chose it)."""
+    try:
+        parts = folder.relative_to(root).parts
+    except ValueError:
+        parts = ()
+    current = root
+    for part in parts:
+        current = current / part
+        try:
+            found = os.lstat(current)
+        except FileNotFoundError:
+            os.makedirs(current, exist_ok=True)
+            continue
+        if stat.S_ISLNK(found.st_mode):
+            raise _linked_folder(current)
+    folder.mkdir(parents=True, exist_ok=True)
+
+
+def write_entry(path: Path | str, data: bytes | str, root: Path | str | None = None) -> Path:
     """Replace cache entry `path` with `data` (whole or not at all, as write_bytes_atomically),
-    never through a link: whatever is at the name is replaced, not written into. Its folder is
-    made if missing; a folder that is a symbolic link is refused in one line."""
+    never through a link: whatever is at the name is replaced, not written into. Its folders
+    below `root` (the cache; else its own folder alone) are made where missing, and one that is
+    a symbolic link is refused in one line: the new file would land where the link points."""
     path = Path(path)
     payload = data.encode() if isinstance(data, str) else data
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _plain_folders(path.parent, Path(root) if root is not None else path.parent.parent)
         folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(path.parent):
-            raise FileError(f"{path.parent}: is a symbolic link, not a folder of the cache; "
-                            "remove it and run again") from exc
+            raise _linked_folder(path.parent) from exc
         raise file_error(path, exc, "write it") from exc
     temp = f".{path.name}.{secrets.token_hex(4)}.tmp"
     try:
@@ -536,8 +561,11 @@ def one_maker(entry: Path, locks: Path) -> Iterator[None]:
         if exc.errno != errno.ELOOP:
             raise file_error(lock, exc, "lock it") from exc
         # A link in a lock's place would make O_CREAT create (or open) its target: the link goes.
-        os.unlink(lock)
-        fd = os.open(lock, flags, 0o644)
+        try:
+            os.unlink(lock)
+            fd = os.open(lock, flags, 0o644)
+        except OSError as again:
+            raise file_error(lock, again, "lock it") from again
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -181,3 +181,19 @@ def test_a_linked_index_is_rebuilt_beside_its_link(tmp_path, monkeypatch, victim
         assert "0.27.1" in releases.load_index()
     assert untouched(victim)
     assert not (cache / "index.json").is_symlink() and releases._read_cached_index() is not None
+
+
+def test_a_linked_folder_between_the_cache_and_an_entry_is_refused(tmp_path, victim):
+    """cache/patch-status linked out: the entry's own folder (made by the write) would be outside."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "patch-status").symlink_to(victim.parent)
+    with pytest.raises(FileError) as caught:
+        files.write_entry(cache / "patch-status" / "key" / "0.27.1.json", "[]", root=cache)
+    assert str(caught.value).startswith(f"{cache / 'patch-status'}: is a symbolic link")
+    assert sorted(os.listdir(victim.parent)) == ["victim.json"] and untouched(victim)
+    # The cache itself may be reached through a link: its user chose it.
+    (tmp_path / "linked-cache").symlink_to(cache)
+    files.write_entry(tmp_path / "linked-cache" / "requirements" / "0.27.1.json", "[]",
+                      root=tmp_path / "linked-cache")
+    assert (cache / "requirements" / "0.27.1.json").read_text() == "[]"

@@ -44,7 +44,6 @@ ALLOWED = {
     ("forge/watch/drift_probe.py", "main", "json.load"): "its request on standard input",
     # Streams: a file read or written in chunks, larger than any cap, never held whole
     ("forge/upstream/releases.py", "sha256_of", "open"): "hashes a downloaded partial file in chunks",
-    ("forge/upstream/fetch.py", "download", "open"): "streams a download to its partial file",
     # A child process's standard output, and a lock: handles another process writes or holds
     ("verify/bench.py", "run_engines", "open"): "an engine worker's log, its stdout",
     ("verify/mtp_smoke.py", "run_workers", "open"): "an engine worker's log, its stdout",

@@ -64,7 +64,9 @@ def download(url: str, partial: Path, cap: int, what: str, cap_says: str,
             response.raise_for_status()
             total = _refuse_declared(response, cap, what, url)
             written = 0
-            with open(partial, "wb") as out:
+            # The partial file its caller made: written as it is, never through a link put there.
+            with os.fdopen(os.open(partial, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC),
+                           "wb") as out:
                 for block in response.iter_content(CHUNK):
                     written += len(block)
                     if written > cap:
