@@ -409,6 +409,16 @@ def _linked_folder(folder: Path) -> FileError:
                      "run again")
 
 
+def cache_folder(folder: Path | str, root: Path | str) -> Path:
+    """`folder` of the cache `root`, made where missing; FileError in one line where it or a
+    folder between is a symbolic link (what is written there would land where it points)."""
+    try:
+        _plain_folders(Path(folder), Path(root))
+    except OSError as exc:
+        raise file_error(folder, exc, "make it") from exc
+    return Path(folder)
+
+
 def _plain_folders(folder: Path, root: Path) -> None:
     """Make `folder` and the folders between `root` and it where missing; FileError where one is
     a symbolic link (`root` itself, the cache, may be one: its user chose it)."""
@@ -552,7 +562,7 @@ def one_maker(entry: Path, locks: Path) -> Iterator[None]:
     it a second time beside the first; makers of other entries go on. The lock file lives in
     `locks` (`<folder>-<name>.lock`), never among the entries, and stays there: removing it
     would let a third process lock a fresh file while the second still holds the old one."""
-    locks.mkdir(parents=True, exist_ok=True)
+    cache_folder(locks, locks.parent)
     lock = locks / f"{entry.parent.name}-{entry.name}.lock"
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:

@@ -197,3 +197,45 @@ def test_a_linked_folder_between_the_cache_and_an_entry_is_refused(tmp_path, vic
     files.write_entry(tmp_path / "linked-cache" / "requirements" / "0.27.1.json", "[]",
                       root=tmp_path / "linked-cache")
     assert (cache / "requirements" / "0.27.1.json").read_text() == "[]"
+
+
+def test_files_outside_the_tree_are_read_from_the_sdist_and_kept_beside_a_link(tmp_path, monkeypatch,
+                                                                              victim):
+    """A tree made without requirements/ reads them from the sdist (bounded, in one pass), and a
+    build file outside the tree (cmake/utils.cmake) is taken from the sdist once; its cached copy
+    linked out is taken again, written over the link."""
+    from forge.patching.dependencies import release_requirements
+    from forge.upstream import releases
+
+    expected = release_requirements("0.27.1", offline=True)
+    cache = own_cache(tmp_path, monkeypatch)
+    (cache / "trees" / "0.27.1" / "requirements").unlink()
+    assert release_requirements("0.27.1", offline=True) == expected
+    real = releases.release_tree("0.27.1")
+    entry = cache / "build-files" / "0.27.1" / "cmake" / "utils.cmake"
+    entry.parent.mkdir(parents=True)
+    entry.symlink_to(victim)
+    found = releases.release_build_file("0.27.1", "cmake/utils.cmake", offline=True)
+    assert found == entry and not entry.is_symlink() and untouched(victim)
+    assert "function(" in entry.read_text() and real.exists()
+    assert releases.release_build_file("0.27.1", "cmake/no-such-file.cmake", offline=True) is None
+
+
+def test_a_linked_sdists_or_locks_folder_is_refused_before_a_download(tmp_path, monkeypatch, victim):
+    from forge.upstream import releases
+    from tests.sdist_mirror import cold_cache
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "sdists").symlink_to(victim.parent)
+    with cold_cache(cache) as env:          # the run's own releases, on loopback
+        monkeypatch.setenv("VLLM_FORGE_CACHE", str(cache))
+        monkeypatch.setenv("VLLM_FORGE_INDEX", env["VLLM_FORGE_INDEX"])
+        with pytest.raises(FileError, match=f"^{cache / 'sdists'}: is a symbolic link"):
+            releases.fetch_sdist("0.27.1")
+        (cache / "sdists").unlink()
+        shutil.rmtree(cache / "locks")
+        (cache / "locks").symlink_to(victim.parent)
+        with pytest.raises(FileError, match=f"^{cache / 'locks'}: is a symbolic link"):
+            releases.fetch_sdist("0.27.1")
+    assert sorted(os.listdir(victim.parent)) == ["victim.json"] and untouched(victim)

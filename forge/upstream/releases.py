@@ -288,7 +288,7 @@ def _fetched(info: Sdist, target: Path, version: str, offline: bool) -> Path:
         raise ForgeError(f"offline and vLLM {version}'s sdist is not cached at {target}{there}")
     import requests
 
-    target.parent.mkdir(parents=True, exist_ok=True)
+    files.cache_folder(target.parent, cache_dir())   # never a linked folder: the file lands there
     # A private partial file per download: concurrent fetches of one release never share bytes.
     handle, partial_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".part", dir=target.parent)
     os.close(handle)
@@ -313,8 +313,8 @@ def _download(info: Sdist, partial: Path) -> None:
     most the size the index declares for it (else SDIST_CAP). Timed from the request on: a proxy
     that fetches the whole file before it answers would otherwise leave all of the wait out
     ("19.7 MB in 0.0 s")."""
-    cap, says = (info.size, "the size the index declares") if info.size else \
-        (SDIST_CAP, "any vLLM sdist's size")
+    cap, says = (info.size, "the size the index declares") if info.size and info.size <= SDIST_CAP \
+        else (SDIST_CAP, "any vLLM sdist's size")
     with Progress(f"downloading vLLM {info.version} sdist") as progress:
         def advance(size: int, total: int | None) -> None:
             progress.total = progress.total or total      # drawn with the first block

@@ -158,7 +158,10 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.wfile.write(body)
+        except OSError:
+            pass                                   # the reader stopped, as it may
 
     def _stream(self, chunks: Iterator[bytes], content_type: str):
         self.send_response(200)
