@@ -349,3 +349,18 @@ def test_a_crafted_cache_entry_runs_nothing(tmp_path, monkeypatch):
     assert not marker.exists()
     assert args.value_problem("--max-num-batched-tokens", ["lots"]) is not None
     assert "converters" not in json.loads(entry.read_text())        # rebuilt as this code writes it
+
+
+def test_the_cache_model_holds_exactly_what_the_reading_writes():
+    """forge.serving.args_cache's model and _to_cache agree key for key (a key written but not
+    modelled would make every entry damaged; one modelled but not written, every entry too)."""
+    from forge.serving.args_cache import RuleEntry, ServeArgsEntry, parse_entry
+
+    written = json.loads(vllm_args._to_cache(release_args("0.27.1")))
+    assert set(ServeArgsEntry.model_fields) == set(written)
+    assert {frozenset(rule) for rule in written["value_rules"].values()} == {frozenset(RuleEntry.model_fields)}
+    assert parse_entry(written) is not None
+    for strays in ({"nargs": 1.0}, {"nargs": "2"}, {"open_choices": 0}, {"converter": None}):
+        rule = {**written["value_rules"]["--model"], **strays}
+        assert parse_entry({**written, "value_rules": {"--model": rule}}) is None, strays
+    assert parse_entry({**written, "serve_flags": ["--x"] * 20_001}) is None

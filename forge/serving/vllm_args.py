@@ -132,51 +132,19 @@ def _to_cache(args: ReleaseArgs) -> str:
         "aliases": args.aliases}, "the serve-args cache", indent=1)
 
 
-_KEYS = {"code", "version", *_SETS, "choices", "value_rules", "aliases"}
-_RULE_KEYS = {"nargs", "converter", "accepts_none", "open_choices"}
-
-
-def _strings(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(item, str) for item in value)
-
-
-def _is_rule(rule: object) -> bool:
-    """A ValueRule as _to_cache writes one: its four fields and no other, each of its type."""
-    if not (isinstance(rule, dict) and set(rule) == _RULE_KEYS):
-        return False
-    nargs = rule["nargs"]
-    return ((nargs is None or nargs in ("?", "+", "*")
-             or (type(nargs) is int and 0 <= nargs <= 64))
-            and isinstance(rule["converter"], str)
-            and type(rule["accepts_none"]) is bool and type(rule["open_choices"]) is bool)
-
-
-def _holds(data: object, version: str) -> bool:
-    """Whether `data` is a reading this code wrote for `version`: exactly its keys, each of its
-    type (a key more, such as another code's, or a value of another type is a damaged entry)."""
-    if not (isinstance(data, dict) and set(data) == _KEYS and data["code"] == _CODE
-            and data["version"] == version):
-        return False
-    return (all(_strings(data[name]) for name in _SETS)
-            and isinstance(data["choices"], dict)
-            and all(_strings(values) for values in data["choices"].values())
-            and isinstance(data["value_rules"], dict)
-            and all(_is_rule(rule) for rule in data["value_rules"].values())
-            and isinstance(data["aliases"], dict)
-            and all(isinstance(long, str) for long in data["aliases"].values()))
-
-
 def _from_cache(version: str) -> ReleaseArgs | None:
-    """The cached reading, or None when there is none for this code (or it does not hold)."""
-    data = load_json_entry(_cached_args_file(version), CACHE)
-    if not _holds(data, version):
+    """The cached reading, or None when there is none for this code (or it does not hold: the
+    typed model forge.serving.args_cache refuses it)."""
+    from forge.serving.args_cache import parse_entry
+
+    entry = parse_entry(load_json_entry(_cached_args_file(version), CACHE))
+    if entry is None or entry.code != _CODE or entry.version != version:
         return None       # missing, damaged or of another shape: read the release again
-    assert isinstance(data, dict)
     return ReleaseArgs(
-        version, **{name: frozenset(data[name]) for name in _SETS},
-        choices={flag: frozenset(values) for flag, values in data["choices"].items()},
-        value_rules={flag: ValueRule(**rule) for flag, rule in data["value_rules"].items()},
-        aliases=dict(data["aliases"]))
+        version, **{name: frozenset(getattr(entry, name)) for name in _SETS},
+        choices={flag: frozenset(values) for flag, values in entry.choices.items()},
+        value_rules={flag: ValueRule(**rule.model_dump()) for flag, rule in entry.value_rules.items()},
+        aliases=dict(entry.aliases))
 
 
 @functools.cache
