@@ -27,6 +27,7 @@ from forge.errors import ForgeError
 from forge.files import CACHE, SOURCE, read_bytes, read_text, write_entry
 from forge.json_text import dump_json
 from forge.serving import value_converters
+from forge.untrusted import visible
 from forge.upstream import releases
 
 ARG_UTILS = "vllm/engine/arg_utils.py"
@@ -107,8 +108,9 @@ class ReleaseArgs:
                 or rule.converter in value_converters.CONVERTERS \
                 or (not rule.open_choices and self.choices.get(name.replace("_", "-"))):
             return None
-        return (f"note: vLLM {self.version}'s {self.canonical(flag)} reads its values with "
-                f"{rule.converter}, which vllm-forge does not know: checked as a string")
+        return (f"note: vLLM {self.version}'s {visible(self.canonical(flag))} reads its values "
+                f"with {visible(rule.converter)}, which vllm-forge does not know: checked as a "
+                "string")
 
 
 # What release_args reads is kept in the cache (`serve-args/<version>.json`), under the hash of this

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from forge.errors import ForgeError
 from forge.http_session import retrying_session
+from forge.untrusted import visible
 
 CHUNK = 1 << 16
 
@@ -45,7 +46,7 @@ def get_capped(url: str, cap: int, what: str, headers: dict | None = None, timeo
             for chunk in response.iter_content(CHUNK):
                 body += chunk
                 if len(body) > cap:
-                    raise ForgeError(f"{what} {url}: more than {_mib(cap)}, far more than any real "
+                    raise ForgeError(f"{what} {visible(url)}: more than {_mib(cap)}, far more than any real "
                                      "one; is the index right?")
                 _check_deadline(started, deadline_s, what, url)
         return Answer(response.status_code, response.headers.get("Content-Type", ""), bytes(body))
@@ -70,7 +71,7 @@ def download(url: str, partial: Path, cap: int, what: str, cap_says: str,
                 for block in response.iter_content(CHUNK):
                     written += len(block)
                     if written > cap:
-                        raise ForgeError(f"{what} {url}: more than {cap_says} ({_mib(cap)}); "
+                        raise ForgeError(f"{what} {visible(url)}: more than {cap_says} ({_mib(cap)}); "
                                          "refused before reading on to check its sha256")
                     out.write(block)
                     if advance is not None:
@@ -91,11 +92,11 @@ def _refuse_declared(response, cap: int, what: str, url: str) -> int | None:
     except ValueError:
         return None
     if declared > cap:
-        raise ForgeError(f"{what} {url}: the server declares {_mib(declared)}, more than the "
+        raise ForgeError(f"{what} {visible(url)}: the server declares {_mib(declared)}, more than the "
                          f"{_mib(cap)} expected")
     return declared if declared >= 0 else None
 
 
 def _check_deadline(started: float, deadline_s: float, what: str, url: str) -> None:
     if time.monotonic() - started > deadline_s:
-        raise ForgeError(f"{what} {url}: not read whole in {deadline_s:.0f} s; try again later")
+        raise ForgeError(f"{what} {visible(url)}: not read whole in {deadline_s:.0f} s; try again later")

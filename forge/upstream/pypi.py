@@ -26,6 +26,7 @@ from forge.data_formats import load_json_entry
 from forge.errors import ForgeError
 from forge.files import write_entry
 from forge.json_text import dump_json
+from forge.untrusted import visible
 
 DEFAULT_SIMPLE_URL = "https://pypi.org/simple/"
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
@@ -80,11 +81,11 @@ def _parse_project_page(data: object, url: str) -> list[str]:
     a page of another shape (a list, files that are no list of objects with a filename)."""
     listed = data.get("files") if isinstance(data, dict) else None
     if not isinstance(listed, list):
-        raise ForgeError(f"the package index page {url}: no list of files in its JSON")
+        raise ForgeError(f"the package index page {visible(url)}: no list of files in its JSON")
     versions = set()
     for number, entry in enumerate(listed):
         if not (isinstance(entry, dict) and isinstance(entry.get("filename"), str)):
-            raise ForgeError(f"the package index page {url}: files[{number}] has no filename")
+            raise ForgeError(f"the package index page {visible(url)}: files[{number}] has no filename")
         if not entry.get("yanked"):
             versions.add(version_of_file(entry["filename"]))
     # Oldest first by PEP 440 order (as text, "5.9.0" would sort after "5.15.0").
@@ -111,7 +112,7 @@ def _fetch(name: str) -> list[str] | None:
     if answer.status >= 400 or answer.content_type.split(";")[0].strip() not in (
             JSON_ACCEPT, "application/json"):
         return None               # an index that does not speak JSON: as one not reached
-    return _parse_project_page(parse_json(answer.body, f"the package index page {url}"), url)
+    return _parse_project_page(parse_json(answer.body, f"the package index page {visible(url)}"), url)
 
 
 def published_versions(name: str, offline: bool = False, refresh: bool = False) -> list[Version]:

@@ -32,6 +32,7 @@ from forge.errors import ForgeError
 from forge.files import one_maker, open_entry, write_entry
 from forge.json_text import dump_json
 from forge.progress import Progress
+from forge.untrusted import visible
 from forge.upstream import fetch
 from forge.upstream.archives import BROKEN, Bounds, bounded, extract_stream
 from forge.versions import Release
@@ -142,12 +143,12 @@ def parse_json_index(page: object, base_url: str) -> dict[str, dict]:
     another shape."""
     files_listed = page.get("files") if isinstance(page, dict) else None
     if not isinstance(files_listed, list):
-        raise ForgeError(f"the index {base_url}: its JSON page has no list of files")
+        raise ForgeError(f"the index {visible(base_url)}: its JSON page has no list of files")
     found: dict[str, dict] = {}
     for number, entry in enumerate(files_listed):
         if not (isinstance(entry, dict) and isinstance(entry.get("filename"), str)
                 and isinstance(entry.get("url"), str) and isinstance(entry.get("hashes"), dict)):
-            raise ForgeError(f"the index {base_url}: files[{number}] is not a file entry "
+            raise ForgeError(f"the index {visible(base_url)}: files[{number}] is not a file entry "
                              "(filename, url, hashes)")
         match = SDIST_NAME.match(entry["filename"])
         sha256 = entry["hashes"].get("sha256")
@@ -297,7 +298,8 @@ def _fetched(info: Sdist, target: Path, version: str, offline: bool) -> Path:
         try:
             _download(info, partial)
         except requests.RequestException as exc:
-            raise ForgeError(f"cannot download vLLM {version}'s sdist from {info.url}: {exc}") from exc
+            raise ForgeError(f"cannot download vLLM {version}'s sdist from {visible(info.url)}: "
+                             f"{visible(exc)}") from exc
         actual = sha256_of(partial)
         if actual != info.sha256:
             raise ForgeError(f"vLLM {version}'s sdist sha256 is {actual}, the index says {info.sha256}")
