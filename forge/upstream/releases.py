@@ -8,6 +8,12 @@ Everything lives under the cache directory ($VLLM_FORGE_CACHE, default ~/.cache/
   tree-manifests/X.json   the sha256 of each file of trees/X as extracted from the verified sdist
   build-files/X/...       files of the sdist outside vllm/ (CMakeLists.txt, ...), read once
   locks/                  one lock file per entry being made, so concurrent runs make it once
+
+Entries are content, not trust: read with no link followed and written by renaming a new file
+over the name (forge.files read_entry, open_entry, write_entry), each checked for its shape. What
+an index or an sdist may make forge read or write is bounded: a download by the size the index's
+JSON form declares (forge.upstream.fetch), an extraction in bytes, members, depth and name length
+(forge.upstream.archives.bounded, sdist_bounds).
 """
 from __future__ import annotations
 
@@ -426,8 +432,6 @@ def _extract_tree(parsed: Version, tree: Path, offline: bool) -> None:
 # The drift probe runs a release's own code (forge/watch/drift_probe.py); it runs a file only when
 # its bytes are those the hash-checked sdist held, as recorded here when the tree was extracted
 # (or, for a tree made before manifests were kept, read from the sdist itself).
-
-
 
 def _manifest_file(version: Version | str) -> Path:
     return cache_dir() / "tree-manifests" / f"{version}.json"
