@@ -128,3 +128,27 @@ def test_index_and_project_pages_parse_or_refuse_in_one_line(page):
             assert "\n" not in str(exc) and url in str(exc)
             continue
         assert isinstance(found, (dict, list))
+
+
+def test_kept_patch_statuses_and_manifests_load_whole_or_not_at_all(cache_folder, monkeypatch):
+    from forge.patching.status import PatchStatus, _kept_statuses
+
+    status = {"id": "a-patch", "kind": "source", "status": "applies", "detail": "forward applies"}
+    manifest = {"version": "0.27.1", "sdist_sha256": "b" * 64, "files": {"vllm/__init__.py": "c" * 64}}
+    sdist = releases.Sdist(releases.Version("0.27.1"), "https://example.invalid/x", "b" * 64)
+    assert releases.manifest_files(manifest, sdist) == manifest["files"]
+    monkeypatch.setenv("VLLM_FORGE_CACHE", str(cache_folder))
+
+    @SETTINGS
+    @given(mutated(status).map(lambda entry: [entry]) | json_values, mutated(manifest))
+    def check(statuses, entry):
+        in_cache(cache_folder, "patch-status/key/0.27.1.json", statuses)
+        kept = _kept_statuses(cache_folder / "patch-status" / "key" / "0.27.1.json")
+        assert kept is None or all(isinstance(s, PatchStatus) and isinstance(s.detail, str)
+                                   for s in kept)
+        found = releases.manifest_files(entry, sdist)
+        if found is not None:
+            assert entry == manifest or set(entry) == set(manifest)
+            assert all(isinstance(path, str) and len(sha) == 64 for path, sha in found.items())
+
+    check()

@@ -498,26 +498,26 @@ def sdist_files(version: str, prefix: str, offline: bool = False) -> dict[str, b
     return found
 
 
+def manifest_files(data: object, info: Sdist) -> dict[str, str] | None:
+    """The files of a manifest entry as _manifest_entry writes one for the sdist `info` names;
+    None for anything else (another sdist's, another shape, a hash that is no sha256)."""
+    if not (isinstance(data, dict) and set(data) == {"version", "sdist_sha256", "files"}
+            and data["version"] == str(info.version) and data["sdist_sha256"] == info.sha256
+            and isinstance(data["files"], dict)
+            and all(isinstance(sha, str) and _SHA256.fullmatch(sha) for sha in data["files"].values())):
+        return None
+    return data["files"]
+
+
 def tree_manifest(version: str, offline: bool = False) -> dict[str, str]:
     """'/'-separated path -> sha256 of each file release `version`'s tree held when it was
     extracted from its sdist, the sdist being the one the index names (by its sha256)."""
     info = sdist_info(version, offline=offline)
     entry = _manifest_file(info.version)
-
-    def recorded() -> dict[str, str] | None:
-        data = load_json_entry(entry, files.CACHE)
-        if not (isinstance(data, dict) and set(data) == {"version", "sdist_sha256", "files"}
-                and data["version"] == str(info.version) and data["sdist_sha256"] == info.sha256
-                and isinstance(data["files"], dict)
-                and all(isinstance(sha, str) and _SHA256.fullmatch(sha)
-                        for sha in data["files"].values())):
-            return None
-        return data["files"]
-
-    found = recorded()
+    found = manifest_files(load_json_entry(entry, files.CACHE), info)
     if found is None:
         with one_maker(entry, locks_dir()):
-            found = recorded()
+            found = manifest_files(load_json_entry(entry, files.CACHE), info)
             if found is None:
                 sdist = fetch_sdist(str(info.version), offline=offline)
                 found = _hashes_in_sdist(sdist, info.version)
