@@ -263,3 +263,16 @@ def parse_json(text: str | bytes, source: str) -> Any:
 
 def load_json(path: Path | str, kind: files.FileKind) -> Any:
     return parse_json(files.read_bytes(path, kind), str(path))
+
+
+def load_json_entry(path: Path | str, kind: files.FileKind) -> Any:
+    """A cache entry's JSON (forge.files.read_entry: no link followed), or None when there is
+    none or it is no regular file or no valid JSON: a damaged entry is one to make again. Its
+    reader checks the shape against what it writes."""
+    data = files.read_entry(path, kind)
+    if data is None:
+        return None
+    try:
+        return parse_json(data, str(path))
+    except ForgeError:       # not JSON, not UTF-8
+        return None

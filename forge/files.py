@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from forge.errors import FileError, ForgeError, file_error
 
@@ -353,6 +354,134 @@ def append_text(path: Path | str, text: str) -> None:
         raise file_error(path, exc, "write it") from exc
 
 
+# --- cache entries: content, never trust ---------------------------------------------------------
+
+# A cache (~/.cache/vllm-forge, often root's in CI and images) is a folder anyone with write access
+# to it may have changed: an entry replaced by a symbolic link must neither be read through (a
+# link to /dev/zero, to another user's file) nor written through (as root, onto any file of the
+# machine). So entries are read with O_NOFOLLOW, and anything there that is not a plain regular
+# file within its kind's cap counts as no entry (its reader rebuilds it); and written by renaming
+# a new file over the name, which replaces a link, FIFO or file there rather than writing into it,
+# in a folder opened with O_NOFOLLOW (a linked folder is refused: the rename would land in its
+# target).
+
+def read_entry(path: Path | str, kind: FileKind) -> bytes | None:
+    """The bytes of cache entry `path`; None when there is none, or when what is there is not a
+    plain regular file of at most `kind.cap` bytes (a link, a FIFO, a directory, a device)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.ENXIO):
+            return None
+        raise file_error(path, exc, "read it") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = _read_upto(fd, kind.cap + 1, path)
+    finally:
+        os.close(fd)
+    return data if len(data) <= kind.cap else None
+
+
+def open_entry(path: Path | str) -> BinaryIO | None:
+    """Cache entry `path` opened to be read as a stream (an sdist: too large for read_entry), or
+    None when there is none or what is there is not a plain regular file (a link, say to
+    /dev/zero, a FIFO, a directory): nothing is read through a link, nothing waits on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+            return None
+        raise file_error(path, exc, "read it") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _linked_folder(folder: Path) -> FileError:
+    return FileError(f"{folder}: is a symbolic link, not a folder of the cache; remove it and "
+                     "run again")
+
+
+def cache_folder(folder: Path | str, root: Path | str) -> Path:
+    """`folder` of the cache `root`, made where missing; FileError in one line where it or a
+    folder between is a symbolic link (what is written there would land where it points)."""
+    try:
+        _plain_folders(Path(folder), Path(root))
+    except OSError as exc:
+        raise file_error(folder, exc, "make it") from exc
+    return Path(folder)
+
+
+def _plain_folders(folder: Path, root: Path) -> None:
+    """Make `folder` and the folders between `root` and it where missing; FileError where one is
+    a symbolic link (`root` itself, the cache, may be one: its user chose it)."""
+    try:
+        parts = folder.relative_to(root).parts
+    except ValueError:
+        parts = ()
+    current = root
+    for part in parts:
+        current = current / part
+        try:
+            found = os.lstat(current)
+        except FileNotFoundError:
+            os.makedirs(current, exist_ok=True)
+            continue
+        if stat.S_ISLNK(found.st_mode):
+            raise _linked_folder(current)
+    folder.mkdir(parents=True, exist_ok=True)
+
+
+def write_entry(path: Path | str, data: bytes | str, root: Path | str | None = None) -> Path:
+    """Replace cache entry `path` with `data` (whole or not at all, as write_bytes_atomically),
+    never through a link: whatever is at the name is replaced, not written into. Its folders
+    below `root` (the cache; else its own folder alone) are made where missing, and one that is
+    a symbolic link is refused in one line: the new file would land where the link points."""
+    path = Path(path)
+    payload = data.encode() if isinstance(data, str) else data
+    try:
+        _plain_folders(path.parent, Path(root) if root is not None else path.parent.parent)
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(path.parent):
+            raise _linked_folder(path.parent) from exc
+        raise file_error(path, exc, "write it") from exc
+    temp = f".{path.name}.{secrets.token_hex(4)}.tmp"
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o666, dir_fd=folder)
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        try:
+            os.fsync(folder)
+        except OSError:
+            pass              # some file systems refuse fsync on a directory; the rename stands
+    except BaseException as exc:
+        try:
+            os.unlink(temp, dir_fd=folder)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise file_error(path, exc, "write it") from exc
+        raise
+    finally:
+        os.close(folder)
+    return path
+
+
 # --- output checks, before a command's first effect -------------------------------------------
 
 def check_output_file(path: Path | str, flag: str = "") -> Path:
@@ -433,8 +562,20 @@ def one_maker(entry: Path, locks: Path) -> Iterator[None]:
     it a second time beside the first; makers of other entries go on. The lock file lives in
     `locks` (`<folder>-<name>.lock`), never among the entries, and stays there: removing it
     would let a third process lock a fresh file while the second still holds the old one."""
-    locks.mkdir(parents=True, exist_ok=True)
-    fd = os.open(locks / f"{entry.parent.name}-{entry.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    cache_folder(locks, locks.parent)
+    lock = locks / f"{entry.parent.name}-{entry.name}.lock"
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(lock, flags, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise file_error(lock, exc, "lock it") from exc
+        # A link in a lock's place would make O_CREAT create (or open) its target: the link goes.
+        try:
+            os.unlink(lock)
+            fd = os.open(lock, flags, 0o644)
+        except OSError as again:
+            raise file_error(lock, again, "lock it") from again
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

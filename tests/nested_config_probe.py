@@ -1,7 +1,8 @@
 """Run inside a cached transformers environment (forge.upstream.pyenvs): load a --dummy config.json
 the way a vLLM release does, with that release's own code, and print what it made of it.
 
-Request (stdin JSON): {"model": DIR, "tree": RELEASE_TREE, "model_type": "<config.json model_type>"}.
+Request (stdin JSON): {"model": DIR, "tree": RELEASE_TREE, "model_type": "<config.json model_type>",
+"manifest": {FILE: SHA256}} (the tree's files as its sdist held them: releases.tree_manifest).
   1. the config class: the release's own (vllm/transformers_utils/configs/<model_type>.py, the
      class its _CONFIG_REGISTRY names) where it has one, else transformers' AutoConfig;
   2. the drafter's config: the release's `if hf_config.model_type ...` block of
@@ -56,7 +57,7 @@ def main() -> int:
     tree, model_type = Path(request["tree"]), request["model_type"]
     raw = json.loads((Path(request["model"]) / "config.json").read_text())
     probe = _drift_probe()
-    code = probe.ReleaseCode(tree)
+    code = probe.ReleaseCode(tree, request["manifest"])
     own = registry_class(tree, model_type)
     relative = f"vllm/transformers_utils/configs/{model_type}.py"
     if own and (tree / relative).exists():

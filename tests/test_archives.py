@@ -81,3 +81,39 @@ def test_a_stream_refuses_an_absolute_name(tmp_path, extraction_path):
         with pytest.raises(ForgeError, match="absolute.py"):
             archives.extract_stream(archive, tmp_path / "out", iter(archive))
     assert not (tmp_path / "absolute.py").exists()
+
+
+# --- bounds: each member checked from its header, before its bytes are read ----------------------
+
+def _members(tmp_path, names_sizes):
+    path = tmp_path / "b.tar"
+    with tarfile.open(path, "w") as archive:
+        for name, size in names_sizes:
+            info = tarfile.TarInfo(name)
+            info.size = size
+            archive.addfile(info, io.BytesIO(bytes(size)))
+    return path
+
+
+BOUNDS = archives.Bounds(size=1000, members=3, depth=4, name=40)
+
+
+@pytest.mark.parametrize("names_sizes, says", [
+    ([("a", 600), ("b", 600)], "decompress to more than"),
+    ([("a", 1), ("b", 1), ("c", 1), ("d", 1)], "more than 3 members"),
+    ([("a/b/c/d/e/f", 1)], "5 folders deep"),
+    ([("x" * 41, 1)], "is 41 characters"),
+])
+def test_an_archive_past_its_bounds_is_refused_at_the_member_that_passes_them(tmp_path, names_sizes, says):
+    with tarfile.open(_members(tmp_path, names_sizes)) as archive:
+        with pytest.raises(ForgeError) as caught:
+            for _ in archives.bounded(archive, BOUNDS, "the archive"):
+                pass
+    assert says in str(caught.value) and str(caught.value).startswith("the archive: ")
+    assert "\n" not in str(caught.value)
+
+
+def test_an_archive_within_its_bounds_yields_every_member(tmp_path):
+    names_sizes = [("a", 500), ("b/c/d/e", 500), ("c" * 40, 0)]
+    with tarfile.open(_members(tmp_path, names_sizes)) as archive:
+        assert [m.name for m in archives.bounded(archive, BOUNDS, "the archive")] == [n for n, _ in names_sizes]

@@ -248,6 +248,11 @@ def test_build_py_drift_newest_checks_the_indexs_newest_release(bare_series, rep
     assert report["findings"] == ["0.27.1"]
 
 
+def manifest_of(tree: Path) -> dict[str, str]:
+    """The manifest a tree copy changed on purpose answers to: its own files as they are now."""
+    return releases._hashes_under(tree)
+
+
 def release_copy_missing(tmp_path: Path, release: str, relative: str, name: str, renamed: str) -> Path:
     """A cache whose tree for `release` holds the files the probe reads, with `name` renamed in
     `relative`; the environments are the real cached ones."""
@@ -261,6 +266,11 @@ def release_copy_missing(tmp_path: Path, release: str, relative: str, name: str,
     damaged = tree / relative
     damaged.write_text(damaged.read_text().replace(f"def {name}(", f"def {renamed}("))
     shutil.copyfile(releases.cache_dir() / "index.json", cache / "index.json")
+    # the copy's manifest, as if the release's sdist held it so (the probe runs manifest files only)
+    sdist = releases.sdist_info(release, offline=True)
+    (cache / "tree-manifests").mkdir()
+    (cache / "tree-manifests" / f"{release}.json").write_text(
+        releases._manifest_entry(sdist.version, sdist.sha256, manifest_of(tree)))
     for shared in ("envs", "sdists"):
         (cache / shared).symlink_to(releases.cache_dir() / shared)
     return cache
@@ -296,7 +306,8 @@ def test_the_probe_refuses_code_paths_it_does_not_load(tmp_path, report_5_15, st
         "        # Gemma4 uses dual head dimensions", f"        {statement}\n"
         "        # Gemma4 uses dual head dimensions", 1))
     python = pyenvs.package_env("transformers", "5.15.0", offline=True)
-    raw = drift.run_probe(python, {"0.27.1": cache / "trees" / "0.27.1"})
+    tree = cache / "trees" / "0.27.1"
+    raw = drift.run_probe(python, {"0.27.1": tree}, {"0.27.1": manifest_of(tree)})
     target = raw["releases"]["0.27.1"]["target"]
     assert target["outcome"] == "probe-error"
     assert re.search(r"the release code used vllm/transformers_utils/model_arch_config_convertor"
@@ -425,7 +436,7 @@ def test_the_probe_loads_a_definition_with_its_same_file_helpers_and_refuses_the
     (tmp_path / "vllm" / "m.py").write_text(MODULE_UNDER_PROBE)
     (tmp_path / "vllm" / "other.py").write_text(
         "def helper_from_other(x):\n    return x + 1\n\n\nclass OtherClass:\n    pass\n")
-    code = ReleaseCode(tmp_path)
+    code = ReleaseCode(tmp_path, manifest_of(tmp_path))
     child = code.load("vllm/m.py", "Child")()
     assert child.size() == 6 and child.remote() == 2
     def line_of(start: str) -> int:

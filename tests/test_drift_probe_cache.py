@@ -17,7 +17,7 @@ from forge.patching.series import load_series
 from forge.upstream import pyenvs, releases
 from forge.watch import drift, probe_cache
 from tests.file_faults import read_only
-from tests.test_dependency_drift import CONVERTORS, method_line
+from tests.test_dependency_drift import CONVERTORS, manifest_of, method_line
 
 VERSION = "5.15.0"        # breaks 0.27.x, works on 0.28.0: both kinds of answer are kept
 REAL = ("0.27.0", "0.27.1", "0.28.0")
@@ -83,6 +83,12 @@ def entry_of(folder: Path, tree: Path) -> dict:
     return entry
 
 
+def probe(python, trees: dict) -> dict:
+    """run_probe with each tree's own files as its manifest: a copy changed on purpose stands for
+    a release whose code is so (the real trees answer to their sdists' manifests)."""
+    return drift.run_probe(python, trees, {r: manifest_of(t) for r, t in trees.items()})
+
+
 def tree_copy(tmp_path: Path, release: str) -> Path:
     real, tree = releases.release_tree(release), tmp_path / "trees" / release
     for part in PROBED:
@@ -112,7 +118,7 @@ def test_a_changed_file_the_probe_read_asks_again_for_that_release_only(
     shutil.copytree(probed[0], kept)                  # 0.28.0's answer is kept already
     tree = tree_copy(tmp_path, "0.27.1")
     trees = {"0.27.1": tree, "0.28.0": releases.release_tree("0.28.0")}
-    first = drift.run_probe(python, trees)
+    first = probe(python, trees)
     assert asked == [["0.27.1"]]
     line = method_line("0.27.1", "Gemma4ModelArchConfigConvertor", "get_head_size", '"head_dim"')
     assert first["releases"]["0.27.1"]["target"]["error"]["raised_at"]["line"] == line
@@ -123,12 +129,12 @@ def test_a_changed_file_the_probe_read_asks_again_for_that_release_only(
 
     # A file of the tree the probe never read: nothing is asked again.
     (tree / "vllm" / "__init__.py").write_text("# changed\n")
-    assert drift.run_probe(python, trees) == first
+    assert probe(python, trees) == first
     assert asked == [["0.27.1"]]
 
     # One byte more in the convertor module: 0.27.1 is asked again, and its answer moves a line.
     (tree / CONVERTORS).write_bytes(b"\n" + (tree / CONVERTORS).read_bytes())
-    moved = drift.run_probe(python, trees)
+    moved = probe(python, trees)
     assert asked == [["0.27.1"], ["0.27.1"]]
     for role in ("target", "assistant"):
         assert moved["releases"]["0.27.1"][role]["error"]["raised_at"]["line"] == \
@@ -140,7 +146,7 @@ def test_a_changed_file_the_probe_read_asks_again_for_that_release_only(
     absent = next(relative for relative, sha in entry_of(kept, tree)["read"].items() if sha is None)
     (tree / absent).parent.mkdir(parents=True, exist_ok=True)
     (tree / absent).write_text("")
-    assert drift.run_probe(python, trees) == moved
+    assert probe(python, trees) == moved
     assert asked == [["0.27.1"], ["0.27.1"], ["0.27.1"]]
 
 
@@ -170,7 +176,7 @@ def test_a_read_only_cache_folder_still_answers(kept, asked, probed, python):
         with pytest.raises(OSError):
             (kept / "probe").write_text("")                       # the mount refuses writes
         for _ in range(2):                                        # 0.27.0 cannot be kept: asked each time
-            assert drift.run_probe(python, trees) == probed[1]
+            assert probe(python, trees) == probed[1]
     assert asked == [["0.27.0"], ["0.27.0"]]
     assert sorted(entries(kept)) == ["0.27.1", "0.28.0"]
 
@@ -190,14 +196,14 @@ def test_answers_that_cannot_be_used_again_are_not_kept(tmp_path, kept, asked, p
         "        # Gemma4 uses dual head dimensions", 1))
     trees = {"0.27.0": naming, "0.27.1": missing, "0.28.0": releases.release_tree("0.28.0")}
 
-    first = drift.run_probe(python, trees)
+    first = probe(python, trees)
     assert first["releases"]["0.27.1"]["target"]["outcome"] == "probe-error"
     assert "'get_hf_text_config'" in first["releases"]["0.27.1"]["target"]["error"]["message"]
     named = first["releases"]["0.27.0"]["target"]
     assert named["outcome"] == "breaks" and named["error"]["message"].startswith("no head size for /")
     assert not Path(named["error"]["message"].removeprefix("no head size for ")).exists()
 
-    second = drift.run_probe(python, trees)
+    second = probe(python, trees)
     assert asked == [["0.27.0", "0.27.1"], ["0.27.0", "0.27.1"]]
     assert second["releases"]["0.27.1"] == first["releases"]["0.27.1"]
     assert second["releases"]["0.27.0"]["target"]["error"]["message"] != named["error"]["message"]

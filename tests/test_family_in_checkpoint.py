@@ -16,7 +16,7 @@ from forge.errors import ForgeError
 from forge.models import family_names, load_family
 from forge.serving.recipes import RECIPES_DIR, load_recipe, pin_attention_backend
 from forge.upstream.pyenvs import package_env
-from forge.upstream.releases import release_tree
+from forge.upstream.releases import release_tree, tree_manifest
 from tests.family_copies import edited_family
 from verify import bench, controls, mtp_smoke
 from verify.dummy_models import recipe_shape, write_dummy_models
@@ -163,7 +163,8 @@ def test_the_dummy_config_is_what_the_release_parses(tmp_path, transformers, rel
     assert draft_dir is None  # the MTP layers are the target checkpoint's own
     assert sorted(p.name for p in tmp_path.iterdir()) == ["qwen3.6-35b-a3b-L8"]
     tree = release_tree(release)
-    request = {"model": str(target_dir), "tree": str(tree), "model_type": FAMILY.config_types["target"]}
+    request = {"model": str(target_dir), "tree": str(tree), "model_type": FAMILY.config_types["target"],
+               "manifest": tree_manifest(release)}
     done = subprocess.run([str(package_env("transformers", transformers)), str(PROBE)],
                           input=json.dumps(request), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -43,10 +43,7 @@ ALLOWED = {
         "a vLLM module, in the probe's own environment (hashed as read)",
     ("forge/watch/drift_probe.py", "main", "json.load"): "its request on standard input",
     # Streams: a file read or written in chunks, larger than any cap, never held whole
-    ("forge/upstream/releases.py", "sha256_of", "open"): "hashes an sdist in chunks",
-    ("forge/upstream/releases.py", "_download", "open"): "streams a download to its partial file",
-    ("forge/upstream/releases.py", "_extract_tree", "open"): "streams a sha256-checked sdist to tarfile, "
-                                                            "its position for the progress line",
+    ("forge/upstream/releases.py", "sha256_of", "open"): "hashes in chunks a downloaded partial file, an extracted tree's files",
     # A child process's standard output, and a lock: handles another process writes or holds
     ("verify/bench.py", "run_engines", "open"): "an engine worker's log, its stdout",
     ("verify/mtp_smoke.py", "run_workers", "open"): "an engine worker's log, its stdout",

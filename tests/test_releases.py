@@ -38,13 +38,15 @@ def test_release_tree_holds_the_real_package_of_that_release():
 
 def test_parse_simple_index_skips_prereleases_yanked_and_unhashed_files():
     page = """
-      <a href="../../p/vllm-1.0.0.tar.gz#sha256=aa">vllm-1.0.0.tar.gz</a>
+      <a href="../../p/vllm-1.0.0.tar.gz#sha256={A}">vllm-1.0.0.tar.gz</a>
+      <a href="../../p/vllm-1.0.1.tar.gz#sha256=aa">a hash that is no sha256</a>
       <a href="../../p/vllm-1.1.0rc1.tar.gz#sha256=bb">vllm-1.1.0rc1.tar.gz</a>
       <a href="../../p/vllm-1.2.0.tar.gz#sha256=cc" data-yanked="">vllm-1.2.0.tar.gz</a>
       <a href="../../p/vllm-1.3.0.tar.gz">vllm-1.3.0.tar.gz</a>
-      <a href="../../p/vllm-1.4.0-cp38-abi3-manylinux1_x86_64.whl#sha256=dd">wheel</a>"""
+      <a href="../../p/vllm-1.4.0-cp38-abi3-manylinux1_x86_64.whl#sha256=dd">wheel</a>""".replace(
+        "{A}", "A" * 64)
     found = releases.parse_simple_index(page, "https://example.invalid/simple/vllm/")
-    assert found == {"1.0.0": {"url": "https://example.invalid/p/vllm-1.0.0.tar.gz", "sha256": "aa"}}
+    assert found == {"1.0.0": {"url": "https://example.invalid/p/vllm-1.0.0.tar.gz", "sha256": "a" * 64}}
 
 
 def _sdist_bytes(version: str) -> bytes:

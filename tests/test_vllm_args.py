@@ -1,9 +1,10 @@
 """forge.serving.vllm_args reads `vllm serve`'s flags from real vLLM release sources (PyPI sdists)."""
 import ast
+import json
 
 import pytest
 
-from forge.serving import vllm_args
+from forge.serving import value_converters, vllm_args
 from forge.serving.vllm_args import release_args
 
 RELEASES = ["0.25.0", "0.27.1", "0.33.0"]
@@ -191,11 +192,14 @@ def test_value_rules_follow_the_releases_own_get_kwargs(version):
     assert rules["--allowed-origins"].nargs is None         # its add_cli_args deletes nargs
     assert "--lora-modules" not in rules                     # a custom action: left to vLLM
     assert args.value_problem("--speculative-config", ['{"method": "mtp"}']) is None
-    # The converters are the release's own functions, compiled from its source tree.
-    tree = str(releases.release_tree(version))
-    assert args.converters["human_readable_int"].__code__.co_filename == tree
-    assert args.converters["human_readable_int"]("25.6k") == 25600
-    assert args.converters["human_readable_int_or_auto"]("auto") == -1
+    # The converters are named by the release and read by the project's own functions of the
+    # same name: the release defines each (vllm/utils/argparse_utils.py), nothing of it runs.
+    defined = {node.name for node in ast.parse(
+        (releases.release_tree(version) / "vllm/utils/argparse_utils.py").read_text()).body
+        if isinstance(node, ast.FunctionDef)}
+    named = {rule.converter for rule in rules.values()} - value_converters.AS_TEXT
+    assert {"human_readable_int", "human_readable_int_or_auto"} <= named & defined
+    assert named & defined <= set(value_converters.CONVERTERS)
     assert args.canonical("-q") == "--quantization" and args.canonical("--max_model_len=1") == "--max-model-len"
 
 
@@ -231,14 +235,13 @@ def use_a_cache_of_its_own(tmp_path, monkeypatch, version: str) -> None:
 
 
 def fields_of(args) -> dict:
-    values = {name: getattr(args, name) for name in args.__dataclass_fields__ if name != "converters"}
-    return {**values, "converters": sorted(args.converters)}
+    return {name: getattr(args, name) for name in args.__dataclass_fields__}
 
 
 @pytest.mark.parametrize("version", RELEASES)
 def test_the_cached_reading_is_the_release_reading_and_judges_values_alike(version, tmp_path, monkeypatch):
     use_a_cache_of_its_own(tmp_path, monkeypatch, version)
-    fresh, _ = vllm_args._read_release_args(version)
+    fresh = vllm_args._read_release_args(version)
     vllm_args.release_args.cache_clear()
     try:
         written = vllm_args.release_args(version)          # reads the release, writes the cache
@@ -257,10 +260,20 @@ def test_a_damaged_or_other_code_cache_is_read_again(tmp_path, monkeypatch):
     use_a_cache_of_its_own(tmp_path, monkeypatch, "0.27.1")
     entry = vllm_args._cached_args_file("0.27.1")
     entry.parent.mkdir(parents=True)
+    good = json.loads(vllm_args._to_cache(vllm_args._read_release_args("0.27.1")))
+    code = vllm_args._CODE
     for damaged in ("{not json", '{"code": "another", "version": "0.27.1"}', "[]",
-                    f'{{"code": "{vllm_args._CODE}", "version": "0.27.1"}}'):
+                    f'{{"code": "{code}", "version": "0.27.1"}}',
+                    # a key more (an earlier format's converter source), a value of another type
+                    json.dumps({**good, "converters": {"names": [], "source": "import os"}}),
+                    json.dumps({**good, "serve_flags": [1]}),
+                    json.dumps({**good, "value_rules": {"--x": {"nargs": "?", "converter": "int"}}}),
+                    json.dumps({**good, "value_rules": {"--x": {**good["value_rules"]["--model"],
+                                                                "accepts_none": 1}}})):
         entry.write_text(damaged)
         assert vllm_args._from_cache("0.27.1") is None, damaged
+    entry.write_text(json.dumps(good))
+    assert vllm_args._from_cache("0.27.1") is not None
     vllm_args.release_args.cache_clear()
     try:
         assert "--speculative-config" in vllm_args.release_args("0.27.1").serve_flags
@@ -282,3 +295,72 @@ def test_an_installed_vllm_linked_in_as_the_tree_is_read_each_time_and_never_cac
     finally:
         vllm_args.release_args.cache_clear()
     assert not vllm_args._cached_args_file("0.27.1").exists()
+
+
+# --- converters: the project's own, by name -------------------------------------------------
+
+@pytest.mark.parametrize("name, value, expected", [
+    # the examples vllm/utils/argparse_utils.py's docstrings give, and its refusals
+    ("human_readable_int", "1k", 1000), ("human_readable_int", "1K", 1024),
+    ("human_readable_int", "25.6k", 25600), ("human_readable_int", " 7 ", 7),
+    ("human_readable_int", "2M", 2 * 2**20), ("human_readable_int", "1.5K", None),
+    ("human_readable_int", "lots", None), ("human_readable_int", "auto", None),
+    ("human_readable_int_or_auto", "auto", -1), ("human_readable_int_or_auto", "AUTO", -1),
+    ("human_readable_int_or_auto", "-1", -1), ("human_readable_int_or_auto", "32k", 32000),
+])
+def test_the_projects_converters_read_values_as_the_releases_describe(name, value, expected):
+    convert = value_converters.CONVERTERS[name][0]
+    assert value_converters.converts(name, value) is (expected is not None)
+    if expected is not None:
+        assert convert(value) == expected
+
+
+def test_a_converter_not_known_here_checks_values_as_strings_and_says_so_in_one_line():
+    """0.34.0 reads --reasoning-parser with parse_reasoning_parser, a function of its own: any
+    value passes the check, and the one note names the flag and the converter."""
+    args = release_args("0.34.0")
+    rule = args.value_rules["--reasoning-parser"]
+    assert rule.converter not in value_converters.CONVERTERS
+    assert args.value_problem("--reasoning-parser", ["anything at all"]) is None
+    note = args.unchecked_note("--reasoning-parser")
+    assert note is not None and "\n" not in note
+    assert "--reasoning-parser" in note and rule.converter in note and "checked as a string" in note
+    assert args.unchecked_note("--max-model-len") is None      # a converter known here
+    assert args.unchecked_note("--dtype") is None              # Literal choices
+    assert args.unchecked_note("--served-model-name") is None  # text
+
+
+def test_a_crafted_cache_entry_runs_nothing(tmp_path, monkeypatch):
+    """An entry as the earlier format wrote it, its converter source rewritten to make a file:
+    refused as damaged (a key this code does not write) and rebuilt; nothing runs."""
+    use_a_cache_of_its_own(tmp_path, monkeypatch, "0.27.1")
+    marker = tmp_path / "ran"
+    good = json.loads(vllm_args._to_cache(vllm_args._read_release_args("0.27.1")))
+    crafted = {**good, "converters": {"names": ["human_readable_int"], "source":
+                                      f"open({str(marker)!r}, 'w')\ndef human_readable_int(v): return 1"}}
+    entry = vllm_args._cached_args_file("0.27.1")
+    entry.parent.mkdir(parents=True)
+    entry.write_text(json.dumps(crafted))
+    vllm_args.release_args.cache_clear()
+    try:
+        args = vllm_args.release_args("0.27.1")
+    finally:
+        vllm_args.release_args.cache_clear()
+    assert not marker.exists()
+    assert args.value_problem("--max-num-batched-tokens", ["lots"]) is not None
+    assert "converters" not in json.loads(entry.read_text())        # rebuilt as this code writes it
+
+
+def test_the_cache_model_holds_exactly_what_the_reading_writes():
+    """forge.serving.args_cache's model and _to_cache agree key for key (a key written but not
+    modelled would make every entry damaged; one modelled but not written, every entry too)."""
+    from forge.serving.args_cache import RuleEntry, ServeArgsEntry, parse_entry
+
+    written = json.loads(vllm_args._to_cache(release_args("0.27.1")))
+    assert set(ServeArgsEntry.model_fields) == set(written)
+    assert {frozenset(rule) for rule in written["value_rules"].values()} == {frozenset(RuleEntry.model_fields)}
+    assert parse_entry(written) is not None
+    for strays in ({"nargs": 1.0}, {"nargs": "2"}, {"open_choices": 0}, {"converter": None}):
+        rule = {**written["value_rules"]["--model"], **strays}
+        assert parse_entry({**written, "value_rules": {"--model": rule}}) is None, strays
+    assert parse_entry({**written, "serve_flags": ["--x"] * 20_001}) is None

@@ -13,7 +13,6 @@ satisfies -> `satisfied`, not installed -> `not-needed`.
 from __future__ import annotations
 
 import importlib.metadata
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,9 +22,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from forge.data_formats import load_json
+from forge.data_formats import load_json_entry
 from forge.errors import ForgeError
-from forge.files import CACHE, SOURCE, read_text
+from forge.files import CACHE, SOURCE, decode_utf8, read_text
 from forge.json_text import dump_json
 from forge.patching.vocabulary import Status
 
@@ -57,17 +56,16 @@ def release_requirements(version: str, offline: bool = False) -> list[str]:
     from forge.upstream import releases
 
     cached = releases.cache_dir() / "requirements" / f"{version}.json"
-    try:
-        return load_json(cached, CACHE)
-    except ForgeError:       # not cached yet, or damaged: read the files again
-        pass
+    kept = load_json_entry(cached, CACHE)
+    if isinstance(kept, list) and all(isinstance(line, str) for line in kept):
+        return kept          # else not cached yet, or damaged: read the files again
     files, source = _requirement_files(version, offline)
     if REQUIREMENTS_ENTRY not in files:
         raise ForgeError(f"vLLM {version}'s {source} has no {REQUIREMENTS_ENTRY}")
     lines = _resolve_includes(files, REQUIREMENTS_ENTRY, seen=set())
-    from forge.files import write_text_atomically
+    from forge.files import write_entry
 
-    write_text_atomically(cached, dump_json(lines, indent=1))
+    write_entry(cached, dump_json(lines, indent=1), root=releases.cache_dir())
     return lines
 
 
@@ -82,13 +80,9 @@ def _requirement_files(version: str, offline: bool) -> tuple[dict[str, str], str
         return ({path.relative_to(tree).as_posix(): read_text(path, SOURCE)
                  for path in sorted((tree / "requirements").rglob("*")) if path.is_file()},
                 f"tree {tree}")
-    sdist = releases.fetch_sdist(version, offline=offline)
-    prefix = f"vllm-{version}/"
-    with tarfile.open(sdist) as archive:
-        return ({m.name[len(prefix):]: archive.extractfile(m).read().decode()  # type: ignore[union-attr]  # regular files only
-                 for m in archive.getmembers()
-                 if m.isfile() and m.name.startswith(prefix + "requirements/")},
-                f"sdist {sdist}")
+    found = releases.sdist_files(version, "requirements/", offline=offline)
+    source = f"sdist {releases.fetch_sdist(version, offline=offline)}"
+    return {name: decode_utf8(data, f"{source}: {name}") for name, data in found.items()}, source
 
 
 def _resolve_includes(files: dict[str, str], name: str, seen: set[str]) -> list[str]:

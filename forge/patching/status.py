@@ -24,6 +24,7 @@ it forge.patching.apply.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,9 +32,9 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from forge.data_formats import load_json
-from forge.errors import ConflictError, ForgeError
-from forge.files import CACHE, SOURCE, read_bytes, regular_or_absent, write_text_atomically
+from forge.data_formats import load_json_entry
+from forge.errors import ConflictError
+from forge.files import CACHE, SOURCE, read_bytes, regular_or_absent, write_entry
 from forge.json_text import dump_json
 from forge.patching import diffs
 from forge.patching.moe_config_names import parse_config_name
@@ -143,15 +144,16 @@ def _needed_past_range(patch: Patch, root: Path, version: Version) -> tuple[str,
 def _breaks_python(root: Path, planned: dict[str, bytes | None]) -> str | None:
     """A patched .py file that no longer compiles (where the original did) is no fit.
 
-    Compared with the original because the host's Python may be older than vLLM's syntax."""
+    Compared with the original because the host's Python may be older than vLLM's syntax. Parsed
+    only (ast.parse makes a syntax tree, never code: no exec/compile outside the drift probe)."""
     for rel, new in planned.items():
         if not rel.endswith(".py") or new is None or not regular_or_absent(root / rel, SOURCE):
             continue
         try:
-            compile(new, rel, "exec", dont_inherit=True)
+            ast.parse(new, rel)
         except SyntaxError as error:
             try:
-                compile(read_bytes(root / rel, SOURCE), rel, "exec", dont_inherit=True)
+                ast.parse(read_bytes(root / rel, SOURCE), rel)
             except SyntaxError:
                 continue
             return f"the patched {rel} does not compile: line {error.lineno}: {error.msg}"
@@ -270,6 +272,25 @@ def _status_cache_file(series: Series, version: str) -> Path:
     return cache_dir() / "patch-status" / key / f"{version}.json"
 
 
+_STATUS_FIELDS = ("id", "kind", "status", "detail")
+
+
+def _kept_statuses(cached: Path) -> list[PatchStatus] | None:
+    """The statuses as release_status writes them (a list of objects of four strings, each
+    status one of the vocabulary's), or None when missing, damaged or of another shape."""
+    kept = load_json_entry(cached, CACHE)
+    if not isinstance(kept, list):
+        return None
+    statuses = []
+    for entry in kept:
+        if not (isinstance(entry, dict) and tuple(sorted(entry)) == tuple(sorted(_STATUS_FIELDS))
+                and all(isinstance(entry[name], str) for name in _STATUS_FIELDS)
+                and entry["status"] in {str(s) for s in Status}):
+            return None
+        statuses.append(PatchStatus(**entry))
+    return statuses
+
+
 def release_status(version: str, offline: bool = False, series: Series | None = None,
                    moe_device: str | None = None) -> list[PatchStatus]:
     """Status of every patch against release `version`'s real source tree (sdist from PyPI);
@@ -279,12 +300,13 @@ def release_status(version: str, offline: bool = False, series: Series | None = 
     series = series or load_series(offline=offline)
     parsed = releases.sdist_info(version, offline=offline).version
     cached = _status_cache_file(series, str(parsed))
-    try:
-        statuses = [PatchStatus(**entry) for entry in load_json(cached, CACHE)]
-    except (ForgeError, TypeError):      # not cached yet, or damaged: computed again
+    kept = _kept_statuses(cached)
+    if kept is not None:
+        statuses = kept
+    else:                                # not cached yet, or damaged: computed again
         statuses = tree_status(series, releases.release_tree(str(parsed), offline=offline), parsed,
                                kinds=TREE_KINDS)
-        write_text_atomically(cached, dump_json([s.to_dict() for s in statuses], indent=1))
+        write_entry(cached, dump_json([s.to_dict() for s in statuses], indent=1), root=releases.cache_dir())
     # Dependency statuses also depend on what the package index publishes, which moves on its
     # own: computed each time (from the cached requirements and index), never cached here.
     by_id = {s.id: s for s in statuses}

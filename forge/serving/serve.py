@@ -123,7 +123,15 @@ def _checked_recipe(recipe_name: str, target: str, vllm: str, recipes_dir: str |
     release = release_args(version)
     env, notes = _runner_env(recipe, release)
     check_for_release(recipe, release)
-    return recipe, release, env, notes
+    return recipe, release, env, notes + unchecked_notes(recipe, release)
+
+
+def unchecked_notes(recipe: Recipe, release) -> list[str]:
+    """One line per flag the recipe gives whose values the release reads with a converter the
+    project does not know (checked as strings: vLLM judges them at start)."""
+    flags = {setting.flag for setting in ENGINE_SETTINGS if setting.value(recipe) is not None}
+    flags |= {group.flag for group in flag_groups(list(recipe.serve.extra_args))}
+    return sorted({note for note in map(release.unchecked_note, flags) if note})
 
 
 def plan_multi_node(recipe_name: str, target: str, vllm: str, nodes: int, network: Interconnect,

@@ -9,25 +9,25 @@ in vllm/engine/arg_utils.py). Boolean config fields get argparse.BooleanOptional
 also accepts `--no-<flag>`.
 
 How each flag takes its values (ValueRule: nargs, type, Literal choices) follows the same
-definitions: vLLM's get_kwargs derives them from the config field's type (_compute_kwargs, whose
-per-field human-readable integer converters are read from the release and compiled from its own
-source), then add_cli_args and the add_argument call itself may override them.
+definitions: vLLM's get_kwargs derives them from the config field's type (_compute_kwargs names
+per-field human-readable integer converters), then add_cli_args and the add_argument call itself
+may override them. A converter is read as its name alone and judged by the project's own
+function of that name (forge.serving.value_converters): nothing of the release ever runs here.
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import functools
 import hashlib
-import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from forge.data_formats import load_json
+from forge.data_formats import load_json_entry
 from forge.errors import ForgeError
-from forge.files import CACHE, SOURCE, read_bytes, read_text, write_text_atomically
+from forge.files import CACHE, SOURCE, read_bytes, read_text, write_entry
 from forge.json_text import dump_json
+from forge.serving import value_converters
+from forge.untrusted import visible
 from forge.upstream import releases
 
 ARG_UTILS = "vllm/engine/arg_utils.py"
@@ -62,8 +62,6 @@ class ReleaseArgs:
     speculative_fields: frozenset[str] = frozenset()   # SpeculativeConfig fields (JSON keys)
     speculative_methods: frozenset[str] = frozenset()  # SpeculativeConfig.method values
     value_rules: dict = field(default_factory=dict)    # flag -> ValueRule
-    # converter name -> the callable argparse runs on each value (builtins and the release's own)
-    converters: dict = field(default_factory=dict)
     aliases: dict = field(default_factory=dict)        # "-q" -> "--quantization"
     runners: frozenset[str] = frozenset({"v1", "v2"})  # the GPU model runners the release ships
 
@@ -92,15 +90,27 @@ class ReleaseArgs:
         if problem:
             return problem
         allowed = None if rule.open_choices else self.choices.get(name.replace("_", "-"))
-        convert = self.converters.get(rule.converter)
         for value in values:
             if rule.accepts_none and value in ("", "None"):
                 continue
             if allowed is not None and value not in allowed:
                 return f"takes one of {' | '.join(sorted(allowed))}, not {value!r}"
-            if allowed is None and convert is not None and not _converts(convert, value):
-                return f"takes {_converter_words(rule.converter)}, not {value!r}"
+            if allowed is None and value_converters.converts(rule.converter, value) is False:
+                return f"takes {value_converters.words(rule.converter)}, not {value!r}"
         return None
+
+    def unchecked_note(self, flag: str) -> str | None:
+        """The one line saying that `flag`'s values are read by a converter the project does not
+        know (so value_problem checks them as strings), or None."""
+        name = flag.split("=", 1)[0]
+        rule = self.value_rules.get(name) or self.value_rules.get(name.replace("_", "-"))
+        if rule is None or "." in name or rule.converter in value_converters.AS_TEXT \
+                or rule.converter in value_converters.CONVERTERS \
+                or (not rule.open_choices and self.choices.get(name.replace("_", "-"))):
+            return None
+        return (f"note: vLLM {self.version}'s {visible(self.canonical(flag))} reads its values "
+                f"with {visible(rule.converter)}, which vllm-forge does not know: checked as a "
+                "string")
 
 
 # What release_args reads is kept in the cache (`serve-args/<version>.json`), under the hash of this
@@ -115,32 +125,28 @@ def _cached_args_file(version: str) -> Path:
     return releases.cache_dir() / "serve-args" / f"{version}.json"
 
 
-def _to_cache(args: ReleaseArgs, converter_source: str) -> str:
+def _to_cache(args: ReleaseArgs) -> str:
     return dump_json({
         "code": _CODE, "version": args.version,
         **{name: sorted(getattr(args, name)) for name in _SETS},
         "choices": {flag: sorted(values) for flag, values in args.choices.items()},
         "value_rules": {flag: asdict(rule) for flag, rule in args.value_rules.items()},
-        "aliases": args.aliases,
-        "converters": {"names": sorted(set(args.converters) - set(BUILTIN_CONVERTERS)),
-                       "source": converter_source}}, "the serve-args cache", indent=1)
+        "aliases": args.aliases}, "the serve-args cache", indent=1)
 
 
 def _from_cache(version: str) -> ReleaseArgs | None:
-    """The cached reading, or None when there is none for this code (or it does not hold)."""
-    try:
-        data = load_json(_cached_args_file(version), CACHE)
-        if data.get("code") != _CODE or data.get("version") != version:
-            return None
-        converters = _compile_converters(set(data["converters"]["names"]), data["converters"]["source"],
-                                         str(releases.tree_path(version)))
-        return ReleaseArgs(
-            version, **{name: frozenset(data[name]) for name in _SETS},
-            choices={flag: frozenset(values) for flag, values in data["choices"].items()},
-            value_rules={flag: ValueRule(**rule) for flag, rule in data["value_rules"].items()},
-            converters={**BUILTIN_CONVERTERS, **converters}, aliases=dict(data["aliases"]))
-    except (ForgeError, AttributeError, KeyError, TypeError, ValueError):
+    """The cached reading, or None when there is none for this code (or it does not hold: the
+    typed model forge.serving.args_cache refuses it)."""
+    from forge.serving.args_cache import parse_entry
+
+    entry = parse_entry(load_json_entry(_cached_args_file(version), CACHE))
+    if entry is None or entry.code != _CODE or entry.version != version:
         return None       # missing, damaged or of another shape: read the release again
+    return ReleaseArgs(
+        version, **{name: frozenset(getattr(entry, name)) for name in _SETS},
+        choices={flag: frozenset(values) for flag, values in entry.choices.items()},
+        value_rules={flag: ValueRule(**rule.model_dump()) for flag, rule in entry.value_rules.items()},
+        aliases=dict(entry.aliases))
 
 
 @functools.cache
@@ -150,17 +156,17 @@ def release_args(version: str) -> ReleaseArgs:
     cached = None if linked else _from_cache(version)
     if cached is not None:
         return cached
-    args, converter_source = _read_release_args(version)
+    args = _read_release_args(version)
     if linked:
         return args
     try:
-        write_text_atomically(_cached_args_file(version), _to_cache(args, converter_source))
+        write_entry(_cached_args_file(version), _to_cache(args), root=releases.cache_dir())
     except (ForgeError, OSError):
         pass              # a read-only cache: the reading stands, only the next run pays again
     return args
 
 
-def _read_release_args(version: str) -> tuple[ReleaseArgs, str]:
+def _read_release_args(version: str) -> ReleaseArgs:
     tree = releases.release_tree(version)
     source = _SourceIndex(tree)
     choices: dict[str, frozenset[str]] = {}
@@ -183,9 +189,6 @@ def _read_release_args(version: str) -> tuple[ReleaseArgs, str]:
     if speculative is None:
         raise ForgeError(f"vLLM {version}: no SpeculativeConfig class in {tree / 'vllm/config'}")
     spec_fields = _annotated_fields(speculative[0])
-    converter_names = set(_int_converters(source).values())
-    converter_source = _release_converter_source(source, converter_names)
-    converters = _compile_converters(converter_names, converter_source, str(tree))
     return ReleaseArgs(
         str(version), frozenset(flags),
         frozenset(_dataclass_fields(source.parse(ARG_UTILS), "EngineArgs", source)),
@@ -193,8 +196,7 @@ def _read_release_args(version: str) -> tuple[ReleaseArgs, str]:
         frozenset(spec_fields),
         frozenset(source.literal_values(spec_fields["method"])) if "method" in spec_fields
         else frozenset(),
-        rules, {**BUILTIN_CONVERTERS, **converters}, aliases,
-        runners_in(tree)), converter_source
+        rules, aliases, runners_in(tree))
 
 
 def runners_in(root: Path) -> frozenset[str]:
@@ -582,8 +584,6 @@ def _assigned_name(node: ast.stmt) -> str | None:
 
 # --- how a flag takes its values: vLLM's get_kwargs (_compute_kwargs) read from the release ---
 
-# The `type` callables of vLLM's arguments that are Python's own.
-BUILTIN_CONVERTERS = {"int": int, "float": float, "json.loads": json.loads}
 SWITCH = ValueRule(nargs=0)      # store_true, BooleanOptionalAction and their --no-/--disable-
 # Wrappers whose first argument is the type argparse sees (Optional[int], Annotated[int, ...]).
 _WRAPPERS = {"Optional", "Union", "Annotated", "SkipValidation"}
@@ -718,32 +718,6 @@ def _type_assigned(body: list[ast.stmt]) -> str | None:
     return None
 
 
-def _release_converter_source(source: _SourceIndex, wanted: set[str]) -> str:
-    """The release's own value converters that arg_utils.py imports (human_readable_int and
-    the like): their function definitions from the release's source, alone, so a value is
-    judged by exactly the code `vllm serve` runs on it (they use only re and argparse)."""
-    module_of = {alias.name: node.module for node in source.parse(ARG_UTILS).body
-                 if isinstance(node, ast.ImportFrom) and node.module
-                 for alias in node.names if alias.name in wanted}
-    definitions: list[ast.stmt] = []
-    for module in sorted(set(module_of.values())):
-        relative = module.replace(".", "/") + ".py"
-        if not (source.tree / relative).exists():
-            continue
-        definitions += [node for node in source.parse(relative).body
-                        if isinstance(node, ast.FunctionDef) and node.name in wanted]
-    return ast.unparse(ast.Module(body=definitions, type_ignores=[]))
-
-
-def _compile_converters(wanted: set[str], text: str, tree: str) -> dict[str, object]:
-    namespace: dict[str, object] = {"re": re, "argparse": argparse}
-    try:
-        exec(compile(text, tree, "exec"), namespace)
-    except Exception:  # noqa: BLE001 - a release whose converters do not stand alone: no check
-        return {}
-    return {name: namespace[name] for name in wanted if name in namespace}
-
-
 def _count_problem(nargs: int | str | None, values: list[str]) -> str | None:
     count = len(values)
     if nargs == 0 and count:
@@ -757,18 +731,3 @@ def _count_problem(nargs: int | str | None, values: list[str]) -> str | None:
     if isinstance(nargs, int) and nargs and count != nargs:
         return f"takes {nargs} values (got {count})"
     return None
-
-
-def _converts(convert, value: str) -> bool:
-    try:
-        convert(value)
-    except (ValueError, TypeError, argparse.ArgumentTypeError):
-        return False
-    return True
-
-
-def _converter_words(converter: str) -> str:
-    return {"int": "a whole number", "float": "a number", "json.loads": "JSON",
-            "human_readable_int": "a whole number (or 2k, 1M, ...)",
-            "human_readable_int_or_auto": "a whole number (or 2k, 1M, ..., -1, auto)"
-            }.get(converter, f"a value {converter} reads")

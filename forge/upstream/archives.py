@@ -1,4 +1,4 @@
-"""Extracting tar archives safely on every Python the project supports.
+"""Extracting tar archives safely on every Python the project supports, within bounds.
 
 tarfile's extraction filters (`filter="data"`) exist from Python 3.11.4 / 3.10.12; Debian 12's own
 python3 is 3.11.2. There the same rule is applied here: regular files and directories only, each
@@ -7,13 +7,45 @@ inside the destination, without setuid or group/other write bits.
 from __future__ import annotations
 
 import tarfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from forge.errors import ForgeError
 
 HAS_DATA_FILTER = hasattr(tarfile, "data_filter")
+# What a damaged or hostile archive raises as it is read: not gzip, cut short, a bad header.
+BROKEN = (tarfile.TarError, EOFError, zlib.error)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The most an archive may hold, checked from each member's header before its bytes are
+    read: a gzip bomb (1.5 MB of zeros that decompress to 1.5 GB) is refused at its header."""
+    size: int            # bytes of all members together, as their headers declare them
+    members: int
+    depth: int           # folders in a member's name
+    name: int            # characters in a member's name
+
+
+def bounded(archive: tarfile.TarFile, bounds: Bounds, where: str) -> Iterator[tarfile.TarInfo]:
+    """The archive's members as read, each checked against `bounds` (ForgeError naming `where`)."""
+    total = count = 0
+    for member in archive:
+        count += 1
+        total += max(member.size, 0)
+        if count > bounds.members:
+            raise ForgeError(f"{where}: more than {bounds.members} members; not a real sdist")
+        if total > bounds.size:
+            raise ForgeError(f"{where}: its members decompress to more than {bounds.size >> 20} MiB "
+                             f"(at {member.name[:200]!r}); refused as a decompression bomb")
+        if len(member.name) > bounds.name or member.name.count("/") > bounds.depth:
+            raise ForgeError(f"{where}: a member's name is {len(member.name)} characters, "
+                             f"{member.name.count('/')} folders deep (at most {bounds.name} and "
+                             f"{bounds.depth}): {member.name[:120]!r}...")
+        yield member
 
 
 def extract_stream(archive: tarfile.TarFile, destination: Path, members: Iterable[tarfile.TarInfo]) -> None:

@@ -36,9 +36,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from forge import files
-from forge.data_formats import load_json
+from forge.data_formats import load_json_entry
 from forge.errors import ForgeError
-from forge.files import one_maker, write_text_atomically
+from forge.files import one_maker, write_entry
 from forge.json_text import dump_json
 from forge.upstream import pypi
 from forge.upstream.releases import cache_dir, locks_dir
@@ -106,13 +106,13 @@ def install_command(package: str, version: str, env: Path) -> str:
 def package_env(package: str, version: str, offline: bool = False) -> Path:
     """The python executable of the cached environment holding package==version; built if missing."""
     env = env_dir(package, version)
-    if (env / MARKER).exists():
+    if _marked(env):
         return python_of(env)
     if offline:
         raise ForgeError(f"offline and no cached environment for {package}=={version} at {env}; "
                          f"where PyPI answers run: {install_command(package, version, env)}")
     with one_maker(env, locks_dir()):   # a run building the same environment: wait for it
-        if not (env / MARKER).exists():
+        if not _marked(env):
             _build_into_place(env, package, version)
     return python_of(env)
 
@@ -126,7 +126,7 @@ def _build_into_place(env: Path, package: str, version: str) -> None:
         try:
             os.replace(staging, env)
         except OSError:
-            if not (env / MARKER).exists():  # another process finished the same env meanwhile
+            if not _marked(env):  # another process finished the same env meanwhile
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -142,9 +142,9 @@ def _build(env: Path, package: str, version: str) -> None:
     if Version(installed) != Version(version):
         raise ForgeError(f"{env}: pip installed {package} {installed}, not {version}")
     frozen = _run([*_pip(python), "freeze", "--all"], f"pip freeze failed in {env}")
-    write_text_atomically(env / MARKER, dump_json(
+    write_entry(env / MARKER, dump_json(
         {"package": package, "version": version, "python": sys.version.split()[0],
-         "installed": frozen.split()}, indent=1) + "\n")
+         "installed": frozen.split()}, indent=1) + "\n", root=env)
 
 
 def _pip(python: str) -> list[str]:
@@ -219,6 +219,23 @@ def _run(command: list[str], failure: str) -> str:
     return done.stdout
 
 
+def _marker(env: Path) -> dict | None:
+    """The environment's marker as _build writes it (a regular file, no link followed), or None."""
+    data = load_json_entry(env / MARKER, files.CACHE)
+    if not (isinstance(data, dict) and isinstance(data.get("installed"), list)
+            and all(isinstance(line, str) for line in data["installed"])):
+        return None
+    return data
+
+
+def _marked(env: Path) -> bool:
+    return _marker(env) is not None
+
+
 def installed_set(python: Path) -> list[str]:
     """What pip put into the environment (name==version lines), as recorded when it was made."""
-    return load_json(python.parent.parent / MARKER, files.CACHE)["installed"]
+    marker = _marker(python.parent.parent)
+    if marker is None:
+        raise ForgeError(f"{python.parent.parent / MARKER}: missing or damaged; remove "
+                         f"{python.parent.parent} to make the environment again")
+    return marker["installed"]

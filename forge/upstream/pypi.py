@@ -19,17 +19,20 @@ from packaging.utils import (
     parse_sdist_filename,
     parse_wheel_filename,
 )
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from forge import files
-from forge.data_formats import load_json
+from forge.data_formats import load_json_entry
 from forge.errors import ForgeError
-from forge.files import write_text_atomically
+from forge.files import write_entry
 from forge.json_text import dump_json
+from forge.untrusted import visible
 
 DEFAULT_SIMPLE_URL = "https://pypi.org/simple/"
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
 INDEX_MAX_AGE_S = 6 * 3600
+# A project page holds every file of every release: torch's, among the largest, is a few MB.
+PAGE_CAP = 32 << 20
 
 
 class UnknownProject(ForgeError):
@@ -49,11 +52,18 @@ def _cache_file(name: str) -> Path:
 
 
 def _read_cache(name: str) -> dict | None:
-    try:
-        cached = load_json(_cache_file(name), files.CACHE)
-    except ForgeError:       # missing or damaged: asked again
+    """The cached page as published_versions writes it, for this index; None when missing,
+    damaged or of another shape (asked again)."""
+    cached = load_json_entry(_cache_file(name), files.CACHE)
+    if not (isinstance(cached, dict) and cached.get("index") == simple_url()
+            and isinstance(cached.get("fetched_at"), (int, float))
+            and isinstance(cached.get("versions"), list)):
         return None
-    return cached if cached.get("index") == simple_url() else None
+    try:
+        [Version(v) for v in cached["versions"]]
+    except (InvalidVersion, TypeError):
+        return None
+    return cached
 
 
 def version_of_file(filename: str) -> Version | None:
@@ -66,8 +76,18 @@ def version_of_file(filename: str) -> Version | None:
         return None
 
 
-def _parse_project_page(data: dict) -> list[str]:
-    versions = {version_of_file(f["filename"]) for f in data.get("files", []) if not f.get("yanked")}
+def _parse_project_page(data: object, url: str) -> list[str]:
+    """The versions of a PEP 691 project page's non-yanked files; ForgeError naming the field for
+    a page of another shape (a list, files that are no list of objects with a filename)."""
+    listed = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(listed, list):
+        raise ForgeError(f"the package index page {visible(url)}: no list of files in its JSON")
+    versions = set()
+    for number, entry in enumerate(listed):
+        if not (isinstance(entry, dict) and isinstance(entry.get("filename"), str)):
+            raise ForgeError(f"the package index page {visible(url)}: files[{number}] has no filename")
+        if not entry.get("yanked"):
+            versions.add(version_of_file(entry["filename"]))
     # Oldest first by PEP 440 order (as text, "5.9.0" would sort after "5.15.0").
     return [str(v) for v in sorted(v for v in versions if v is not None)]
 
@@ -78,22 +98,21 @@ def _fetch(name: str) -> list[str] | None:
         import requests  # late: `build.py apply` runs in bare images without it
     except ImportError:
         return None
-    from forge.http_session import retrying_session
+    from forge.data_formats import parse_json
+    from forge.upstream import fetch
 
     url = simple_url() + canonicalize_name(name) + "/"
     try:
-        with retrying_session() as session:
-            response = session.get(url, timeout=60, headers={"Accept": JSON_ACCEPT})
+        answer = fetch.get_capped(url, PAGE_CAP, "the package index page",
+                                  headers={"Accept": JSON_ACCEPT})
     except requests.RequestException:
         return None
-    if response.status_code == 404:
+    if answer.status == 404:
         raise UnknownProject(f"no project {name!r} on the package index {simple_url()}")
-    if not response.ok:
-        return None
-    try:
-        return _parse_project_page(response.json())
-    except ValueError:
-        return None
+    if answer.status >= 400 or answer.content_type.split(";")[0].strip() not in (
+            JSON_ACCEPT, "application/json"):
+        return None               # an index that does not speak JSON: as one not reached
+    return _parse_project_page(parse_json(answer.body, f"the package index page {visible(url)}"), url)
 
 
 def published_versions(name: str, offline: bool = False, refresh: bool = False) -> list[Version]:
@@ -112,9 +131,16 @@ def published_versions(name: str, offline: bool = False, refresh: bool = False) 
         raise ForgeError(f"cannot read {name!r} from the package index {simple_url()} "
                          f"({'offline' if offline else 'unreachable'}) and nothing is cached at "
                          f"{_cache_file(name)}")
-    write_text_atomically(_cache_file(name), dump_json(
-        {"index": simple_url(), "fetched_at": time.time(), "versions": fetched}, indent=1))
+    _write_cache(name, fetched)
     return [Version(v) for v in fetched]
+
+
+def _write_cache(name: str, versions: list[str]) -> None:
+    from forge.upstream.releases import cache_dir
+
+    write_entry(_cache_file(name), dump_json(
+        {"index": simple_url(), "fetched_at": time.time(), "versions": versions}, indent=1),
+        root=cache_dir())
 
 
 def live_versions(name: str) -> list[Version] | None:
@@ -123,8 +149,7 @@ def live_versions(name: str) -> list[Version] | None:
     fetched = _fetch(name)
     if fetched is None:
         return None
-    write_text_atomically(_cache_file(name), dump_json(
-        {"index": simple_url(), "fetched_at": time.time(), "versions": fetched}, indent=1))
+    _write_cache(name, fetched)
     return [Version(v) for v in fetched]
 
 

@@ -46,6 +46,7 @@ from forge.json_text import dump_json
 from forge.patching.vocabulary import Kind
 
 PROBE_SCRIPT = Path(__file__).resolve().parent / "drift_probe.py"
+TREE_CHANGED_EXIT = 3     # drift_probe.py's exit for a tree file its manifest does not hold
 PROBE_TIMEOUT_S = 600
 # Which reproduction covers which dependency (the watch list names them: forge/watch/dependencies.py).
 PROBES = {"transformers": "gemma4-config"}
@@ -147,12 +148,15 @@ def probe_for(package: str) -> str:
     return PROBES[name]
 
 
-def run_probe(python: Path, trees: dict[str, Path]) -> dict:
+def run_probe(python: Path, trees: dict[str, Path],
+              manifests: dict[str, dict[str, str]] | None = None, offline: bool = False) -> dict:
     """Run forge/watch/drift_probe.py in the environment of `python` over the given release trees:
     {"transformers": VERSION, "releases": {release: {role: answer}}}. A release whose answer is
     kept (forge/watch/probe_cache.py) and still holds is not asked again; with none to ask, the
-    probe does not start."""
+    probe does not start. The probe runs a file of a tree only as `manifests` lists it (default:
+    as each release's sdist held it, forge.upstream.releases.tree_manifest)."""
     from forge.models import first_dummy
+    from forge.upstream import releases
     from forge.watch import probe_cache
 
     family, model = first_dummy()
@@ -165,8 +169,11 @@ def run_probe(python: Path, trees: dict[str, Path]) -> dict:
         missing = {r: str(t) for r, t in trees.items() if kept[r] is None}
         raw: dict = {"transformers": next((found[0] for found in kept.values() if found), None)}
         if missing or not trees:
+            listed = manifests or {}
             raw = _launch(python, {"models": models, "assistant_type": assistant_type,
-                                   "releases": missing})
+                                   "releases": missing,
+                                   "manifests": {r: listed[r] if r in listed else
+                                                 releases.tree_manifest(r, offline) for r in missing}})
             for release in missing:
                 probe_cache.store(keys[release], release, trees[release], raw["transformers"],
                                   raw["releases"][release], raw["read"][release], tmp)
@@ -180,8 +187,11 @@ def _launch(python: Path, request: dict) -> dict:
                               capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise ForgeError(f"{PROBE_SCRIPT.name}: no answer in {PROBE_TIMEOUT_S} s") from exc
+    last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+    if done.returncode == TREE_CHANGED_EXIT:
+        raise ForgeError(f"{PROBE_SCRIPT.name}: refused to run a changed release tree: "
+                         f"{last.removeprefix('error: ')}")
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise ForgeError(f"{PROBE_SCRIPT.name} failed under {python}: {last}")
     return json.loads(done.stdout)
 
@@ -199,7 +209,7 @@ def check(package: str, version: str, series, releases_to_check: list[str] | Non
         python = real_location(pyenvs.package_env(package, version, offline=offline))
     except pyenvs.UninstallableError as exc:
         return DriftReport(package, version, probe, [], uninstallable=exc.reason)
-    raw = run_probe(python, trees)
+    raw = run_probe(python, trees, offline=offline)
     if Version(raw["transformers"]) != Version(version):
         raise ForgeError(f"{python}: the probe ran transformers {raw['transformers']}, not {version}")
     constraints = dependency_constraints(series, package)

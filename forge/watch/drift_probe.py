@@ -6,7 +6,9 @@ dependencies (forge.upstream.pyenvs); it imports nothing from forge. It reads a 
 
     {"models": {"target": DIR, "assistant": DIR},     config.json directories (forge/models.py)
      "assistant_type": "gemma4_assistant",            the drafter's config type (models/<family>.yaml)
-     "releases": {"0.27.1": TREE, ...}}               release trees (forge.upstream.releases.release_tree)
+     "releases": {"0.27.1": TREE, ...},               release trees (forge.upstream.releases.release_tree)
+     "manifests": {"0.27.1": {FILE: SHA256, ...}}}    each tree's files as extracted from its sdist
+                                                      (forge.upstream.releases.tree_manifest)
 
 and prints one JSON object: per release and model, what vLLM's engine start computes as the
 attention head size, or the exception it raises there, with the release frame that raised it;
@@ -31,6 +33,11 @@ functions (e.g. `gemma4_layer_config` from vllm/transformers_utils/configs/gemma
 vLLM or torch names are bound to a stand-in that raises ProbeError the moment it is touched, so a
 code path that needs more than the probe loads fails loudly instead of passing.
 A name the probe needs that a release lacks is a ProbeError too ("probe-error": never a pass).
+
+Only a verified tree runs: every file is read once, and its bytes are compiled only when their
+sha256 is the one the manifest recorded when the tree was extracted from the release's
+hash-checked sdist; a file the manifest does not list counts as absent. A file changed since
+stops the probe with one line on stderr naming it (exit 3), before any of its code runs.
 """
 from __future__ import annotations
 import __future__
@@ -58,6 +65,13 @@ _COMPILE_FLAGS = __future__.annotations.compiler_flag
 
 class ProbeError(Exception):
     """The probe could not run the release's code (a name missing, a path it does not load)."""
+
+
+class TreeChanged(Exception):
+    """A file of the release tree is not as its sdist held it: nothing of it may run."""
+
+
+TREE_CHANGED_EXIT = 3
 
 
 class Unavailable:
@@ -88,8 +102,9 @@ class ReleaseCode:
     """Top-level definitions of one release's files, compiled on demand with their real lines.
     Each file gets one namespace, shared by everything loaded from it, as a module's globals are."""
 
-    def __init__(self, tree: Path):
+    def __init__(self, tree: Path, manifest: dict[str, str]):
         self.tree = tree
+        self.manifest = manifest        # file -> sha256, as extracted from the sdist
         self._modules: dict[str, ast.Module] = {}
         self._namespaces: dict[str, dict] = {}
         self._loading: set[tuple[str, str]] = set()
@@ -103,12 +118,19 @@ class ReleaseCode:
                 source = path.read_bytes()
             except OSError as exc:
                 raise ProbeError(f"{relative}: cannot read it in {self.tree}: {exc.strerror}") from exc
-            self.read[relative] = hashlib.sha256(source).hexdigest()
+            digest = hashlib.sha256(source).hexdigest()
+            recorded = self.manifest.get(relative)
+            if digest != recorded:
+                what = (f"its sha256 is {digest}, not the {recorded} recorded" if recorded else
+                        "the manifest of files recorded")
+                raise TreeChanged(f"{path}: {what} when the tree was extracted from the "
+                                  f"release's sdist; remove {self.tree} to extract it again")
+            self.read[relative] = digest
             self._modules[relative] = ast.parse(source, filename=str(path))
         return self._modules[relative]
 
     def exists(self, relative: str) -> bool:
-        if (self.tree / relative).exists():
+        if relative in self.manifest:
             return True
         self.read.setdefault(relative, None)
         return False
@@ -285,6 +307,8 @@ def probe(code: ReleaseCode, model_dir: str, role: str, assistant_type: str) -> 
         result.update(outcome="works", head_sizes=sorted(set(sizes)),
                       per_layer=hasattr(convertor, "get_per_layer_hf_configs"),
                       release_code=sorted(code.loaded))
+    except TreeChanged:
+        raise
     except ProbeError as exc:
         result.update(outcome="probe-error", error=_error(exc, code.tree))
     except Exception as exc:  # noqa: BLE001 (whatever the release raises is the finding)
@@ -316,10 +340,14 @@ def main() -> int:
     request = json.load(sys.stdin)
     report: dict[str, Any] = {"transformers": transformers.__version__, "releases": {}, "read": {}}
     for release, tree in request["releases"].items():
-        code = ReleaseCode(Path(tree))
-        report["releases"][release] = {
-            role: probe(code, model_dir, role, request["assistant_type"])
-            for role, model_dir in request["models"].items()}
+        code = ReleaseCode(Path(tree), request["manifests"][release])
+        try:
+            report["releases"][release] = {
+                role: probe(code, model_dir, role, request["assistant_type"])
+                for role, model_dir in request["models"].items()}
+        except TreeChanged as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return TREE_CHANGED_EXIT
         report["read"][release] = code.read
     json.dump(report, sys.stdout, indent=1, allow_nan=False)  # strict JSON, as forge.json_text writes it
     return 0

@@ -24,7 +24,7 @@ import re
 from pathlib import Path, PurePosixPath
 
 from forge import files
-from forge.data_formats import load_json
+from forge.data_formats import load_json_entry
 from forge.errors import ForgeError
 from forge.json_text import dump_json
 from forge.upstream import pyenvs, releases
@@ -64,7 +64,7 @@ def keys(python: Path, script: Path, assistant_type: str, models: dict[str, str]
 def load(key: str, tree: Path, roles: list[str]) -> tuple[str, dict] | None:
     """(transformers version, the release's per-role answers) of a valid entry, else None."""
     try:
-        entry = load_json(probe_cache_dir() / f"{key}.json", files.CACHE)
+        entry = load_json_entry(probe_cache_dir() / f"{key}.json", files.CACHE)
         models, read = entry["models"], entry["read"]
         if (entry["format"] != FORMAT or entry["key"] != key or not isinstance(entry["transformers"], str)
                 or not isinstance(models, dict) or sorted(models) != sorted(roles)
@@ -96,8 +96,9 @@ def store(key: str, release: str, tree: Path, transformers: str, models: dict, r
     entry = {"format": FORMAT, "key": key, "release": release, "tree": str(tree),
              "transformers": transformers, "read": read, "models": models}
     try:
-        files.write_text_atomically(probe_cache_dir() / f"{key}.json",
-                                    dump_json(entry, "the drift-probe cache", indent=1) + "\n")
+        files.write_entry(probe_cache_dir() / f"{key}.json",
+                          dump_json(entry, "the drift-probe cache", indent=1) + "\n",
+                          root=releases.cache_dir())
     except (ForgeError, OSError):
         pass              # a read-only or full cache: the answer stands, the next run asks again
 

@@ -1,6 +1,7 @@
 """The whole corpus: every table, in one list, each case id unique and readable."""
 from __future__ import annotations
 
+from tests.hostile.cases_cache import cache_cases
 from tests.hostile.cases_faults import (
     control_cases,
     env_cases,
@@ -15,7 +16,7 @@ from tests.hostile.cases_flags import flag_cases
 
 def all_cases() -> list[dict]:
     cases = [*control_cases(), *file_cases(), *flag_cases(), *env_cases(), *full_disk_cases(),
-             *read_only_cases(), *sigint_cases(), *server_cases()]
+             *read_only_cases(), *sigint_cases(), *server_cases(), *cache_cases()]
     ids = [case["id"] for case in cases]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     assert not duplicates, f"duplicate case ids: {duplicates}"

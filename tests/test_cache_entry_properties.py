@@ -1,0 +1,154 @@
+"""Property-based tests of the cache entries and index answers (issue 48): whatever JSON is in an
+entry or an answer, its reader returns a value of the shape the code uses, or no entry (to be made
+again), or refuses in one line; never anything else.
+
+Entries are near misses of real ones: a real serve-args reading or release index with one value
+replaced by arbitrary JSON, a key dropped or a key added."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
+                      os.path.join(tempfile.gettempdir(), "vllm-forge-hypothesis"))
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402 (after the storage folder is set)
+from hypothesis import strategies as st  # noqa: E402
+
+from forge.errors import ForgeError  # noqa: E402
+from forge.serving import vllm_args  # noqa: E402
+from forge.upstream import pypi, releases  # noqa: E402
+
+SETTINGS = settings(max_examples=200, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12)
+
+
+def mutated(entry: dict) -> st.SearchStrategy:
+    """`entry` with one key's value replaced, one key dropped or one key added, at the top or one
+    level down."""
+    def change(choice):
+        kind, key, inner, value = choice
+        copy = json.loads(json.dumps(entry))
+        target = copy
+        if inner and isinstance(copy.get(key), dict) and copy[key]:
+            target = copy[key]
+            key = sorted(target)[hash(key) % len(target)]
+        if kind == "replace":
+            target[key] = value
+        elif kind == "drop":
+            target.pop(key, None)
+        else:
+            target[f"{key}-added"] = value
+        return copy
+    return st.tuples(st.sampled_from(["replace", "drop", "add"]), st.sampled_from(sorted(entry)),
+                     st.booleans(), json_values).map(change)
+
+
+@pytest.fixture(scope="module")
+def cache_folder():
+    with tempfile.TemporaryDirectory(prefix="forge-entry-properties-") as folder:
+        yield Path(folder)
+
+
+@pytest.fixture(scope="module")
+def serve_args_entry():
+    return json.loads(vllm_args._to_cache(vllm_args.release_args("0.27.1")))
+
+
+def in_cache(cache: Path, relative: str, data) -> None:
+    path = cache / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def test_serve_args_entries_load_whole_or_not_at_all(serve_args_entry, cache_folder, monkeypatch):
+    monkeypatch.setenv("VLLM_FORGE_CACHE", str(cache_folder))
+
+    @SETTINGS
+    @given(mutated(serve_args_entry))
+    def check(data):
+        in_cache(cache_folder, "serve-args/0.27.1.json", data)
+        loaded = vllm_args._from_cache("0.27.1")
+        if loaded is None:
+            return
+        assert data == serve_args_entry or set(data) == set(serve_args_entry)
+        assert all(isinstance(flag, str) for flag in loaded.serve_flags)
+        for flag, rule in loaded.value_rules.items():
+            assert isinstance(rule.converter, str) and isinstance(rule.accepts_none, bool)
+            loaded.value_problem(flag, ["1"])         # never raises
+            loaded.unchecked_note(flag)
+
+    check()
+    in_cache(cache_folder, "serve-args/0.27.1.json", serve_args_entry)
+    assert vllm_args._from_cache("0.27.1") is not None
+
+
+def test_cached_release_indexes_load_whole_or_not_at_all(cache_folder, monkeypatch):
+    real = {"fetched_at": 1.0, "index_url": releases.DEFAULT_INDEX_URL,
+            "releases": {"0.27.1": {"url": "https://example.invalid/vllm-0.27.1.tar.gz",
+                                    "sha256": "a" * 64, "size": 100}}}
+    monkeypatch.setenv("VLLM_FORGE_CACHE", str(cache_folder))
+
+    @SETTINGS
+    @given(mutated(real) | json_values | json_values.map(lambda v: {**real, "releases": {str(v)[:9]: real["releases"]["0.27.1"]}}))
+    def check(data):
+        in_cache(cache_folder, "index.json", data)
+        cached = releases._read_cached_index()
+        if cached is None:
+            return
+        for entry in cached["releases"].values():
+            assert isinstance(entry["url"], str) and len(entry["sha256"]) == 64
+            assert isinstance(entry.get("size", 0), int)
+        assert len(releases.list_releases(offline=True)) == len(cached["releases"])
+        try:
+            releases.sdist_info("0.27.1", offline=True)
+        except ForgeError as exc:
+            assert "\n" not in str(exc)
+
+    check()
+
+
+@SETTINGS
+@given(json_values | st.builds(lambda files: {"files": files}, st.lists(json_values, max_size=4)))
+def test_index_and_project_pages_parse_or_refuse_in_one_line(page):
+    url = "http://127.0.0.1:9/simple/x/"
+    for parse in (lambda: releases.parse_json_index(page, url), lambda: pypi._parse_project_page(page, url)):
+        try:
+            found = parse()
+        except ForgeError as exc:
+            assert "\n" not in str(exc) and url in str(exc)
+            continue
+        assert isinstance(found, (dict, list))
+
+
+def test_kept_patch_statuses_and_manifests_load_whole_or_not_at_all(cache_folder, monkeypatch):
+    from forge.patching.status import PatchStatus, _kept_statuses
+
+    status = {"id": "a-patch", "kind": "source", "status": "applies", "detail": "forward applies"}
+    manifest = {"version": "0.27.1", "sdist_sha256": "b" * 64, "files": {"vllm/__init__.py": "c" * 64}}
+    sdist = releases.Sdist(releases.Version("0.27.1"), "https://example.invalid/x", "b" * 64)
+    assert releases.manifest_files(manifest, sdist) == manifest["files"]
+    monkeypatch.setenv("VLLM_FORGE_CACHE", str(cache_folder))
+
+    @SETTINGS
+    @given(mutated(status).map(lambda entry: [entry]) | json_values, mutated(manifest))
+    def check(statuses, entry):
+        in_cache(cache_folder, "patch-status/key/0.27.1.json", statuses)
+        kept = _kept_statuses(cache_folder / "patch-status" / "key" / "0.27.1.json")
+        assert kept is None or all(isinstance(s, PatchStatus) and isinstance(s.detail, str)
+                                   for s in kept)
+        found = releases.manifest_files(entry, sdist)
+        if found is not None:
+            assert entry == manifest or set(entry) == set(manifest)
+            assert all(isinstance(path, str) and len(sha) == 64 for path, sha in found.items())
+
+    check()
