@@ -123,14 +123,22 @@ def write_record(results: Path, cache: str, engine: str, commit: str, status: in
         "summary": f".ci/run on a fresh clone, {cache} cache, {engine} engine data, {facts['cores']} cores",
         "files": [LOG_NAME],
     }
-    folder = results / record_id
+    return save_record(results, record, {LOG_NAME: log})
+
+
+def save_record(results: Path, record: dict, raw: dict[str, str]) -> Path:
+    """results/<id>/: result.json and the raw files beside it, validated as a record before it takes
+    its name (a record that would not load is never left under one); a record of the same id (a
+    second run of the same commit) is replaced."""
+    folder = results / record["id"]
     validate(record, SCHEMA, str(folder / RECORD_FILE))   # refused before anything is written
-    staging = Path(tempfile.mkdtemp(prefix=f".{record_id}.", dir=results))
+    staging = Path(tempfile.mkdtemp(prefix=f".{record['id']}.", dir=results))
     try:
-        write_text_atomically(staging / LOG_NAME, log if log.endswith("\n") or not log else log + "\n")
+        for name, text in raw.items():
+            write_text_atomically(staging / name, text if text.endswith("\n") or not text else text + "\n")
         write_text_atomically(staging / RECORD_FILE,
                               dump_json(record, str(folder / RECORD_FILE), indent=2) + "\n")
-        if folder.exists():     # a second run of the same commit and cache replaces the first's
+        if folder.exists():
             shutil.rmtree(folder)
         staging.rename(folder)
     finally:

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,13 +27,10 @@ import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks.ci_run import machine
+from benchmarks.ci_run import machine, save_record
 from forge import REPO_ROOT
 from forge.errors import exit_on_interrupt
-from forge.evidence.records import RECORD_FILE, RESULTS, SCHEMA, load_record
-from forge.files import write_text_atomically
-from forge.json_text import dump_json
-from forge.schema import validate
+from forge.evidence.records import RECORD_FILE, RESULTS
 
 TIER = "tests/test_engine_cpu.py"
 LOG_NAME = "pytest.log"
@@ -96,19 +92,7 @@ def write_record(results: Path, cache: str, status: int, log: str, seconds: floa
         "summary": f"the engine tier alone, {cache} cache, {facts['cores']} cores",
         "files": [LOG_NAME],
     }
-    folder = results / record_id
-    validate(record, SCHEMA, str(folder / RECORD_FILE))
-    staging = Path(tempfile.mkdtemp(prefix=f".{record_id}.", dir=results))
-    try:
-        write_text_atomically(staging / LOG_NAME, log if log.endswith("\n") else log + "\n")
-        write_text_atomically(staging / RECORD_FILE, dump_json(record, str(folder / RECORD_FILE), indent=2) + "\n")
-        if folder.exists():
-            shutil.rmtree(folder)
-        staging.rename(folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    load_record(folder)
-    return folder
+    return save_record(results, record, {LOG_NAME: log})
 
 
 def main(argv: list[str] | None = None) -> int:
