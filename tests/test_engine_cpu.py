@@ -81,39 +81,40 @@ def runs(tmp_path_factory, before_the_tier):
         "0.26.0": ("--vllm", "0.26.0"),
         "0.27.1-drift-unpatched": ("--vllm", "0.27.1", "--no-patches", "--no-lossless", "--drift",
                                    "transformers==5.15.0"),
-        "0.27.1-drift": ("--vllm", "0.27.1", "--drift", "transformers==5.15.0"),
+        # lossless is the 0.27.1 upgrade's run (below): this one proves the pin back and both controls
+        "0.27.1-drift": ("--vllm", "0.27.1", "--no-lossless", "--drift", "transformers==5.15.0"),
+        "newest": ("--vllm", cpu_releases()[-1]),
     }
 
     def run(name: str) -> Smoke:
         if name not in made:
-            made[name] = upgrade_run(tmp_path_factory.mktemp(name)) if name == "newest" else \
+            made[name] = upgrade_run(tmp_path_factory.mktemp(name)) if name == "upgrade" else \
                 smoke(tmp_path_factory.mktemp(name), *flags[name])
         return made[name]
 
     return run
 
 
+UPGRADE = ("0.26.0", "0.27.1")    # a move `upgrade` calls ready on a100, both releases with a CPU build
+
+
 def upgrade_run(folder: Path) -> Smoke:
-    """`build.py upgrade --from 0.27.1 --to NEWEST --target a100 --run` on this host, which has no GPU,
-    in a committed copy of the checkout (its verify-out/ is the copy's): the CPU smoke of the newest
-    CPU build runs first, then the image build, which the test does not wait for the outcome of."""
+    """`build.py upgrade --from 0.26.0 --to 0.27.1 --target a100 --run` on this host, which has no GPU,
+    in a committed copy of the checkout (its verify-out/ is the copy's): the CPU smoke of 0.27.1 runs
+    first, then the image build, whose outcome the test does not look at."""
     repo = _snapshot(folder)
-    done = subprocess.run([sys.executable, "build.py", "upgrade", "--from", "0.27.1", "--to", cpu_releases()[-1],
+    done = subprocess.run([sys.executable, "build.py", "upgrade", "--from", UPGRADE[0], "--to", UPGRADE[1],
                            "--target", "a100", "--run"], cwd=repo, capture_output=True, text=True,
                           timeout=RUN_TIMEOUT_S, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     return Smoke(repo / "verify-out" / "cpu-gemma-4-26b-a4b-it", done)
 
 
-def assert_controls_and_lossless(run: Smoke) -> None:
-    """Every agreeing draft accepted, every random one refused, greedy output identical with and
-    without the drafter, and no GPU-only check passed."""
+def assert_controls(run: Smoke) -> None:
+    """Every agreeing draft accepted, every random one refused, and no GPU-only check passed."""
     assert run.report is not None and run.report["passed"] is True, run.output[-4000:]
     agree, random_ = run.window("greedy_agree"), run.window("greedy_random")
     assert agree["draft_tokens"] > 0 and agree["accepted"] == agree["draft_tokens"]
     assert random_["draft_tokens"] > 0 and random_["accepted"] == 0
-    for control in ("agree", "random"):
-        lossless = run.check(f"lossless (greedy, draft vs none), {control} model")
-        assert lossless["status"] == "PASS" and "tokens identical" in lossless["detail"]
     assert run.check("CUDA graphs")["status"] == "NOT APPLICABLE"
     assert {c["status"] for c in run.report["checks"] if c["name"] in
             ("tuned MoE config", "quantization", "MoE backend", "attention backend")} == {"NOT APPLICABLE"}
@@ -122,6 +123,14 @@ def assert_controls_and_lossless(run: Smoke) -> None:
     # each engine within the tier's memory budget (issue: at most 5 GB RSS per engine)
     rss = run.report["engine"]["max_rss_mib"]
     assert 0 < rss <= 5 * 1000**3 / 2**20, rss
+
+
+def assert_controls_and_lossless(run: Smoke) -> None:
+    """assert_controls, and greedy output identical with and without the drafter."""
+    assert_controls(run)
+    for control in ("agree", "random"):
+        lossless = run.check(f"lossless (greedy, draft vs none), {control} model")
+        assert lossless["status"] == "PASS" and "tokens identical" in lossless["detail"]
 
 
 def test_0_26_0_without_the_series_fails_for_vllm_47794(runs):
@@ -159,24 +168,32 @@ def test_0_27_1_fails_on_transformers_5_15_until_the_series_pins_it_back(runs):
     assert broken.report["versions"]["transformers"] == "5.15.0"
     fixed = runs("0.27.1-drift")
     assert fixed.status == 0, fixed.output[-4000:]
-    assert_controls_and_lossless(fixed)
+    assert_controls(fixed)
     assert fixed.report["versions"]["transformers"] == "5.14.1"
     assert "transformers-gemma4-per-layer-config" in fixed.report["patches_applied"]
 
 
-def test_upgrade_run_without_a_gpu_gives_the_newest_cpu_builds_verdict_first(runs):
-    run = runs("newest")
+def test_upgrade_run_without_a_gpu_gives_the_cpu_verdict_first(runs):
+    run = runs("upgrade")
     assert shutil.which("nvidia-smi") is None      # the host this test runs on has no GPU
-    newest = cpu_releases()[-1]
-    assert f"--run: CPU verdict PASS for the gemma4 family on vLLM {newest}" in run.output, run.output[-4000:]
+    to = UPGRADE[1]
+    assert f"--run: CPU verdict PASS for the gemma4 family on vLLM {to}" in run.output, run.output[-4000:]
     # the CPU verdict came before any image step, and the image steps followed it
-    assert run.output.index("CPU verdict PASS") < run.output.index(f"--run: step 1: build the {newest} image")
+    assert run.output.index("CPU verdict PASS") < run.output.index(f"--run: step 1: build the {to} image")
     assert_controls_and_lossless(run)
-    assert run.report["vllm"] == newest and run.report["target"] == "a100"
+    assert run.report["vllm"] == to and run.report["target"] == "a100"
+
+
+def test_the_newest_cpu_build_passes(runs):
+    run = runs("newest")
+    assert run.status == 0, run.output[-4000:]
+    assert_controls_and_lossless(run)
+    assert run.report["vllm"] == cpu_releases()[-1]
 
 
 def test_a_cpu_report_cannot_publish_an_image(runs):
     run = runs("newest")
+    assert run.report is not None, run.output[-4000:]
     with pytest.raises(VerifyNotPassed, match="device: the report ran on cpu, not a GPU"):
         verify_result([str(run.out / "mtp_smoke.json")], run.report["target"], run.report["vllm"],
                       "sha256:" + "0" * 64)
@@ -184,6 +201,6 @@ def test_a_cpu_report_cannot_publish_an_image(runs):
 
 def test_the_engines_wrote_nothing_outside_the_project_cache(runs, before_the_tier):
     """Last in the file: after every run above, vLLM's and Inductor's default caches are as they were."""
-    for name in ("0.26.0-unpatched", "0.26.0", "0.27.1-drift-unpatched", "0.27.1-drift", "newest"):
+    for name in ("0.26.0-unpatched", "0.26.0", "0.27.1-drift-unpatched", "0.27.1-drift", "upgrade", "newest"):
         runs(name)
     assert outside_state() == before_the_tier
