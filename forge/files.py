@@ -362,8 +362,7 @@ def append_text(path: Path | str, text: str) -> None:
 # machine). So entries are read with O_NOFOLLOW, and anything there that is not a plain regular
 # file within its kind's cap counts as no entry (its reader rebuilds it); and written by renaming
 # a new file over the name, which replaces a link, FIFO or file there rather than writing into it,
-# in a folder opened with O_NOFOLLOW (a linked folder is refused: the rename would land in its
-# target).
+# with the temp file made and renamed through a descriptor of the folder.
 
 def read_entry(path: Path | str, kind: FileKind) -> bytes | None:
     """The bytes of cache entry `path`; None when there is none, or when what is there is not a
@@ -404,54 +403,17 @@ def open_entry(path: Path | str) -> BinaryIO | None:
         raise
 
 
-def _linked_folder(folder: Path) -> FileError:
-    return FileError(f"{folder}: is a symbolic link, not a folder of the cache; remove it and "
-                     "run again")
-
-
-def cache_folder(folder: Path | str, root: Path | str) -> Path:
-    """`folder` of the cache `root`, made where missing; FileError in one line where it or a
-    folder between is a symbolic link (what is written there would land where it points)."""
-    try:
-        _plain_folders(Path(folder), Path(root))
-    except OSError as exc:
-        raise file_error(folder, exc, "make it") from exc
-    return Path(folder)
-
-
-def _plain_folders(folder: Path, root: Path) -> None:
-    """Make `folder` and the folders between `root` and it where missing; FileError where one is
-    a symbolic link (`root` itself, the cache, may be one: its user chose it)."""
-    try:
-        parts = folder.relative_to(root).parts
-    except ValueError:
-        parts = ()
-    current = root
-    for part in parts:
-        current = current / part
-        try:
-            found = os.lstat(current)
-        except FileNotFoundError:
-            os.makedirs(current, exist_ok=True)
-            continue
-        if stat.S_ISLNK(found.st_mode):
-            raise _linked_folder(current)
-    folder.mkdir(parents=True, exist_ok=True)
-
-
-def write_entry(path: Path | str, data: bytes | str, root: Path | str | None = None) -> Path:
+def write_entry(path: Path | str, data: bytes | str) -> Path:
     """Replace cache entry `path` with `data` (whole or not at all, as write_bytes_atomically),
-    never through a link: whatever is at the name is replaced, not written into. Its folders
-    below `root` (the cache; else its own folder alone) are made where missing, and one that is
-    a symbolic link is refused in one line: the new file would land where the link points."""
+    never through a link: whatever is at the name (a link, a FIFO, a file) is replaced, not
+    written into. Its folder is made if missing; a folder that is a link stays one (a cache may
+    share another's folders: tests/local_index.py's isolated caches, a cache on another disk)."""
     path = Path(path)
     payload = data.encode() if isinstance(data, str) else data
     try:
-        _plain_folders(path.parent, Path(root) if root is not None else path.parent.parent)
-        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(path.parent):
-            raise _linked_folder(path.parent) from exc
         raise file_error(path, exc, "write it") from exc
     temp = f".{path.name}.{secrets.token_hex(4)}.tmp"
     try:
@@ -562,7 +524,7 @@ def one_maker(entry: Path, locks: Path) -> Iterator[None]:
     it a second time beside the first; makers of other entries go on. The lock file lives in
     `locks` (`<folder>-<name>.lock`), never among the entries, and stays there: removing it
     would let a third process lock a fresh file while the second still holds the old one."""
-    cache_folder(locks, locks.parent)
+    locks.mkdir(parents=True, exist_ok=True)
     lock = locks / f"{entry.parent.name}-{entry.name}.lock"
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:

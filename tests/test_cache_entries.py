@@ -13,7 +13,6 @@ import pytest
 
 from forge import files
 from forge.data_formats import load_json_entry
-from forge.errors import FileError
 
 OUTSIDE = b'{"a file": "outside the cache, which no cache write may touch"}\n'
 
@@ -71,17 +70,6 @@ def test_a_write_replaces_a_link_and_never_writes_through_it(tmp_path, victim):
     files.write_entry(entry, b"data")                               # a FIFO there: replaced too
     assert stat.S_ISREG(os.lstat(entry).st_mode) and entry.read_bytes() == b"data"
     assert sorted(p.name for p in entry.parent.iterdir()) == ["0.27.1.json"]   # no temp file left
-
-
-def test_a_linked_folder_of_the_cache_is_refused_in_one_line(tmp_path, victim):
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache / "requirements").symlink_to(victim.parent)
-    with pytest.raises(FileError) as caught:
-        files.write_entry(cache / "requirements" / "victim.json", "[]")
-    assert str(caught.value) == (f"{cache / 'requirements'}: is a symbolic link, not a folder of "
-                                 "the cache; remove it and run again")
-    assert untouched(victim) and sorted(os.listdir(victim.parent)) == ["victim.json"]
 
 
 def test_a_linked_lock_file_is_replaced_not_created_through(tmp_path):
@@ -183,22 +171,6 @@ def test_a_linked_index_is_rebuilt_beside_its_link(tmp_path, monkeypatch, victim
     assert not (cache / "index.json").is_symlink() and releases._read_cached_index() is not None
 
 
-def test_a_linked_folder_between_the_cache_and_an_entry_is_refused(tmp_path, victim):
-    """cache/patch-status linked out: the entry's own folder (made by the write) would be outside."""
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache / "patch-status").symlink_to(victim.parent)
-    with pytest.raises(FileError) as caught:
-        files.write_entry(cache / "patch-status" / "key" / "0.27.1.json", "[]", root=cache)
-    assert str(caught.value).startswith(f"{cache / 'patch-status'}: is a symbolic link")
-    assert sorted(os.listdir(victim.parent)) == ["victim.json"] and untouched(victim)
-    # The cache itself may be reached through a link: its user chose it.
-    (tmp_path / "linked-cache").symlink_to(cache)
-    files.write_entry(tmp_path / "linked-cache" / "requirements" / "0.27.1.json", "[]",
-                      root=tmp_path / "linked-cache")
-    assert (cache / "requirements" / "0.27.1.json").read_text() == "[]"
-
-
 def test_files_outside_the_tree_are_read_from_the_sdist_and_kept_beside_a_link(tmp_path, monkeypatch,
                                                                               victim):
     """A tree made without requirements/ reads them from the sdist (bounded, in one pass), and a
@@ -221,21 +193,18 @@ def test_files_outside_the_tree_are_read_from_the_sdist_and_kept_beside_a_link(t
     assert releases.release_build_file("0.27.1", "cmake/no-such-file.cmake", offline=True) is None
 
 
-def test_a_linked_sdists_or_locks_folder_is_refused_before_a_download(tmp_path, monkeypatch, victim):
-    from forge.upstream import releases
-    from tests.sdist_mirror import cold_cache
-
+def test_a_folder_shared_through_a_link_is_written_as_a_folder(tmp_path, victim):
+    """A cache may link another's folders (tests/local_index.py's isolated caches): the entry is
+    made in the shared folder; an entry there that is a link is still replaced, not written
+    through."""
+    shared = tmp_path / "shared" / "requirements"
+    shared.mkdir(parents=True)
     cache = tmp_path / "cache"
     cache.mkdir()
-    (cache / "sdists").symlink_to(victim.parent)
-    with cold_cache(cache) as env:          # the run's own releases, on loopback
-        monkeypatch.setenv("VLLM_FORGE_CACHE", str(cache))
-        monkeypatch.setenv("VLLM_FORGE_INDEX", env["VLLM_FORGE_INDEX"])
-        with pytest.raises(FileError, match=f"^{cache / 'sdists'}: is a symbolic link"):
-            releases.fetch_sdist("0.27.1")
-        (cache / "sdists").unlink()
-        shutil.rmtree(cache / "locks")
-        (cache / "locks").symlink_to(victim.parent)
-        with pytest.raises(FileError, match=f"^{cache / 'locks'}: is a symbolic link"):
-            releases.fetch_sdist("0.27.1")
-    assert sorted(os.listdir(victim.parent)) == ["victim.json"] and untouched(victim)
+    (cache / "requirements").symlink_to(shared)
+    files.write_entry(cache / "requirements" / "0.27.1.json", "[]")
+    assert (shared / "0.27.1.json").read_text() == "[]"
+    (shared / "0.25.0.json").symlink_to(victim)
+    files.write_entry(cache / "requirements" / "0.25.0.json", "[1]")
+    assert untouched(victim) and not (shared / "0.25.0.json").is_symlink()
+

@@ -58,7 +58,7 @@ def test_only_the_drift_probe_runs_code():
     assert set(found) == ALLOWED            # the scan sees the probe's own (it would see others)
 
 
-def test_the_scan_finds_each_way_of_running_code(tmp_path):
+def test_the_scan_finds_each_way_of_running_code():
     found: dict = {}
     _walk(ast.parse("import builtins, re\ndef f(t):\n    exec(t)\n    builtins.eval(t)\n"
                     "    re.compile(t)\nclass C:\n    def g(self, t):\n        compile(t, 'x', 'exec')\n"),

@@ -65,7 +65,7 @@ def release_requirements(version: str, offline: bool = False) -> list[str]:
     lines = _resolve_includes(files, REQUIREMENTS_ENTRY, seen=set())
     from forge.files import write_entry
 
-    write_entry(cached, dump_json(lines, indent=1), root=releases.cache_dir())
+    write_entry(cached, dump_json(lines, indent=1))
     return lines
 
 

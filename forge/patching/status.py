@@ -306,7 +306,7 @@ def release_status(version: str, offline: bool = False, series: Series | None = 
     else:                                # not cached yet, or damaged: computed again
         statuses = tree_status(series, releases.release_tree(str(parsed), offline=offline), parsed,
                                kinds=TREE_KINDS)
-        write_entry(cached, dump_json([s.to_dict() for s in statuses], indent=1), root=releases.cache_dir())
+        write_entry(cached, dump_json([s.to_dict() for s in statuses], indent=1))
     # Dependency statuses also depend on what the package index publishes, which moves on its
     # own: computed each time (from the cached requirements and index), never cached here.
     by_id = {s.id: s for s in statuses}

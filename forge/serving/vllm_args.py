@@ -160,7 +160,7 @@ def release_args(version: str) -> ReleaseArgs:
     if linked:
         return args
     try:
-        write_entry(_cached_args_file(version), _to_cache(args), root=releases.cache_dir())
+        write_entry(_cached_args_file(version), _to_cache(args))
     except (ForgeError, OSError):
         pass              # a read-only cache: the reading stands, only the next run pays again
     return args

@@ -144,7 +144,7 @@ def _build(env: Path, package: str, version: str) -> None:
     frozen = _run([*_pip(python), "freeze", "--all"], f"pip freeze failed in {env}")
     write_entry(env / MARKER, dump_json(
         {"package": package, "version": version, "python": sys.version.split()[0],
-         "installed": frozen.split()}, indent=1) + "\n", root=env)
+         "installed": frozen.split()}, indent=1) + "\n")
 
 
 def _pip(python: str) -> list[str]:

@@ -136,11 +136,8 @@ def published_versions(name: str, offline: bool = False, refresh: bool = False) 
 
 
 def _write_cache(name: str, versions: list[str]) -> None:
-    from forge.upstream.releases import cache_dir
-
     write_entry(_cache_file(name), dump_json(
-        {"index": simple_url(), "fetched_at": time.time(), "versions": versions}, indent=1),
-        root=cache_dir())
+        {"index": simple_url(), "fetched_at": time.time(), "versions": versions}, indent=1))
 
 
 def live_versions(name: str) -> list[Version] | None:

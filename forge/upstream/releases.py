@@ -230,8 +230,7 @@ def load_index(offline: bool = False, refresh: bool = False) -> dict[str, dict]:
     if not releases:
         raise ForgeError(f"the index {url} lists no vLLM sdists")
     write_entry(_index_file(), dump_json(
-        {"fetched_at": time.time(), "index_url": url, "releases": releases}, indent=1, sort_keys=True),
-        root=cache_dir())
+        {"fetched_at": time.time(), "index_url": url, "releases": releases}, indent=1, sort_keys=True))
     return releases
 
 
@@ -295,7 +294,7 @@ def _fetched(info: Sdist, target: Path, version: str, offline: bool) -> Path:
         raise ForgeError(f"offline and vLLM {version}'s sdist is not cached at {target}{there}")
     import requests
 
-    files.cache_folder(target.parent, cache_dir())   # never a linked folder: the file lands there
+    target.parent.mkdir(parents=True, exist_ok=True)
     # A private partial file per download: concurrent fetches of one release never share bytes.
     handle, partial_name = tempfile.mkstemp(prefix=target.name + ".", suffix=".part", dir=target.parent)
     os.close(handle)
@@ -423,7 +422,7 @@ def _extract_tree(parsed: Version, tree: Path, offline: bool) -> None:
             if not (tree / "vllm" / "__init__.py").exists():
                 raise
         else:
-            write_entry(_manifest_file(parsed), manifest, root=cache_dir())
+            write_entry(_manifest_file(parsed), manifest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -521,7 +520,7 @@ def tree_manifest(version: str, offline: bool = False) -> dict[str, str]:
             if found is None:
                 sdist = fetch_sdist(str(info.version), offline=offline)
                 found = _hashes_in_sdist(sdist, info.version)
-                write_entry(entry, _manifest_entry(info.version, info.sha256, found), root=cache_dir())
+                write_entry(entry, _manifest_entry(info.version, info.sha256, found))
     return found
 
 
@@ -544,4 +543,4 @@ def release_build_file(version: str, relative_path: str, offline: bool = False) 
     if stat.S_ISREG(files.mode_of(str(cached), follow_symlinks=False)):
         return cached     # a regular file, not a link to one: taken from the sdist before
     data = sdist_files(str(parsed), relative_path, offline=offline).get(relative_path)
-    return None if data is None else write_entry(cached, data, root=cache_dir())
+    return None if data is None else write_entry(cached, data)

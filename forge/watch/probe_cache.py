@@ -97,8 +97,7 @@ def store(key: str, release: str, tree: Path, transformers: str, models: dict, r
              "transformers": transformers, "read": read, "models": models}
     try:
         files.write_entry(probe_cache_dir() / f"{key}.json",
-                          dump_json(entry, "the drift-probe cache", indent=1) + "\n",
-                          root=releases.cache_dir())
+                          dump_json(entry, "the drift-probe cache", indent=1) + "\n")
     except (ForgeError, OSError):
         pass              # a read-only or full cache: the answer stands, the next run asks again
 

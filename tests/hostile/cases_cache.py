@@ -73,9 +73,6 @@ def code_and_link_cases() -> list[dict]:
         {**SERVE, "id": "cache-serve-args-converter-source-runs-nothing",
          "setup": [("edit_json", serve_args, _converter_source)], "creates": [serve_args]},
         {**SERVE, "id": "cache-link-serve-args", "setup": linked(serve_args), "creates": [serve_args]},
-        # The entries' folder linked out: the reading stands, nothing is written there.
-        {**SERVE, "id": "cache-link-serve-args-folder",
-         "setup": [("directory", "work/elsewhere"), ("symlink", "cache/serve-args", "{case}/work/elsewhere")]},
         {**PATCHES, "id": "cache-link-requirements", "setup": linked("cache/requirements/0.27.1.json"),
          "creates": ["cache/requirements/0.27.1.json"]},
         {**PATCHES, "id": "cache-link-patch-status", "setup": linked("cache/patch-status/*/0.27.1.json"),

@@ -6,8 +6,9 @@ true sha256 (and, in the JSON form of PEP 691, its true size, except where the s
 otherwise). `.../<scenario>/pypi/<project>/` is a PEP 691 project page as $VLLM_FORGE_PYPI names
 one (PAGES). HTML or JSON as the client's Accept header asks, as PyPI answers.
 
-The server is started once per process, when this module is imported (the case table names its
-port), in a daemon thread of the process that runs the cases; the children reach it on loopback.
+The server starts once per process, at the first mirror_url() (when the case table is built: it
+names the port), in a daemon thread of the process that runs the cases; the children reach it on
+loopback.
 """
 from __future__ import annotations
 
