@@ -3,18 +3,12 @@ server through it; bench.py --endpoint asks it which release the server runs).""
 from __future__ import annotations
 
 import codecs
-import functools
-import heapq
-import itertools
 import json
-import os
 import re
-import socket
-import threading
-import time
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
+from forge.http_session import AnswerError, Deadline, read_capped, watched_session
 from forge.untrusted import visible
 
 
@@ -96,7 +90,7 @@ class Endpoint:
         import requests
 
         left = deadline.left()
-        with _session() as session:
+        with watched_session() as session:
             try:
                 response = session.request(method, url, timeout=(left, left), stream=True,
                                            allow_redirects=False, **kwargs)
@@ -133,22 +127,14 @@ class Endpoint:
         return target
 
     def _read_capped(self, response, what: str, cap: int, deadline: Deadline) -> bytes:
-        """The body, refused past `cap` bytes (decoded bytes: a gzip answer counts what it
-        inflates to) or past the request's deadline."""
-        body = bytearray()
-        for chunk in response.iter_content(65536):
-            body += chunk
-            if len(body) > cap:
-                raise EndpointError(f"{what}: {visible(response.url)}: the answer is over "
-                                    f"{cap // 1024} KiB (the cap on a server's answer); not read "
-                                    "further")
+        """The body, refused past `cap` bytes or past the request's deadline."""
+        try:
+            return read_capped(response, cap, deadline)
+        except AnswerError as exc:
             if deadline.passed():
                 raise EndpointError(f"{what}: {visible(response.url)}: the answer took over "
-                                    f"{self.timeout} s (--timeout)")
-        if deadline.passed():     # the deadline's shutdown ends a body read to the close early
-            raise EndpointError(f"{what}: {visible(response.url)}: the answer took over "
-                                f"{self.timeout} s (--timeout)")
-        return bytes(body)
+                                    f"{self.timeout} s (--timeout)") from None
+            raise EndpointError(f"{what}: {exc}") from None
 
     def _json(self, reply: Reply, what: str) -> dict:
         depth = nesting_depth(reply.text)
@@ -162,149 +148,6 @@ class Endpoint:
         if not isinstance(body, dict):
             raise EndpointError(f"{what}: the answer is not a JSON object: {excerpt(reply.text)}")
         return body
-
-
-class Deadline:
-    """A request's total time: its connection's socket is shut down when the time is up, which
-    ends whatever read is waiting on it (the connect, the headers, a body trickled a byte at a
-    time). The sockets are the ones opened on this thread while the deadline is entered."""
-
-    _current = threading.local()
-
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-        self.ends = time.monotonic() + seconds
-        self._sockets: list[int] = []
-        self._lock = threading.Lock()
-        self.done = False
-
-    def __enter__(self) -> Deadline:
-        Deadline._current.deadline = self
-        _WATCHDOG.add(self)
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        Deadline._current.deadline = None
-        with self._lock:
-            self.done, self._sockets = True, []     # nothing is shut down from here on
-
-    def left(self) -> float:
-        """Seconds left, at least a little (requests refuses a timeout of 0)."""
-        return max(0.01, self.ends - time.monotonic())
-
-    def passed(self) -> bool:
-        return time.monotonic() >= self.ends
-
-    @classmethod
-    def opened(cls, sock: socket.socket) -> None:
-        """A connection made on this thread: shut down when the current deadline passes."""
-        deadline = getattr(cls._current, "deadline", None)
-        if deadline is not None:
-            with deadline._lock:
-                deadline._sockets.append(sock.fileno())
-
-    def shut(self) -> None:
-        with self._lock:
-            for fd in self._sockets:
-                # A duplicate of the descriptor: shutdown acts on the connection (which a TLS
-                # wrapper may now own), and closing the duplicate leaves the original to its owner.
-                try:
-                    with socket.socket(fileno=os.dup(fd)) as dup:
-                        dup.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-
-class _Watchdog:
-    """One daemon thread for every Deadline of the process (a burst's requests would otherwise
-    be a timer thread each): it sleeps until the earliest one and shuts its sockets down."""
-
-    def __init__(self) -> None:
-        self._wake = threading.Condition()
-        self._due: list[tuple[float, int, Deadline]] = []
-        self._order = itertools.count()
-        self._thread: threading.Thread | None = None
-
-    def add(self, deadline: Deadline) -> None:
-        with self._wake:
-            heapq.heappush(self._due, (deadline.ends, next(self._order), deadline))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="endpoint-deadlines",
-                                                daemon=True)
-                self._thread.start()
-            self._wake.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._wake:
-                while self._due and self._due[0][2].done:
-                    heapq.heappop(self._due)
-                if not self._due:
-                    self._wake.wait()
-                    continue
-                wait = self._due[0][0] - time.monotonic()
-                if wait > 0:
-                    self._wake.wait(wait)
-                    continue
-                deadline = heapq.heappop(self._due)[2]
-            deadline.shut()
-
-
-_WATCHDOG = _Watchdog()
-
-
-@functools.cache
-def _watched_adapter():
-    """A requests adapter whose connections report their socket to the thread's current Deadline
-    as urllib3 makes it (HTTPConnection._new_conn, for http and https alike; through an HTTP proxy
-    too). Made once, on the first request (requests is imported when first used)."""
-    from requests.adapters import HTTPAdapter
-    from urllib3 import ProxyManager
-    from urllib3.connection import HTTPConnection, HTTPSConnection
-    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-
-    class Watched(HTTPConnection):
-        def _new_conn(self):
-            sock = super()._new_conn()
-            Deadline.opened(sock)
-            return sock
-
-    class WatchedTLS(HTTPSConnection):
-        def _new_conn(self):
-            sock = super()._new_conn()
-            Deadline.opened(sock)
-            return sock
-
-    class Pool(HTTPConnectionPool):
-        ConnectionCls = Watched
-
-    class TLSPool(HTTPSConnectionPool):
-        ConnectionCls = WatchedTLS
-
-    pools = {"http": Pool, "https": TLSPool}
-
-    class Adapter(HTTPAdapter):
-        def init_poolmanager(self, *args, **kwargs):
-            super().init_poolmanager(*args, **kwargs)
-            self.poolmanager.pool_classes_by_scheme = pools
-
-        def proxy_manager_for(self, proxy, **kwargs):
-            manager = super().proxy_manager_for(proxy, **kwargs)
-            if type(manager) is ProxyManager:      # a SOCKS proxy keeps its own connections
-                manager.pool_classes_by_scheme = pools
-            return manager
-
-    return Adapter
-
-
-def _session():
-    import requests
-
-    session = requests.Session()
-    adapter = _watched_adapter()()
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
 
 
 def _origin(url: str) -> tuple[str, str, int]:

@@ -8,6 +8,7 @@ A local wheelhouse (`--find-links DIR`) is read by `wheelhouse_versions` instead
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -30,6 +31,11 @@ from forge.json_text import dump_json
 DEFAULT_SIMPLE_URL = "https://pypi.org/simple/"
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
 INDEX_MAX_AGE_S = 6 * 3600
+# What one project page may be: PyPI's JSON page for torch, among the largest a dependency
+# constraint asks for, is a few MB; an answer past this is refused, not read until memory runs out.
+PAGE_CAP = 32 * 1024 * 1024
+# A page's read in all, retries included (requests' timeout is per read).
+PAGE_DEADLINE_S = 300
 
 
 class UnknownProject(ForgeError):
@@ -66,8 +72,13 @@ def version_of_file(filename: str) -> Version | None:
         return None
 
 
-def _parse_project_page(data: dict) -> list[str]:
-    versions = {version_of_file(f["filename"]) for f in data.get("files", []) if not f.get("yanked")}
+def _parse_project_page(data: object) -> list[str]:
+    """The versions of a PEP 691 project page; ValueError for a page of another shape."""
+    found = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(found, list) or not all(
+            isinstance(f, dict) and isinstance(f.get("filename"), str) for f in found):
+        raise ValueError("not a PEP 691 project page (files: a list of {filename: ...})")
+    versions = {version_of_file(f["filename"]) for f in found if not f.get("yanked")}
     # Oldest first by PEP 440 order (as text, "5.9.0" would sort after "5.15.0").
     return [str(v) for v in sorted(v for v in versions if v is not None)]
 
@@ -78,21 +89,22 @@ def _fetch(name: str) -> list[str] | None:
         import requests  # late: `build.py apply` runs in bare images without it
     except ImportError:
         return None
-    from forge.http_session import retrying_session
+    from forge.http_session import Deadline, read_capped, retrying_session
 
     url = simple_url() + canonicalize_name(name) + "/"
     try:
-        with retrying_session() as session:
-            response = session.get(url, timeout=60, headers={"Accept": JSON_ACCEPT})
+        with Deadline(PAGE_DEADLINE_S) as deadline, retrying_session() as session, session.get(
+                url, timeout=60, stream=True, headers={"Accept": JSON_ACCEPT}) as response:
+            if response.status_code == 404:
+                raise UnknownProject(f"no project {name!r} on the package index {simple_url()}")
+            if not response.ok:
+                return None
+            body = read_capped(response, PAGE_CAP, deadline)
     except requests.RequestException:
         return None
-    if response.status_code == 404:
-        raise UnknownProject(f"no project {name!r} on the package index {simple_url()}")
-    if not response.ok:
-        return None
     try:
-        return _parse_project_page(response.json())
-    except ValueError:
+        return _parse_project_page(json.loads(body))
+    except (ValueError, RecursionError):
         return None
 
 

@@ -28,7 +28,7 @@ from forge import files
 from forge.data_formats import load_json
 from forge.errors import ForgeError
 from forge.files import one_maker, write_bytes_atomically, write_text_atomically
-from forge.http_session import retrying_session
+from forge.http_session import AnswerError, Deadline, read_capped, retrying_session
 from forge.json_text import dump_json
 from forge.progress import Progress
 from forge.upstream.archives import extract_stream
@@ -38,6 +38,11 @@ DEFAULT_INDEX_URL = "https://pypi.org/simple/vllm/"
 SDIST_NAME = re.compile(r"^vllm-(?P<version>[^/]+)\.tar\.gz$")
 # The index is re-read when the cached copy is older than this, unless offline.
 INDEX_MAX_AGE_S = 6 * 3600
+# A simple index page is links to a project's files, far below this; an answer past it is
+# refused (an endless page would otherwise be read until memory runs out), and so is one past its
+# deadline, retries included (requests' timeout is per read).
+INDEX_CAP = 16 * 1024 * 1024
+INDEX_DEADLINE_S = 300
 
 
 def index_url() -> str:
@@ -145,14 +150,22 @@ def load_index(offline: bool = False, refresh: bool = False) -> dict[str, dict]:
     import requests  # late: the apply path inside images never needs the network
 
     try:
-        with retrying_session() as session:
-            response = session.get(url, timeout=60, headers={"Accept": "text/html"})
-        response.raise_for_status()
+        with Deadline(INDEX_DEADLINE_S) as deadline, retrying_session() as session, session.get(
+                url, timeout=60, stream=True, headers={"Accept": "text/html"}) as response:
+            response.raise_for_status()
+            page = read_capped(response, INDEX_CAP, deadline)
+            encoding = response.encoding or "utf-8"
+    except AnswerError as exc:
+        raise ForgeError(f"cannot read the vLLM release index: {exc}") from None
     except requests.RequestException as exc:
         if cached:
             return cached["releases"]
         raise ForgeError(f"cannot read the vLLM release index {url}: {exc}") from exc
-    releases = parse_simple_index(response.text, url)
+    try:
+        html = page.decode(encoding, errors="replace")
+    except LookupError:
+        html = page.decode("utf-8", errors="replace")   # an unknown charset: the links are ASCII
+    releases = parse_simple_index(html, url)
     if not releases:
         raise ForgeError(f"the index {url} lists no vLLM sdists")
     write_text_atomically(_index_file(), dump_json(

@@ -7,7 +7,7 @@ control character, under 512 MB, within the case's time): a server's failure is 
 (exit 1) whose line names the cause on stdout; a redirect on the same server is followed."""
 from __future__ import annotations
 
-from tests.hostile.commands import bench_endpoint, smoke
+from tests.hostile.commands import bench_endpoint, build, smoke
 
 # scenario -> (exit, what stdout says, extra flags)
 SMOKE = {
@@ -37,4 +37,16 @@ def network_cases() -> list[dict]:
     # memory used is held under 512 MB as in every case.
     cases.append({**burst, "id": "network-bench-burst-2000", "argv": argv, "exit": 0,
                   "timeout": 90.0, "memory": 4 << 30})
+    # Package index pages without end: read up to a cap, then refused in one line (they reached
+    # 2.5-2.8 GB before). The cached pages are out of the way: the vLLM index removed, the PyPI
+    # pages keyed to another index.
+    patches = build("patches", "--vllm", "0.27.1")
+    cases += [
+        {**patches, "id": "network-index-endless", "setup": [("remove", "cache/index.json")],
+         "env": {"VLLM_FORGE_INDEX": "{server}/index-endless/{id}/simple/vllm/"}, "exit": 2,
+         "stderr": ["release index", "index-endless", "16384 KiB"], "creates": [], "timeout": 30.0},
+        {**patches, "id": "network-pypi-endless",
+         "env": {"VLLM_FORGE_PYPI": "{server}/pypi-endless/{id}/simple/"}, "exit": 2,
+         "stderr": ["pypi-endless", "32768 KiB"], "creates": [], "timeout": 30.0},
+    ]
     return cases

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tests.hostile.server_network import NETWORK_SCENARIOS, OTHER, Respond
+from tests.hostile.server_network import NETWORK_SCENARIOS, OTHER
 from tests.loopback import serve_in_background
 
 MODEL = "gemma-4-26b-a4b-it"
@@ -164,12 +164,13 @@ class Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
             self.rfile.read(length)
         n = STATE.completed(prefix, 1 if path == "/v1/completions" else 0)
-        network = NETWORK_SCENARIOS.get(scenario)
-        if (scenario not in SCENARIOS and network is None) or path not in DEFAULTS:
+        network = NETWORK_SCENARIOS.get(scenario, {})
+        respond = network.get(path, network.get("*"))
+        if respond is not None:
+            return respond.write(self, prefix, n)
+        if (scenario not in SCENARIOS and not network) or path not in DEFAULTS:
             return self._send(404, b"no such scenario or path")
-        answer = (network or SCENARIOS[scenario]).get(path, DEFAULTS[path])
-        if isinstance(answer, Respond):
-            return answer.write(self, prefix, n)
+        answer = SCENARIOS.get(scenario, {}).get(path, DEFAULTS[path])
         status, body = answer if isinstance(answer, tuple) else (200, answer)
         self._send(status, body(n))
 

@@ -79,6 +79,21 @@ def _drip(data: bytes, headers_too: bool = False) -> Respond:
     return Respond(write)
 
 
+def _endless(start: bytes, repeat: bytes, content_type: str) -> Respond:
+    """`start`, then `repeat` without end (no Content-Length): a reader must stop on its own."""
+    def write(handler, _prefix, _n):
+        _headers(handler, 200, {"Content-Type": content_type, "Connection": "close"})
+        handler.close_connection = True
+        chunk = repeat * (65536 // len(repeat))
+        try:
+            handler.wfile.write(start)
+            for _ in range(40000):            # 2.6 GB at most, then the server gives up
+                handler.wfile.write(chunk)
+        except OSError:
+            pass
+    return Respond(write)
+
+
 def _metrics(n: int) -> str:
     return prometheus(10.0 * n, 30.0 * n, 24.0 * n, [9.0 * n, 8.0 * n, 7.0 * n])
 
@@ -96,6 +111,12 @@ MODELS = json.dumps({"data": [{"id": MODEL}]}).encode()
 TRICKLED = json.dumps({"data": [{"id": MODEL, "padding": "x" * 200}]}).encode()
 
 NETWORK_SCENARIOS: dict[str, dict[str, Respond]] = {
+    # "*": any path (a package index's pages)
+    "index-endless": {"*": _endless(b"<html><body>\n", b'<a href="vllm-0.1.tar.gz">x</a>\n',
+                                    "text/html")},
+    "pypi-endless": {"*": _endless(b'{"meta": {"api-version": "1.0"}, "files": [',
+                                   b'{"filename": "x-1.0.tar.gz"}, ',
+                                   "application/vnd.pypi.simple.v1+json")},
     "metrics-position-far": {"/metrics": _metrics_far_position()},
     "models-trickle": {"/v1/models": _drip(TRICKLED)},
     "models-headers-trickle": {"/v1/models": _drip(TRICKLED, headers_too=True)},
