@@ -1,4 +1,4 @@
-"""Hostile servers beyond a body (tests/hostile/server_network.py): a draft position a hundred
+"""Hostile servers and logs beyond a body (tests/hostile/server_network.py): a draft position a hundred
 million places out, answers dripped a byte at a time, redirects (to another server, malformed,
 endless), charsets no codec has; and a burst of more requests than threads a process may start.
 
@@ -37,6 +37,12 @@ def network_cases() -> list[dict]:
     # memory used is held under 512 MB as in every case.
     cases.append({**burst, "id": "network-bench-burst-2000", "argv": argv, "exit": 0,
                   "timeout": 90.0, "memory": 4 << 30})
+    # A server log with one 200 KiB line of "] ": the sharing-line regex read the rest of the line
+    # at each of them (minutes); a literal scan reads it once.
+    cases.append({**smoke("healthy"), "id": "logs-mtp-smoke-200-kib-line", "exit": 0,
+                  "setup": [("append", "work/server.log",
+                             "INFO 11-29 22:00:00 [x.py:1] " + "] " * 102400 + "\n")],
+                  "timeout": 15.0})
     # Package index pages without end: read up to a cap, then refused in one line (they reached
     # 2.5-2.8 GB before). The cached pages are out of the way: the vLLM index removed, the PyPI
     # pages keyed to another index.
