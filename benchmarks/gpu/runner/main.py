@@ -69,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     except (PlanError, host.HostError) as error:
         print(f"run.py: {error}", file=sys.stderr)
         return 2
-    return execute(plan, out, args.python, versions)
+    try:
+        return execute(plan, out, args.python, versions)
+    except OSError as error:        # its jobs are stopped (execute); the record could not be kept
+        print(f"run.py: {out}: the run stopped: {error}", file=sys.stderr)
+        return 2
 
 
 def execute(plan: Plan, out: Path, python: str, versions: dict) -> int:
@@ -89,7 +93,12 @@ def execute(plan: Plan, out: Path, python: str, versions: dict) -> int:
 
     previous = {number: signal.signal(number, stop) for number in (signal.SIGTERM, signal.SIGINT)}
     try:
-        run.loop()
+        try:
+            run.loop()
+        except BaseException as error:
+            # Whatever ends the loop, no job outlives the runner: every process group stopped.
+            run.stop(f"the runner stopped: {type(error).__name__}")
+            raise
         if run.stop_reason is not None:
             run.stop(run.stop_reason)
     finally:
