@@ -62,7 +62,7 @@ from verify.dummy_models import (
 )
 from verify.endpoint import Endpoint, EndpointError, served_model, server_release
 from verify.engine_worker import measure_lock, read_result
-from verify.flags import endpoint_url, positive_count
+from verify.flags import burst_count, endpoint_url
 from verify.machine import detect_target, kill_group
 from verify.metrics import MetricsError
 from verify.prompts import gate_prompts, load_prompts
@@ -148,7 +148,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--long-tokens", type=int, default=256, help="decode tokens of a long window")
     p.add_argument("--repeat", type=int, default=2, help="sustained repetitions")
     p.add_argument("--endpoint", type=endpoint_url, help="benchmark a running server instead")
-    p.add_argument("--burst", type=positive_count, default=500,
+    p.add_argument("--burst", type=burst_count, default=500,
                    help=f"with --endpoint: requests sent at once (at most {BURST_THREADS} in flight)")
     p.add_argument("--render", help="re-render bench.md/png from this bench.json")
     p.add_argument("--collect", action="store_true",

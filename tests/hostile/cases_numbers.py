@@ -1,10 +1,12 @@
 """YAML numbers and keys the data cannot hold, where the commands read them: a bandwidth of .inf,
 a NaN in a model family, an integer of 400 digits (past the float range every number reaches),
 a key that is a number or true beside text keys (sorted() would raise). Each is refused in one
-line naming the file, at load (forge/data_formats.py), before anything uses it."""
+line naming the file, at load (forge/data_formats.py), before anything uses it. And flag and
+environment values out of range: a timeout of 10^10 s (past a socket's time_t), a burst of a
+million requests, a DOCKER_HOST that is no URL."""
 from __future__ import annotations
 
-from tests.hostile.commands import RECIPE, ROOFLINE, SERVE
+from tests.hostile.commands import PLAN, RECIPE, ROOFLINE, SERVE, bench_endpoint, smoke
 
 TARGETS = "repo/images/targets.yaml"
 FAMILY = "repo/models/gemma4.yaml"
@@ -29,8 +31,30 @@ ROWS = [
 ]
 
 
+def _with(command: dict, flag: str, value: str) -> dict:
+    argv = list(command["argv"])
+    if flag in argv:
+        argv[argv.index(flag) + 1] = value
+    else:
+        argv += [flag, value]
+    return {**command, "argv": argv}
+
+
+# The build itself (no --plan): the first thing it does with the host is reach the engine.
+BUILD = {**PLAN, "argv": [a for a in PLAN["argv"] if a != "--plan"]}
+
+
 def number_cases() -> list[dict]:
-    return [{**command, "id": f"numbers-{name}",
-             "setup": [*command.get("setup", []), ("replace", rel, old, new)],
-             "exit": 2, "stderr": rel.removeprefix("repo/"), "creates": []}
-            for name, command, rel, old, new in ROWS]
+    cases = [{**command, "id": f"numbers-{name}",
+              "setup": [*command.get("setup", []), ("replace", rel, old, new)],
+              "exit": 2, "stderr": rel.removeprefix("repo/"), "creates": []}
+             for name, command, rel, old, new in ROWS]
+    cases += [
+        {**_with(smoke("healthy"), "--timeout", "10000000000"), "id": "numbers-mtp-smoke-timeout-1e10",
+         "exit": 2, "stderr": ["--timeout", "at most 604800"], "creates": []},
+        {**_with(bench_endpoint("healthy"), "--burst", "1000000"), "id": "numbers-bench-burst-1e6",
+         "exit": 2, "stderr": ["--burst", "at most 100000"], "creates": []},
+        {**BUILD, "id": "numbers-docker-host-not-a-url", "env": {"DOCKER_HOST": "tcp://[::1"},
+         "exit": 2, "stderr": ["$DOCKER_HOST", "tcp://[::1"], "creates": []},
+    ]
+    return cases
