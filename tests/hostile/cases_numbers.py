@@ -6,7 +6,7 @@ environment values out of range: a timeout of 10^10 s (past a socket's time_t), 
 million requests, a DOCKER_HOST that is no URL."""
 from __future__ import annotations
 
-from tests.hostile.commands import PLAN, RECIPE, ROOFLINE, SERVE, bench_endpoint, smoke
+from tests.hostile.commands import PATCHES, PLAN, RECIPE, ROOFLINE, SERVE, bench_endpoint, smoke
 
 TARGETS = "repo/images/targets.yaml"
 FAMILY = "repo/models/gemma4.yaml"
@@ -49,6 +49,11 @@ def number_cases() -> list[dict]:
               "setup": [*command.get("setup", []), ("replace", rel, old, new)],
               "exit": 2, "stderr": rel.removeprefix("repo/"), "creates": []}
              for name, command, rel, old, new in ROWS]
+    # An id checked with `$` took a trailing newline (into a pip requirement, a report)
+    cases.append({**PATCHES, "id": "names-series-package-trailing-newline",
+                  "setup": [("replace", "repo/patches/series.yaml", "package: transformers",
+                             'package: "transformers\\n"')],
+                  "exit": 2, "stderr": ["patches/series.yaml", "not a valid Python project name"], "creates": []})
     cases += [
         {**_with(smoke("healthy"), "--timeout", "10000000000"), "id": "numbers-mtp-smoke-timeout-1e10",
          "exit": 2, "stderr": ["--timeout", "at most 604800"], "creates": []},
