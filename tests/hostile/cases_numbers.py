@@ -49,6 +49,12 @@ def number_cases() -> list[dict]:
               "setup": [*command.get("setup", []), ("replace", rel, old, new)],
               "exit": 2, "stderr": rel.removeprefix("repo/"), "creates": []}
              for name, command, rel, old, new in ROWS]
+    # A target name of 150 characters made image tags of 170 (OCI caps a tag at 128)
+    long_name = "t" * 150
+    cases.append({**PLAN, "id": "names-target-150-characters",
+                  "setup": [*PLAN["setup"], ("replace", TARGETS, "\n  gb10:\n", f"\n  {long_name}:\n")],
+                  "argv": ["--target", long_name, *PLAN["argv"][2:]],
+                  "exit": 2, "stderr": ["images/targets.yaml", "64 characters at most"], "creates": []})
     # An id checked with `$` took a trailing newline (into a pip requirement, a report)
     cases.append({**PATCHES, "id": "names-series-package-trailing-newline",
                   "setup": [("replace", "repo/patches/series.yaml", "package: transformers",
