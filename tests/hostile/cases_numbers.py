@@ -6,7 +6,7 @@ environment values out of range: a timeout of 10^10 s (past a socket's time_t), 
 million requests, a DOCKER_HOST that is no URL."""
 from __future__ import annotations
 
-from tests.hostile.commands import PATCHES, PLAN, RECIPE, ROOFLINE, SERVE, bench_endpoint, smoke
+from tests.hostile.commands import PATCHES, PLAN, RECIPE, ROOFLINE, SERVE, bench_endpoint, build, smoke
 
 TARGETS = "repo/images/targets.yaml"
 FAMILY = "repo/models/gemma4.yaml"
@@ -55,6 +55,11 @@ def number_cases() -> list[dict]:
                   "setup": [*PLAN["setup"], ("replace", TARGETS, "\n  gb10:\n", f"\n  {long_name}:\n")],
                   "argv": ["--target", long_name, *PLAN["argv"][2:]],
                   "exit": 2, "stderr": ["images/targets.yaml", "64 characters at most"], "creates": []})
+    # A pin no dependency constraint names was ignored without a word
+    cases.append({**build("apply", "--site-packages", "{work}/site", "--offline", "--pin",
+                          "nosuchpkg==1.0"), "id": "names-apply-pin-unknown-package",
+                  "exit": 2, "stderr": ["--pin nosuchpkg==1.0", "no dependency constraint"],
+                  "creates": []})
     # An id checked with `$` took a trailing newline (into a pip requirement, a report)
     cases.append({**PATCHES, "id": "names-series-package-trailing-newline",
                   "setup": [("replace", "repo/patches/series.yaml", "package: transformers",
