@@ -348,6 +348,20 @@ def test_a_runner_that_cannot_go_on_stops_every_job_and_says_why_in_one_line(tmp
     assert not alive(pid)
 
 
+def test_a_jobs_log_line_reaches_the_terminal_and_the_timeline_escaped(tmp_path, host):
+    # The failed job's last log line is quoted in its event: raw, its escapes cleared the screen
+    # and set the window's title.
+    shout = "import sys; print('\\x1b[2J\\x1b]0;owned\\x07 RESULT: PASS'); sys.exit(3)"
+    plan = write_plan(tmp_path, [{"id": "noisy", "command": ["{python}", "-c", shout],
+                                  "gpu_memory_gib": 1, "timeout_s": 10}])
+    result = run(plan, tmp_path / "out", host)
+    assert result.returncode == 1
+    timeline = (tmp_path / "out" / "timeline.txt").read_text()
+    for text in (result.stdout, timeline):
+        assert "\x1b" not in text and "\r" not in text and "\x07" not in text
+        assert "failed noisy exit 3" in text and "\\x1b[2J" in text
+
+
 def test_a_plan_that_is_not_yaml_says_where(tmp_path, host):
     plan = tmp_path / "plan.yaml"
     plan.write_text("vllm: '0.27.1'\njobs: [\n")
