@@ -21,7 +21,7 @@ from forge.images.lock import lock_file, read_lock
 from forge.json_text import dump_json
 from forge.patching.vocabulary import Kind, Status
 from forge.targets import BaseImage, Target, get_target
-from forge.untrusted import visible
+from forge.untrusted import visible, visible_lines
 from forge.versions import Release
 
 LABEL_PREFIX = "io.vllm-forge."
@@ -358,5 +358,7 @@ def format_plan(plan: Plan) -> str:
         lines.append(f"  context     sha256:{plan.context_sha256} ({len(plan.context_bytes)} bytes)")
     lines += ["  tags"] + [f"    {tag}" for tag in plan.tags]
     lines += ["  labels"] + [f"    {k}={v}" for k, v in plan.labels.items()]
-    return "\n".join(lines)
+    # Labels, patch details and recipe names quote the data files (a target's description):
+    # each line shown, not acted on.
+    return visible_lines("\n".join(lines))
 

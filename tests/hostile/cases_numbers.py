@@ -3,7 +3,8 @@ a NaN in a model family, an integer of 400 digits (past the float range every nu
 a key that is a number or true beside text keys (sorted() would raise). Each is refused in one
 line naming the file, at load (forge/data_formats.py), before anything uses it. And flag and
 environment values out of range: a timeout of 10^10 s (past a socket's time_t), a burst of a
-million requests, a DOCKER_HOST that is no URL."""
+million requests, a DOCKER_HOST that is no URL. And names: a target name too long for a tag, an
+id with a trailing newline, a pin nothing uses, a data file's escapes on the terminal."""
 from __future__ import annotations
 
 from tests.hostile.commands import PATCHES, PLAN, RECIPE, ROOFLINE, SERVE, bench_endpoint, build, smoke
@@ -55,6 +56,13 @@ def number_cases() -> list[dict]:
                   "setup": [*PLAN["setup"], ("replace", TARGETS, "\n  gb10:\n", f"\n  {long_name}:\n")],
                   "argv": ["--target", long_name, *PLAN["argv"][2:]],
                   "exit": 2, "stderr": ["images/targets.yaml", "64 characters at most"], "creates": []})
+    # A data file's text reaches the terminal escaped: a target's description in the plan
+    cases.append({**PLAN, "id": "terminal-target-description-escapes",
+                  "setup": [*PLAN["setup"], ("replace", TARGETS,
+                                             "description: NVIDIA DGX Spark (GB10 Grace Blackwell "
+                                             "superchip, 128 GB unified memory)",
+                                             'description: "\\e[2J\\e]0;owned\\a DGX Spark"')],
+                  "stdout": "\\x1b[2J", "stderr": None})
     # A pin no dependency constraint names was ignored without a word
     cases.append({**build("apply", "--site-packages", "{work}/site", "--offline", "--pin",
                           "nosuchpkg==1.0"), "id": "names-apply-pin-unknown-package",
