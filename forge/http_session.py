@@ -30,12 +30,41 @@ RETRY_STATUSES = (429, 500, 502, 503, 504)
 
 
 def retrying_session():
+    retry = _deadline_retry()(total=RETRIES, connect=CONNECT_RETRIES, backoff_factor=BACKOFF_S,
+                              status_forcelist=RETRY_STATUSES,
+                              respect_retry_after_header=True, raise_on_status=False)
+    return watched_session(retry)
+
+
+@functools.cache
+def _deadline_retry():
+    """urllib3's Retry within the thread's current Deadline: no retry once it has passed, and no
+    wait (backoff, a server's Retry-After) past it."""
+    from urllib3.exceptions import MaxRetryError
     from urllib3.util.retry import Retry
 
-    retry = Retry(total=RETRIES, connect=CONNECT_RETRIES, backoff_factor=BACKOFF_S,
-                  status_forcelist=RETRY_STATUSES,
-                  respect_retry_after_header=True, raise_on_status=False)
-    return watched_session(retry)
+    def current() -> Deadline | None:
+        return getattr(Deadline._current, "deadline", None)
+
+    class DeadlineRetry(Retry):
+        def increment(self, method=None, url=None, response=None, error=None, _pool=None,
+                      _stacktrace=None):
+            deadline = current()
+            if deadline is not None and deadline.passed():
+                raise MaxRetryError(_pool, url or "", error)    # type: ignore[arg-type]
+            return super().increment(method, url, response, error, _pool, _stacktrace)
+
+        def get_backoff_time(self) -> float:
+            deadline = current()
+            wait = super().get_backoff_time()
+            return min(wait, deadline.left()) if deadline is not None else wait
+
+        def get_retry_after(self, response):
+            deadline = current()
+            wait = super().get_retry_after(response)
+            return min(wait, deadline.left()) if deadline is not None and wait is not None else wait
+
+    return DeadlineRetry
 
 
 class AnswerError(ForgeError):
@@ -70,7 +99,7 @@ class Deadline:
     def __init__(self, seconds: float):
         self.seconds = seconds
         self.ends = time.monotonic() + seconds
-        self._sockets: list[int] = []
+        self._sockets: list[tuple[int, int]] = []     # (descriptor, its socket's inode)
         self._lock = threading.Lock()
         self.done = False
 
@@ -96,17 +125,24 @@ class Deadline:
         """A connection made on this thread: shut down when the current deadline passes."""
         deadline = getattr(cls._current, "deadline", None)
         if deadline is not None:
+            fd = sock.fileno()
             with deadline._lock:
-                deadline._sockets.append(sock.fileno())
+                deadline._sockets.append((fd, os.fstat(fd).st_ino))
+            if deadline.passed():
+                # a retry's new connection after the time is up: ended as the first was
+                deadline.shut()
 
     def shut(self) -> None:
         with self._lock:
-            for fd in self._sockets:
+            for fd, inode in self._sockets:
                 # A duplicate of the descriptor: shutdown acts on the connection (which a TLS
                 # wrapper may now own), and closing the duplicate leaves the original to its owner.
+                # The inode: a descriptor closed meanwhile and reused by another thread's socket
+                # is not that connection.
                 try:
                     with socket.socket(fileno=os.dup(fd)) as dup:
-                        dup.shutdown(socket.SHUT_RDWR)
+                        if os.fstat(dup.fileno()).st_ino == inode:
+                            dup.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
 
