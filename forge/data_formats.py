@@ -2,7 +2,9 @@
 load cannot hold, each refusal one line naming the file (and the line where it is known):
 
 - YAML: a key given twice; a list or mapping as a mapping key (PyYAML would fail building it
-  with a TypeError); nesting deeper than MAX_DEPTH, and aliases that expand past
+  with a TypeError), and a key that is not text (a number, true, null: it would reach sorted()
+  beside text keys); a number that is not finite (.inf, .nan, 1.0e400) or an integer past the
+  float range (every number of the data is used as a float somewhere); nesting deeper than MAX_DEPTH, and aliases that expand past
   MAX_EXPANDED_NODES (a "billion laughs" file). Both are found while the parser's events stream
   by (an iterative state machine, EventGuard), before anything is composed: a file 10,000
   levels deep never reaches the composer. libyaml parses and composes where PyYAML has it.
@@ -15,7 +17,9 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import math
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +86,7 @@ class EventGuard:
         self.source = source
         self._open: list[_Frame] = []
         self._anchors: dict[str, tuple[int, int]] = {}   # anchor -> (height, expanded size)
+        self._scalar_tags: dict[str, str] = {}           # a scalar's anchor -> its tag
         self._expanded = 0
 
     def see(self, event) -> None:
@@ -91,6 +96,7 @@ class EventGuard:
             frame = self._open.pop()
             self._node_done(frame.height, frame.size, frame.anchor)
         elif isinstance(event, yaml.ScalarEvent):
+            self._scalar(event)
             self._node_done(0, 1, event.anchor)
         elif isinstance(event, yaml.AliasEvent):
             self._alias(event)
@@ -110,6 +116,28 @@ class EventGuard:
             self._fail(event, f"nested deeper than {MAX_DEPTH} levels")
         self._open.append(_Frame(isinstance(event, yaml.MappingStartEvent), event.anchor))
 
+    def _scalar(self, event) -> None:
+        """A key that is not text, a number that is not finite or past the float range."""
+        tag = _scalar_tag(event)
+        if event.anchor is not None:
+            self._scalar_tags[event.anchor] = tag
+        if tag in (_STR, _MERGE):
+            return
+        if self._in_key_position():
+            kind = _TAG_NAMES.get(tag, tag)
+            self._fail(event, f"the key {_excerpt(event.value)} is read as {kind}, not text "
+                              "(keys must be text: quote it)")
+        if tag == _FLOAT:
+            value = _CONSTRUCTOR.construct_yaml_float(yaml.ScalarNode(tag, event.value))
+            if not math.isfinite(value):
+                self._fail(event, f"{_excerpt(event.value)} is not a finite number (write a "
+                                  "number within about ±1.8e308)")
+        elif tag == _INT:
+            value = _CONSTRUCTOR.construct_yaml_int(yaml.ScalarNode(tag, event.value))
+            if abs(value) > sys.float_info.max:
+                self._fail(event, f"{_excerpt(event.value)} is past the range of a number "
+                                  "(about ±1.8e308)")
+
     def _alias(self, event) -> None:
         if any(frame.anchor == event.anchor for frame in self._open):
             self._fail(event, f"*{event.anchor} names a list or mapping that holds it (a cycle)")
@@ -117,6 +145,10 @@ class EventGuard:
         if height and self._in_key_position():
             self._fail(event, f"*{event.anchor} as a mapping key names a list or mapping "
                               "(keys must be plain values)")
+        tag = self._scalar_tags.get(event.anchor, _STR)
+        if tag != _STR and self._in_key_position():
+            self._fail(event, f"*{event.anchor} as a mapping key names "
+                              f"{_TAG_NAMES.get(tag, tag)}, not text (keys must be text)")
         if len(self._open) + height > MAX_DEPTH:
             self._fail(event, f"*{event.anchor} nests the data deeper than {MAX_DEPTH} levels")
         self._expanded += size
@@ -133,6 +165,26 @@ class EventGuard:
             parent.size += size
             if parent.is_mapping:
                 parent.expects_key = not parent.expects_key
+
+
+_STR, _INT, _FLOAT = "tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_MERGE = "tag:yaml.org,2002:merge"       # `<<: *anchor`
+_TAG_NAMES = {_INT: "a number", _FLOAT: "a number", "tag:yaml.org,2002:bool": "true or false",
+              "tag:yaml.org,2002:null": "null", "tag:yaml.org,2002:timestamp": "a date"}
+_RESOLVER = yaml.resolver.Resolver()
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+
+
+def _scalar_tag(event) -> str:
+    """The tag a SafeLoader gives a scalar: its own (!!int), or the one its plain text resolves
+    to (a quoted scalar is text)."""
+    if event.tag not in (None, "!"):
+        return event.tag
+    return _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
+
+
+def _excerpt(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:40] + "...")
 
 
 class GuardedLoader(StrictLoader):

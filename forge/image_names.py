@@ -86,11 +86,25 @@ def _check_parts(target: str, vllm: str) -> None:
         raise ForgeError(f"not a vLLM version: {vllm!r}")
 
 
+# The OCI distribution spec's tag: [a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}, 128 characters at most.
+TAG_MAX = 128
+# A target name's longest: with "vllm", a release, two dashes and the 12-digit digest, 64
+# characters leave a release 46 (forge.targets refuses a longer name on load).
+TARGET_NAME_MAX = 64
+
+
+def _checked_tag(tag: str, target: str) -> str:
+    if len(tag) > TAG_MAX:
+        raise ForgeError(f"image tag {tag[:40]}... is {len(tag)} characters, over the "
+                         f"{TAG_MAX} an OCI tag may have (target {target[:40]!r}: a shorter name)")
+    return tag
+
+
 def moving_tag(target: str, vllm: str) -> str:
     """The tag that follows the newest verified build of a release for a target."""
     _check_parts(target, vllm)
     # Docker tags allow [A-Za-z0-9_.-]: a local version's "+" becomes "_".
-    return f"vllm{str(vllm).replace('+', '_')}-{target}"
+    return _checked_tag(f"vllm{str(vllm).replace('+', '_')}-{target}", target)
 
 
 def immutable_tag(target: str, vllm: str, content_digest: str) -> str:
@@ -100,7 +114,7 @@ def immutable_tag(target: str, vllm: str, content_digest: str) -> str:
     digest = str(content_digest or "").removeprefix("sha256:")
     if not re.fullmatch(r"[0-9a-f]{12,64}", digest):
         raise ForgeError(f"not a content digest (12 to 64 lowercase hex digits): {content_digest!r}")
-    return f"{moving_tag(target, vllm)}-{digest[:TAG_DIGEST_CHARS]}"
+    return _checked_tag(f"{moving_tag(target, vllm)}-{digest[:TAG_DIGEST_CHARS]}", target)
 
 
 def image_ref(target: str, vllm: str, repository: str | None = None) -> str:

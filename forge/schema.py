@@ -7,6 +7,8 @@ fields and bad values, and every error names the file and the dotted path of the
 """
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,7 +92,12 @@ def _validate_value(value, kind, source: str, where: str):
     expected = kind if isinstance(kind, tuple) else (kind,)
     # YAML reads `1` as int where a float is wanted, and bool is an int subclass: be exact.
     if float in expected and isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > sys.float_info.max:     # float() would raise OverflowError
+            _fail(source, where, f"must be {_names(expected)} within about ±1.8e308 (got an "
+                                 f"integer of about {value.bit_length() * 3 // 10} digits)")
         return float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        _fail(source, where, f"must be a finite number (got {value!r})")
     if isinstance(value, bool) and bool not in expected:
         _fail(source, where, f"must be {_names(expected)} (got a boolean)")
     if not isinstance(value, expected):

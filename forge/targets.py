@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from forge import REPO_ROOT
 from forge.errors import ForgeError
+from forge.image_names import TARGET_NAME_MAX
 from forge.schema import Field, ListOf, load_yaml, pep440_specifier, validate
 from forge.versions import Release
 
@@ -258,7 +259,11 @@ def _read_targets(path: Path) -> dict[str, Target]:
 
 
 def target_name_problem(name: str) -> str | None:
-    """A target's name is part of image tags and file names."""
+    """A target's name is part of image tags (128 characters at most: TARGET_NAME_MAX leaves room
+    for the release and digest) and file names."""
+    if len(name) > TARGET_NAME_MAX:
+        return (f"a target name is {TARGET_NAME_MAX} characters at most (it is part of image "
+                f"tags, which OCI caps at 128); this one is {len(name)}")
     if re.fullmatch(r"[a-z0-9][a-z0-9-]*", name):
         return None
     return "target names are lowercase letters, digits and '-'"

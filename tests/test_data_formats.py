@@ -52,6 +52,30 @@ def test_a_scalar_alias_as_a_key_and_merge_keys_still_load():
         "base": {"x": 1}, "more": {"x": 1, "y": 2}}
 
 
+@pytest.mark.parametrize("text, problem", [
+    ("a: .inf\n", "line 1: '.inf' is not a finite number"),
+    ("a:\n  b: [1, -.Inf]\n", "line 2: '-.Inf' is not a finite number"),
+    ("a: .nan\n", "line 1: '.nan' is not a finite number"),
+    ("a: 1.0e+400\n", "line 1: '1.0e+400' is not a finite number"),
+    ("a: !!float .inf\n", "line 1: '.inf' is not a finite number"),
+    ("a: 1" + "0" * 400 + "\n", "is past the range of a number"),
+    ("a: -0x" + "f" * 300 + "\n", "is past the range of a number"),
+    ("1: x\n", "line 1: the key '1' is read as a number, not text"),
+    ("a: {b: 1, 2.5: 2}\n", "the key '2.5' is read as a number"),
+    ("true: x\n", "the key 'true' is read as true or false"),
+    ("~: x\n", "the key '~' is read as null"),
+    ("2026-01-01: x\n", "the key '2026-01-01' is read as a date"),
+    ("a: &k 5\n*k : 2\n", "line 2: *k as a mapping key names a number, not text"),
+])
+def test_numbers_past_the_float_range_and_keys_that_are_not_text_are_one_line(text, problem):
+    assert problem in refusal(parse_yaml, text)
+
+
+def test_quoted_keys_and_finite_numbers_load_as_ever():
+    assert parse_yaml("'1': x\n\"true\": y\na: 1.0e+300\nb: -1_000.5\nc: 9007199254740993\n", SOURCE) == {
+        "1": "x", "true": "y", "a": 1e300, "b": -1000.5, "c": 9007199254740993}
+
+
 def test_nesting_10000_deep_is_one_line_not_a_recursion_error():
     text = "a: " + "[" * 10000 + "]" * 10000 + "\n"
     assert refusal(parse_yaml, text) == f"{SOURCE}: line 1: nested deeper than {MAX_DEPTH} levels"

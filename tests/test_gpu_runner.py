@@ -275,6 +275,13 @@ BAD_PLANS = [
     ("jobs[0] (smoke).timout_s", {}, [good_job(timout_s=5)], "not a field of a plan job"),
     ("jobs[0] (smoke).timeout_s", {}, [good_job(timeout_s=-1)], "a positive number"),
     ("jobs[0] (smoke).timed", {}, [good_job(timed="yes")], "true or false"),
+    ("jobs[0] (smoke).timeout_s", {}, [good_job(timeout_s=10 ** 10)], "up to 604800"),
+    ("kill_grace_s", {"kill_grace_s": 1e9}, [good_job()], "up to 3600"),
+    ("gpu_memory_gib", {"gpu_memory_gib": 1e300}, [good_job()], "up to 100000"),
+    ("jobs[0].id", {}, [good_job(id="smoke\n")], "it names a folder"),
+    ("vllm", {"vllm": "0.27.1\n"}, [good_job()], "a release as a quoted string"),
+    ("jobs[0] (smoke).ready_url", {}, [good_job(ready_url="http://127.0.0.1:8012/health\n")],
+     "an http:// URL"),
     ("jobs[0].id", {}, [good_job(id="Smoke 1")], "it names a folder"),
     ("jobs[1].id", {}, [good_job(), good_job()], "'smoke' is already the id of jobs[0]"),
     ("jobs[0] (smoke).depends_on", {}, [good_job(depends_on=["apply"])], "'apply' is no job of this plan"),
@@ -300,6 +307,59 @@ def test_a_bad_plan_is_one_line_naming_the_file_and_the_field(tmp_path, host, fi
     assert result.stderr.startswith(f"run.py: {plan}: {field}: "), result.stderr
     assert problem in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("line", ["gpu_memory_gib: .nan", "gpu_memory_gib: .inf", "kill_grace_s: .inf",
+                                  "kill_grace_s: -.inf", "gpu_memory_gib: 1" + "0" * 400])
+def test_a_number_that_is_not_finite_is_refused_at_load(tmp_path, host, line):
+    # .nan passed every comparison the checks made (a NaN timeout is never reached: the runner
+    # looped for ever); .inf reached run.json's strict JSON after the jobs had started.
+    plan = tmp_path / "plan.yaml"
+    budget = "" if line.startswith("gpu_memory_gib") else "gpu_memory_gib: 10\n"
+    plan.write_text(f"vllm: '0.27.1'\n{budget}{line}\njobs:\n- {{id: a, command: [sleep, '0'], "
+                    "gpu_memory_gib: 0, timeout_s: 5}\n")
+    result = run(plan, tmp_path / "out", host)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"run.py: {plan}: line "), result.stderr
+    assert "not a finite number" in result.stderr or "past the range of a number" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+BREAK_THE_RECORD = """
+import os, sys
+run = os.path.dirname(sys.argv[1])
+os.replace(os.path.join(run, "run.json"), os.path.join(run, "moved.json"))
+os.mkdir(os.path.join(run, "run.json"))     # the runner's next record cannot replace a folder
+"""
+LONG = "import os, sys, time; open(sys.argv[1] + '/pid', 'w').write(str(os.getpid())); time.sleep(60)"
+
+
+def test_a_runner_that_cannot_go_on_stops_every_job_and_says_why_in_one_line(tmp_path, host):
+    plan = write_plan(tmp_path, [
+        {"id": "long", "command": ["{python}", "-c", LONG, "{out}"], "gpu_memory_gib": 1, "timeout_s": 60},
+        {"id": "breaker", "command": ["{python}", "-c", BREAK_THE_RECORD, "{out}"], "gpu_memory_gib": 1,
+         "timeout_s": 60}])
+    started = time.monotonic()
+    result = run(plan, tmp_path / "out", host)
+    assert time.monotonic() - started < 20
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("run.py: ") and "the run stopped" in result.stderr
+    pid = int((tmp_path / "out" / "long" / "pid").read_text())
+    assert not alive(pid)
+
+
+def test_a_jobs_log_line_reaches_the_terminal_and_the_timeline_escaped(tmp_path, host):
+    # The failed job's last log line is quoted in its event: raw, its escapes cleared the screen
+    # and set the window's title.
+    shout = "import sys; print('\\x1b[2J\\x1b]0;owned\\x07 RESULT: PASS'); sys.exit(3)"
+    plan = write_plan(tmp_path, [{"id": "noisy", "command": ["{python}", "-c", shout],
+                                  "gpu_memory_gib": 1, "timeout_s": 10}])
+    result = run(plan, tmp_path / "out", host)
+    assert result.returncode == 1
+    timeline = (tmp_path / "out" / "timeline.txt").read_text()
+    for text in (result.stdout, timeline):
+        assert "\x1b" not in text and "\r" not in text and "\x07" not in text
+        assert "failed noisy exit 3" in text and "\\x1b[2J" in text
 
 
 def test_a_plan_that_is_not_yaml_says_where(tmp_path, host):

@@ -75,3 +75,19 @@ def test_plan_of_the_real_targets_without_a_lock_says_so(tmp_path):
                            cwd=repo, capture_output=True, text=True, env=env, timeout=300)
     assert build.returncode == 2 and "vllm/vllm-openai:v0.27.1 is not locked" in build.stderr
     assert not (tmp_path / "none.yaml").exists()
+
+
+def test_a_tag_is_at_most_the_128_characters_oci_allows():
+    longest = "t" * images.TARGET_NAME_MAX
+    assert len(images.immutable_tag(longest, "0.27.1", "a" * 64)) <= images.TAG_MAX
+    with pytest.raises(ForgeError, match="over the 128 an OCI tag may have"):
+        images.immutable_tag("t" * 150, "0.27.1", "a" * 64)
+    with pytest.raises(ForgeError, match="over the 128 an OCI tag may have"):
+        images.moving_tag(longest, "0.27.1+" + "a" * 60)
+
+
+def test_a_target_name_longer_than_its_share_of_a_tag_is_refused_on_load():
+    from forge.targets import target_name_problem
+
+    assert target_name_problem("t" * images.TARGET_NAME_MAX) is None
+    assert "64 characters at most" in target_name_problem("t" * (images.TARGET_NAME_MAX + 1))

@@ -259,7 +259,9 @@ def test_pin_installs_exactly_that_version_and_refuses_one_outside_the_constrain
     original = snapshot(site)
     for pin, message in (("transformers==5.15.0",
                           "--pin transformers==5.15.0: outside <5.15,>=5.5.3"),
-                         ("transformers>=5", "--pin transformers>=5: must be PACKAGE==VERSION")):
+                         ("transformers>=5", "--pin transformers>=5: must be PACKAGE==VERSION"),
+                         # no constraint names it: it was ignored without a word, exit 0
+                         ("nosuchpkg==1.0", "--pin nosuchpkg==1.0: no dependency constraint in")):
         refused = run_build("apply", "--site-packages", str(site), "--pin", pin)
         assert refused.returncode == 2 and refused.stderr.count("\n") == 1
         assert message in refused.stderr

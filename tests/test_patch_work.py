@@ -18,6 +18,7 @@ import yaml
 from packaging.version import Version
 
 from forge.commands.cli import build_parser
+from forge.errors import ForgeError
 from forge.patching import authoring, diff_writer, diffs, headers
 from forge.patching.series import load_series, save_series
 from forge.patching.status import status_of
@@ -339,3 +340,18 @@ def test_added_and_deleted_files_are_diffed_and_stale_tool_files_are_not(tmp_pat
     assert git.returncode == 0, git.stderr
     assert not (fresh / "vllm/assets/video.py").exists()
     assert (fresh / "vllm/forge_note.py").read_text() == "NOTE = 'patched'\n"
+
+
+@pytest.mark.parametrize("link", ["file", "folder"])
+def test_a_symbolic_link_in_the_edited_tree_is_refused_not_read_through(tmp_path, link):
+    # A link to a file outside the tree put that file's bytes into the patch, exit 0.
+    pristine = releases.release_tree("0.25.0")
+    edited = tmp_path / "edited"
+    shutil.copytree(pristine / "vllm", edited / "vllm")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.py").write_text("TOKEN = 'not for a patch'\n")
+    where = edited / "vllm" / ("stolen.py" if link == "file" else "stolen")
+    where.symlink_to(outside / "secret.py" if link == "file" else outside)
+    with pytest.raises(ForgeError, match="a symbolic link; a source patch holds regular files only"):
+        diff_writer.tree_diff(pristine, edited)

@@ -36,6 +36,10 @@ def test_valid_data_gets_defaults_and_int_widened_to_float():
     ({"releases": "=>0.25"}, "f.yaml: releases: not a PEP 440 version specifier"),
     ({"enabled": "yes"}, "f.yaml: enabled: must be a boolean (got a string)"),
     ({"weight": True}, "f.yaml: weight: must be a number (got a boolean)"),
+    # JSON holds integers of any size, and reaches float() here: OverflowError before
+    ({"weight": 10 ** 400}, "f.yaml: weight: must be a number within about ±1.8e308 (got an integer"),
+    ({"weight": float("inf")}, "f.yaml: weight: must be a finite number (got inf)"),
+    ({"weight": float("nan")}, "f.yaml: weight: must be a finite number (got nan)"),
 ])
 def test_bad_values_name_file_and_field(change, message):
     with pytest.raises(SchemaError) as failure:

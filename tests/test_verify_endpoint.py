@@ -423,8 +423,10 @@ def run_smoke_cli(*args, cwd=REPO_ROOT):
 
 @pytest.mark.parametrize("value, problem", [("0", "must be 1 second or more (got 0)"),
                                             ("-5", "must be 1 second or more (got -5)"),
-                                            ("soon", "not a whole number of seconds: 'soon'")])
-def test_mtp_smoke_timeout_below_one_second_is_refused_naming_the_flag(tmp_path, value, problem):
+                                            ("soon", "not a whole number of seconds: 'soon'"),
+                                            ("10000000000", "must be at most 604800 seconds "
+                                                            "(got 10000000000)")])
+def test_mtp_smoke_timeout_out_of_range_is_refused_naming_the_flag(tmp_path, value, problem):
     out = tmp_path / "out"
     result = run_smoke_cli("--timeout", value, "--out", str(out))
     assert result.returncode == 2

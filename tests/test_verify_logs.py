@@ -1,6 +1,7 @@
 """verify/vllm_logs.py and the gate's log checks, on engine logs captured on an H200 with vLLM 0.25.0
 (the raw files of the result records under benchmarks/results/)."""
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -271,3 +272,33 @@ def test_root_cause_reads_every_error_line(text):
     if not any(p.search(text) for p in vllm_logs.KNOWN_CAUSES):
         assert root_cause(text) == (f"{errors[-1].group(1)}: {errors[-1].group(2).strip()}"
                                     if errors else None)
+
+
+SHARING_PIECES = st.lists(st.sampled_from(
+    ["\n", "\r", " ", "]", "] ", "x", "S", "s", "haring target model", "Sharing target model",
+     "sharing target model", "INFO 11-29 22:00:00 [x.py:1] "]), max_size=30).map("".join)
+
+
+@given(SHARING_PIECES)
+@settings(max_examples=500)
+def test_sharing_lines_are_what_the_quadratic_regex_found(text):
+    # The regex sharing_lines replaced, tried at every "] " (quadratic in a line's length).
+    regex = re.compile(r"\] ([^\n]*[Ss]haring target model[^\n]*)")
+    assert vllm_logs.sharing_lines(text) == [line.strip() for line in regex.findall(text)]
+
+
+LONG_LINES = {"brackets": "] " * 102400, "brackets-then-sharing": "] " * 102400 + "Sharing target model",
+              "sharing-repeated": "Sharing target model " * 10000, "mode": "cudagraph_mode=" * 13653,
+              "using": "Using " * 34133, "dotted-error": "a." * 102400 + "Error: x",
+              "parens-error": "(" * 204800 + " Error: x", "open-escape": "\x1b[" + "0;" * 102400}
+
+
+@pytest.mark.parametrize("name", LONG_LINES)
+def test_a_200_kib_log_line_parses_in_linear_time(name):
+    # "brackets" took minutes with the regex; each of these takes a few ms, 1 s is a wide margin.
+    line = "INFO 11-29 22:00:00 [x.py:1] " + LONG_LINES[name]
+    started = time.monotonic()
+    facts = parse_engine_log(line + "\n")
+    assert time.monotonic() - started < 1.0
+    sharing = "Sharing target model" in line
+    assert facts.embedding_sharing_lines == ([line[line.find("] ") + 2:].strip()] if sharing else [])

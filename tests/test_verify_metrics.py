@@ -7,6 +7,7 @@ import pytest
 
 from verify import checks
 from verify.metrics import (
+    MAX_POSITIONS,
     MetricsError,
     SpecCounters,
     counters_from_prometheus,
@@ -91,6 +92,34 @@ def test_labels_are_summed_and_positions_ordered():
     ])
     counters = counters_from_prometheus(text)
     assert counters.drafts == 10 and counters.accepted_per_position == (6, 2)
+
+
+COUNTERS = "\n".join([
+    'vllm:spec_decode_num_drafts_total{engine="0"} 4.0',
+    'vllm:spec_decode_num_draft_tokens_total{engine="0"} 12.0',
+    'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 8.0',
+]) + "\n"
+PER_POSITION = 'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="{}"}} 1.0\n'
+
+
+@pytest.mark.parametrize("position", [str(MAX_POSITIONS), "100000000", "9" * 5000])
+def test_a_draft_position_beyond_the_bound_is_refused_not_made_a_vector(position):
+    with pytest.raises(MetricsError, match=f"beyond the {MAX_POSITIONS} draft positions"):
+        counters_from_prometheus(COUNTERS + PER_POSITION.format(position))
+
+
+def test_the_last_position_within_the_bound_is_read():
+    counters = counters_from_prometheus(COUNTERS + PER_POSITION.format(MAX_POSITIONS - 1))
+    assert len(counters.accepted_per_position) == MAX_POSITIONS
+    assert counters.accepted_per_position[-1] == 1.0 and sum(counters.accepted_per_position) == 1.0
+
+
+def test_a_snapshot_with_more_positions_than_the_bound_is_refused():
+    snapshot = {"vllm:spec_decode_num_drafts": 4.0, "vllm:spec_decode_num_draft_tokens": 12.0,
+                "vllm:spec_decode_num_accepted_tokens": 8.0,
+                "vllm:spec_decode_num_accepted_tokens_per_pos": [0.0] * (MAX_POSITIONS + 1)}
+    with pytest.raises(MetricsError, match=f"at most {MAX_POSITIONS} are read"):
+        counters_from_snapshot(snapshot)
 
 
 def test_malformed_exposition_line_is_reported():

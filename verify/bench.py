@@ -62,7 +62,7 @@ from verify.dummy_models import (
 )
 from verify.endpoint import Endpoint, EndpointError, served_model, server_release
 from verify.engine_worker import measure_lock, read_result
-from verify.flags import endpoint_url, positive_count
+from verify.flags import burst_count, endpoint_url
 from verify.machine import detect_target, kill_group
 from verify.metrics import MetricsError
 from verify.prompts import gate_prompts, load_prompts
@@ -73,6 +73,9 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("engine_worker.py")
 CONFIG = re.compile(r"^(bf16|fp8)(?:-mtp([1-9]))?$")
 DEFAULT_CONFIGS = "stock,bf16,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3"
+# The most requests of an --endpoint burst in flight at once: each is a thread, and a thread per
+# request (--burst 2000) is 2000 stacks of 8 MiB of address space; the rest wait for a free one.
+BURST_THREADS = 64
 WINDOWS = ("burst", "sustained", "conc8", "conc16", "followup")
 # Every fixed window --windows may name: conc32 and conc64 only on request (not in WINDOWS), so the
 # default runs (and their reports) stay as they were.
@@ -145,7 +148,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--long-tokens", type=int, default=256, help="decode tokens of a long window")
     p.add_argument("--repeat", type=int, default=2, help="sustained repetitions")
     p.add_argument("--endpoint", type=endpoint_url, help="benchmark a running server instead")
-    p.add_argument("--burst", type=positive_count, default=500, help="with --endpoint: concurrent requests")
+    p.add_argument("--burst", type=burst_count, default=500,
+                   help=f"with --endpoint: requests sent at once (at most {BURST_THREADS} in flight)")
     p.add_argument("--render", help="re-render bench.md/png from this bench.json")
     p.add_argument("--collect", action="store_true",
                    help="build the report from the engine results already under --out "
@@ -701,14 +705,15 @@ def server_burst(url: str, count: int, max_tokens: int = 32, token_prompts: bool
         return ok, time.perf_counter() - started
 
     started = time.perf_counter()
-    pool = ThreadPoolExecutor(max_workers=count)
+    pool = ThreadPoolExecutor(max_workers=min(count, BURST_THREADS))
     try:
         results = list(pool.map(one, range(count)))
     finally:
         # Ctrl-C: the requests in flight are not waited for (their 900 s timeout)
         pool.shutdown(wait=False, cancel_futures=True)
     latencies = sorted(t for _, t in results)
-    return {"requests": count, "answered": sum(ok for ok, _ in results),
+    return {"requests": count, "in_flight": min(count, BURST_THREADS),
+            "answered": sum(ok for ok, _ in results),
             "failed": sum(not ok for ok, _ in results), "wall_s": round(time.perf_counter() - started, 2),
             "latency_p50_s": round(statistics.median(latencies), 3),
             "latency_max_s": round(latencies[-1], 3), "max_tokens": max_tokens}

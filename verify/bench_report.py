@@ -39,7 +39,7 @@ CONCURRENCY_WINDOWS = ("conc8", "conc16", "conc32", "conc64")
 BEYOND_CONC8 = CONCURRENCY_WINDOWS[1:]
 # Long-context windows, bench.py --windows long<N>k[-conc<C>]: a prompt of N x 1024 tokens, batch 1
 # or C requests at once; their prefill is reported apart from their decode.
-LONG_WINDOW = re.compile(r"^long([1-9][0-9]*)k(?:-conc([1-9][0-9]*))?$")
+LONG_WINDOW = re.compile(r"long([1-9][0-9]*)k(?:-conc([1-9][0-9]*))?")   # fullmatch
 # vLLM's online FP8 quantizations of a BF16 checkpoint (`--quantization`): fp8 scales activations
 # per tensor, dynamically (two passes over each activation); fp8_per_channel scales weights per
 # output channel and activations per token, llm-compressor's FP8_DYNAMIC layout; fp8_per_block,
@@ -61,7 +61,7 @@ FP8_DTYPES = (*ONLINE_FP8, *PREQUANTIZED_FP8)
 def long_window(name: str) -> tuple[int, int] | None:
     """long32k-conc8 (or long32k-conc8@agree) -> (32768 prompt tokens, concurrency 8); None for
     any other window."""
-    match = LONG_WINDOW.match(name.split("@")[0])
+    match = LONG_WINDOW.fullmatch(name.split("@")[0])
     return (int(match[1]) * 1024, int(match[2] or 1)) if match else None
 
 

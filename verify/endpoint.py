@@ -2,10 +2,14 @@
 server through it; bench.py --endpoint asks it which release the server runs)."""
 from __future__ import annotations
 
+import codecs
 import json
 import re
-import time
 from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
+
+from forge.http_session import AnswerError, Deadline, read_capped, watched_session
+from forge.untrusted import visible
 
 
 class EndpointError(Exception):
@@ -23,17 +27,26 @@ JSON_DEPTH = 64
 _BRACKET_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]')
 
 
+# Redirects a request follows, each to the server it was sent to (same scheme, host and port):
+# one to another server would make the report name a server that did not answer.
+MAX_REDIRECTS = 5
+
+
 @dataclass(frozen=True)
 class Reply:
-    """A server's answer, read whole within its cap."""
+    """A server's answer, read whole within its cap; `url` is the one that answered (a redirect
+    on the same server may have moved it)."""
 
     status: int
     text: str
+    url: str = ""
 
 
 class Endpoint:
     """The server's HTTP surface with every answer checked: any failure is an EndpointError whose
-    one-line message becomes a FAIL check, never a traceback."""
+    one-line message becomes a FAIL check, never a traceback. Each request, redirects included,
+    has --timeout in all (not per read: a server that drips a byte at a time passes every read's
+    own timeout)."""
 
     def __init__(self, url: str, timeout: int):
         self.url, self.timeout = url.rstrip("/"), timeout
@@ -50,35 +63,78 @@ class Endpoint:
     def _request(self, method: str, path: str, what: str, cap: int, **kwargs) -> Reply:
         import requests
 
-        try:
-            with requests.request(method, self.url + path, timeout=self.timeout, stream=True,
-                                  **kwargs) as response:
-                body = self._read_capped(response, what, cap)
-                reply = Reply(response.status_code, body.decode(response.encoding or "utf-8",
-                                                                errors="replace"))
-                ok, reason = response.ok, response.reason
-        except requests.Timeout:
-            raise EndpointError(f"{what}: no answer within {self.timeout} s (--timeout)") from None
-        except requests.RequestException as exc:
-            raise EndpointError(f"{what}: {_connection_reason(exc)}") from None
+        url = self.url + path
+        with Deadline(self.timeout) as deadline:
+            try:
+                for _ in range(MAX_REDIRECTS + 1):
+                    reply, location, ok, reason = self._one(method, url, what, cap, deadline,
+                                                            **kwargs)
+                    if location is None:
+                        break
+                    url = self._redirect(url, location, what)
+                else:
+                    raise EndpointError(f"{what}: {visible(url)}: over {MAX_REDIRECTS} redirects")
+            except requests.RequestException as exc:
+                # Past the deadline, the error is the shut socket's (a reset, a short body).
+                if deadline.passed() or isinstance(exc, requests.Timeout):
+                    raise EndpointError(f"{what}: no answer within {self.timeout} s "
+                                        "(--timeout)") from None
+                raise EndpointError(f"{what}: {_connection_reason(exc)}") from None
         if not ok:
-            raise EndpointError(f"{what}: HTTP {reply.status} {reason}: {excerpt(reply.text)}")
+            raise EndpointError(f"{what}: HTTP {reply.status} {reason}{_from(url, self.url + path)}"
+                                f": {excerpt(reply.text)}")
         return reply
 
-    def _read_capped(self, response, what: str, cap: int) -> bytes:
-        """The body, refused past `cap` bytes or past --timeout in all (a server that drips a byte
-        at a time would pass every read's own timeout)."""
-        deadline = time.monotonic() + self.timeout
-        body = bytearray()
-        for chunk in response.iter_content(65536):
-            body += chunk
-            if len(body) > cap:
-                raise EndpointError(f"{what}: {self.url}: the answer is over {cap // 1024} KiB "
-                                    "(the cap on a server's answer); not read further")
-            if time.monotonic() > deadline:
-                raise EndpointError(f"{what}: {self.url}: the answer took over {self.timeout} s "
-                                    "(--timeout)")
-        return bytes(body)
+    def _one(self, method: str, url: str, what: str, cap: int, deadline: Deadline, **kwargs):
+        """One request, no redirect followed: (reply, Location or None, ok, reason)."""
+        import requests
+
+        left = deadline.left()
+        with watched_session() as session:
+            try:
+                response = session.request(method, url, timeout=(left, left), stream=True,
+                                           allow_redirects=False, **kwargs)
+            except ValueError as exc:
+                if isinstance(exc, requests.RequestException):
+                    raise
+                # requests parses a redirect's Location even when it is not to follow it (for
+                # Response.next): a ValueError here is a Location that is not a URL.
+                raise EndpointError(f"{what}: {visible(url)} redirects to a malformed Location "
+                                    f"({exc})") from None
+            with response:
+                return self._answer(response, what, cap, deadline, url)
+
+    def _answer(self, response, what: str, cap: int, deadline: Deadline, url: str):
+        """(reply, Location or None, ok, reason) of one response."""
+        if response.is_redirect:
+            return Reply(response.status_code, "", url), response.headers["location"], False, ""
+        body = self._read_capped(response, what, cap, deadline)
+        text = body.decode(_charset(response, what, url), errors="replace")
+        return Reply(response.status_code, text, url), None, response.ok, response.reason
+
+    def _redirect(self, url: str, location: str, what: str) -> str:
+        """Where a redirect sends the request: on the same server, or refused in one line."""
+        try:
+            target = urljoin(url, location)
+            origin, there = _origin(url), _origin(target)
+        except ValueError:
+            raise EndpointError(f"{what}: {visible(url)} redirects to a malformed Location: "
+                                f"{excerpt(location)}") from None
+        if there != origin:
+            raise EndpointError(f"{what}: {visible(url)} redirects to another server "
+                                f"({visible(target)}); a redirect is followed only on the server "
+                                "--endpoint names")
+        return target
+
+    def _read_capped(self, response, what: str, cap: int, deadline: Deadline) -> bytes:
+        """The body, refused past `cap` bytes or past the request's deadline."""
+        try:
+            return read_capped(response, cap, deadline)
+        except AnswerError as exc:
+            if deadline.passed():
+                raise EndpointError(f"{what}: {visible(response.url)}: the answer took over "
+                                    f"{self.timeout} s (--timeout)") from None
+            raise EndpointError(f"{what}: {exc}") from None
 
     def _json(self, reply: Reply, what: str) -> dict:
         depth = nesting_depth(reply.text)
@@ -92,6 +148,32 @@ class Endpoint:
         if not isinstance(body, dict):
             raise EndpointError(f"{what}: the answer is not a JSON object: {excerpt(reply.text)}")
         return body
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of an http(s) URL; ValueError for one that is not."""
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
+        raise ValueError(url)
+    return parts.scheme, parts.hostname.lower(), port
+
+
+def _from(url: str, asked: str) -> str:
+    """' (from URL)' when a redirect moved the request, so an error names who answered."""
+    return f" (from {visible(url)})" if url != asked else ""
+
+
+def _charset(response, what: str, url: str) -> str:
+    """The answer's declared charset (UTF-8 if none), refused in one line if Python has no codec
+    of that name."""
+    charset = response.encoding or "utf-8"
+    try:
+        codecs.lookup(charset)
+    except (LookupError, ValueError):
+        raise EndpointError(f"{what}: {visible(url)}: the answer's charset {excerpt(charset)} "
+                            "is not a known text encoding") from None
+    return charset
 
 
 def nesting_depth(text: str) -> int:

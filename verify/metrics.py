@@ -24,6 +24,11 @@ ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+"
                     r"(?P<value>\S+)(?:\s+\S+)?$")
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+# The most draft positions a reading may name. vLLM labels the per-position counter 0 ..
+# num_speculative_tokens - 1 (SpecDecodingProm in vllm/v1/spec_decode/metrics.py), and a drafter
+# proposes a handful of tokens a step; a label beyond this is refused, not made into a vector
+# of that many zeros (position="100000000" would be 100 million of them).
+MAX_POSITIONS = 64
 
 
 class MetricsError(ValueError):
@@ -42,6 +47,9 @@ class SpecCounters:
         if not isinstance(self.accepted_per_position, (tuple, list)):
             raise MetricsError(f"{ACCEPTED_PER_POS}: not a list of per-position counts "
                                f"({self.accepted_per_position!r})")
+        if len(self.accepted_per_position) > MAX_POSITIONS:
+            raise MetricsError(f"{ACCEPTED_PER_POS}: {len(self.accepted_per_position)} draft "
+                               f"positions; at most {MAX_POSITIONS} are read")
         named += [(f"{ACCEPTED_PER_POS}{{position={i}}}", v)
                   for i, v in enumerate(self.accepted_per_position)]
         for name, value in named:
@@ -173,6 +181,10 @@ def _position(labels: dict) -> int:
     text = labels["position"]
     if not re.fullmatch(r"[0-9]+", text):
         raise MetricsError(f"{name}: position={text!r} is not a draft position (0, 1, ...)")
+    if len(text) > 6 or int(text) >= MAX_POSITIONS:     # int() of 5000 digits raises
+        raise MetricsError(f"{name}: position={text[:20]!r}{'...' if len(text) > 20 else ''} "
+                           f"is beyond the {MAX_POSITIONS} draft positions read (0 to "
+                           f"{MAX_POSITIONS - 1})")
     return int(text)
 
 
@@ -181,4 +193,9 @@ def counters_from_snapshot(snapshot: dict) -> SpecCounters:
     if not isinstance(snapshot, dict):
         raise MetricsError(f"a metrics snapshot is a mapping of counters, not {snapshot!r}")
     return SpecCounters(snapshot.get(DRAFTS, 0), snapshot.get(DRAFT_TOKENS, 0),
-                        snapshot.get(ACCEPTED, 0), tuple(snapshot.get(ACCEPTED_PER_POS, ())))
+                        snapshot.get(ACCEPTED, 0), _as_tuple(snapshot.get(ACCEPTED_PER_POS, ())))
+
+
+def _as_tuple(values):
+    """A list as the tuple SpecCounters holds; anything else as it is, for it to refuse."""
+    return tuple(values) if isinstance(values, list) else values

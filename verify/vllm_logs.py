@@ -9,7 +9,10 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 RESOLVED_ARCH = re.compile(r"Resolved architecture: (\w+)")
 # Any line saying a drafter shares the target's embedding; which wording counts is the family's
 # (models/<family>.yaml, drafter.sharing_log_lines): each release and proposer says it its own way.
-SHARING_LINE = re.compile(r"\] ([^\n]*[Ss]haring target model[^\n]*)")
+# Found by a literal scan (sharing_lines), not a regex: `\] ([^\n]*[Ss]haring ...)` tried at
+# every "] " of a line reads the rest of the line each time, quadratic in the line (a 200 KiB
+# line of "] " took minutes).
+SHARING = "haring target model"
 # The whole lines that hold these (lines_containing: found by a literal scan, not a regex tried
 # at every line of a 64 MiB log).
 SEPARATE_EMBEDDINGS = "Keeping separate embedding weights"
@@ -81,7 +84,7 @@ def parse_engine_log(text: str) -> EngineLogFacts:
     text = clean(text)
     facts = EngineLogFacts()
     facts.architectures = _unique(RESOLVED_ARCH.findall(text))
-    facts.embedding_sharing_lines = _unique(line.strip() for line in SHARING_LINE.findall(text))
+    facts.embedding_sharing_lines = _unique(sharing_lines(text))
     facts.separate_embedding_lines = [_strip_prefix(m) for m in lines_containing(text, SEPARATE_EMBEDDINGS)]
     facts.separate_lm_head_lines = [_strip_prefix(m) for m in lines_containing(text, SEPARATE_LM_HEAD)]
     modes = [m for m in CUDAGRAPH_MODE.findall(text) if m != "None"]
@@ -158,6 +161,19 @@ def lines_containing(text: str, literal: str) -> list[str]:
         lines.append(text[start:end])
         at = text.find(literal, end)
     return lines
+
+
+def sharing_lines(text: str) -> list[str]:
+    """What follows the log prefix's "] " on each line saying a drafter shares the target's
+    embedding ("Sharing target model ..." or "... sharing target model ..."), stripped; linear in
+    the text."""
+    found = []
+    for line in lines_containing(text, SHARING):
+        at = max(line.rfind("S" + SHARING), line.rfind("s" + SHARING))
+        start = line.find("] ", 0, at) if at != -1 else -1
+        if start != -1:
+            found.append(line[start + 2:].strip())
+    return found
 
 
 def search_word(pattern: re.Pattern, text: str) -> re.Match | None:

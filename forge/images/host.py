@@ -10,6 +10,7 @@ from pathlib import Path
 
 from forge.errors import ForgeError
 from forge.images.plan import Plan
+from forge.untrusted import visible
 
 START_ENGINE = ("start it (`systemctl start docker`, or `dockerd &` as root; Docker Desktop: open "
                 "it) or point DOCKER_HOST at one that runs")
@@ -25,7 +26,11 @@ def connect():
         client = docker.from_env(timeout=600)
         client.ping()
     except docker.errors.DockerException as exc:
-        raise ForgeError(f"cannot reach the Docker engine at {where}: {_engine_silence(exc)}") from exc
+        raise ForgeError(f"cannot reach the Docker engine at {visible(where)}: "
+                         f"{_engine_silence(exc)}") from exc
+    except ValueError as exc:     # the SDK parses DOCKER_HOST with urllib: tcp://[::1 raises
+        raise ForgeError(f"$DOCKER_HOST: {visible(where)} is not a Docker engine address "
+                         f"({exc}); unix:///var/run/docker.sock or tcp://HOST:PORT") from None
     return client
 
 

@@ -22,7 +22,7 @@ from forge.images.lock import lock_file, read_lock
 from forge.json_text import dump_json
 from forge.patching.vocabulary import Kind, Status
 from forge.targets import BaseImage, Target, get_target
-from forge.untrusted import visible
+from forge.untrusted import visible, visible_lines
 from forge.versions import Release
 
 LABEL_PREFIX = "io.vllm-forge."
@@ -386,4 +386,6 @@ def format_plan(plan: Plan) -> str:
             lines += _fit(f"    {key}={value}", " " * 6)
     else:
         lines += ["  labels      unknown until the base digest is (they name it)"]
-    return "\n".join(lines)
+    # Labels, patch details and recipe names quote the data files (a target's description):
+    # each line shown, not acted on.
+    return visible_lines("\n".join(lines))

@@ -140,9 +140,11 @@ def apply_series(site_packages=None, expected_version=None, revert=False, moe_co
     """`pins`: ["transformers==5.14.1", ...], the exact version for a violated constraint.
     `with_candidates`: ids of candidate patches (series.yaml `candidate: true`) to apply too;
     without it every candidate is left out."""
-    from forge.patching.dependency_apply import parse_pins
+    from forge.patching.dependency_apply import check_pins, parse_pins
 
     parsed_pins = parse_pins(pins)
+    if parsed_pins:     # before the install is read: a pin nothing uses is refused at once
+        check_pins(load_series(series_path, check_index=False), parsed_pins)
     if revert and with_candidates:
         raise ForgeError(f"{CANDIDATE_FLAG}: not with --revert (a revert restores every patched "
                          "file, candidates included)")

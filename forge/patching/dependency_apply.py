@@ -72,6 +72,18 @@ def parse_pins(pins: list[str] | None) -> dict[str, Version]:
     return parsed
 
 
+def check_pins(series, pins: dict[str, Version]) -> None:
+    """Every --pin names a package a dependency constraint of the series names: a pin for any
+    other package would be ignored without a word (a typo, or a package forge never installs)."""
+    named = sorted({canonicalize_name(p.package) for p in series.patches
+                    if p.kind == Kind.DEPENDENCY and p.package})
+    for package, version in pins.items():
+        if package not in named:
+            raise ForgeError(f"--pin {package}=={version}: no dependency constraint in "
+                             f"{series.path} names {package} (they name: "
+                             f"{', '.join(named) or 'none'}); nothing changed")
+
+
 def plan(series, statuses, installed, offline: bool, find_links: str | None,
          pins: dict[str, Version] | None = None) -> list[DependencyPlan]:
     """A version for every violated constraint; refuses (nothing changed) when it cannot get one."""
@@ -81,7 +93,7 @@ def plan(series, statuses, installed, offline: bool, find_links: str | None,
             continue
         patch = series.get(status.id)
         dist = dependencies.find_distribution(patch.package, installed.search_path)
-        pin = (pins or {}).get(patch.package)
+        pin = (pins or {}).get(canonicalize_name(patch.package))   # pins are keyed canonically
         if status.status == Status.SATISFIED and (pin is None or Version(dist.version) == pin):
             continue    # a pin makes an image hold exactly the version its plan and labels name
         declared = dependencies.installed_vllm_declares(installed.site_dir, patch.package,

@@ -6,6 +6,7 @@ written again with more context until every hunk is unique."""
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 
 from forge.errors import ForgeError
@@ -20,16 +21,29 @@ CONTEXTS = (3, 6, 12, 24, 48, 96)
 
 
 def _files(root: Path) -> set[str]:
+    """The regular files under root/vllm/, no link followed: a symbolic link (to a file or a
+    folder, anywhere in the tree) is refused, as a diff holds regular files only and reading
+    through one would put whatever it points to (outside the tree) into the patch."""
     found = set()
-    for path in (root / PACKAGE).rglob("*"):
-        rel = path.relative_to(root)
-        if path.is_file() and not IGNORED_DIRS.intersection(rel.parts) \
-                and not path.name.endswith(IGNORED_SUFFIXES):
-            found.add(rel.as_posix())
+    for folder, dirs, names in os.walk(root / PACKAGE):     # os.walk follows no folder link
+        for name in (*dirs, *names):
+            path = Path(folder) / name
+            if path.is_symlink():
+                raise ForgeError(f"{path}: a symbolic link; a source patch holds regular files "
+                                 "only (nothing is read through a link)")
+        dirs[:] = [d for d in dirs if d not in IGNORED_DIRS]
+        for name in names:
+            path = Path(folder) / name
+            if not name.endswith(IGNORED_SUFFIXES) and path.is_file():
+                found.add(path.relative_to(root).as_posix())
     return found
 
 
 def read_or_none(path: Path) -> bytes | None:
+    """A file's bytes, None where there is none; a link is refused, not followed."""
+    if path.is_symlink():
+        raise ForgeError(f"{path}: a symbolic link; a source patch holds regular files only "
+                         "(nothing is read through a link)")
     return read_if_present(path, SOURCE)
 
 

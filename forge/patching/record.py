@@ -21,7 +21,7 @@ from forge.patching.vocabulary import RecordState, RevertStep
 RECORD_DIR = ".vllm-forge"
 RECORD_FILE = "applied.json"
 RUN_FILES = "files.json"          # a run's own copy of its file list, among its originals
-RUN_FILES_NAME = re.compile(r"^(?:run(\d+)-)?" + re.escape(RUN_FILES) + "$")
+RUN_FILES_NAME = re.compile(r"(?:run(\d+)-)?" + re.escape(RUN_FILES))
 
 _MISSING = "missing, while the originals it saved are there"
 _OPTIONAL_TEXT = (str, type(None))
@@ -148,7 +148,7 @@ def _rebuilt_from_run_files(installed: InstalledVllm) -> dict | None:
     originals = installed.package_dir / RECORD_DIR / "originals"
     found: dict[int, dict] = {}
     for path in originals.glob(f"*{RUN_FILES}") if originals.is_dir() else []:
-        match = RUN_FILES_NAME.match(path.name)
+        match = RUN_FILES_NAME.fullmatch(path.name)
         problem, run = _parse(path)
         if match is None:
             continue

@@ -66,11 +66,12 @@ def _vllm_paths(values: list) -> str | None:
 
 
 # PEP 508 names (packaging >= 24 has canonicalize_name(validate=True); images may carry 23).
-PROJECT_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
+# fullmatch: `$` would take a name with a trailing newline.
+PROJECT_NAME = re.compile(r"[A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9]", re.IGNORECASE)
 
 
 def _project_name(value: str) -> str | None:
-    return None if PROJECT_NAME.match(value) else f"not a valid Python project name: {value!r}"
+    return None if PROJECT_NAME.fullmatch(value) else f"not a valid Python project name: {value!r}"
 
 
 FILE_SCHEMA = {

@@ -10,13 +10,12 @@ one line naming the URL, never by reading on.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from forge.errors import ForgeError
-from forge.http_session import retrying_session
+from forge.http_session import Deadline, retrying_session
 from forge.untrusted import visible
 
 CHUNK = 1 << 16
@@ -37,9 +36,10 @@ def get_capped(url: str, cap: int, what: str, headers: dict | None = None, timeo
                deadline_s: float = 300) -> Answer:
     """GET `url`: its status, content type and body, the body at most `cap` bytes (ForgeError
     beyond). requests' exceptions pass through for the caller to word."""
-    started = time.monotonic()
-    with retrying_session() as session, \
-            session.get(url, stream=True, timeout=timeout, headers=headers or {}) as response:
+    # The deadline's watchdog shuts the connection down when the time is up (forge.http_session):
+    # a server that trickles its answer a byte at a time is cut off, not waited on a read at a time.
+    with Deadline(deadline_s) as deadline, retrying_session() as session, \
+            session.get(url, stream=True, timeout=min(timeout, deadline.left()), headers=headers or {}) as response:
         body = bytearray()
         if response.ok:
             _refuse_declared(response, cap, what, url)
@@ -48,7 +48,8 @@ def get_capped(url: str, cap: int, what: str, headers: dict | None = None, timeo
                 if len(body) > cap:
                     raise ForgeError(f"{what} {visible(url)}: more than {_mib(cap)}, far more than any real "
                                      "one; is the index right?")
-                _check_deadline(started, deadline_s, what, url)
+                _check_deadline(deadline, what, url)
+            _check_deadline(deadline, what, url)     # its shutdown may have ended the body early
         return Answer(response.status_code, response.headers.get("Content-Type", ""), bytes(body))
 
 
@@ -58,10 +59,9 @@ def download(url: str, partial: Path, cap: int, what: str, cap_says: str,
     """Stream `url` into `partial` (a new file), at most `cap` bytes (`cap_says`: where the cap
     comes from, for the refusal); `advance(bytes, total)` is told of each block. On any exit but
     success `partial` is removed."""
-    started = time.monotonic()
     try:
-        with retrying_session() as session, \
-                session.get(url, stream=True, timeout=timeout) as response:
+        with Deadline(deadline_s) as deadline, retrying_session() as session, \
+                session.get(url, stream=True, timeout=min(timeout, deadline.left())) as response:
             response.raise_for_status()
             total = _refuse_declared(response, cap, what, url)
             written = 0
@@ -76,7 +76,8 @@ def download(url: str, partial: Path, cap: int, what: str, cap_says: str,
                     out.write(block)
                     if advance is not None:
                         advance(len(block), total)
-                    _check_deadline(started, deadline_s, what, url)
+                    _check_deadline(deadline, what, url)
+                _check_deadline(deadline, what, url)
     except BaseException:
         try:
             os.unlink(partial)
@@ -97,6 +98,6 @@ def _refuse_declared(response, cap: int, what: str, url: str) -> int | None:
     return declared if declared >= 0 else None
 
 
-def _check_deadline(started: float, deadline_s: float, what: str, url: str) -> None:
-    if time.monotonic() - started > deadline_s:
-        raise ForgeError(f"{what} {visible(url)}: not read whole in {deadline_s:.0f} s; try again later")
+def _check_deadline(deadline: Deadline, what: str, url: str) -> None:
+    if deadline.passed():
+        raise ForgeError(f"{what} {visible(url)}: not read whole in {deadline.seconds:.0f} s; try again later")

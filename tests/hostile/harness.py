@@ -37,7 +37,7 @@ CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x9b]")
 # A case's wall-clock limit: the slowest command here (a plan, pure-Python YAML over every recipe)
 # takes 4-8 s on a busy 2-core machine; a hang is a failure whatever the limit.
 DEFAULTS = {"setup": (), "env": {}, "exit": 2, "stderr": None, "stdout": None, "creates": (),
-            "timeout": 30.0, "sigint_after": None}
+            "timeout": 30.0, "sigint_after": None, "memory": ADDRESS_SPACE}
 
 
 def expand(value, fields: dict):
@@ -263,7 +263,7 @@ def check_case(case: dict, tree: SessionTree, server, fields: dict) -> list[str]
                          "cwd": str(case.get("cwd", tree.repo)), "stdout": str(out),
                          "stderr": str(err), "timeout": case["timeout"],
                          "sigint_after": case["sigint_after"], "user": "nobody",
-                         "memory": ADDRESS_SPACE})
+                         "memory": case["memory"]})
     after = snapshot(tree.case)
     tree.last = after
     outside = nobody_entries() - outside_before

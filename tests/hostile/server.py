@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.hostile.server_network import NETWORK_SCENARIOS, OTHER
 from tests.loopback import serve_in_background
 
 MODEL = "gemma-4-26b-a4b-it"
@@ -163,9 +164,13 @@ class Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
             self.rfile.read(length)
         n = STATE.completed(prefix, 1 if path == "/v1/completions" else 0)
-        if scenario not in SCENARIOS or path not in DEFAULTS:
+        network = NETWORK_SCENARIOS.get(scenario, {})
+        respond = network.get(path, network.get("*"))
+        if respond is not None:
+            return respond.write(self, prefix, n)
+        if (scenario not in SCENARIOS and not network) or path not in DEFAULTS:
             return self._send(404, b"no such scenario or path")
-        answer = SCENARIOS[scenario].get(path, DEFAULTS[path])
+        answer = SCENARIOS.get(scenario, {}).get(path, DEFAULTS[path])
         status, body = answer if isinstance(answer, tuple) else (200, answer)
         self._send(status, body(n))
 
@@ -193,10 +198,19 @@ class Handler(BaseHTTPRequestHandler):
         self._answer("POST")
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # Connections waiting to be accepted: socketserver's 5 resets some of a 64-request burst's.
+    request_queue_size = 256
+
+
 def main() -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    server = Server(("127.0.0.1", 0), Handler)
     serve_in_background(server)
+    # A second server on another port: where a hostile redirect sends a client (server_network.py).
+    other = Server(("127.0.0.1", 0), Handler)
+    serve_in_background(other)
+    OTHER.port = other.server_address[1]
     print(server.server_address[1], flush=True)
     sys.stdin.read()                         # until the test session closes the pipe
 

@@ -82,8 +82,11 @@ def gpus() -> list[dict[str, str]] | None:
     """Each GPU's name, driver and memory as nvidia-smi says them; None where there is none."""
     if shutil.which("nvidia-smi") is None:
         return None
-    result = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                             "--format=csv,noheader"], capture_output=True, text=True, timeout=60)
+    try:
+        result = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                                 "--format=csv,noheader"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):     # a hung driver: the record says none
+        return None
     if result.returncode != 0:
         return None
     rows = [line.split(", ") for line in result.stdout.strip().splitlines() if line.strip()]

@@ -142,9 +142,13 @@ class Run:
         record.pack(self.plan, self.out)
 
     def stop(self, why: str) -> None:
-        for item in list(self.running.values()):
+        # Every process group first, the records after: a record that cannot be written (a full
+        # disk) must not leave a job running.
+        stopped = list(self.running.values())
+        self.running.clear()
+        for item in stopped:
             processes.stop_group(item.process, self.plan.kill_grace_s)
-            del self.running[item.job.id]
+        for item in stopped:
             self.set(item.job.id, schedule.STOPPED, end=time.time(), exit=item.process.returncode, reason=why)
             self.timeline.say(f"stopped {item.job.id}: {why}")
         for job_id, state in self.status.items():

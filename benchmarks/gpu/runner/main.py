@@ -17,6 +17,7 @@ from pathlib import Path
 from benchmarks.gpu.runner import host, record, schedule
 from benchmarks.gpu.runner.loop import REPO, Run
 from benchmarks.gpu.runner.plan import Plan, PlanError, load_plan
+from forge.untrusted import visible
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -39,7 +40,7 @@ def print_dry_run(plan: Plan, python: str) -> None:
         kind = "timed, alone" if job.timed else "untimed"
         after = f", after {', '.join(job.depends_on)}" if job.depends_on else ""
         print(f"+{offset:.0f} s  {job.id} ({kind}, {job.gpu_memory_gib:g} GiB, at most {job.timeout_s:g} s{after}): "
-              f"{shlex.join(job.argv(fields))}")
+              f"{visible(shlex.join(job.argv(fields)))}")
         end = max(end, offset + job.timeout_s)
     print(f"at most {end:.0f} s if every job runs to its timeout")
 
@@ -67,9 +68,13 @@ def main(argv: list[str] | None = None) -> int:
         host.check_release(plan, versions, args.python)
         out = prepare_out(plan, args.out)
     except (PlanError, host.HostError) as error:
-        print(f"run.py: {error}", file=sys.stderr)
+        print(f"run.py: {visible(error)}", file=sys.stderr)
         return 2
-    return execute(plan, out, args.python, versions)
+    try:
+        return execute(plan, out, args.python, versions)
+    except OSError as error:        # its jobs are stopped (execute); the record could not be kept
+        print(f"run.py: {out}: the run stopped: {visible(error)}", file=sys.stderr)
+        return 2
 
 
 def execute(plan: Plan, out: Path, python: str, versions: dict) -> int:
@@ -89,7 +94,12 @@ def execute(plan: Plan, out: Path, python: str, versions: dict) -> int:
 
     previous = {number: signal.signal(number, stop) for number in (signal.SIGTERM, signal.SIGINT)}
     try:
-        run.loop()
+        try:
+            run.loop()
+        except BaseException as error:
+            # Whatever ends the loop, no job outlives the runner: every process group stopped.
+            run.stop(f"the runner stopped: {type(error).__name__}")
+            raise
         if run.stop_reason is not None:
             run.stop(run.stop_reason)
     finally:

@@ -32,8 +32,16 @@ from forge.errors import ForgeError
 
 FIELDS = ("out", "repo", "python")
 TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-JOB_ID = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
-RELEASE = re.compile(r"^\d+\.\d+\.\d+$")
+# Checked with fullmatch: `$` would let a trailing newline through (into a folder name, a log).
+JOB_ID = re.compile(r"[a-z0-9][a-z0-9.-]*")
+RELEASE = re.compile(r"\d+\.\d+\.\d+")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+URL = re.compile(r"https?://\S+")
+# The largest value each number may take: finite, and far past any real run (a plan's memory is
+# one host's GPUs; a job's timeout at most a week; the grace before SIGKILL at most an hour). A
+# NaN timeout never passes, so a job that hangs would be waited on for ever; an infinite grace
+# would wait for ever on a process that ignores SIGTERM.
+MOST = {"gpu_memory_gib": 1e5, "timeout_s": 7 * 24 * 3600.0, "kill_grace_s": 3600.0}
 PLAN_KEYS = {"vllm", "gpu_memory_gib", "env", "kill_grace_s", "pack", "jobs"}
 JOB_KEYS = {"id", "command", "gpu_memory_gib", "timed", "timeout_s", "depends_on", "keep_when_cut", "env",
             "ready_url"}
@@ -98,10 +106,12 @@ def _plan(path: Path, data) -> Plan:
         fail("(top)", "a plan is a mapping with vllm, gpu_memory_gib and jobs")
     _no_unknown(data, PLAN_KEYS, "", fail)
     vllm = data.get("vllm")
-    if not isinstance(vllm, str) or not RELEASE.match(vllm):
+    if not isinstance(vllm, str) or not RELEASE.fullmatch(vllm):
         fail("vllm", f"a release as a quoted string like \"0.27.1\", not {vllm!r}")
-    budget = _number(data.get("gpu_memory_gib"), "gpu_memory_gib", fail, positive=True)
-    grace = _number(data.get("kill_grace_s", 10), "kill_grace_s", fail, positive=False)
+    budget = _number(data.get("gpu_memory_gib"), "gpu_memory_gib", fail, positive=True,
+                     most=MOST["gpu_memory_gib"])
+    grace = _number(data.get("kill_grace_s", 10), "kill_grace_s", fail, positive=False,
+                    most=MOST["kill_grace_s"])
     env = _env(data.get("env", {}), "env", fail)
     jobs_data = data.get("jobs")
     if not isinstance(jobs_data, list) or not jobs_data:
@@ -115,23 +125,25 @@ def _job(item, where: str, budget: float, fail) -> Job:
     if not isinstance(item, dict):
         fail(where, "a job is a mapping with id, command, gpu_memory_gib and timeout_s")
     job_id = item.get("id")
-    if not isinstance(job_id, str) or not JOB_ID.match(job_id):
+    if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
         fail(f"{where}.id", f"[a-z0-9][a-z0-9.-]* (it names a folder), not {job_id!r}")
     where = f"{where} ({job_id})"
     _no_unknown(item, JOB_KEYS, where + ".", fail)
-    reservation = _number(item.get("gpu_memory_gib"), f"{where}.gpu_memory_gib", fail, positive=False)
+    reservation = _number(item.get("gpu_memory_gib"), f"{where}.gpu_memory_gib", fail, positive=False,
+                          most=MOST["gpu_memory_gib"])
     if reservation > budget:
         fail(f"{where}.gpu_memory_gib", f"{reservation:g} GiB is more than the plan's gpu_memory_gib ({budget:g})")
     timed = item.get("timed", False)
     if not isinstance(timed, bool):
         fail(f"{where}.timed", f"true or false, not {timed!r}")
     ready_url = item.get("ready_url")
-    if ready_url is not None and (not isinstance(ready_url, str) or not re.match(r"^https?://\S+$", ready_url)):
+    if ready_url is not None and (not isinstance(ready_url, str) or not URL.fullmatch(ready_url)):
         fail(f"{where}.ready_url", f"an http:// URL the server answers once it is up, not {ready_url!r}")
     if ready_url is not None and timed:
         fail(f"{where}.timed", "a server (ready_url) is untimed: its clients run beside it")
     return Job(job_id, _command(item.get("command"), f"{where}.command", fail), reservation, timed,
-               _number(item.get("timeout_s"), f"{where}.timeout_s", fail, positive=True),
+               _number(item.get("timeout_s"), f"{where}.timeout_s", fail, positive=True,
+                       most=MOST["timeout_s"]),
                tuple(_strings(item.get("depends_on", []), f"{where}.depends_on", fail)),
                tuple(_strings(item.get("keep_when_cut", ["**"]), f"{where}.keep_when_cut", fail)),
                _env(item.get("env", {}), f"{where}.env", fail), ready_url)
@@ -164,10 +176,23 @@ def _strings(value, where: str, fail) -> list[str]:
     return value
 
 
-def _number(value, where: str, fail, positive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (positive and value == 0):
-        fail(where, f"a {'positive' if positive else 'non-negative'} number, not {value!r}")
+def _number(value, where: str, fail, positive: bool, most: float) -> float:
+    kind = f"a {'positive' if positive else 'non-negative'} number up to {most:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        fail(where, f"{kind}, not {_shown(value)}")
+    # compared as they are: a 400-digit int is no float, and NaN compares false to everything
+    if not (0 <= value <= most) or (positive and value == 0):
+        fail(where, f"{kind}, not {_shown(value)}")
     return float(value)
+
+
+def _shown(value) -> str:
+    """A value as an error names it: a huge integer by its size (repr of one over 4300 digits
+    raises), anything else as repr, cut short."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10 ** 18:
+        return f"an integer of about {value.bit_length() * 3 // 10} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "..."
 
 
 def _env(value, where: str, fail) -> dict[str, str]:
@@ -175,7 +200,7 @@ def _env(value, where: str, fail) -> dict[str, str]:
         fail(where, f"a mapping of NAME: value, not {value!r}")
     env = {}
     for name, setting in value.items():
-        if not isinstance(name, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
             fail(where, f"{name!r} is not an environment variable name")
         if isinstance(setting, bool) or not isinstance(setting, (str, int, float)):
             fail(f"{where}.{name}", f"a string or a number, not {setting!r}")

@@ -2,14 +2,23 @@
 the group stops everything it started (vLLM's engine cores, a server and its workers)."""
 from __future__ import annotations
 
+import http.client
 import os
 import shlex
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from forge.http_session import Deadline
+
+# How long a readiness probe may take in all (connect, request, status line and headers): the
+# loop that watches every job waits on it, so a server that drips its answer must not hold it.
+PROBE_TIMEOUT_S = 1.0
+# How long a SIGKILLed leader may take to be reaped: a process in uninterruptible sleep (a GPU
+# driver call) outlives SIGKILL for a while; the runner records it and goes on.
+REAP_S = 30.0
 
 
 def start(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen:
@@ -47,7 +56,10 @@ def stop_group(process: subprocess.Popen, grace_s: float) -> None:
             return
         time.sleep(0.05)
     _signal(pgid, signal.SIGKILL)
-    process.wait()
+    try:
+        process.wait(timeout=REAP_S)
+    except subprocess.TimeoutExpired:
+        pass                # its returncode stays None: the record says it was not reaped
 
 
 def leftovers(process: subprocess.Popen) -> bool:
@@ -63,9 +75,21 @@ def _signal(pgid: int, number: int) -> None:
 
 
 def answers(url: str) -> bool:
-    """Whether a server answers `url` with a success (its health route once it is up)."""
+    """Whether a server answers `url` with a success (its health route once it is up), within
+    PROBE_TIMEOUT_S in all."""
     try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return 200 <= response.status < 300
-    except (urllib.error.URLError, OSError, ValueError):
+        parts = urlsplit(url)
+        kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        with Deadline(PROBE_TIMEOUT_S):
+            connection = kind(parts.hostname or "", parts.port, timeout=PROBE_TIMEOUT_S)
+            try:
+                connection.connect()
+                Deadline.opened(connection.sock)
+                connection.request("GET", path)
+                status = connection.getresponse().status
+            finally:
+                connection.close()
+    except (OSError, http.client.HTTPException, ValueError):
         return False
+    return 200 <= status < 300

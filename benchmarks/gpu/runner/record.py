@@ -15,6 +15,7 @@ from benchmarks.gpu.runner.plan import Job, Plan
 from forge.errors import FileError
 from forge.files import FileKind, append_text, read_tail
 from forge.json_text import dump_json
+from forge.untrusted import visible
 
 LOG_TAIL = FileKind("job log's end", 8192)   # enough for a failed job's last line
 
@@ -73,7 +74,9 @@ class Timeline:
         self.path = out / "timeline.txt" if out else None
 
     def say(self, text: str) -> None:
-        line = f"{time.strftime('%H:%M:%S', time.gmtime())} {text}"
+        # visible: an event quotes a job's log line and the plan's own strings, whose escape
+        # sequences would act on the terminal as raw text.
+        line = f"{time.strftime('%H:%M:%S', time.gmtime())} {visible(text)}"
         print(line, flush=True)
         if self.path:
             append_text(self.path, line + "\n")
