@@ -6,9 +6,10 @@ links (the cache stays as it was made; what the run changes is written to new fi
 clone as a `pip install` would (a dependency that moved under the engine); the patch series applied
 to the clone's vllm/ by `build.py apply`'s own code (forge.patching.apply), unless --no-patches;
 then verify/mtp_smoke.py run by the clone's interpreter on the family's tiny model with dummy
-weights, both controls in one engine and --lossless, writing OUT/mtp_smoke.json. vLLM's and
-Inductor's caches and the engine's temp files go inside the run's folder, which is removed at the
-end: nothing is written to ~/.cache/vllm or /tmp/torchinductor_*.
+weights, both controls in one engine and --lossless, writing OUT/mtp_smoke.json. vLLM's own cache
+is one per release under the project's cache (vllm_cache); Inductor's cache and the engine's temp
+files go inside the run's folder, which is removed at the end: nothing is written to ~/.cache/vllm
+or /tmp/torchinductor_*.
 """
 from __future__ import annotations
 
@@ -120,7 +121,7 @@ def _run_mtp_smoke(run: SmokeRun, clone: Path, work: Path, say) -> int:
         command += ["--target", run.target]
     scratch = work / "scratch"
     scratch.mkdir()
-    env = {**_inherited_env(), "VLLM_CACHE_ROOT": str(scratch / "vllm"),
+    env = {**_inherited_env(), "VLLM_CACHE_ROOT": str(vllm_cache(run.version)),
            "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"), "TMPDIR": str(scratch),
            "PYTHONPATH": "", "PYTHONUNBUFFERED": "1"}
     try:
@@ -128,6 +129,14 @@ def _run_mtp_smoke(run: SmokeRun, clone: Path, work: Path, say) -> int:
     except subprocess.TimeoutExpired:
         raise ForgeError(f"verify/mtp_smoke.py did not end within {run.timeout_s + 120} s") from None
     return done.returncode
+
+
+def vllm_cache(version: str) -> Path:
+    """vLLM's own cache for the release's CPU engines, kept under the project's cache: what it keeps
+    there on a CPU is the model classes' inspection (modelinfos/, keyed by a hash of the model's
+    source file, so a patched file gets an entry of its own), which otherwise costs each engine a
+    subprocess that imports vLLM again per architecture (about 9 s each on the 2-core machine)."""
+    return cache_dir() / "cpu-engines" / f"vllm-cache-{version}"
 
 
 def _inherited_env() -> dict:
