@@ -183,6 +183,7 @@ def test_an_engine_not_up_by_the_start_timeout_is_killed_and_named_and_the_rest_
     import sys
 
     from verify.bench import START_TIMEOUT_ERROR, _wait, parse_args
+    from verify.supervisor import Worker
     from verify.vllm_logs import root_cause
 
     barrier = tmp_path / "barrier"
@@ -195,13 +196,14 @@ def test_an_engine_not_up_by_the_start_timeout_is_killed_and_named_and_the_rest_
     for name, code in workers.items():
         log = open(tmp_path / f"{name}.log", "w")
         spec = {"barrier": {"dir": str(barrier)}}
-        procs[name] = (subprocess.Popen([sys.executable, "-c", code], stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True), log, spec)
+        procs[name] = Worker(name, spec, tmp_path / f"{name}.log",
+                             subprocess.Popen([sys.executable, "-c", code], stdout=log,
+                                              stderr=subprocess.STDOUT, start_new_session=True), log)
     began = time.monotonic()
-    _wait(procs, timeout=30, start_timeout=1)
+    _wait(list(procs.values()), timeout=30, start_timeout=1)
     assert time.monotonic() - began < 15
-    assert procs["hung"][0].returncode < 0 and (barrier / "hung.failed").exists()
-    assert procs["up"][0].returncode == 0 and not (barrier / "up.failed").exists()
+    assert procs["hung"].proc.returncode < 0 and (barrier / "hung.failed").exists()
+    assert procs["up"].proc.returncode == 0 and not (barrier / "up.failed").exists()
     hung_log = (tmp_path / "hung.log").read_text()
     assert hung_log.startswith("compiling")
     assert root_cause(hung_log) == (f"{START_TIMEOUT_ERROR}: not ready 1 s after it started "

@@ -45,8 +45,7 @@ if not __package__ and __name__ == "__main__":
 
 from forge.commands.cli import OneLineParser
 from forge.errors import ForgeError, exit_on_interrupt
-from forge.files import REPORT, append_text, check_output_dir, read_tail, read_text, write_text_atomically
-from forge.json_text import dump_json
+from forge.files import REPORT, append_text, check_output_dir, read_tail, read_text
 from forge.serving.acceptance import parse_profile
 from forge.serving.recipes import KV_CACHE_DTYPES, fp8_kv_refusal
 from forge.serving.serve import installed_runner_env
@@ -67,10 +66,10 @@ from verify.machine import detect_target, kill_group
 from verify.metrics import MetricsError
 from verify.prompts import gate_prompts, load_prompts
 from verify.report import UNKNOWN, checked_versions, read_json_object, unknown_versions
+from verify.supervisor import start_worker, wait_all
 from verify.vllm_logs import parse_engine_log
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKER = Path(__file__).with_name("engine_worker.py")
 CONFIG = re.compile(r"^(bf16|fp8)(?:-mtp([1-9]))?$")
 DEFAULT_CONFIGS = "stock,bf16,fp8,fp8-mtp1,fp8-mtp2,fp8-mtp3"
 # The most requests of an --endpoint burst in flight at once: each is a thread, and a thread per
@@ -483,35 +482,20 @@ def run_engines(specs: list[dict], out: Path, parallel: bool, timeout: int,
     groups = [specs[i:i + size] for i in range(0, len(specs), size)]
     results: dict[str, dict] = {}
     for group in groups:
-        procs = {}
+        workers = []
         for spec in group:
             spec["barrier"] = {"dir": str(barrier_dir / str(len(results))), "name": spec["name"],
                                "count": len(group) + bool(server), "timeout_s": timeout}
             spec["lock_file"] = measure_lock(str(out / "measure.lock"))
-            path = engines_dir / f"{spec['name']}.spec.json"
-            write_text_atomically(path, dump_json(spec, f"engine spec {path}", indent=1))
-            log = open(engines_dir / f"{spec['name']}.log", "w")
-            procs[spec["name"]] = (subprocess.Popen(
-                [sys.executable, str(WORKER), str(path)], stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1",
-                     "PYTHONPATH": spec["env"].get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))},
-                # Own process group: a kill must take vLLM's EngineCore child too (the H200 run
-                # of 2026-11-30 left orphaned EngineCores holding 14-20 GiB each).
-                start_new_session=True), log, spec)
+            workers.append(start_worker(spec["name"], spec, engines_dir / f"{spec['name']}.spec.json",
+                                        engines_dir / f"{spec['name']}.log"))
             print(f"[bench] started {spec['name']}", flush=True)
-        try:
-            _wait(procs, timeout, server, start_timeout)
-        except KeyboardInterrupt:
-            # The workers run in sessions of their own (no Ctrl-C reaches them): stop them all,
-            # EngineCores included, before the interrupt ends the run.
-            for proc, _, _ in procs.values():
-                kill_group(proc)
-            raise
+        _wait(workers, timeout, server, start_timeout)
         server = None  # only the first group waits for it
-        for name, (_, _, spec) in procs.items():
-            result = read_result(Path(spec["result_file"]))
-            log_text = read_tail(engines_dir / f"{name}.log").decode(errors="replace")
-            results[name] = {"result": result, "log": parse_engine_log(log_text), "log_text": log_text}
+        for worker in workers:
+            result = read_result(Path(worker.spec["result_file"]))
+            log_text = read_tail(worker.log_path).decode(errors="replace")
+            results[worker.name] = {"result": result, "log": parse_engine_log(log_text), "log_text": log_text}
     return results
 
 
@@ -527,43 +511,37 @@ def collect_engines(specs: list[dict], out: Path) -> dict[str, dict]:
     return raw
 
 
-def _wait(procs: dict, timeout: int, server: tuple[str, str] | None = None,
+def _wait(workers: list, timeout: int, server: tuple[str, str] | None = None,
           start_timeout: int = 0) -> None:
-    """Wait for every worker; one that dies before it is ready is marked failed at the barrier,
-    so the others do not wait for it. One still not ready start_timeout s in (0: no limit) is
-    killed and marked failed too: an engine hung in its start holds the GPU lock shared and the
-    barrier open, so no window of any engine could run (the H200 run of 2026-12-01 that record
-    h200-0.27.1-bench-26b-a4b-l10-fp8-static holds). A server beside them arrives when its health URL answers (or its
-    process is gone)."""
-    started = time.monotonic()
-    deadline = started + timeout
-    barrier = Path(next(iter(procs.values()))[2]["barrier"]["dir"])
+    """Wait for every worker (verify/supervisor.py); one that dies before it is ready is marked
+    failed at the barrier, so the others do not wait for it. One still not ready start_timeout s in
+    (0: no limit) is killed and marked failed too: an engine hung in its start holds the GPU lock
+    shared and the barrier open, so no window of any engine could run (the H200 run of 2026-12-01
+    that record h200-0.27.1-bench-26b-a4b-l10-fp8-static holds). A server beside them arrives when
+    its health URL answers (or its process is gone)."""
+    barrier = Path(workers[0].spec["barrier"]["dir"])
     barrier.mkdir(parents=True, exist_ok=True)
-    while time.monotonic() < deadline:
-        running = 0
-        late = start_timeout and time.monotonic() - started > start_timeout
-        for name, (proc, log, _spec) in procs.items():
-            if proc.poll() is None and late and not _arrived(barrier, name):
-                _kill_start(proc, log, name, start_timeout)
-            if proc.poll() is None:
-                running += 1
-                continue
-            if not (barrier / f"{name}.ready").exists():
-                (barrier / f"{name}.failed").touch()
-        if server and not list(barrier.glob("server.*")):
-            state = _server_state(*server)
+    waiting = {"server": server}
+
+    def tick(elapsed: float) -> None:
+        late = start_timeout and elapsed > start_timeout
+        for worker in workers:
+            if worker.running() and late and not _arrived(barrier, worker.name):
+                _kill_start(worker.proc, worker.log, worker.name, start_timeout)
+            if not worker.running() and not (barrier / f"{worker.name}.ready").exists():
+                (barrier / f"{worker.name}.failed").touch()
+        if waiting["server"] and not list(barrier.glob("server.*")):
+            state = _server_state(*waiting["server"])
             if state:
                 (barrier / f"server.{state}").touch()
                 print(f"[bench] server beside the engines: {state}", flush=True)
-        if not running:
-            break
-        time.sleep(1)
-    for name, (proc, log, _) in procs.items():
-        if proc.poll() is None:
-            kill_group(proc)
-            print(f"[bench] {name}: killed after {timeout} s", flush=True)
-        log.close()
-        print(f"[bench] {name}: exit {proc.wait()}", flush=True)
+
+    def timed_out(worker) -> None:
+        print(f"[bench] {worker.name}: killed after {timeout} s", flush=True)
+
+    wait_all(workers, timeout, tick, timed_out)
+    for worker in workers:
+        print(f"[bench] {worker.name}: exit {worker.proc.wait()}", flush=True)
 
 
 def _arrived(barrier: Path, name: str) -> bool:
