@@ -134,7 +134,7 @@ def test_an_attention_override_moves_the_drafters_pin_with_the_targets(tmp_path,
     smoke_args = mtp_smoke.parse_args(["--recipe", RECIPE, "--target", "h200", "--dummy", "--layers", "8",
                                        "--attention-backend", "FLASH_ATTN"])
     smoke_args.shape = recipe_shape(recipe, smoke_args.shape)
-    kwargs, _ = mtp_smoke.engine_setup(recipe, smoke_args, tmp_path / "smoke")
+    kwargs, _, _ = mtp_smoke.engine_setup(recipe, smoke_args, tmp_path / "smoke")
     assert kwargs["attention_backend"] == kwargs["speculative_config"]["attention_backend"] == "FLASH_ATTN"
     # Gemma 4's proposer gives its drafter the target's backend: no pin of its own to move
     gemma = load_recipe("gemma-4-26b-a4b-it", "h200")
@@ -236,7 +236,7 @@ def test_the_dummy_engine_takes_the_checkpoints_own_mtp_and_the_familys_controls
     recipe = load_recipe(RECIPE, "h200")
     args.shape = recipe_shape(recipe, args.shape)
     assert args.shape == "35b-a3b"
-    kwargs, env = mtp_smoke.engine_setup(recipe, args, tmp_path)
+    kwargs, env, _ = mtp_smoke.engine_setup(recipe, args, tmp_path)
     assert kwargs["model"] == str(tmp_path / "models" / "qwen3.6-35b-a3b-L8")
     assert kwargs["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 2, "attention_backend": "TRITON_ATTN"}
     assert kwargs["load_format"] == "dummy" and kwargs["language_model_only"] is True

@@ -604,7 +604,7 @@ def test_the_smoke_on_an_install_without_the_v1_runner_sets_no_switch(vllm_site,
 
     monkeypatch.syspath_prepend(str(vllm_site("0.34.0")))
     args = mtp_smoke.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--dummy", "--layers", "2"])
-    _, env = mtp_smoke.engine_setup(load_recipe("gemma-4-26b-a4b-it", "h200"), args, tmp_path)
+    _, env, _ = mtp_smoke.engine_setup(load_recipe("gemma-4-26b-a4b-it", "h200"), args, tmp_path)
     assert "VLLM_USE_V2_MODEL_RUNNER" not in env
     args.runner = "v1"
     with pytest.raises(ForgeError, match=r"model_runner: v1: the vLLM 0.34.0 at .* has no V1 runner"):

@@ -31,12 +31,15 @@ def dummy_shapes(drafter: bool = True) -> list[str]:
     return [shape for family in _families() for shape in _shapes(family, drafter)]
 
 
-def family_of(shape: str | None = None, drafter: bool = True) -> tuple[Family, str]:
-    """The family that holds `shape` (default: the first dummy shape listed), and the shape."""
-    for family in _families():
-        shapes = _shapes(family, drafter)
+def family_of(shape: str | None = None, drafter: bool = True, family: str | None = None) -> tuple[Family, str]:
+    """The family that holds `shape` (default: the first dummy shape listed), and the shape;
+    `family` (a name): that family's alone (`tiny` is a shape of several families)."""
+    for family_ in _families():
+        if family is not None and family_.name != family:
+            continue
+        shapes = _shapes(family_, drafter)
         if shapes and (shape is None or shape in shapes):
-            return family, shape or shapes[0]
+            return family_, shape or shapes[0]
     raise ValueError(f"unknown shape {shape!r} (known: {', '.join(dummy_shapes(drafter))})")
 
 
@@ -89,19 +92,19 @@ def assistant_config(shape: str | None = None, centroids: bool = False) -> dict:
 
 def write_dummy_models(root: Path | str, layers: int | None = None, shape: str | None = None,
                        centroids: bool = False, fp8_checkpoint: str | None = None,
-                       drafter: bool = True) -> tuple[Path, Path | None]:
+                       drafter: bool = True, family: str | None = None) -> tuple[Path, Path | None]:
     """Write target and assistant config.json under root; return (target_dir, assistant_dir), the
     latter None where the family's drafter is inside the target's checkpoint, or with
     drafter=False (the target alone: any model of the family). fp8_checkpoint
     ("fp8-dynamic" or "fp8-static"): the target as a pre-quantized compressed-tensors FP8
     checkpoint (Family.fp8_checkpoint_config)."""
-    family, name = family_of(shape, drafter)
-    return family.write_dummy_models(root, layers, name, centroids, fp8_checkpoint, drafter)
+    found, name = family_of(shape, drafter, family)
+    return found.write_dummy_models(root, layers, name, centroids, fp8_checkpoint, drafter)
 
 
-def encode_without_tokenizer(text: str, shape: str | None = None) -> list[int]:
+def encode_without_tokenizer(text: str, shape: str | None = None, family: str | None = None) -> list[int]:
     """Token ids for a prompt when the dummy model has no tokenizer: BOS then one id per UTF-8
     byte, offset past the special ids. Prompt lengths stay realistic (a byte is a short token);
     the ids mean nothing to dummy weights, which is all a dummy run can promise."""
-    bos = family_of(shape, drafter=False)[0].token_ids["bos"]
+    bos = family_of(shape, drafter=False, family=family)[0].token_ids["bos"]
     return [bos] + [1000 + byte for byte in text.encode("utf-8")]

@@ -26,7 +26,7 @@ def use_dummy_models(kwargs: dict, env: dict, recipe, root: Path, plugin_dir: Pa
     """The family's configs with dummy weights in place of the recipe's checkpoints, and the controls
     plugin (verify/controls.py) loaded by the engine's processes."""
     target_dir, draft_dir = write_dummy_models(root, layers, shape, centroids, fp8_checkpoint=checkpoint,
-                                               drafter=drafter)
+                                               drafter=drafter, family=recipe.family_model[0].name)
     kwargs.update(model=str(target_dir), load_format="dummy", skip_tokenizer_init=True)
     if drafter and draft_dir is not None:   # None: the drafter is inside the target's checkpoint
         kwargs["speculative_config"] = {**kwargs["speculative_config"], "model": str(draft_dir)}

@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,8 +42,7 @@ if not __package__ and __name__ == "__main__":
 
 from forge.commands.cli import OneLineParser
 from forge.errors import ForgeError, exit_on_interrupt
-from forge.files import SERVER_LOG, check_output_dir, read_tail, write_text_atomically
-from forge.json_text import dump_json
+from forge.files import SERVER_LOG, check_output_dir, read_tail
 from forge.serving.serve import installed_runner_env, installed_runs_v2_only
 from forge.untrusted import visible
 from verify import checks as gate
@@ -56,7 +54,7 @@ from verify.dummy_models import check_shape_flag, encode_without_tokenizer, reci
 from verify.endpoint import Endpoint, EndpointError, excerpt, served_model, server_release
 from verify.engine_worker import read_result
 from verify.flags import endpoint_url, positive_count, positive_seconds
-from verify.machine import detect_target, kill_group
+from verify.machine import detect_target
 from verify.metrics import MetricsError, SpecCounters, counters_from_prometheus, counters_from_snapshot
 from verify.prompts import gate_prompts, load_prompts
 from verify.report import (
@@ -73,10 +71,10 @@ from verify.report import (
     versions_line,
     write_report,
 )
+from verify.supervisor import start_worker, wait_all
 from verify.vllm_logs import EngineLogFacts, parse_engine_log, report_log_facts
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKER = Path(__file__).with_name("engine_worker.py")
 # GPU name fragments -> forge target names (images/targets.yaml).
 
 
@@ -194,7 +192,7 @@ def engine_setup(recipe, args, out: Path, speculative: bool = True) -> tuple[dic
 
 
 def prompt_inputs(args, texts: list[str]) -> list:
-    return [encode_without_tokenizer(t, args.shape) for t in texts] if args.dummy else texts
+    return [encode_without_tokenizer(t, args.shape, getattr(args, "family", None)) for t in texts] if args.dummy else texts
 
 
 def run_worker(spec: dict, work: Path, label: str, timeout: int) -> tuple[dict, str]:
@@ -205,39 +203,23 @@ def run_worker(spec: dict, work: Path, label: str, timeout: int) -> tuple[dict, 
 def run_workers(jobs: list[tuple[dict, str]], work: Path, timeout: int) -> dict[str, tuple[dict, str]]:
     """Run engine_worker.py on every (spec, label) at once; {label: (result JSON, log text)}."""
     work.mkdir(parents=True, exist_ok=True)
-    procs = {}
     started = time.time()
+    workers = []
     for spec, label in jobs:
-        spec_path, log_path = work / f"{label}.spec.json", work / f"{label}.log"
         spec["result_file"] = str(work / f"{label}.result.json")
-        write_text_atomically(spec_path, dump_json(spec, f"engine spec {spec_path}", indent=1))
-        print(f"[mtp_smoke] starting engine ({label}); log: {log_path}", flush=True)
-        log = open(log_path, "w")
-        procs[label] = (subprocess.Popen([sys.executable, str(WORKER), str(spec_path)], stdout=log,
-                                         stderr=subprocess.STDOUT,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1",
-                                              "PYTHONPATH": spec.get("env", {}).get(
-                                                  "PYTHONPATH", os.environ.get("PYTHONPATH", ""))},
-                                         start_new_session=True),  # killed with its EngineCore
-                        log, spec, log_path)
+        print(f"[mtp_smoke] starting engine ({label}); log: {work / f'{label}.log'}", flush=True)
+        workers.append(start_worker(label, spec, work / f"{label}.spec.json", work / f"{label}.log"))
+
+    def timed_out(worker) -> None:
+        worker.log.write(f"\nTimeoutError: engine run exceeded {timeout} s\n")
+        worker.log.flush()
+
+    wait_all(workers, timeout, on_timeout=timed_out)
     results = {}
-    for label, (proc, log, spec, log_path) in procs.items():
-        try:
-            proc.wait(timeout=max(1, timeout - (time.time() - started)))
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            log.write(f"\nTimeoutError: engine run exceeded {timeout} s\n")
-        except KeyboardInterrupt:
-            # The engines run in sessions of their own (no Ctrl-C reaches them): stop them all,
-            # EngineCores included, before the interrupt ends this run.
-            for other, *_ in procs.values():
-                kill_group(other)
-            raise
-        log.close()
-        print(f"[mtp_smoke] engine ({label}) done in {time.time() - started:.0f} s", flush=True)
-        result_file = Path(spec["result_file"])
-        result = read_result(result_file)
-        results[label] = (result, read_tail(log_path).decode(errors="replace"))
+    for worker in workers:
+        print(f"[mtp_smoke] engine ({worker.name}) done in {time.time() - started:.0f} s", flush=True)
+        result = read_result(Path(worker.spec["result_file"]))
+        results[worker.name] = (result, read_tail(worker.log_path).decode(errors="replace"))
     return results
 
 
@@ -542,6 +524,7 @@ def main(argv=None) -> int:
         recipe = load_recipe(args)
         if args.dummy:
             args.shape = recipe_shape(recipe, args.shape)
+            args.family = recipe.family_model[0].name
         load_prompts()   # a bad prompts.yaml is refused before anything runs (read again where used)
         if not args.endpoint:
             make_output_dir(out)        # the engine's spec and log go there as it runs
