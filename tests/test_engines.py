@@ -46,6 +46,8 @@ def test_every_pinned_release_loads_with_its_defects_and_fixes():
     assert [f.id for f in cpu_build("0.26.0").fixes] == ["cpu-attn-kv-sharing-write"]
     assert cpu_build("0.27.1").fixes == ()
     assert [d.skips for d in cpu_build("0.27.1").defects] == ["recipe-sampling"]
+    # the Qwen3.5 family's CPU path needs torchvision and, from 0.28.0, a Triton kernel
+    assert all(cpu_build(v).families == ("gemma4",) for v in cpu_releases())
 
 
 def test_a_release_without_a_pinned_build_is_refused_in_one_line_naming_the_pinned_ones():
@@ -63,6 +65,7 @@ def test_a_release_without_a_pinned_build_is_refused_in_one_line_naming_the_pinn
     (lambda d: d["fixes"][0].update(diff="../../etc/passwd.diff"), "fixes[0].diff"),
     (lambda d: d["defects"][0].update(skips="greedy"), "defects[0].skips"),
     (lambda d: d["leave_out"].update(torchvision=""), "leave_out.torchvision"),
+    (lambda d: d["families"].update(gemma4="newest"), "families.gemma4"),
 ])
 def test_a_damaged_pin_file_is_refused_naming_the_field(tmp_path, change, field):
     data = yaml.safe_load(cpu_builds.CPU_ENGINES.read_text())

@@ -75,8 +75,9 @@ def _run(upgrade, args) -> int:
 def cpu_verdict(upgrade, gpu: str, out) -> int:
     """Without a GPU, the functional verdict this host can give before any image is built: the CPU
     smoke (`build.py smoke --device cpu`, forge.engines.smoke) of the --to release, once per model
-    family among the target's served recipes that has a tiny model; 0 when it passed or cannot run
-    here (the image steps follow), 1 when it failed."""
+    family among the target's served recipes whose tiny model the release's CPU build runs
+    (images/cpu-engines.yaml families); 0 when it passed or cannot run here (the image steps
+    follow), 1 when it failed."""
     from pathlib import Path
 
     from forge.engines.cpu_builds import cpu_build
@@ -85,14 +86,14 @@ def cpu_verdict(upgrade, gpu: str, out) -> int:
 
     release = str(upgrade.after)
     try:
-        cpu_build(release)
+        runs = cpu_build(release).families
     except ForgeError as why:
         print(f"--run: no GPU here ({gpu}) and no CPU verdict: {why}", file=out)
         return 0
     families: dict[str, str] = {}
     for change in upgrade.recipes:
         recipe_family = load_recipe(change.recipe, upgrade.target.name).family_model[0]
-        if change.served_to and recipe_family.tiny is not None:
+        if change.served_to and recipe_family.tiny is not None and recipe_family.name in runs:
             families.setdefault(recipe_family.name, change.recipe)
     for family, name in families.items():
         folder = Path("verify-out") / f"cpu-{name}"

@@ -40,7 +40,7 @@ DEFECT = {"id": Field(str), "releases": Field(str, check=pep440_specifier),
           "skips": Field(str, choices=SKIPPABLE), "why": Field(str)}
 FIX = {"id": Field(str), "diff": Field(str, check=_diff_path),
        "releases": Field(str, check=pep440_specifier), "why": Field(str)}
-SCHEMA = {"package": Field(str), "leave_out": Field(dict), "releases": Field(dict),
+SCHEMA = {"package": Field(str), "leave_out": Field(dict), "families": Field(dict), "releases": Field(dict),
           "defects": Field(ListOf(DEFECT), required=False, default=[]),
           "fixes": Field(ListOf(FIX), required=False, default=[])}
 
@@ -72,6 +72,7 @@ class CpuBuild:
     leave_out: dict[str, str]
     defects: tuple[Defect, ...]
     fixes: tuple[Fix, ...]
+    families: tuple[str, ...] = ()     # the model families whose tiny model it runs
 
     @property
     def requirement(self) -> str:
@@ -87,6 +88,10 @@ def load_cpu_engines(path: Path | str = CPU_ENGINES) -> dict:
     for name, why in values["leave_out"].items():
         if not isinstance(name, str) or not isinstance(why, str) or not why.strip():
             raise ForgeError(f"{source}: leave_out.{name}: must map a project name to why it is left out")
+    for family, specifier in values["families"].items():
+        if not isinstance(family, str) or not isinstance(specifier, str) or pep440_specifier(specifier):
+            raise ForgeError(f"{source}: families.{family}: must map a model family to a PEP 440 "
+                             f"specifier of the releases it runs on")
     releases = {}
     for version, body in values["releases"].items():
         where = f"releases.{version}"
@@ -125,4 +130,5 @@ def cpu_build(version: str, path: Path | str = CPU_ENGINES) -> CpuBuild:
         defects=tuple(Defect(d["id"], SpecifierSet(d["releases"]), d["skips"], " ".join(d["why"].split()))
                       for d in data["defects"] if release in SpecifierSet(d["releases"])),
         fixes=tuple(Fix(f["id"], folder / f["diff"], SpecifierSet(f["releases"]), " ".join(f["why"].split()))
-                    for f in data["fixes"] if release in SpecifierSet(f["releases"])))
+                    for f in data["fixes"] if release in SpecifierSet(f["releases"])),
+        families=tuple(f for f, releases in data["families"].items() if release in SpecifierSet(releases)))
