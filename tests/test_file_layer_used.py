@@ -24,6 +24,7 @@ ALLOWED = {
     # /proc and /sys: kernel files (their size is not a file's size; they are never project data)
     ("forge/images/host.py", "emulation_registered", ".read_text"): "binfmt_misc entries under /proc",
     ("forge/serving/serve.py", "roce_devices", ".read_text"): "an RDMA port's link_layer under /sys",
+    ("verify/device.py", "_cpu_model", ".read_text"): "the CPU's model name in /proc/cpuinfo",
     # JSON that is no file: an HTTP reply or a command's output, parsed from memory
     ("forge/images/registry.py", "_verified_manifest", "json.loads"):
         "a registry's manifest reply, after its digest is checked",
@@ -45,8 +46,7 @@ ALLOWED = {
     # Streams: a file read or written in chunks, larger than any cap, never held whole
     ("forge/upstream/releases.py", "sha256_of", "open"): "hashes in chunks a downloaded partial file, an extracted tree's files",
     # A child process's standard output, and a lock: handles another process writes or holds
-    ("verify/bench.py", "run_engines", "open"): "an engine worker's log, its stdout",
-    ("verify/mtp_smoke.py", "run_workers", "open"): "an engine worker's log, its stdout",
+    ("verify/supervisor.py", "start_worker", "open"): "an engine worker's log, its stdout",
     ("benchmarks/gpu/runner/processes.py", "start", "open"): "a job's log, its stdout",
     ("verify/engine_worker.py", "gpu_turn", "open"): "the GPU lock file, for flock (never read)",
 }

