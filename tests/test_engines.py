@@ -101,6 +101,7 @@ def test_the_series_constraints_follow_the_release():
 
 def test_a_cpu_engine_runs_what_it_can_and_names_what_it_cannot():
     kwargs = {"model": "m", "quantization": "fp8", "attention_backend": "TRITON_ATTN", "max_model_len": 32768,
+              "max_num_seqs": 64,
               "gpu_memory_utilization": 0.9, "speculative_config": {"model": "d", "attention_backend": "TRITON_ATTN"},
               "compilation_config": {"backend": "eager"}}
     env = {"VLLM_USE_V2_MODEL_RUNNER": "1", "VLLM_TUNED_CONFIG_FOLDER": "/x"}
@@ -110,6 +111,10 @@ def test_a_cpu_engine_runs_what_it_can_and_names_what_it_cannot():
     assert adapted["max_model_len"] == device.CPU_MAX_MODEL_LEN
     assert adapted["kv_cache_memory_bytes"] == device.CPU_KV_CACHE_BYTES and "gpu_memory_utilization" not in adapted
     assert "VLLM_USE_V2_MODEL_RUNNER" not in adapted_env and "VLLM_TUNED_CONFIG_FOLDER" not in adapted_env
+    # one process, nothing compiled, the warm-up and the batch sized for the gate's 8 prompts
+    assert adapted_env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and adapted_env["TORCHDYNAMO_DISABLE"] == "1"
+    assert adapted["distributed_executor_backend"] == "uni"
+    assert adapted["max_num_batched_tokens"] == device.CPU_BATCHED_TOKENS and adapted["max_num_seqs"] == 8
     assert [d.setting for d in dropped] == ["quantization fp8", "attention backend TRITON_ATTN",
                                             "model runner v2", "CUDA graphs"]
     assert kwargs["quantization"] == "fp8" and env["VLLM_USE_V2_MODEL_RUNNER"] == "1"   # inputs untouched

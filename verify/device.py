@@ -31,6 +31,7 @@ DEVICES = ("cuda", "cpu")
 CPU_KV_CACHE_BYTES = 1 << 30
 CPU_MAX_MODEL_LEN = 1024
 CPU_BATCHED_TOKENS = 256
+CPU_MAX_NUM_SEQS = 8
 
 
 @dataclass(frozen=True)
@@ -100,11 +101,17 @@ def _adapt_to_cpu(kwargs: dict, env: dict) -> tuple[dict, dict, list[NotHonoured
     # more that each import vLLM and torch again (a minute of a 2-core machine's start-up).
     kwargs["distributed_executor_backend"] = "uni"
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # An eager engine still torch.compiles a few helpers (the sampler's random draw): tracing and
+    # compiling them costs every start 10-40 s of a 2-core machine for ops that run the same eagerly.
+    env["TORCHDYNAMO_DISABLE"] = "1"
     kwargs["max_model_len"] = min(kwargs.get("max_model_len") or CPU_MAX_MODEL_LEN, CPU_MAX_MODEL_LEN)
     # Up to 0.26.x the CPU runner warms up with one pass of this many tokens even when eager, each
     # through the 262,144-token lm_head (90 s of a busy 2-core machine at vLLM's default); prompts
     # longer than it are prefilled in chunks.
     kwargs["max_num_batched_tokens"] = CPU_BATCHED_TOKENS
+    # The same warm-up samples as many sequences as the engine may run, each over the whole
+    # vocabulary: the gate's 8 prompts need no more.
+    kwargs["max_num_seqs"] = min(kwargs.get("max_num_seqs") or CPU_MAX_NUM_SEQS, CPU_MAX_NUM_SEQS)
     return kwargs, env, dropped
 
 

@@ -7,9 +7,9 @@ clone as a `pip install` would (a dependency that moved under the engine); the p
 to the clone's vllm/ by `build.py apply`'s own code (forge.patching.apply), unless --no-patches;
 then verify/mtp_smoke.py run by the clone's interpreter on the family's tiny model with dummy
 weights, both controls in one engine and --lossless, writing OUT/mtp_smoke.json. vLLM's own cache
-is one per release under the project's cache (vllm_cache); Inductor's cache and the engine's temp
-files go inside the run's folder, which is removed at the end: nothing is written to ~/.cache/vllm
-or /tmp/torchinductor_*.
+is one per release under the project's cache (vllm_cache); Inductor's cache (the engine compiles
+nothing: verify/device.py) and the engine's temporary files go inside the run's folder, which is
+removed at the end: nothing is written to ~/.cache/vllm or /tmp/torchinductor_*.
 """
 from __future__ import annotations
 
