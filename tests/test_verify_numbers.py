@@ -315,7 +315,7 @@ def test_every_entry_point_ends_a_ctrl_c_in_one_line(script):
     its parent kills it)."""
     text = script.read_text()
     if script.name == "engine_worker.py":
-        assert "start_new_session=True" in (REPO / "verify/mtp_smoke.py").read_text()
+        assert "start_new_session=True" in (REPO / "verify/supervisor.py").read_text()
         return
     assert ('if __name__ == "__main__":\n    sys.exit(exit_on_interrupt(main))' in text
             or ('if __name__ == "__main__":\n    sys.exit(run())' in text
