@@ -128,19 +128,26 @@ def parse_simple_index(html: str, base_url: str) -> dict[str, dict]:
     found: dict[str, dict] = {}
     for href, yanked in parser.links:
         url, _, fragment = href.partition("#")
-        match = SDIST_NAME.match(url.rsplit("/", 1)[-1])
-        if not match or yanked or not fragment.startswith("sha256="):
-            continue
-        try:
-            version = Version(match["version"])
-        except InvalidVersion:
-            continue
-        if version.is_prerelease or version.is_devrelease:
+        version = final_release(url.rsplit("/", 1)[-1])
+        if version is None or yanked or not fragment.startswith("sha256="):
             continue
         sha256 = fragment[len("sha256="):].lower()
         if _SHA256.fullmatch(sha256):
             found[str(version)] = {"url": urljoin(base_url, url), "sha256": sha256}
     return found
+
+
+def final_release(filename: str) -> Version | None:
+    """The vLLM release an sdist's file name names, where it is a final release (no pre- or
+    development release); None for any other file."""
+    match = SDIST_NAME.match(filename)
+    if not match:
+        return None
+    try:
+        version = Version(match["version"])
+    except InvalidVersion:
+        return None
+    return None if version.is_prerelease or version.is_devrelease else version
 
 
 def parse_json_index(page: object, base_url: str) -> dict[str, dict]:
@@ -156,17 +163,11 @@ def parse_json_index(page: object, base_url: str) -> dict[str, dict]:
                 and isinstance(entry.get("url"), str) and isinstance(entry.get("hashes"), dict)):
             raise ForgeError(f"the index {visible(base_url)}: files[{number}] is not a file entry "
                              "(filename, url, hashes)")
-        match = SDIST_NAME.match(entry["filename"])
+        version = final_release(entry["filename"])
         sha256 = entry["hashes"].get("sha256")
         size = entry.get("size")
-        if not match or entry.get("yanked") or not isinstance(sha256, str) \
+        if version is None or entry.get("yanked") or not isinstance(sha256, str) \
                 or not _SHA256.fullmatch(sha256.lower()):
-            continue
-        try:
-            version = Version(match["version"])
-        except InvalidVersion:
-            continue
-        if version.is_prerelease or version.is_devrelease:
             continue
         found[str(version)] = {"url": urljoin(base_url, entry["url"]), "sha256": sha256.lower()}
         if type(size) is int and 0 < size <= SDIST_CAP:
