@@ -105,10 +105,15 @@ def test_cached_release_indexes_load_whole_or_not_at_all(cache_folder, monkeypat
         cached = releases._read_cached_index()
         if cached is None:
             return
-        for entry in cached["releases"].values():
-            assert isinstance(entry["url"], str) and len(entry["sha256"]) == 64
-            assert isinstance(entry.get("size", 0), int)
-        assert len(releases.list_releases(offline=True)) == len(cached["releases"])
+        assert set(data) == set(real)
+        for entry in cached.releases.values():
+            assert isinstance(entry.url, str) and len(entry.sha256) == 64
+            assert entry.size is None or type(entry.size) is int
+        if cached.index_url != releases.index_url():      # another index's answer: not used
+            with pytest.raises(ForgeError, match="^offline and no cached vLLM release index"):
+                releases.list_releases(offline=True)
+            return
+        assert len(releases.list_releases(offline=True)) == len(cached.releases)
         try:
             releases.sdist_info("0.27.1", offline=True)
         except ForgeError as exc:
@@ -150,5 +155,35 @@ def test_kept_patch_statuses_and_manifests_load_whole_or_not_at_all(cache_folder
         if found is not None:
             assert entry == manifest or set(entry) == set(manifest)
             assert all(isinstance(path, str) and len(sha) == 64 for path, sha in found.items())
+
+    check()
+
+
+def test_cached_pypi_pages_and_environment_markers_load_whole_or_not_at_all(cache_folder, monkeypatch):
+    from forge.upstream import pyenvs
+
+    monkeypatch.setenv("VLLM_FORGE_CACHE", str(cache_folder))
+    pypi._write_cache("a-project", ["1.0", "2.0"])
+    page = json.loads(pypi._cache_file("a-project").read_text())
+    marker = json.loads(pyenvs.marker_text("a-project", "2.0", ["a-project==2.0", "b==1"]))
+    env = cache_folder / "envs" / "an-env"
+
+    @SETTINGS
+    @given(mutated(page) | json_values, mutated(marker) | json_values)
+    def check(cached_page, cached_marker):
+        in_cache(cache_folder, "pypi/a-project.json", cached_page)
+        in_cache(cache_folder, f"envs/an-env/{pyenvs.MARKER}", cached_marker)
+        try:
+            found = pypi.published_versions("a-project", offline=True)
+        except ForgeError as exc:
+            assert "\n" not in str(exc) and "nothing is cached" in str(exc)
+        else:
+            assert set(cached_page) == set(page) and found == sorted(found)
+        try:
+            installed = pyenvs.installed_set(env / "bin" / "python")
+        except ForgeError as exc:
+            assert "\n" not in str(exc) and str(env / pyenvs.MARKER) in str(exc)
+        else:
+            assert set(cached_marker) == set(marker) and all(isinstance(line, str) for line in installed)
 
     check()

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field
 
-_STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
+from forge.typed import STRICT, entry_or_none
+
 # Far above any release's (0.34.0: 400 flags, 300 EngineArgs fields, flag names under 60
 # characters), far below what would make a load slow.
 Name = Annotated[str, Field(max_length=300)]
@@ -20,7 +21,7 @@ Names = Annotated[list[Name], Field(max_length=20_000)]
 
 class RuleEntry(BaseModel):
     """A ValueRule: argparse's nargs, the converter's name, "None" accepted, choices closed."""
-    model_config = _STRICT
+    model_config = STRICT
     nargs: Annotated[int, Field(ge=0, le=64)] | Literal["?", "+", "*"] | None
     converter: Name
     accepts_none: bool
@@ -28,7 +29,7 @@ class RuleEntry(BaseModel):
 
 
 class ServeArgsEntry(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     code: Name
     version: Name
     serve_flags: Names
@@ -44,7 +45,4 @@ class ServeArgsEntry(BaseModel):
 
 def parse_entry(data: object) -> ServeArgsEntry | None:
     """The entry, or None where `data` is not one (missing, of another shape or type)."""
-    try:
-        return ServeArgsEntry.model_validate(data)
-    except ValidationError:
-        return None
+    return entry_or_none(ServeArgsEntry, data)

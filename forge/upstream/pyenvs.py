@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -42,6 +43,9 @@ from forge.files import one_maker, write_entry
 from forge.json_text import dump_json
 from forge.upstream import pypi
 from forge.upstream.releases import cache_dir, locks_dir
+
+if TYPE_CHECKING:
+    from forge.upstream.entries import EnvMarker
 
 MARKER = "forge-env.json"
 PIP_TIMEOUT_S = 900
@@ -142,9 +146,13 @@ def _build(env: Path, package: str, version: str) -> None:
     if Version(installed) != Version(version):
         raise ForgeError(f"{env}: pip installed {package} {installed}, not {version}")
     frozen = _run([*_pip(python), "freeze", "--all"], f"pip freeze failed in {env}")
-    write_entry(env / MARKER, dump_json(
-        {"package": package, "version": version, "python": sys.version.split()[0],
-         "installed": frozen.split()}, indent=1) + "\n")
+    write_entry(env / MARKER, marker_text(package, version, frozen.split()))
+
+
+def marker_text(package: str, version: str, installed: list[str]) -> str:
+    """The marker (forge.upstream.entries.EnvMarker): what the environment holds, written last."""
+    return dump_json({"package": package, "version": version, "python": sys.version.split()[0],
+                      "installed": installed}, indent=1) + "\n"
 
 
 def _pip(python: str) -> list[str]:
@@ -219,13 +227,12 @@ def _run(command: list[str], failure: str) -> str:
     return done.stdout
 
 
-def _marker(env: Path) -> dict | None:
+def _marker(env: Path) -> EnvMarker | None:
     """The environment's marker as _build writes it (a regular file, no link followed), or None."""
-    data = load_json_entry(env / MARKER, files.CACHE)
-    if not (isinstance(data, dict) and isinstance(data.get("installed"), list)
-            and all(isinstance(line, str) for line in data["installed"])):
-        return None
-    return data
+    from forge.typed import entry_or_none
+    from forge.upstream.entries import EnvMarker
+
+    return entry_or_none(EnvMarker, load_json_entry(env / MARKER, files.CACHE))
 
 
 def _marked(env: Path) -> bool:
@@ -238,4 +245,4 @@ def installed_set(python: Path) -> list[str]:
     if marker is None:
         raise ForgeError(f"{python.parent.parent / MARKER}: missing or damaged; remove "
                          f"{python.parent.parent} to make the environment again")
-    return marker["installed"]
+    return list(marker.installed)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.utils import (
     InvalidSdistFilename,
@@ -19,7 +20,7 @@ from packaging.utils import (
     parse_sdist_filename,
     parse_wheel_filename,
 )
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from forge import files
 from forge.data_formats import load_json_entry
@@ -27,6 +28,9 @@ from forge.errors import ForgeError
 from forge.files import write_entry
 from forge.json_text import dump_json
 from forge.untrusted import visible
+
+if TYPE_CHECKING:
+    from forge.upstream.entries import PypiEntry
 
 DEFAULT_SIMPLE_URL = "https://pypi.org/simple/"
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json"
@@ -51,19 +55,14 @@ def _cache_file(name: str) -> Path:
     return cache_dir() / "pypi" / f"{canonicalize_name(name)}.json"
 
 
-def _read_cache(name: str) -> dict | None:
-    """The cached page as published_versions writes it, for this index; None when missing,
-    damaged or of another shape (asked again)."""
-    cached = load_json_entry(_cache_file(name), files.CACHE)
-    if not (isinstance(cached, dict) and cached.get("index") == simple_url()
-            and isinstance(cached.get("fetched_at"), (int, float))
-            and isinstance(cached.get("versions"), list)):
-        return None
-    try:
-        [Version(v) for v in cached["versions"]]
-    except (InvalidVersion, TypeError):
-        return None
-    return cached
+def _read_cache(name: str) -> PypiEntry | None:
+    """The cached page as published_versions writes it (a PypiEntry), for this index; None when
+    missing, damaged or of another shape (asked again)."""
+    from forge.typed import entry_or_none
+    from forge.upstream.entries import PypiEntry
+
+    cached = entry_or_none(PypiEntry, load_json_entry(_cache_file(name), files.CACHE))
+    return cached if cached is not None and cached.index == simple_url() else None
 
 
 def version_of_file(filename: str) -> Version | None:
@@ -121,13 +120,13 @@ def published_versions(name: str, offline: bool = False, refresh: bool = False) 
     Raises UnknownProject when the index says the project does not exist, ForgeError when the
     index cannot be reached and nothing is cached."""
     cached = _read_cache(name)
-    fresh = cached and time.time() - cached.get("fetched_at", 0) < INDEX_MAX_AGE_S
-    if cached and (offline or (fresh and not refresh)):
-        return sorted(Version(v) for v in cached["versions"])
+    fresh = cached is not None and time.time() - cached.fetched_at < INDEX_MAX_AGE_S
+    if cached is not None and (offline or (fresh and not refresh)):
+        return sorted(Version(v) for v in cached.versions)
     fetched = None if offline else _fetch(name)
     if fetched is None:
-        if cached:
-            return sorted(Version(v) for v in cached["versions"])
+        if cached is not None:
+            return sorted(Version(v) for v in cached.versions)
         raise ForgeError(f"cannot read {name!r} from the package index {simple_url()} "
                          f"({'offline' if offline else 'unreachable'}) and nothing is cached at "
                          f"{_cache_file(name)}")

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin
 
 from packaging.version import InvalidVersion, Version
@@ -42,6 +43,9 @@ from forge.untrusted import visible
 from forge.upstream import fetch
 from forge.upstream.archives import BROKEN, Bounds, bounded, extract_stream
 from forge.versions import Release
+
+if TYPE_CHECKING:
+    from forge.upstream.entries import ReleaseIndex
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/vllm/"
 SDIST_NAME = re.compile(r"^vllm-(?P<version>[^/]+)\.tar\.gz$")
@@ -179,36 +183,30 @@ def _index_file() -> Path:
     return cache_dir() / "index.json"
 
 
-def _read_cached_index() -> dict | None:
+def _read_cached_index() -> ReleaseIndex | None:
     """The cached index as load_index writes it; None when missing or damaged (rebuilt from the
-    index): valid JSON of another shape (a list, no releases map, an entry without its URL or
-    sha256) is as damaged as bad JSON."""
-    cached = load_json_entry(_index_file(), files.INDEX)
-    if not (isinstance(cached, dict) and isinstance(cached.get("releases"), dict)
-            and isinstance(cached.get("fetched_at", 0), (int, float))
-            and isinstance(cached.get("index_url", ""), str)):
-        return None
-    for version, entry in cached["releases"].items():
-        try:
-            Version(version)
-        except InvalidVersion:
-            return None
-        if not (isinstance(entry, dict) and isinstance(entry.get("url"), str)
-                and isinstance(entry.get("sha256"), str) and _SHA256.fullmatch(entry["sha256"])
-                and isinstance(entry.get("size", 0), int) and entry.get("size", 0) >= 0):
-            return None
-    return cached
+    index): valid JSON the model refuses (a list, no releases map, an entry without its URL or
+    sha256, a version that is none) is as damaged as bad JSON."""
+    from forge.typed import entry_or_none
+    from forge.upstream.entries import ReleaseIndex
+
+    return entry_or_none(ReleaseIndex, load_json_entry(_index_file(), files.INDEX))
+
+
+def _as_dicts(index: ReleaseIndex) -> dict[str, dict]:
+    """The releases as load_index returns them: url, sha256 and (where declared) size."""
+    return {version: entry.model_dump(exclude_none=True) for version, entry in index.releases.items()}
 
 
 def load_index(offline: bool = False, refresh: bool = False) -> dict[str, dict]:
     """The release -> sdist map, from the cache when fresh (or when offline), else from PyPI."""
     url = index_url()
     cached = _read_cached_index()
-    if cached and cached.get("index_url", DEFAULT_INDEX_URL) != url:
+    if cached is not None and cached.index_url != url:
         cached = None  # read from another index: not this one's answer
-    fresh = cached and time.time() - cached.get("fetched_at", 0) < INDEX_MAX_AGE_S
-    if cached and (offline or (fresh and not refresh)):
-        return cached["releases"]
+    fresh = cached is not None and time.time() - cached.fetched_at < INDEX_MAX_AGE_S
+    if cached is not None and (offline or (fresh and not refresh)):
+        return _as_dicts(cached)
     if offline:
         raise ForgeError(f"offline and no cached vLLM release index at {_index_file()}")
     import requests  # late: the apply path inside images never needs the network
@@ -219,8 +217,8 @@ def load_index(offline: bool = False, refresh: bool = False) -> dict[str, dict]:
         if answer.status >= 400:
             raise requests.HTTPError(f"HTTP {answer.status}")
     except requests.RequestException as exc:
-        if cached:
-            return cached["releases"]
+        if cached is not None:
+            return _as_dicts(cached)
         raise ForgeError(f"cannot read the vLLM release index {url}: {exc}") from exc
     if answer.content_type.split(";")[0].strip() == JSON_INDEX:
         from forge.data_formats import parse_json
@@ -501,12 +499,13 @@ def sdist_files(version: str, prefix: str, offline: bool = False) -> dict[str, b
 def manifest_files(data: object, info: Sdist) -> dict[str, str] | None:
     """The files of a manifest entry as _manifest_entry writes one for the sdist `info` names;
     None for anything else (another sdist's, another shape, a hash that is no sha256)."""
-    if not (isinstance(data, dict) and set(data) == {"version", "sdist_sha256", "files"}
-            and data["version"] == str(info.version) and data["sdist_sha256"] == info.sha256
-            and isinstance(data["files"], dict)
-            and all(isinstance(sha, str) and _SHA256.fullmatch(sha) for sha in data["files"].values())):
+    from forge.typed import entry_or_none
+    from forge.upstream.entries import TreeManifest
+
+    manifest = entry_or_none(TreeManifest, data)
+    if manifest is None or manifest.version != str(info.version) or manifest.sdist_sha256 != info.sha256:
         return None
-    return data["files"]
+    return dict(manifest.files)
 
 
 def tree_manifest(version: str, offline: bool = False) -> dict[str, str]:

@@ -1,0 +1,86 @@
+"""Every typed model of a JSON cache entry or report (issue 48) holds exactly what the project's own
+writer writes: the writer's output loads, its keys are the model's fields (a key written but not
+modelled would make every entry damaged, one modelled but never written every entry too), and a
+file the model refuses is refused in one line naming the file and the field."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from packaging.version import Version
+from pydantic import BaseModel
+
+from forge.data_formats import DataError
+from forge.errors import ForgeError
+from forge.typed import STRICT, Name, loaded
+from forge.upstream import pyenvs, pypi, releases
+
+
+def test_a_refusal_names_the_file_and_the_field_in_one_line():
+    class Check(BaseModel):
+        model_config = STRICT
+        name: Name
+        gating: bool
+
+    class Report(BaseModel):
+        model_config = STRICT
+        checks: list[Check]
+
+    with pytest.raises(DataError) as refused:
+        loaded(Report, {"checks": [{"name": "a", "gating": True}, {"name": ["x"], "gating": 1}]},
+               "work/report.json")
+    assert str(refused.value) == ("work/report.json: checks[1].name: Input should be a valid string "
+                                  "(and 1 more)")
+    with pytest.raises(DataError, match=r"^r.json: \(top level\): Input should be a valid dictionary"):
+        loaded(Report, [1], "r.json")
+    with pytest.raises(DataError, match=r"^r.json: figures\.a\[0\]: Input should be a finite number$"):
+        loaded(Figures, {"figures": {"a": [1.0, float("inf")][::-1]}}, "r.json")
+
+
+class Figures(BaseModel):
+    model_config = STRICT
+    figures: dict[Name, list[float]]
+
+
+def test_the_pypi_entry_model_holds_what_the_cache_writer_writes(tmp_path, monkeypatch):
+    from forge.upstream.entries import PypiEntry
+
+    monkeypatch.setenv("VLLM_FORGE_CACHE", str(tmp_path))
+    pypi._write_cache("Some_Package", ["1.0", "2.0.post1"])
+    written = json.loads(pypi._cache_file("some-package").read_text())
+    assert set(PypiEntry.model_fields) == set(written)
+    assert pypi.published_versions("some-package", offline=True) == [Version("1.0"), Version("2.0.post1")]
+    monkeypatch.setenv("VLLM_FORGE_PYPI", "http://127.0.0.1:9/other/simple/")
+    assert pypi._read_cache("some-package") is None          # another index's answer
+
+
+def test_the_release_index_model_holds_what_load_index_wrote():
+    from forge.upstream.entries import ReleaseIndex, SdistEntry
+
+    written = json.loads((releases.cache_dir() / "index.json").read_text())
+    assert set(ReleaseIndex.model_fields) == set(written)
+    assert {key for entry in written["releases"].values() for key in entry} == set(SdistEntry.model_fields)
+    cached = releases._read_cached_index()
+    assert cached is not None and releases._as_dicts(cached) == written["releases"]
+
+
+def test_the_tree_manifest_model_holds_what_the_extraction_writes():
+    from forge.upstream.entries import TreeManifest
+
+    info = releases.Sdist(Version("0.27.1"), "https://example.invalid/x", "b" * 64)
+    written = json.loads(releases._manifest_entry(info.version, info.sha256, {"vllm/a.py": "c" * 64}))
+    assert set(TreeManifest.model_fields) == set(written)
+    assert releases.manifest_files(written, info) == {"vllm/a.py": "c" * 64}
+    assert releases.manifest_files({**written, "files": {"vllm/a.py": "C" * 64}}, info) is None
+
+
+def test_the_environment_marker_model_holds_what_the_environment_build_writes(tmp_path):
+    from forge.upstream.entries import EnvMarker
+
+    written = json.loads(pyenvs.marker_text("transformers", "5.15.0", ["transformers==5.15.0"]))
+    assert set(EnvMarker.model_fields) == set(written)
+    (tmp_path / pyenvs.MARKER).write_text(json.dumps(written))
+    assert pyenvs.installed_set(tmp_path / "bin" / "python") == ["transformers==5.15.0"]
+    (tmp_path / pyenvs.MARKER).write_text(json.dumps({**written, "installed": "transformers==5.15.0"}))
+    with pytest.raises(ForgeError, match="missing or damaged; remove"):
+        pyenvs.installed_set(tmp_path / "bin" / "python")
