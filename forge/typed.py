@@ -21,6 +21,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from forge.data_formats import DataError
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
+# A file another program writes (pip's --report): only the fields read are modelled, strictly;
+# the others are its own, and dropped.
+FOREIGN = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False, frozen=True)
+# A file whose top level is a list or a mapping of its own (a RootModel, which has no extra keys
+# to refuse).
+STRICT_ROOT = ConfigDict(strict=True, allow_inf_nan=False, frozen=True)
 
 # Far above any real value: a name, version or URL is under 300 characters, a path in an sdist
 # under 200 (releases.NAME_CAP bounds it at 1024), a check's detail or an error a few KB.
@@ -42,6 +48,17 @@ def _is_version(text: str) -> str:
 
 # A PEP 440 version as the writer wrote it (str(Version(...)) or the index's spelling).
 VersionText = Annotated[str, Field(max_length=128), AfterValidator(_is_version)]
+
+
+
+def one_of(words: tuple[str, ...]):
+    """A validator that takes only one of `words` (a vocabulary's spellings)."""
+    def check(text: str) -> str:
+        if text not in words:
+            raise ValueError(f"must be one of {', '.join(words)}")
+        return text
+    return AfterValidator(check)
+
 
 Model = TypeVar("Model", bound=BaseModel)
 

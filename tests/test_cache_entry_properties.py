@@ -187,3 +187,40 @@ def test_cached_pypi_pages_and_environment_markers_load_whole_or_not_at_all(cach
             assert set(cached_marker) == set(marker) and all(isinstance(line, str) for line in installed)
 
     check()
+
+
+def test_requirement_entries_work_tree_states_and_journals_load_whole_or_are_refused(cache_folder, monkeypatch):
+    from forge.patching import journal, work_tree
+    from forge.patching.entries import RequirementLines
+    from forge.typed import entry_or_none
+
+    monkeypatch.chdir(cache_folder)           # a journal naming a relative path writes here
+    state = json.loads(work_tree.state_text("x-fix", "0.25.0", "new-patch"))
+    record = cache_folder / "finish.json"
+    target = cache_folder / "written" / "a.diff"
+    target.parent.mkdir(exist_ok=True)
+    journal.write_all(record, {target: b"new\n"}, remove=False)
+    real_journal = json.loads(record.read_text())
+
+    @SETTINGS
+    @given(st.lists(st.text(max_size=20), max_size=5) | json_values, mutated(state) | json_values,
+           mutated(real_journal) | json_values)
+    def check(lines, cached_state, cached_journal):
+        kept = entry_or_none(RequirementLines, lines)
+        assert kept is None or (lines == kept.root and all(isinstance(line, str) for line in lines))
+        in_cache(cache_folder, "state.json", cached_state)
+        try:
+            loaded = work_tree._state(cache_folder / "state.json")
+        except ForgeError as exc:
+            assert "\n" not in str(exc) and "state.json: " in str(exc)
+        else:
+            assert loaded.command in ("new-patch", "refresh-patch") and set(cached_state) == set(state)
+        record.write_text(json.dumps(cached_journal))
+        try:
+            written = journal.replay(record, remove=False)
+        except ForgeError as exc:
+            assert "\n" not in str(exc) and str(record) in str(exc)
+        else:
+            assert [str(path) for path in written] == list(cached_journal)
+
+    check()

@@ -84,3 +84,38 @@ def test_the_environment_marker_model_holds_what_the_environment_build_writes(tm
     (tmp_path / pyenvs.MARKER).write_text(json.dumps({**written, "installed": "transformers==5.15.0"}))
     with pytest.raises(ForgeError, match="missing or damaged; remove"):
         pyenvs.installed_set(tmp_path / "bin" / "python")
+
+
+def test_the_requirements_and_status_models_hold_what_the_cache_writers_write():
+    from forge.patching import status
+    from forge.patching.dependencies import release_requirements
+    from forge.patching.entries import PatchStatuses, RequirementLines, StatusEntry
+    from forge.patching.series import load_series
+
+    lines = release_requirements("0.27.1", offline=True)
+    written = json.loads((releases.cache_dir() / "requirements" / "0.27.1.json").read_text())
+    assert RequirementLines.model_validate(written).root == lines == written
+    statuses = status.release_status("0.27.1", offline=True)
+    entry = status._status_cache_file(load_series(offline=True), "0.27.1")
+    written = json.loads(entry.read_text())
+    assert {frozenset(s) for s in written} == {frozenset(StatusEntry.model_fields)}
+    assert PatchStatuses.model_validate(written).root
+    assert {s.id for s in status._kept_statuses(entry) or []} <= {s.id for s in statuses}
+
+
+def test_a_work_tree_state_and_journal_load_as_written_and_are_refused_by_field(tmp_path):
+    from forge.patching import journal, work_tree
+    from forge.patching.entries import Journal, WorkState
+
+    written = json.loads(work_tree.state_text("x-fix", "0.25.0", "new-patch"))
+    assert set(WorkState.model_fields) == set(written) and WorkState.model_validate(written).id == "x-fix"
+    record = tmp_path / "finish.json"
+    assert journal.write_all(record, {tmp_path / "a.diff": b"caf\xe9\n"}, remove=False) == [tmp_path / "a.diff"]
+    assert list(Journal.model_validate(json.loads(record.read_text())).root) == [str(tmp_path / "a.diff")]
+    for damaged, field in (([str(tmp_path / "a.diff")], "(top level)"),
+                           ({str(tmp_path / "a.diff"): 7}, str(tmp_path / "a.diff"))):
+        record.write_text(json.dumps(damaged))
+        with pytest.raises(DataError) as refused:
+            journal.replay(record)
+        assert str(refused.value).startswith(f"{record}: {field}: ") and "\n" not in str(refused.value)
+    assert (tmp_path / "a.diff").read_bytes() == b"caf\xe9\n"        # nothing written by a refusal

@@ -56,9 +56,12 @@ def release_requirements(version: str, offline: bool = False) -> list[str]:
     from forge.upstream import releases
 
     cached = releases.cache_dir() / "requirements" / f"{version}.json"
-    kept = load_json_entry(cached, CACHE)
-    if isinstance(kept, list) and all(isinstance(line, str) for line in kept):
-        return kept          # else not cached yet, or damaged: read the files again
+    from forge.patching.entries import RequirementLines
+    from forge.typed import entry_or_none
+
+    kept = entry_or_none(RequirementLines, load_json_entry(cached, CACHE))
+    if kept is not None:
+        return list(kept.root)   # else not cached yet, or damaged: read the files again
     files, source = _requirement_files(version, offline)
     if REQUIREMENTS_ENTRY not in files:
         raise ForgeError(f"vLLM {version}'s {source} has no {REQUIREMENTS_ENTRY}")

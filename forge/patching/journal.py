@@ -27,7 +27,10 @@ def replay(journal: Path, remove: bool = True) -> list[Path]:
     `remove=False` keeps the journal for a caller that removes it with more state around it."""
     if not regular_or_absent(journal, INDEX):
         return []
-    entries = load_json(journal, INDEX)
+    from forge.patching.entries import Journal
+    from forge.typed import loaded
+
+    entries = loaded(Journal, load_json(journal, INDEX), journal).root
     written = []
     for name, text in entries.items():
         written.append(write_bytes_atomically(Path(name), text.encode("utf-8", "surrogateescape")))

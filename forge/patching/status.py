@@ -272,23 +272,16 @@ def _status_cache_file(series: Series, version: str) -> Path:
     return cache_dir() / "patch-status" / key / f"{version}.json"
 
 
-_STATUS_FIELDS = ("id", "kind", "status", "detail")
-
-
 def _kept_statuses(cached: Path) -> list[PatchStatus] | None:
-    """The statuses as release_status writes them (a list of objects of four strings, each
-    status one of the vocabulary's), or None when missing, damaged or of another shape."""
-    kept = load_json_entry(cached, CACHE)
-    if not isinstance(kept, list):
+    """The statuses as release_status writes them (forge.patching.entries.PatchStatuses), or None
+    when missing, damaged or of another shape."""
+    from forge.patching.entries import PatchStatuses
+    from forge.typed import entry_or_none
+
+    kept = entry_or_none(PatchStatuses, load_json_entry(cached, CACHE))
+    if kept is None:
         return None
-    statuses = []
-    for entry in kept:
-        if not (isinstance(entry, dict) and tuple(sorted(entry)) == tuple(sorted(_STATUS_FIELDS))
-                and all(isinstance(entry[name], str) for name in _STATUS_FIELDS)
-                and entry["status"] in {str(s) for s in Status}):
-            return None
-        statuses.append(PatchStatus(**entry))
-    return statuses
+    return [PatchStatus(entry.id, entry.kind, entry.status, entry.detail) for entry in kept.root]
 
 
 def release_status(version: str, offline: bool = False, series: Series | None = None,

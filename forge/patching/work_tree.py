@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from forge import REPO_ROOT, files
 from forge.data_formats import DataError, load_json
@@ -23,6 +24,9 @@ from forge.json_text import dump_json
 from forge.patching import diffs, journal
 from forge.patching.series import Patch
 from forge.upstream import releases
+
+if TYPE_CHECKING:
+    from forge.patching.entries import WorkState
 
 WORK_ROOT = REPO_ROOT / "build" / "patch-work"
 STATE_FILE = "patch-work.json"
@@ -77,8 +81,7 @@ def create(command: str, patch_id: str, vllm: str) -> WorkTree:
         raise file_error(WORK_ROOT, exc, "make a work tree in it") from exc
     try:
         shutil.copytree(pristine / "vllm", staging / "vllm")
-        state = {"id": patch_id, "vllm": vllm, "command": command}
-        write_text_atomically(staging / STATE_FILE, dump_json(state, indent=1) + "\n")
+        write_text_atomically(staging / STATE_FILE, state_text(patch_id, vllm, command))
         os.replace(staging, root_of(patch_id))
     except OSError as exc:
         raise file_error(WORK_ROOT, exc, "make a work tree in it") from exc
@@ -87,18 +90,22 @@ def create(command: str, patch_id: str, vllm: str) -> WorkTree:
     return WorkTree(root_of(patch_id), patch_id, vllm, command)
 
 
+def state_text(patch_id: str, vllm: str, command: str) -> str:
+    """The state file (forge.patching.entries.WorkState): which command made the tree, for what."""
+    return dump_json({"id": patch_id, "vllm": vllm, "command": command}, indent=1) + "\n"
+
+
 def open_tree(command: str, patch_id: str, vllm: str) -> WorkTree:
     """The work tree `command` made for `patch_id` on release `vllm`."""
     root = root_of(patch_id)
     if not files.regular_or_absent(root / STATE_FILE, files.REPORT):
         raise ForgeError(f"--finish: no work tree {shown(root)}; make it first with "
                          f"`python3 build.py {command} {patch_id} --vllm {vllm}`")
-    try:
-        state = load_json(root / STATE_FILE, files.REPORT)
-        made_by, made_on = state["command"], state["vllm"]
-    except (DataError, KeyError, TypeError):
-        raise ForgeError(f"--finish: {shown(root / STATE_FILE)} is not a work tree's record; "
-                         "delete the directory and start again") from None
+    state = _state(root / STATE_FILE)
+    if state.id != patch_id:
+        raise ForgeError(f"--finish: {shown(root / STATE_FILE)}: id: the tree is {state.id!r}'s, "
+                         f"not {patch_id!r}; delete {shown(root)} and start again")
+    made_by, made_on = state.command, state.vllm
     if made_by != command:
         raise ForgeError(f"--finish: {shown(root)} was made by {made_by}; finish it with "
                          f"{made_by} {patch_id} --vllm {made_on} --finish")
@@ -108,6 +115,18 @@ def open_tree(command: str, patch_id: str, vllm: str) -> WorkTree:
         raise ForgeError(f"--finish: {shown(root / 'vllm')} is gone or incomplete; delete "
                          f"{shown(root)} and start again")
     return WorkTree(root, patch_id, vllm, command)
+
+
+def _state(path: Path) -> WorkState:
+    """The state file as create writes it; one line naming the file and the field otherwise."""
+    from forge.patching.entries import WorkState
+    from forge.typed import loaded
+
+    try:
+        return loaded(WorkState, load_json(path, files.REPORT), shown(path))
+    except DataError as exc:
+        raise ForgeError(f"--finish: {exc} (not a work tree's record); delete {shown(path.parent)} "
+                         "and start again") from None
 
 
 def finish(work: WorkTree, writes: dict[Path, bytes]) -> list[Path]:
