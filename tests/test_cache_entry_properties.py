@@ -224,3 +224,30 @@ def test_requirement_entries_work_tree_states_and_journals_load_whole_or_are_ref
             assert [str(path) for path in written] == list(cached_journal)
 
     check()
+
+
+def test_cpu_environment_markers_and_pip_reports_load_whole_or_are_refused(cache_folder):
+    from forge.engines import cpu_env
+    from forge.engines.cpu_builds import cpu_build
+
+    build = cpu_build("0.27.1")
+    marker = json.loads(cpu_env.marker_text(build, {"vllm": "0.27.1"}, ["transformers<5.15"], ["a-fix"], ["a==1"]))
+    report = {"version": "1", "install": [{"metadata": {"name": "Tiny_Pkg", "version": "1.2.3"}}]}
+    env = cache_folder / "cpu-env"
+
+    @SETTINGS
+    @given(mutated(marker) | json_values, mutated(report) | json_values
+           | mutated(report["install"][0]).map(lambda item: {"install": [item]}))
+    def check(cached_marker, resolved):
+        in_cache(cache_folder, f"cpu-env/{cpu_env.MARKER}", cached_marker)
+        found = cpu_env.read_marker(env, build)
+        assert found is None or (set(cached_marker) == set(marker) and found.sha256 == build.sha256)
+        in_cache(cache_folder, "resolved.json", resolved)
+        try:
+            pins = cpu_env.resolved_pins(cache_folder / "resolved.json", build)
+        except ForgeError as exc:
+            assert "\n" not in str(exc) and str(cache_folder / "resolved.json") in str(exc)
+        else:
+            assert all(isinstance(pin, str) and "==" in pin for pin in pins)
+
+    check()

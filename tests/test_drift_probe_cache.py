@@ -209,3 +209,25 @@ def test_answers_that_cannot_be_used_again_are_not_kept(tmp_path, kept, asked, p
     assert second["releases"]["0.27.0"]["target"]["error"]["message"] != named["error"]["message"]
     assert sorted(entry["tree"] for entry in kept_entries(kept)) == \
         sorted(entry["tree"] for entry in kept_entries(probed[0]))
+
+
+def test_the_entry_model_holds_what_the_probe_kept_and_refuses_near_misses(probed):
+    """forge.watch.probe_entry's model and store agree key for key: each real entry (a release
+    that works and one that breaks) loads, and loads back as written; an answer with a key the
+    probe never writes, or with the other outcome's fields, is damaged."""
+    from forge.typed import entry_or_none
+    from forge.watch.probe_entry import ProbeAnswer, ProbeEntry
+
+    written = kept_entries(probed[0])
+    assert {entry["models"]["target"]["outcome"] for entry in written} == {"works", "breaks"}
+    for entry in written:
+        assert set(entry) == set(ProbeEntry.model_fields) and entry["format"] == probe_cache.FORMAT
+        loaded = entry_or_none(ProbeEntry, entry)
+        assert loaded is not None
+        assert [json.dumps(answer.model_dump(exclude_unset=True)) for answer in loaded.models.values()] \
+            == [json.dumps(answer) for answer in entry["models"].values()]      # key order kept too
+        for role, answer in entry["models"].items():
+            assert set(answer) <= set(ProbeAnswer.model_fields)
+            swapped = {**answer, "outcome": "breaks" if answer["outcome"] == "works" else "works"}
+            for near_miss in ({**answer, "stray": 1}, swapped):
+                assert entry_or_none(ProbeEntry, {**entry, "models": {**entry["models"], role: near_miss}}) is None

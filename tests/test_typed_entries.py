@@ -119,3 +119,52 @@ def test_a_work_tree_state_and_journal_load_as_written_and_are_refused_by_field(
             journal.replay(record)
         assert str(refused.value).startswith(f"{record}: {field}: ") and "\n" not in str(refused.value)
     assert (tmp_path / "a.diff").read_bytes() == b"caf\xe9\n"        # nothing written by a refusal
+
+
+def tiny_wheel(folder) -> str:
+    """A wheel of one empty module, for pip to resolve without an index."""
+    import zipfile
+
+    wheel = folder / "tiny_pkg-1.2.3-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("tiny_pkg/__init__.py", "")
+        archive.writestr("tiny_pkg-1.2.3.dist-info/METADATA", "Metadata-Version: 2.1\nName: tiny-pkg\nVersion: 1.2.3\n")
+        archive.writestr("tiny_pkg-1.2.3.dist-info/WHEEL",
+                         "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr("tiny_pkg-1.2.3.dist-info/RECORD", "")
+    return str(wheel)
+
+
+def test_the_cpu_environment_marker_and_pips_report_load_as_written(tmp_path, monkeypatch):
+    import sys
+
+    from verify.device import _environment_marker
+
+    from forge.engines import cpu_env
+    from forge.engines.cpu_builds import cpu_build
+    from forge.engines.env_entries import CpuEnvMarker
+
+    build = cpu_build("0.27.1")
+    versions = {"vllm": "0.27.1", "torch": build.torch, "transformers": "4.57.1"}
+    written = json.loads(cpu_env.marker_text(build, versions, ["transformers<5.15"], [], ["a==1"]))
+    assert set(CpuEnvMarker.model_fields) == set(written)
+    (tmp_path / cpu_env.MARKER).write_text(json.dumps(written))
+    assert cpu_env.read_marker(tmp_path, build) is not None
+    assert cpu_env.read_marker(tmp_path, cpu_build("0.26.0")) is None               # another build's
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))      # verify/device.py, run in the environment
+    assert _environment_marker() == {key: written[key] for key in ("package", "version", "sha256", "fixes",
+                                                                     "constraints")}
+    (tmp_path / cpu_env.MARKER).write_text(json.dumps({**written, "installed": [1]}))
+    assert cpu_env.read_marker(tmp_path, build) is None                              # damaged: made again
+    assert _environment_marker() is None
+
+    report = tmp_path / "resolved.json"
+    cpu_env.run_pip(sys.executable, ["install", "--dry-run", "--ignore-installed", "--no-index", "--no-deps",
+                                     "--report", str(report), tiny_wheel(tmp_path)], "pip", with_python=False)
+    assert cpu_env.resolved_pins(report, build) == ["tiny-pkg==1.2.3"]
+    resolved = json.loads(report.read_text())
+    resolved["install"][0]["metadata"]["version"] = ["1.2.3"]
+    report.write_text(json.dumps(resolved))
+    with pytest.raises(DataError) as refused:
+        cpu_env.resolved_pins(report, build)
+    assert str(refused.value).startswith(f"{report}: install[0].metadata.version: Input should be a valid string")

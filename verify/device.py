@@ -163,21 +163,18 @@ def report_context(kind: str, not_honoured: list[NotHonoured], skipped: dict[str
 
 def _environment_marker() -> dict | None:
     """The CPU engine environment's own record of what it holds (forge.engines.cpu_env), where this
-    interpreter runs in one."""
+    interpreter runs in one; None where there is none or it is not one (forge.engines.env_entries)."""
     import sys
 
-    from forge.data_formats import load_json
-    from forge.errors import ForgeError
+    from forge.data_formats import load_json_entry
+    from forge.engines.env_entries import CpuEnvMarker
     from forge.files import CACHE
+    from forge.typed import entry_or_none
 
-    marker = Path(sys.prefix) / "forge-env.json"
-    try:
-        data = load_json(marker, CACHE) if marker.is_file() else None
-    except ForgeError:
+    marker = entry_or_none(CpuEnvMarker, load_json_entry(Path(sys.prefix) / "forge-env.json", CACHE))
+    if marker is None:
         return None
-    if not isinstance(data, dict):
-        return None
-    return {k: data.get(k) for k in ("package", "version", "sha256", "fixes", "constraints")}
+    return marker.model_dump(include={"package", "version", "sha256", "fixes", "constraints"})
 
 
 def _applied_patches() -> list[str] | str:

@@ -28,18 +28,22 @@ import tempfile
 import zipfile
 from email.parser import HeaderParser
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from forge.data_formats import load_json
+from forge.data_formats import load_json, load_json_entry
 from forge.engines.cpu_builds import CpuBuild
 from forge.errors import ForgeError
 from forge.files import CACHE, one_maker, write_text_atomically
 from forge.json_text import dump_json
 from forge.patching.diffs import load_diff, plan_diff
 from forge.upstream.releases import cache_dir, locks_dir, sha256_of
+
+if TYPE_CHECKING:
+    from forge.engines.env_entries import CpuEnvMarker
 
 MARKER = "forge-env.json"
 PIP_TIMEOUT_S = 1800      # a cold 0.26.0 environment downloads ~3 GB of torch and CUDA libraries
@@ -63,8 +67,17 @@ def site_packages(env: Path) -> Path:
     return env / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 
 
-def read_marker(env: Path) -> dict:
-    return load_json(env / MARKER, CACHE)
+def read_marker(env: Path, build: CpuBuild) -> CpuEnvMarker | None:
+    """The environment's marker as _build writes it, for this very build (its wheel by sha256);
+    None when missing, damaged or another build's: no finished environment, made again."""
+    from forge.engines.env_entries import CpuEnvMarker
+    from forge.typed import entry_or_none
+
+    marker = entry_or_none(CpuEnvMarker, load_json_entry(env / MARKER, CACHE))
+    if marker is None or (marker.package, marker.version, marker.sha256) != (build.package, build.version,
+                                                                              build.sha256):
+        return None
+    return marker
 
 
 def cpu_env(build: CpuBuild, constraints: list[str], offline: bool = False,
@@ -72,13 +85,13 @@ def cpu_env(build: CpuBuild, constraints: list[str], offline: bool = False,
     """The finished environment for `build` (made now if missing); `constraints`: the series'
     dependency constraints for the release, as pip constraint lines."""
     env = env_dir(build)
-    if (env / MARKER).exists():
+    if read_marker(env, build) is not None:
         return env
     if offline:
         raise ForgeError(f"offline and no CPU engine environment for {build.requirement} at {env}: "
                          f"run once where PyPI answers")
     with one_maker(env, locks_dir()):
-        if not (env / MARKER).exists():
+        if read_marker(env, build) is None:
             say(f"making the CPU engine environment {env} ({build.requirement}, torch {build.torch}; "
                 f"minutes, once)")
             _build_into_place(env, build, constraints)
@@ -125,10 +138,16 @@ def _build(env: Path, build: CpuBuild, constraints: list[str]) -> None:
     if Version(versions["vllm"]).public != Version(build.version).public:
         raise ForgeError(f"{env}: vllm imports as {versions['vllm']}, not {build.version}")
     shutil.rmtree(work)
-    write_text_atomically(env / MARKER, dump_json(
+    write_text_atomically(env / MARKER, marker_text(build, versions, constraints, fixes, pinned))
+
+
+def marker_text(build: CpuBuild, versions: dict[str, str], constraints: list[str], fixes: list[str],
+                pinned: list[str]) -> str:
+    """The marker (forge.engines.env_entries.CpuEnvMarker): what the environment holds, written last."""
+    return dump_json(
         {"package": build.package, "version": build.version, "wheel": build.wheel, "sha256": build.sha256,
          "python": sys.version.split()[0], "versions": versions, "constraints": constraints,
-         "left_out": sorted(build.leave_out), "fixes": fixes, "installed": sorted(pinned)}, indent=1) + "\n")
+         "left_out": sorted(build.leave_out), "fixes": fixes, "installed": sorted(pinned)}, indent=1) + "\n"
 
 
 def torch_hint(build: CpuBuild, failure: str) -> str:
@@ -181,16 +200,12 @@ def wheel_requirements(wheel: Path, build: CpuBuild) -> list[str]:
 
 def resolved_pins(report: Path, build: CpuBuild) -> list[str]:
     """name==version of everything pip's resolution would install, less the left-out projects."""
-    data = load_json(report, CACHE)
-    pins = []
-    for item in data.get("install", []):
-        meta = item.get("metadata", {})
-        name, version = meta.get("name"), meta.get("version")
-        if not isinstance(name, str) or not isinstance(version, str):
-            raise ForgeError(f"{report}: install: an entry names no project and version")
-        if not build.left_out(name):
-            pins.append(f"{canonicalize_name(name)}=={version}")
-    return pins
+    from forge.engines.env_entries import PipReport
+    from forge.typed import loaded
+
+    resolved = loaded(PipReport, load_json(report, CACHE), report)
+    return [f"{canonicalize_name(item.metadata.name)}=={item.metadata.version}"
+            for item in resolved.install if not build.left_out(item.metadata.name)]
 
 
 def apply_fixes(build: CpuBuild, site: Path) -> list[str]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from pathlib import Path, PurePosixPath
 
 from forge import files
@@ -29,9 +28,8 @@ from forge.errors import ForgeError
 from forge.json_text import dump_json
 from forge.upstream import pyenvs, releases
 
-FORMAT = 1
+FORMAT = 1             # the one forge.watch.probe_entry's model takes
 KEPT = ("works", "breaks")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def probe_cache_dir() -> Path:
@@ -62,24 +60,24 @@ def keys(python: Path, script: Path, assistant_type: str, models: dict[str, str]
 
 
 def load(key: str, tree: Path, roles: list[str]) -> tuple[str, dict] | None:
-    """(transformers version, the release's per-role answers) of a valid entry, else None."""
-    try:
-        entry = load_json_entry(probe_cache_dir() / f"{key}.json", files.CACHE)
-        models, read = entry["models"], entry["read"]
-        if (entry["format"] != FORMAT or entry["key"] != key or not isinstance(entry["transformers"], str)
-                or not isinstance(models, dict) or sorted(models) != sorted(roles)
-                or any(m["outcome"] not in KEPT for m in models.values())
-                or not all(_still(tree, relative, sha) for relative, sha in read.items())):
-            return None
-        return entry["transformers"], models
-    except (ForgeError, AttributeError, KeyError, TypeError, ValueError):
-        return None       # missing, damaged or of another shape: ask the probe again
+    """(transformers version, the release's per-role answers) of a valid entry, else None
+    (missing, damaged or of another shape, for another key or roles, or a file it read changed:
+    ask the probe again)."""
+    from forge.typed import entry_or_none
+    from forge.watch.probe_entry import ProbeEntry
+
+    entry = entry_or_none(ProbeEntry, load_json_entry(probe_cache_dir() / f"{key}.json", files.CACHE))
+    if (entry is None or entry.key != key or sorted(entry.models) != sorted(roles)
+            or not all(_still(tree, relative, sha) for relative, sha in entry.read.items())):
+        return None
+    return entry.transformers, {role: answer.model_dump(exclude_unset=True)
+                                for role, answer in entry.models.items()}
 
 
 def _still(tree: Path, relative: str, sha: str | None) -> bool:
     """Whether the tree's file is still as the probe found it (these bytes, or absent)."""
     path = PurePosixPath(relative)
-    if path.is_absolute() or ".." in path.parts or not (sha is None or _SHA256.fullmatch(sha)):
+    if path.is_absolute() or ".." in path.parts:
         return False
     return _sha256(files.read_if_present(tree / relative, files.SOURCE)) == sha
 

@@ -1,0 +1,48 @@
+"""A CPU engine environment's JSON files as typed models (forge.typed):
+
+    cpu-engines/<env>/forge-env.json   CpuEnvMarker  forge.engines.cpu_env.marker_text (written last:
+                                                     a marker the model refuses is no finished
+                                                     environment, made again)
+    .forge-build/resolved.json         PipReport     pip's own `install --dry-run --report`: of it,
+                                                     only what is pinned from it is modelled
+
+Imported only where a file is read."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, Field
+
+from forge.typed import FOREIGN, MAX_ITEMS, STRICT, Name, Sha256, VersionText
+
+Names = Annotated[list[Name], Field(max_length=MAX_ITEMS)]
+
+
+class CpuEnvMarker(BaseModel):
+    model_config = STRICT
+    package: Name
+    version: VersionText
+    wheel: Name
+    sha256: Sha256
+    python: Name
+    versions: Annotated[dict[Name, Name], Field(max_length=16)]   # vllm, torch, transformers
+    constraints: Names
+    left_out: Names
+    fixes: Names
+    installed: Names
+
+
+class PipMetadata(BaseModel):
+    model_config = FOREIGN
+    name: Name
+    version: VersionText
+
+
+class PipInstall(BaseModel):
+    model_config = FOREIGN
+    metadata: PipMetadata
+
+
+class PipReport(BaseModel):
+    model_config = FOREIGN
+    install: Annotated[list[PipInstall], Field(max_length=MAX_ITEMS)]
