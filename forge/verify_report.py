@@ -9,7 +9,7 @@ writes reports, imports it from here).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 # The file verify/mtp_smoke.py writes its report to in its --out directory (beside the engines'
 # spec and result JSON); publish finds reports in a directory by this name.
@@ -98,29 +98,3 @@ def verdict(checks: list[Check], device: str | None = None) -> bool:
 
 def not_applicable(name: str, why: str) -> Check:
     return Check(name, NOT_APPLICABLE, why, gating=False)
-
-
-# What each field of a check holds in a report: anything else (a list for a name) is refused by
-# name before the verdict is derived.
-FIELD_TYPES = {"name": str, "status": str, "detail": str, "gating": bool}
-
-
-def checks_from_report(report: dict) -> list[Check]:
-    """The checks of a JSON report as write_report wrote them; ValueError names the bad field."""
-    entries = report.get("checks")
-    if not isinstance(entries, list) or not entries:
-        raise ValueError("checks: the verify report lists no checks")
-    names = {f.name for f in fields(Check)}
-    checks = []
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, dict) or not {"name", "status", "detail"} <= entry.keys():
-            raise ValueError(f"checks[{i}]: not a check (needs name, status and detail)")
-        for key, kind in FIELD_TYPES.items():
-            if key in entry and not isinstance(entry[key], kind):
-                raise ValueError(f"checks[{i}].{key}: must be {kind.__name__} "
-                                 f"(got {type(entry[key]).__name__})")
-        try:
-            checks.append(Check(**{k: v for k, v in entry.items() if k in names}))
-        except ValueError as exc:
-            raise ValueError(f"checks[{i}].{exc}") from exc
-    return checks

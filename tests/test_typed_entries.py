@@ -138,11 +138,10 @@ def tiny_wheel(folder) -> str:
 def test_the_cpu_environment_marker_and_pips_report_load_as_written(tmp_path, monkeypatch):
     import sys
 
-    from verify.device import _environment_marker
-
     from forge.engines import cpu_env
     from forge.engines.cpu_builds import cpu_build
     from forge.engines.env_entries import CpuEnvMarker
+    from verify.device import _environment_marker
 
     build = cpu_build("0.27.1")
     versions = {"vllm": "0.27.1", "torch": build.torch, "transformers": "4.57.1"}

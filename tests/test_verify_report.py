@@ -7,6 +7,7 @@ import packaging
 import pytest
 import yaml
 
+from forge.errors import ForgeError
 from verify.report import (
     FAIL,
     INFO,
@@ -16,7 +17,6 @@ from verify.report import (
     RAN_ON,
     REQUIRED_GATES,
     Check,
-    checks_from_report,
     installed_versions,
     not_checked,
     passed,
@@ -85,7 +85,7 @@ def test_report_round_trips_through_json(tmp_path):
     report = json.loads(write_report(tmp_path / "r.json", checks, installed_versions(),
                                      target="h200").read_text())
     assert report["passed"] is False
-    assert checks_from_report(report) == checks
+    assert checks_read(report) == checks
 
 
 def test_installed_versions_say_an_absent_package_is_not_installed():
@@ -129,18 +129,32 @@ def test_versions_read_elsewhere_are_unknown_with_the_reason():
 def test_older_reports_without_the_gating_field_gate_every_check():
     report = {"checks": [{"name": n, "status": PASS, "detail": ""} for n in REQUIRED_GATES]
               + [{"name": "tuned MoE config", "status": NOT_CHECKED, "detail": ""}]}
-    assert verdict(checks_from_report(report)) is False
+    assert verdict(checks_read(report)) is False
+
+
+def checks_read(report: dict) -> list[Check]:
+    """The checks of a report as publish reads them back (forge.verify_report_file)."""
+    from forge.verify_report_file import VerifyReport
+
+    return [entry.check() for entry in VerifyReport.model_validate({"passed": False, "versions": {}, **report}).checks]
 
 
 @pytest.mark.parametrize("report, message", [
-    ({}, "checks: the verify report lists no checks"),
-    ({"checks": []}, "checks: the verify report lists no checks"),
-    ({"checks": [{"name": "x"}]}, r"checks\[0\]: not a check"),
-    ({"checks": [{"name": "x", "status": "ok", "detail": ""}]}, r"checks\[0\]\.status: 'ok'"),
+    ({}, r"r.json: checks: Field required"),
+    ({"checks": []}, r"r.json: checks: List should have at least 1 item"),
+    ({"checks": [{"name": "x"}]}, r"r.json: checks\[0\]\.status: Field required"),
+    ({"checks": [{"name": "x", "status": "ok", "detail": ""}]}, r"r.json: checks\[0\]\.status: Value error, must be one of"),
+    ({"checks": [{"name": ["x"], "status": "PASS", "detail": ""}]}, r"r.json: checks\[0\]\.name: Input should be a valid string"),
+    ({"checks": [{"name": "x", "status": "PASS", "detail": "", "gating": 1}]}, r"r.json: checks\[0\]\.gating: Input should be a valid boolean"),
 ])
-def test_malformed_checks_name_the_field(report, message):
-    with pytest.raises(ValueError, match=message):
-        checks_from_report(report)
+def test_malformed_checks_name_the_field(tmp_path, report, message):
+    from forge.verify_report_file import read_report
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"passed": True, "versions": {}, **report}))
+    with pytest.raises(ForgeError, match=message) as refused:
+        read_report(path)
+    assert "\n" not in str(refused.value) and str(refused.value).endswith("moving tag not moved")
 
 
 def test_table_says_why_a_run_without_failures_is_not_a_pass():

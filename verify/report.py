@@ -26,7 +26,6 @@ from forge.verify_report import (  # noqa: F401 (re-exported for verify's script
     REQUIRED_GATES,
     STATUSES,
     Check,
-    checks_from_report,
     failed,
     not_applicable,
     not_checked,

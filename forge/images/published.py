@@ -25,16 +25,20 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from forge import REPO_ROOT, files
 from forge.data_formats import load_json
 from forge.errors import ForgeError
 from forge.files import write_text_atomically
-from forge.json_text import dump_json, non_finite_field
+from forge.json_text import dump_json
 from forge.schema import Field, ListOf, pep440_version, validate
 from forge.untrusted import visible
-from forge.verify_report import REPORT_NAME, checks_from_report, unmet_gates
+from forge.verify_report import REPORT_NAME, unmet_gates
 from forge.versions import Release
+
+if TYPE_CHECKING:
+    from forge.verify_report_file import VerifyReport
 
 DEFAULT_INDEX = REPO_ROOT / "images" / "published.json"
 SCHEMA_VERSION = 1
@@ -256,16 +260,17 @@ def verify_result(report_paths: list | None, target: str, vllm: str, digest: str
     """
     if not report_paths:
         return {"passed": False, "report": "", "checked_at": "", "summary": {"note": "not verified"}}
-    reports = [_read_report(path) for path in _report_files(report_paths)]
+    from forge.verify_report_file import read_report
+
+    reports = [(path, read_report(path)) for path in _report_files(report_paths)]
     for path, report in reports:
-        _check_finite(path, report)
         _check_device(path, report)
         _check_identity(path, report, target, vllm, digest)
         _check_passed(path, report)
     summary = {_report_name(path, report): _report_summary(report) for path, report in reports}
     return {"passed": True,
-            "report": ", ".join(str(report.get("report_url") or path.name) for path, report in reports),
-            "checked_at": max(str(report.get("checked_at") or now_utc()) for _, report in reports),
+            "report": ", ".join(str(report.report_url or path.name) for path, report in reports),
+            "checked_at": max(str(report.checked_at or now_utc()) for _, report in reports),
             "summary": summary}
 
 
@@ -283,37 +288,19 @@ def _report_files(report_paths: list) -> list[Path]:
     return paths
 
 
-def _read_report(path: Path) -> tuple[Path, dict]:
-    report = load_json(path, files.REPORT)
-    if not isinstance(report, dict) or not isinstance(report.get("passed"), bool):
-        raise ForgeError(f"{path}: passed: the verify report must say passed: true or false")
-    return path, report
-
-
-def _check_finite(path: Path, report: dict) -> None:
-    """Every number in the report is finite: Python's json reads NaN, Infinity and 1e999 as
-    floats, and the index must not copy a figure that is no number (nor could it be written as
-    strict JSON once the tag had moved)."""
-    found = non_finite_field(report)
-    if found is not None:
-        field, value = found
-        raise ForgeError(f"{path}: {field}: {value!r} is not a finite number; a verify report's "
-                         "figures must be; nothing recorded, moving tag not moved")
-
-
-def _check_identity(path: Path, report: dict, target: str, vllm: str, digest: str) -> None:
+def _check_identity(path: Path, report: VerifyReport, target: str, vllm: str, digest: str) -> None:
     """The report verified this very image: same target, vLLM release and digest."""
-    if report.get("target") != target:
-        raise ForgeError(f"{path}: target: the report verified {report.get('target')!r}, "
+    if report.target != target:
+        raise ForgeError(f"{path}: target: the report verified {report.target!r}, "
                          f"not {target!r} (--target)")
-    if not _same_release(report.get("vllm"), vllm):
-        raise ForgeError(f"{path}: vllm: the report verified vLLM {report.get('vllm')!r}, "
+    if not _same_release(report.vllm, vllm):
+        raise ForgeError(f"{path}: vllm: the report verified vLLM {report.vllm!r}, "
                          f"not {vllm!r} (--vllm)")
-    if not report.get("image_digest"):
+    if not report.image_digest:
         raise ForgeError(f"{path}: image_digest: the report names no image digest (run "
                          "verify/mtp_smoke.py with --image-digest or $VLLM_FORGE_IMAGE_DIGEST)")
-    if report["image_digest"] != digest:
-        raise ForgeError(f"{path}: image_digest: the report verified {report['image_digest']}, "
+    if report.image_digest != digest:
+        raise ForgeError(f"{path}: image_digest: the report verified {report.image_digest}, "
                          f"not {digest} (--digest)")
 
 
@@ -327,51 +314,44 @@ def _same_release(reported, vllm: str) -> bool:
         return False
 
 
-def _check_device(path: Path, report: dict) -> None:
+def _check_device(path: Path, report: VerifyReport) -> None:
     """A report of an engine on another device than a GPU (`device`: cpu, build.py smoke --device
     cpu) proves the release's code, never an image: refused before anything else is read."""
-    device = report.get("device", "cuda")
-    if device != "cuda":
-        raise VerifyNotPassed(f"{path}: device: the report ran on {visible(str(device))}, not a GPU: a CPU "
+    if report.device != "cuda":
+        raise VerifyNotPassed(f"{path}: device: the report ran on {visible(report.device)}, not a GPU: a CPU "
                               "smoke proves the release's code, never an image; nothing recorded, moving "
                               "tag not moved")
 
 
-def _check_passed(path: Path, report: dict) -> None:
+def _check_passed(path: Path, report: VerifyReport) -> None:
     """Re-derive the verdict from the checks, by the rule verify wrote it by (forge.verify_report)."""
-    try:
-        unmet = unmet_gates(checks_from_report(report))
-    except ValueError as exc:
-        raise ForgeError(f"{path}: {exc}") from exc
+    unmet = unmet_gates([entry.check() for entry in report.checks])
     if unmet:
-        claim = " (its passed: true is contradicted by its checks)" if report["passed"] else ""
+        claim = " (its passed: true is contradicted by its checks)" if report.passed else ""
         raise VerifyNotPassed(f"{path}: verify did not pass{claim}: {'; '.join(unmet)}; "
                               "nothing recorded, moving tag not moved")
-    if not report["passed"]:
+    if not report.passed:
         # Its writer said no: two readings that disagree are not a pass either.
         raise VerifyNotPassed(f"{path}: passed: the report says false although its checks pass; "
                               "nothing recorded, moving tag not moved")
 
 
-def _report_name(path: Path, report: dict) -> str:
-    return str(report.get("recipe") or path.stem)
+def _report_name(path: Path, report: VerifyReport) -> str:
+    return report.recipe or path.stem
 
 
-def _report_summary(report: dict) -> dict:
+def _report_summary(report: VerifyReport) -> dict:
     """The headline of one report: its verdict, its own summary or scalars, and failed checks."""
-    summary = {"passed": report["passed"]}
-    own = report.get("summary")
-    if isinstance(own, dict):
-        summary.update(own)
+    summary: dict = {"passed": report.passed}
+    if report.summary is not None:
+        summary.update(report.summary)
     else:
-        summary.update({k: v for k, v in report.items()
-                        if k not in ("passed", "checks") and isinstance(v, (str, int, float, bool))})
-    checks = report.get("checks")
-    if isinstance(checks, list):
-        statuses = [c.get("status") for c in checks if isinstance(c, dict)]
-        summary["checks_passed"] = statuses.count("PASS")
-        summary["checks_failed"] = [c.get("name") for c in checks
-                                    if isinstance(c, dict) and c.get("status") == "FAIL"]
+        # what the report itself holds (exclude_unset: no default stands in for a field)
+        scalars = report.model_dump(exclude_unset=True, exclude={"passed", "checks", "versions", "summary"})
+        summary.update({k: v for k, v in scalars.items() if isinstance(v, (str, int, float, bool))})
+    statuses = [entry.status for entry in report.checks]
+    summary["checks_passed"] = statuses.count("PASS")
+    summary["checks_failed"] = [entry.name for entry in report.checks if entry.status == "FAIL"]
     return summary
 
 
