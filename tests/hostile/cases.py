@@ -14,12 +14,13 @@ from tests.hostile.cases_files import file_cases
 from tests.hostile.cases_flags import flag_cases
 from tests.hostile.cases_network import network_cases
 from tests.hostile.cases_numbers import number_cases
+from tests.hostile.cases_typed import typed_cases
 
 
 def all_cases() -> list[dict]:
     cases = [*control_cases(), *file_cases(), *flag_cases(), *env_cases(), *full_disk_cases(),
              *read_only_cases(), *sigint_cases(), *server_cases(), *cache_cases(), *network_cases(),
-             *number_cases()]
+             *number_cases(), *typed_cases()]
     ids = [case["id"] for case in cases]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     assert not duplicates, f"duplicate case ids: {duplicates}"
