@@ -251,3 +251,27 @@ def test_cpu_environment_markers_and_pip_reports_load_whole_or_are_refused(cache
             assert all(isinstance(pin, str) and "==" in pin for pin in pins)
 
     check()
+
+
+def test_verify_reports_load_whole_or_are_refused_in_one_line(cache_folder):
+    """A report as verify's own writer writes it (tests/test_published.py), with one value replaced,
+    a key dropped or added, at the top, in a check or in its summary."""
+    from forge.verify_report_file import read_report
+    from tests.test_published import write_report
+
+    real = json.loads(write_report(cache_folder, True, "real-report.json").read_text())
+    check_of = real["checks"][0]
+    path = cache_folder / "report.json"
+
+    @SETTINGS
+    @given(mutated(real) | json_values | mutated(check_of).map(lambda c: {**real, "checks": [c]}))
+    def check(report):
+        path.write_text(json.dumps(report))
+        try:
+            loaded = read_report(path)
+        except ForgeError as exc:
+            assert "\n" not in str(exc) and str(exc).startswith(f"{path}: ")
+        else:
+            assert isinstance(loaded.passed, bool) and all(isinstance(c.check().name, str) for c in loaded.checks)
+
+    check()
