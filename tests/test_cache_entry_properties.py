@@ -275,3 +275,59 @@ def test_verify_reports_load_whole_or_are_refused_in_one_line(cache_folder):
             assert isinstance(loaded.passed, bool) and all(isinstance(c.check().name, str) for c in loaded.checks)
 
     check()
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+
+
+def test_tune_results_load_whole_or_are_refused_in_one_line(cache_folder):
+    """The H200 sweep's results as tune-moe wrote them, with one value replaced, a key dropped or
+    added, at the top, in the provenance or in a token count's config."""
+    from forge.serving import moe_tune
+
+    real = json.loads((RESULTS / "h200-0.25.0-tune-moe-26b-a4b" / "tune-moe-bf16.json").read_text())
+    path = cache_folder / "tune.json"
+
+    @SETTINGS
+    @given(mutated(real) | json_values | mutated(real["configs"]).map(lambda c: {**real, "configs": c})
+           | mutated(real["decisions"][0]).map(lambda d: {**real, "decisions": [d]}))
+    def check(results):
+        path.write_text(json.dumps(results))
+        try:
+            loaded = moe_tune.load_results(path)
+        except ForgeError as exc:
+            assert "\n" not in str(exc) and str(exc).startswith(f"{path}: ")
+        else:
+            assert all(int(m) >= 1 and isinstance(c.num_warps, int) for m, c in loaded.configs.items())
+            assert all(d.kept in ("tuned", "default") for d in loaded.decisions)
+            assert isinstance(moe_tune.provenance_text(loaded), str)
+
+    check()
+
+
+def test_bench_runs_give_an_end_to_end_proof_or_are_refused_in_one_line(cache_folder):
+    """A bench.json of the measured runs with one value replaced, dropped or added, at the top, in
+    an engine or in its figures."""
+    from forge.serving import moe_tune
+
+    real = json.loads((RESULTS / "h200-0.25.0-bench-26b-a4b-l30-moe-config" / "bench.json").read_text())
+    with_, without = "fp8-mtp4-v2-moe-tuned-kplus1", "fp8-mtp4-v2-moe-none"
+    name = "E=128,N=704,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    engine = real["engines"][with_]
+    path = cache_folder / "bench.json"
+
+    @SETTINGS
+    @given(mutated(real) | json_values
+           | mutated(engine).map(lambda e: {**real, "engines": {**real["engines"], with_: e}})
+           | mutated(engine["figures"]["sustained@agree"]).map(lambda f: {**real, "engines": {
+               **real["engines"], with_: {**engine, "figures": {"sustained@agree": f}}}}))
+    def check(bench):
+        path.write_text(json.dumps(bench))
+        try:
+            proof = moe_tune.end_to_end([path], name, with_, without)
+        except ForgeError as exc:
+            assert "\n" not in str(exc) and str(exc).startswith(f"{path}: ")
+        else:
+            assert all(isinstance(w, float) and isinstance(wo, float) for _, w, wo in proof.runs)
+
+    check()

@@ -167,3 +167,34 @@ def test_the_cpu_environment_marker_and_pips_report_load_as_written(tmp_path, mo
     with pytest.raises(DataError) as refused:
         cpu_env.resolved_pins(report, build)
     assert str(refused.value).startswith(f"{report}: install[0].metadata.version: Input should be a valid string")
+
+
+def test_the_tune_moe_models_hold_what_tune_moe_and_bench_write(tmp_path):
+    from pathlib import Path
+
+    from forge.serving import moe_tune
+    from forge.serving.moe_tune_files import BenchEngine, BenchRun, Decision, KernelConfig, Provenance, TuneResults
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    tuned = sorted(results.glob("*/tune-moe-*.json"))
+    assert tuned
+    for path in tuned:                                 # every GPU run's results, as tune() wrote them
+        written = json.loads(path.read_text())
+        assert set(TuneResults.model_fields) == set(written) and set(Provenance.model_fields) == set(
+            written["provenance"])
+        assert moe_tune.load_results(path).file_name == written["file_name"]
+    assert set(KernelConfig.model_fields) == set(moe_tune.CONFIG_KEYS)
+    config = dict(zip(moe_tune.CONFIG_KEYS, (16, 64, 128, 1, 4, 3)))
+    _, decisions = moe_tune.choose({8: {"config": config, "us": 9.0}}, {8: {"config": config, "us": 10.0}})
+    assert set(Decision.model_fields) == set(decisions[0])
+    shipped = tmp_path / "E=128,N=704,device_name=NVIDIA_H200.json"
+    shipped.write_text(moe_tune.render_config_json({8: config, 64: config}, "3.6.0"))
+    assert moe_tune.shipped_configs(shipped) == {"8": config, "64": config}
+    shipped.write_text(json.dumps({"8": config, "08": config}))
+    with pytest.raises(DataError, match=r"08.* is no token count"):
+        moe_tune.shipped_configs(shipped)
+    for bench in sorted(results.glob("*/bench.json")):       # the fields read are ones bench.py writes
+        written = json.loads(bench.read_text())
+        engines = BenchRun.model_validate(written).engines
+        assert set(BenchRun.model_fields) <= set(written)
+        assert all(set(BenchEngine.model_fields) <= set(written["engines"][name]) for name in engines)

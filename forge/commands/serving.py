@@ -133,7 +133,7 @@ def _end_to_end(args, moe_tune):
                          "ships only where it wins end to end: verify/bench.py with and without it)")
     if not (args.with_engine and args.without_engine):
         raise ForgeError("tune-moe: --end-to-end needs --with-engine and --without-engine")
-    name = moe_tune.load_results(Path(args.import_results))["file_name"]
+    name = moe_tune.load_results(Path(args.import_results)).file_name
     return moe_tune.end_to_end([Path(p) for p in args.end_to_end], name, args.with_engine,
                                args.without_engine, args.window)
 

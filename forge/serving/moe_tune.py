@@ -25,6 +25,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from forge import REPO_ROOT
 from forge.data_formats import load_json
@@ -35,6 +36,10 @@ from forge.models import MoeShape, moe_models
 from forge.patching.moe_config_names import config_file_name, parse_config_name
 from forge.patching.vocabulary import Kind
 from forge.progress import say, track
+from forge.untrusted import visible
+
+if TYPE_CHECKING:
+    from forge.serving.moe_tune_files import BenchEngine, TuneResults
 
 PATCHES_DIR = REPO_ROOT / "patches"
 MOE_CONFIG_DIR = PATCHES_DIR / "moe-configs"
@@ -101,15 +106,23 @@ def token_counts_for_recipe(recipe, k_values: list[int] | None = None,
 
 def merge_configs(shipped: dict[str, dict], chosen: dict) -> dict[int, dict]:
     """The shipped file's token counts plus (overriding) the newly chosen ones."""
-    merged = {int(m): c for m, c in shipped.items() if m != "triton_version"}
+    merged = {int(m): c for m, c in shipped.items()}
     merged.update({int(m): c for m, c in chosen.items()})
     return merged
+
+
+def shipped_configs(path: Path) -> dict[str, dict]:
+    """{"<M>": config} of a config file in vLLM's format, or one DataError naming the field."""
+    from forge.serving.moe_tune_files import ShippedConfig
+    from forge.typed import loaded
+
+    return loaded(ShippedConfig, load_json(path, SOURCE), path).configs()
 
 
 def write_merged(results: dict, directory: Path, config_dir: Path = MOE_CONFIG_DIR) -> Path:
     """results' configs merged over the shipped file of the same name, written to directory."""
     shipped_file = config_dir / results["file_name"]
-    shipped = load_json(shipped_file, SOURCE) if regular_or_absent(shipped_file, SOURCE) else {}
+    shipped = shipped_configs(shipped_file) if regular_or_absent(shipped_file, SOURCE) else {}
     merged = merge_configs(shipped, results["configs"])
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / results["file_name"]
@@ -158,18 +171,18 @@ def patch_id(file_name: str) -> str:
     return f"moe-e{name.experts}-n{name.n}-{device}-{name.dtype or 'bf16'}"
 
 
-def provenance_text(results: dict) -> str:
-    p = results["provenance"]
-    kept = [str(d["M"]) for d in results["decisions"] if d["kept"] == "tuned"]
-    lost = [str(d["M"]) for d in results["decisions"] if d["kept"] == "default"]
-    return (f"Tuned fused-MoE Triton configs for {_shape_text(results['file_name'])}, "
-            f"{results['dtype']}. Without it vLLM logs \"Using default MoE config ... Config file "
+def provenance_text(results: TuneResults) -> str:
+    p = results.provenance
+    kept = [str(d.M) for d in results.decisions if d.kept == "tuned"]
+    lost = [str(d.M) for d in results.decisions if d.kept == "default"]
+    return (f"Tuned fused-MoE Triton configs for {_shape_text(results.file_name)}, "
+            f"{results.dtype}. Without it vLLM logs \"Using default MoE config ... Config file "
             f"not found\" on this device (no release bundles one). Tuned config kept at M = "
             f"{', '.join(kept) or 'none'}; vLLM's default kept at M = {', '.join(lost) or 'none'} "
-            f"(tuned did not win by {MIN_GAIN:.0%}). Provenance: device {p['device']}, driver "
-            f"{p['driver']}, Triton {p['triton']}, torch {p['torch']}, vLLM {p['vllm']}, "
-            f"search space {results['space']}, date {p['date']}, duration {p['duration_s']} s, "
-            f"command: {p['command']}. Shipped for {TUNED_RELEASES}: the releases that pin the "
+            f"(tuned did not win by {MIN_GAIN:.0%}). Provenance: device {p.device}, driver "
+            f"{p.driver}, Triton {p.triton}, torch {p.torch}, vLLM {p.vllm}, "
+            f"search space {results.space}, date {p.date}, duration {p.duration_s} s, "
+            f"command: {p.command}. Shipped for {TUNED_RELEASES}: the releases that pin the "
             f"torch and Triton it was tuned with.")
 
 
@@ -185,15 +198,12 @@ def _shape_text(file_name: str) -> str:
     raise ForgeError(f"{file_name}: no model in models/ has {name.experts} experts of {name.n}")
 
 
-def load_results(results_path: Path) -> dict:
-    """A GPU run's results (`tune-moe --results`), with every field an import reads."""
-    results = load_json(results_path, REPORT)
-    if not isinstance(results, dict):
-        raise ForgeError(f"{results_path}: (top level): tune results must be a JSON object")
-    for key in ("file_name", "configs", "decisions", "provenance", "dtype", "space"):
-        if key not in results:
-            raise ForgeError(f"{results_path}: {key}: required field is missing")
-    return results
+def load_results(results_path: Path) -> TuneResults:
+    """A GPU run's results (`tune-moe --results`), or one DataError naming the file and field."""
+    from forge.serving.moe_tune_files import TuneResults
+    from forge.typed import loaded
+
+    return loaded(TuneResults, load_json(results_path, REPORT), results_path)
 
 
 def import_results(results_path: Path, config_dir: Path = MOE_CONFIG_DIR,
@@ -201,21 +211,21 @@ def import_results(results_path: Path, config_dir: Path = MOE_CONFIG_DIR,
     """Write a GPU run's tuned JSON into patches/moe-configs and register it in the series, only
     where a benchmark of the same engine with and without it shows it winning end to end."""
     results = load_results(results_path)
-    if not any(d["kept"] == "tuned" for d in results["decisions"]):
+    if not any(d.kept == "tuned" for d in results.decisions):
         raise ForgeError(f"{results_path}: decisions: tuned won at no token count; "
                          "nothing to ship (vLLM's default is as good here)")
     if end_to_end is None:
         raise ForgeError(f"{results_path}: a tuned config ships only where it wins end to end: give "
                          "--end-to-end BENCH_JSON (verify/bench.py with --engine ...,moe=DIR and "
                          "--engine ...,moe=none) with --with-engine and --without-engine")
-    if end_to_end.config_name != results["file_name"]:
-        raise ForgeError(f"{results_path}: file_name: {results['file_name']}, but the end-to-end "
+    if end_to_end.config_name != results.file_name:
+        raise ForgeError(f"{results_path}: file_name: {results.file_name}, but the end-to-end "
                          f"run measured {end_to_end.config_name}")
     end_to_end.require_win()
-    configs = {int(m): c for m, c in results["configs"].items()}
+    configs = {int(m): c.model_dump() for m, c in results.configs.items()}
     config_dir.mkdir(parents=True, exist_ok=True)
-    target = config_dir / results["file_name"]
-    write_text_atomically(target, render_config_json(configs, results["provenance"].get("triton")))
+    target = config_dir / results.file_name
+    write_text_atomically(target, render_config_json(configs, results.provenance.triton))
     register(target, f"{provenance_text(results)} {end_to_end.text()}", series_path)
     return target
 
@@ -255,45 +265,46 @@ def end_to_end(bench_files: list[Path], config_name: str, with_engine: str, with
                window: str = "sustained@agree") -> EndToEnd:
     """Read verify/bench.py's bench.json files: the with-engine must have read config_name, the
     without-engine must not have, and both must share every other setting."""
+    from forge.serving.moe_tune_files import BenchRun
+    from forge.typed import loaded
+
     runs = []
     for path in bench_files:
-        bench = load_json(path, REPORT)
-        try:
-            engines = bench["engines"]
-        except (KeyError, TypeError) as exc:
-            raise ForgeError(f"{path}: cannot read a verify/bench.py bench.json: {exc}") from exc
-        with_, without = (_engine(engines, name, path) for name in (with_engine, without_engine))
+        bench = loaded(BenchRun, load_json(path, REPORT), path)
+        with_, without = (_engine(bench.engines, name, path) for name in (with_engine, without_engine))
         if not _read_config(with_, config_name):
-            raise ForgeError(f"{path}: engines.{with_engine}: did not read {config_name} "
-                             f"(its log: {with_.get('moe_config_log')})")
+            raise ForgeError(f"{path}: engines.{visible(with_engine)}: did not read {config_name} "
+                             f"(its log: {visible(with_.moe_config_log)})")
         if _read_config(without, config_name):
-            raise ForgeError(f"{path}: engines.{without_engine}: read {config_name} too")
-        differ = [key for key in SAME_SETTINGS if with_.get(key) != without.get(key)]
+            raise ForgeError(f"{path}: engines.{visible(without_engine)}: read {config_name} too")
+        differ = [key for key in SAME_SETTINGS if with_.setting(key) != without.setting(key)]
         if differ:
-            raise ForgeError(f"{path}: engines {with_engine} and {without_engine} differ in "
-                             f"{', '.join(differ)}: not a comparison of the config alone")
-        runs.append((bench.get("date", "?"),
+            raise ForgeError(f"{path}: engines {visible(with_engine)} and {visible(without_engine)} "
+                             f"differ in {', '.join(differ)}: not a comparison of the config alone")
+        runs.append((visible(bench.date or "?"),
                      _decode_tok_s(with_, window, path), _decode_tok_s(without, window, path)))
     if not runs:
         raise ForgeError("--end-to-end: give at least one bench.json")
     return EndToEnd(config_name, window, tuple(runs))
 
 
-def _engine(engines: dict, name: str, path: Path) -> dict:
+def _engine(engines: dict[str, BenchEngine], name: str, path: Path) -> BenchEngine:
     if name not in engines:
-        raise ForgeError(f"{path}: engines.{name}: no such engine (has {', '.join(sorted(engines))})")
+        raise ForgeError(f"{path}: engines.{visible(name)}: no such engine "
+                         f"(has {visible(', '.join(sorted(engines)))})")
     return engines[name]
 
 
-def _read_config(engine: dict, config_name: str) -> bool:
-    return any(str(line).endswith("/" + config_name) for line in engine.get("moe_config_log") or [])
+def _read_config(engine: BenchEngine, config_name: str) -> bool:
+    return any(line.endswith("/" + config_name) for line in engine.moe_config_log or [])
 
 
-def _decode_tok_s(engine: dict, window: str, path: Path) -> float:
-    figure = (engine.get("figures") or {}).get(window) or {}
-    if not figure.get("decode_tok_s"):
-        raise ForgeError(f"{path}: engines.{engine.get('name')}.figures.{window}: no decode figure")
-    return float(figure["decode_tok_s"])
+def _decode_tok_s(engine: BenchEngine, window: str, path: Path) -> float:
+    figure = (engine.figures or {}).get(window)
+    if figure is None or not figure.decode_tok_s:
+        raise ForgeError(f"{path}: engines.{visible(engine.name)}.figures.{visible(window)}: "
+                         "no decode figure")
+    return figure.decode_tok_s
 
 
 def register(config_file: Path, why: str, series_path: Path | None = None) -> None:
