@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Annotated, TypeVar
 
 from packaging.version import Version
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from forge.data_formats import DataError
 
@@ -49,6 +49,32 @@ def _is_version(text: str) -> str:
 # A PEP 440 version as the writer wrote it (str(Version(...)) or the index's spelling).
 VersionText = Annotated[str, Field(max_length=128), AfterValidator(_is_version)]
 
+
+
+# Open-ended JSON (vLLM's engine keywords, a window's figures): JSON values, their numbers finite
+# (the configuration), nested at most JSON_DEPTH deep with at most JSON_ITEMS entries in each list
+# or mapping and strings of at most Text's length; the whole file bounded by its kind's cap.
+JSON_DEPTH = 32
+JSON_ITEMS = 100_000
+
+
+def _bounded_json(value: JsonValue) -> JsonValue:
+    pending: list[tuple[object, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if depth > JSON_DEPTH:
+            raise ValueError(f"nested over {JSON_DEPTH} levels deep")
+        if isinstance(item, (list, dict)):
+            if len(item) > JSON_ITEMS:
+                raise ValueError(f"a list or mapping of over {JSON_ITEMS} entries")
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+        elif isinstance(item, str) and len(item) > 1 << 20:
+            raise ValueError("a string over 1 MiB")
+    return value
+
+
+BoundedJson = Annotated[JsonValue, AfterValidator(_bounded_json)]
 
 
 def one_of(words: tuple[str, ...]):

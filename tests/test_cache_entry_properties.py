@@ -331,3 +331,50 @@ def test_bench_runs_give_an_end_to_end_proof_or_are_refused_in_one_line(cache_fo
             assert all(isinstance(w, float) and isinstance(wo, float) for _, w, wo in proof.runs)
 
     check()
+
+
+def test_engine_results_load_whole_or_are_an_engine_that_did_not_start(cache_folder):
+    """A result a GPU run's worker wrote, with one value replaced, dropped or added, at the top or
+    in its engine: read as the worker wrote it, or as an engine that did not start and why."""
+    from verify.engine_worker import read_result
+
+    real = json.loads((RESULTS / "h200-0.25.0-bench-26b-a4b-l6" / "engines" / "bf16-v1.result.json").read_text())
+    path = cache_folder / "e.result.json"
+
+    @SETTINGS
+    @given(mutated(real) | json_values | mutated(real["engine"]).map(lambda e: {**real, "engine": e}))
+    def check(result):
+        path.write_text(json.dumps(result))
+        read = read_result(path)
+        if read.get("error", "").startswith("not the worker's result: "):
+            assert read["engine"] == {"started": False} and "\n" not in read["error"]
+        else:
+            assert read == result and isinstance(read["engine"]["started"], bool)
+
+    check()
+
+
+def test_engine_specs_load_whole_or_are_refused_in_one_line(cache_folder):
+    """A spec as bench.py writes it (its windows' prompts as token ids), with one value replaced,
+    dropped or added, at the top, in its engine keywords or in a window."""
+    from verify.engine_worker import read_spec
+
+    real = json.loads((RESULTS / "h200-0.25.0-bench-26b-a4b-l6" / "engines" / "bf16-v1.spec.json").read_text())
+    real["windows"] = [{**window, "prompts": [[2, 106, 1645]]} for window in real["windows"]]
+    window = real["windows"][1]
+    path = cache_folder / "e.spec.json"
+
+    @SETTINGS
+    @given(mutated(real) | json_values | mutated(real["engine_kwargs"]).map(lambda k: {**real, "engine_kwargs": k})
+           | mutated(window).map(lambda w: {**real, "windows": [w]}))
+    def check(spec):
+        path.write_text(json.dumps(spec))
+        try:
+            read = read_spec(path)
+        except ForgeError as exc:
+            assert "\n" not in str(exc) and str(exc).startswith(f"{path}: ")
+        else:
+            assert all("/" not in w.name and w.repeat >= 1 for w in read.windows)
+            assert all(isinstance(value, str) for value in read.env.values())
+
+    check()

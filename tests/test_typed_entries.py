@@ -198,3 +198,49 @@ def test_the_tune_moe_models_hold_what_tune_moe_and_bench_write(tmp_path):
         engines = BenchRun.model_validate(written).engines
         assert set(BenchRun.model_fields) <= set(written)
         assert all(set(BenchEngine.model_fields) <= set(written["engines"][name]) for name in engines)
+
+
+def test_the_engine_spec_and_result_models_hold_what_verify_writes(tmp_path):
+    """The specs bench.py builds load, every window kind included; every spec and result the GPU
+    runs wrote has the models' keys (their prompts were left out when committed); a spec the model
+    refuses stops the worker in one line, before vLLM is imported."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from forge.files import write_text_atomically
+    from forge.json_text import dump_json
+    from forge.serving.recipes import load_recipe
+    from verify import bench, engine_worker
+    from verify.engine_files import EngineResult, EngineSpec, Window
+    from verify.prompts import load_prompts
+
+    args = bench.parse_args(["--recipe", "gemma-4-26b-a4b-it", "--dummy", "--layers", "2", "--windows",
+                             "burst,sustained,conc8,followup,long8k-conc24", "--max-model-len", "9000",
+                             "--out", str(tmp_path)])
+    spec = bench.engine_spec(load_recipe("gemma-4-26b-a4b-it", "h200"), args, bench.parse_engine("name=e"), tmp_path)
+    spec.update(windows=bench.windows(args, load_prompts()), lock_file=str(tmp_path / "m.lock"),
+                barrier={"dir": str(tmp_path / "b"), "name": "e", "count": 2, "timeout_s": 60})
+    path = tmp_path / "e.spec.json"
+    write_text_atomically(path, dump_json(spec, "spec", indent=1))      # as supervisor.start_worker
+    assert [w.name for w in engine_worker.read_spec(path).windows] == [w["name"] for w in spec["windows"]]
+    committed = sorted((Path(__file__).resolve().parents[1] / "benchmarks" / "results").glob("*/engines/*.spec.json"))
+    assert committed
+    for written in committed:
+        data = json.loads(written.read_text())
+        assert set(data) <= set(EngineSpec.model_fields)
+        assert all(set(window) <= set(Window.model_fields) for window in data["windows"])
+        result = written.with_name(written.name.replace(".spec.", ".result."))
+        assert engine_worker.read_result(result) == json.loads(result.read_text())
+    first = engine_worker.first_result("e")
+    assert set(first) <= set(EngineResult.model_fields) and EngineResult.model_validate(first).engine.started is False
+    for change, field in (({"windows": [{**spec["windows"][0], "name": "../x"}]}, "windows[0].name"),
+                          ({"engine_kwargs": {"gpu_memory_utilization": "1e999"}},
+                           "engine_kwargs.gpu_memory_utilization"),
+                          ({"env": {"PATH": ["/bin"]}}, "env.PATH")):
+        text = json.dumps({**spec, **change, "result_file": str(tmp_path / "r.json")})
+        path.write_text(text.replace('"1e999"', "1e999"))           # json reads it as infinity
+        run = subprocess.run([sys.executable, str(Path(engine_worker.__file__)), str(path)],
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode == 2 and run.stderr.startswith(f"error: {path}: {field}: ")
+        assert run.stderr.count("\n") == 1 and not (tmp_path / "r.json").exists()

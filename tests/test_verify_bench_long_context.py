@@ -228,13 +228,13 @@ def test_the_worker_warms_a_long_window_up_on_its_other_prompts(fake_vllm):
               "prompts": [[2, 5, 5], [2, 6, 6]], "warmup_prompts": [[2, 7, 7], [2, 8, 8]],
               "sampling": {"temperature": 0.0, "ignore_eos": True, "max_tokens": 4}}
     llm = FakeLLM()
-    result = engine_worker.run_window(llm, window, {})
+    result = engine_worker.run_window(llm, window, None)
     ids = [([p["prompt_token_ids"] for p in batch], max_tokens) for batch, max_tokens in llm.batches]
     assert ids == [([[2, 7, 7], [2, 8, 8]], 2), ([[2, 5, 5], [2, 6, 6]], 4)]
     assert result["concurrency"] == 2 and [r["prompt_tokens"] for r in result["requests"]] == [3, 3]
     # a window without warmup_prompts warms up on its own, as before
     llm = FakeLLM()
-    engine_worker.run_window(llm, {**window, "warmup_prompts": None, "prompt_tokens": None}, {})
+    engine_worker.run_window(llm, {**window, "warmup_prompts": None, "prompt_tokens": None}, None)
     assert llm.batches[0][0] == llm.batches[1][0]
 
 

@@ -24,6 +24,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # run as a file (the engine's own process), by Python itself (a spawned child re-runs it as __mp_main__):
 # see verify/_repository_on_path.py
@@ -34,29 +35,38 @@ from forge.data_formats import load_json  # noqa: E402
 from forge.errors import ForgeError  # noqa: E402 (needs the path above)
 from forge.files import REPORT, write_text_atomically  # noqa: E402
 from forge.json_text import dump_json  # noqa: E402
+from forge.untrusted import visible  # noqa: E402
 from verify.report import installed_versions  # noqa: E402
+
+if TYPE_CHECKING:
+    from verify.engine_files import EngineSpec
 
 
 def main(spec_path: str) -> int:
-    spec = load_json(spec_path, REPORT)
-    os.environ.update(spec.get("env", {}))
-    result: dict = {"name": spec.get("name"), "versions": installed_versions(),
-                    "engine": {"started": False}, "windows": {}}
-    result_file = Path(spec["result_file"])
     try:
-        with gpu_turn(spec.get("lock_file"), alone=False):  # never while a clock runs
-            llm, info = start_engine(spec["engine_kwargs"], spec.get("device", "cuda"))
+        spec = read_spec(Path(spec_path))
+    except ForgeError as exc:
+        print(f"error: {visible(exc)}", file=sys.stderr)     # the log's last line: its root cause
+        return 2
+    os.environ.update(spec.env)
+    result = first_result(spec.name)
+    result_file = Path(spec.result_file)
+    barrier = spec.barrier.model_dump() if spec.barrier else None
+    try:
+        with gpu_turn(spec.lock_file, alone=False):  # never while a clock runs
+            llm, info = start_engine(dict(spec.engine_kwargs), spec.device)
         result["engine"] = {"started": True, **info}
         _write(result_file, result)
-        _arrive(spec.get("barrier"), "ready")
-        _wait_for_all(spec.get("barrier"))
-        with gpu_turn(spec.get("lock_file")):
-            for window in spec.get("windows", []):
+        _arrive(barrier, "ready")
+        _wait_for_all(barrier)
+        with gpu_turn(spec.lock_file):
+            for window in spec.windows:
                 try:
-                    result["windows"][window["name"]] = run_window(llm, window, spec)
+                    result["windows"][window.name] = run_window(llm, window.model_dump(),
+                                                                spec.prometheus_dir)
                 except Exception as exc:  # noqa: BLE001 (one broken window keeps the others)
                     traceback.print_exc()
-                    result.setdefault("window_errors", {})[window["name"]] = \
+                    result.setdefault("window_errors", {})[window.name] = \
                         f"{type(exc).__name__}: {exc}"
                 _write(result_file, result)
         result["engine"]["max_rss_mib"] = max_rss_mib()
@@ -65,9 +75,22 @@ def main(spec_path: str) -> int:
         traceback.print_exc()
         result["error"] = f"{type(exc).__name__}: {exc}"
         _write(result_file, result)
-        _arrive(spec.get("barrier"), "failed")
+        _arrive(barrier, "failed")
         return 1
     return 0
+
+
+def read_spec(spec_path: Path) -> EngineSpec:
+    """The spec supervisor.start_worker wrote, or one DataError naming the file and the field."""
+    from forge.typed import loaded
+    from verify.engine_files import EngineSpec
+
+    return loaded(EngineSpec, load_json(spec_path, REPORT), spec_path)
+
+
+def first_result(name: str | None) -> dict:
+    """What a worker's result holds before its engine starts: the versions it will run on."""
+    return {"name": name, "versions": installed_versions(), "engine": {"started": False}, "windows": {}}
 
 
 def start_engine(engine_kwargs: dict, device: str = "cuda"):
@@ -101,7 +124,7 @@ def max_rss_mib() -> int:
     return round(max(own, children) / 1024)      # Linux reports KiB
 
 
-def run_window(llm, window: dict, spec: dict) -> dict:
+def run_window(llm, window: dict, prom_dir: str | None) -> dict:
     control = set_control(llm, window.get("control"))
     if window.get("kind") == "followup":
         return {**run_followup(llm, window), **control}
@@ -125,7 +148,6 @@ def run_window(llm, window: dict, spec: dict) -> dict:
             outputs += llm.generate(batch, sampling, use_tqdm=False)
             walls.append(time.perf_counter() - started)
     after = metrics_snapshot(llm)
-    prom_dir = spec.get("prometheus_dir")
     if prom_dir and window.get("save_prometheus"):
         Path(prom_dir).mkdir(parents=True, exist_ok=True)
         Path(prom_dir, f"{window['name']}.before.prom").write_text(prom_before)
@@ -272,16 +294,21 @@ def read_result(result_file: Path) -> dict:
     """A worker's result JSON as its reader takes it; a missing or unreadable one is an engine
     that did not start, with the reason as its error (the worker writes it atomically: a broken
     one was not written by it)."""
+    from pydantic import ValidationError
+
+    from forge.typed import problem_line
+    from verify.engine_files import EngineResult
+
     if not result_file.exists():
         return {"engine": {"started": False}}
     try:
-        result = load_json(result_file, REPORT)
+        # As the worker wrote it (keys it left out stay out), once the model has taken it.
+        return EngineResult.model_validate(load_json(result_file, REPORT)).model_dump(exclude_unset=True)
     except ForgeError as exc:
-        return {"engine": {"started": False},
-                "error": f"{result_file}: not the worker's result ({exc})"}
-    if not isinstance(result, dict):
-        return {"engine": {"started": False}, "error": f"{result_file}: not a JSON object"}
-    return result
+        problem = str(exc)
+    except ValidationError as exc:
+        problem = problem_line(exc, result_file)
+    return {"engine": {"started": False}, "error": f"not the worker's result: {visible(problem)}"}
 
 
 def _arrive(barrier: dict | None, state: str) -> None:

@@ -4,12 +4,13 @@ the models, a verify report's recipe that was a list became a key of the publish
 repr), a work tree's state whose command was a list was named as the command that made it, and a
 finish journal that was a list stopped --finish with a traceback, tune results whose decisions
 held a number stopped tune-moe --import-results with one, and a bench run whose decode figure was
-1e999 (json reads it as infinity) proved a tuned MoE config won end to end: it was shipped."""
+1e999 (json reads it as infinity) proved a tuned MoE config won end to end: it was shipped; an
+engine result whose `engine` was a list stopped bench.py --collect with a traceback."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests.hostile.commands import PUBLISH, TUNE_IMPORT, build
+from tests.hostile.commands import PUBLISH, RECIPE, TUNE_IMPORT, build, out_dir
 
 WORK = "repo/build/patch-work/hostile-new"
 STATE = '{"id": "hostile-new", "vllm": "0.27.1", "command": "new-patch"}'
@@ -33,6 +34,13 @@ END_TO_END = {**TUNE_IMPORT, "argv": [*TUNE_IMPORT["argv"], "--end-to-end", "{wo
 MEASURED = [("write", "work/tune.json", TUNE_RESULTS), ("write", "work/bench.json", BENCH_RUN)]
 
 
+# bench.py --collect: the results a run left under --out, read again (no engine starts).
+COLLECT = {"run": "bench", "argv": ["--recipe", RECIPE, "--target", "h200", "--dummy", "--layers", "2",
+                                    "--collect", "--configs", "", "--engine", "name=e", "--windows",
+                                    "sustained", "--out", "{work}/out"],
+           "exit": 1, "creates": out_dir("work/out"), "reports_in": "work/out"}
+
+
 def typed_cases() -> list[dict]:
     return [
         {**PUBLISH, "id": "typed-report-recipe-a-list",
@@ -51,4 +59,7 @@ def typed_cases() -> list[dict]:
          "setup": [*MEASURED, ("replace", "work/bench.json", '"decode_tok_s": 663.3', '"decode_tok_s": 1e999')],
          "exit": 2, "stderr": ["{work}/bench.json", "figures.sustained@agree.decode_tok_s: Input should be "
                                "a finite number"], "creates": []},
+            {**COLLECT, "id": "typed-engine-result-engine-a-list",
+         "setup": [("write", "work/out/engines/e.result.json", '{"engine": ["started"], "windows": {}}')],
+         "stdout": "e.result.json: engine: Input should be a valid dictionary", "stderr": None},
     ]
