@@ -2,6 +2,7 @@
 Prometheus text captured from vLLM 0.25.0 on an H200 (a stand-in for a vLLM server's HTTP
 surface: /v1/models, /v1/completions, /metrics; vLLM's own parser is not replaced)."""
 import json
+import os
 import re
 import socket
 import subprocess
@@ -516,3 +517,31 @@ def test_expect_control_needs_endpoint_and_dummy(tmp_path, capsys, extra):
     assert err.startswith("error: ") and (
         "--expect-control needs --endpoint and --dummy (in-process, --dummy runs both controls)" in err)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def hostile_server():
+    """tests/hostile/server.py's server, in this process: its scenarios at /<scenario>/<id>."""
+    from tests.hostile.server import Handler, Server
+
+    server = Server(("127.0.0.1", 0), Handler)
+    serve_in_background(server)
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_one_wait_server_probe_ends_at_its_deadline_whatever_the_server_trickles(hostile_server):
+    """bench --wait-server's probe of a health URL whose server drips its answer a byte at a time
+    (its headers and 240 bytes, 0.1 s apart: 30 s in all, each read answered well within a per-read
+    timeout: urllib took the headers after 8 s and counted the server ready) ends
+    at its own 2 s deadline, the server counted neither ready nor failed while its process lives."""
+    alive = str(os.getpid())
+    started = time.monotonic()
+    assert bench._server_state(f"{hostile_server}/health-trickle/a/health", alive) is None
+    assert time.monotonic() - started < 12          # the drip takes 30 s
+    assert bench._server_state(f"{hostile_server}/healthy/a/health", alive) == "ready"
+    assert bench._server_state(f"{hostile_server}/no-such/a/health", alive) is None      # 404
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert bench._server_state(f"{hostile_server}/health-trickle/b/health", gone) == "failed"

@@ -561,15 +561,21 @@ def _kill_start(proc: subprocess.Popen, log, name: str, start_timeout: int) -> N
     print(f"[bench] {name}: not ready after {start_timeout} s, killed", flush=True)
 
 
+# One probe of --wait-server's health URL: 2 s in all (not per read: a server that drips a byte
+# at a time passes every read's own timeout) and a few KiB of answer (vLLM's /health is empty).
+HEALTH_TIMEOUT_S = 2
+HEALTH_CAP = 64 * 1024
+
+
 def _server_state(health_url: str, pid: str) -> str | None:
-    import urllib.error
-    import urllib.request
+    """"ready" once the health URL answers 200 within the probe's bounds, "failed" once the
+    server's process is gone, else None (asked again on the next tick)."""
+    from verify.endpoint import Endpoint, EndpointError
 
     try:
-        with urllib.request.urlopen(health_url, timeout=2) as response:
-            if response.status == 200:
-                return "ready"
-    except (urllib.error.URLError, OSError):
+        if Endpoint(health_url, HEALTH_TIMEOUT_S).get("", "server health", HEALTH_CAP).status == 200:
+            return "ready"
+    except EndpointError:
         pass
     return None if Path(f"/proc/{pid}").exists() else "failed"
 

@@ -121,6 +121,7 @@ NETWORK_SCENARIOS: dict[str, dict[str, Respond]] = {
     "models-trickle": {"/v1/models": _drip(TRICKLED)},
     "models-headers-trickle": {"/v1/models": _drip(TRICKLED, headers_too=True)},
     "metrics-trickle": {"/metrics": _drip(_metrics(1).encode()[:240])},
+    "health-trickle": {"/health": _drip(b" " * 240, headers_too=True)},
     "models-redirect-other-port": {"/v1/models": _redirect(
         lambda prefix: f"http://127.0.0.1:{OTHER.port}/healthy{prefix[prefix.rfind('/'):]}/v1/models")},
     "models-redirect-same-server": {"/v1/models": _redirect(
