@@ -199,6 +199,7 @@ def cmd_publish(args) -> int:
 def cmd_published(args) -> int:
     """Print the known-good image of each target x release."""
     from forge.images.published import known_good_entries, load_index, reference
+    from forge.untrusted import visible
 
     entries = known_good_entries(load_index(args.index), args.target, args.vllm)
     if args.json:
@@ -208,6 +209,7 @@ def cmd_published(args) -> int:
         print("no verified image published yet" + (f" for {args.target}" if args.target else ""))
         return 1 if (args.target or args.vllm) else 0
     for e in entries:
-        print(f"{e['target']:6} vLLM {e['vllm']:8} {reference(e['repository'], e['moving_tag'])} -> "
-              f"{e['immutable_tag']}@{e['digest']}")
+        # visible: every field is what the index file (--index) holds
+        print(visible(f"{e['target']:6} vLLM {e['vllm']:8} {reference(e['repository'], e['moving_tag'])} -> "
+                      f"{e['immutable_tag']}@{e['digest']}"))
     return 0

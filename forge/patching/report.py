@@ -7,6 +7,7 @@ from packaging.version import Version
 
 from forge.json_text import dump_json
 from forge.patching.vocabulary import Status
+from forge.untrusted import visible
 from forge.versions import Release
 
 # Short cells keep the matrix readable at 80 columns.
@@ -21,7 +22,9 @@ WIDTH = 100
 
 def _table(rows: list[list[str]], width: int | None = None) -> str:
     """Columns padded to their widest cell. With `width`, the last column (free text) is wrapped:
-    a row longer than `width` goes on under a 4-space indent, and its rule stops at `width`."""
+    a row longer than `width` goes on under a 4-space indent, and its rule stops at `width`.
+    Every cell is shown through `visible`: a detail quotes a cache entry or git's output."""
+    rows = [[visible(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     if width is not None:
         widths[-1] = max(1, min(widths[-1], width - sum(widths[:-1]) - 2 * (len(widths) - 1)))
