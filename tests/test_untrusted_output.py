@@ -60,3 +60,63 @@ def test_a_servers_error_answer_is_escaped_in_verifys_message(hostile_server):
         server.post_json("/v1/completions", "completion", {"prompt": "x"})
     assert "HTTP 500" in str(refused.value) and "\x1b" not in str(refused.value)
     assert "\\x1b[2J" in str(refused.value) and "\n" not in str(refused.value)
+
+
+# --- the serve command line: meant to be pasted, so shell-quoted and free of control characters ---
+# (the model id needs no case: it must be one a models/<family>.yaml lists)
+
+TITLE = "\x1b]0;x\x07"        # sets the terminal's title; shlex quotes it and leaves it raw
+
+
+def _recipes_with(tmp_path, edit):
+    import shutil
+
+    import yaml
+
+    from tests.build_cli import REPO_ROOT
+
+    root = tmp_path / "recipes"
+    shutil.copytree(REPO_ROOT / "recipes", root, ignore=shutil.ignore_patterns("*.md"))
+    path = root / "gemma-4-26b-a4b-it.yaml"
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return root
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["defaults"]["serve"].update(env={"VLLM_X": f"1{TITLE}"}), "serve.env"),
+    (lambda d: d["defaults"]["serve"].update(extra_args=["--served-model-name", f"g{TITLE}"]),
+     "serve.extra_args"),
+])
+def test_a_recipe_field_with_a_control_character_is_refused_before_the_serve_command_is_shown(
+        tmp_path, edit, field):
+    from tests.build_cli import run_build
+
+    root = _recipes_with(tmp_path, edit)
+    result = run_build("serve", "--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--vllm",
+                       "0.27.1", "--repository", "r/f", "--recipes-dir", str(root))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "gemma-4-26b-a4b-it.yaml: " in result.stderr
+    assert field in result.stderr and "\\x1b]0;x\\x07" in result.stderr
+    assert not any(c in result.stderr for c in "\x1b\x07")
+
+
+def test_an_hf_cache_with_a_control_character_is_refused_not_pasted(tmp_path):
+    from tests.build_cli import run_build
+
+    result = run_build("serve", "--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--vllm",
+                       "0.27.1", "--repository", "r/f", "--hf-cache", f"/x{TITLE}")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: --hf-cache: ") and "\\x1b]0;x\\x07" in result.stderr
+    assert not any(c in result.stderr for c in "\x1b\x07")
+
+
+def test_the_serve_command_line_refuses_a_token_no_terminal_may_receive():
+    from forge.errors import ForgeError
+    from forge.serving.serve import ServePlan
+
+    assert ServePlan(["docker", "run", "a b"], []).shell() == "docker run 'a b'"
+    with pytest.raises(ForgeError, match=r"control character: x\\x1b\]0;x\\x07") as refused:
+        ServePlan(["docker", "run", f"x{TITLE}"], []).shell()
+    assert "\x1b" not in str(refused.value)

@@ -74,6 +74,8 @@ def _env_names(value) -> str | None:
             return f"{name!r} is not an environment variable name"
         if not isinstance(setting, str):
             return f"{name}: value must be a string (got {type(setting).__name__})"
+        if not setting.isprintable():
+            return f"{name}: {_unprintable(setting)}"
         if name in REMOVED_ENV_VARS:
             removed_in, flag = REMOVED_ENV_VARS[name]
             return (f"{name} was removed in vLLM {removed_in} (it would be ignored): "
@@ -94,7 +96,16 @@ def _cli_tokens(value) -> str | None:
     # A flag first (`--x` or an alias such as `-q`): a leading value would be read as the model.
     if value and not flag_groups(value)[0].flag:
         return f"must start with a --flag (got {value[0]!r})"
+    for position, token in enumerate(value):
+        if not token.isprintable():
+            return f"[{position}]: {_unprintable(token)}"
     return None
+
+
+def _unprintable(value: str) -> str:
+    # The value goes onto the command line `serve` prints for pasting: shlex would quote a control
+    # character but leave it raw, for the terminal to act on.
+    return f"holds a control character ({value!r}), which no command line can show"
 
 
 REFERENCE_ITEM = {

@@ -31,6 +31,7 @@ from forge.serving.recipes import (
     recipe_field,
 )
 from forge.serving.serve_flags import cli_value, flag_groups
+from forge.untrusted import visible
 
 CONTAINER_PORT = 8000
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
@@ -53,7 +54,7 @@ class ServePlan:
     notes: list[str]          # adaptations made for this release, printed to stderr
 
     def shell(self) -> str:
-        return shlex.join(self.argv)
+        return command_line(self.argv)
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,8 @@ class NodeCommand:
 
     def bare_shell(self) -> str:
         """The command without docker: `env K=V ... vllm serve ...`."""
-        return shlex.join(["env", *[f"{k}={v}" for k, v in sorted(self.env.items())], "vllm",
-                           *self.vllm_args])
+        return command_line(["env", *[f"{k}={v}" for k, v in sorted(self.env.items())], "vllm",
+                             *self.vllm_args])
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,18 @@ class MultiNodePlan:
         for node, argv in zip(self.nodes, self.argvs):
             role = "worker, headless" if node.headless else "API server"
             lines.append(f"# node {node.rank} ({role})")
-            lines.append(shlex.join(argv))
+            lines.append(command_line(argv))
         return "\n".join(lines)
+
+
+def command_line(argv: list[str]) -> str:
+    """`argv` as one shell line for a user to read and paste. shlex quotes a control character
+    but leaves it raw, for the terminal to act on, and an escaped one would change the command:
+    a token holding one is refused (the recipe's fields and --hf-cache are checked before this)."""
+    for token in argv:
+        if not token.isprintable():
+            raise ForgeError(f"the command line would hold a control character: {visible(token)}")
+    return shlex.join(argv)
 
 
 def plan_serve(recipe_name: str, target: str, vllm: str, repository: str | None = None,
@@ -438,6 +449,9 @@ def _where(recipe: Recipe) -> str:
 
 
 def _host_path(path: str) -> str:
+    if not path.isprintable():
+        raise ForgeError(f"--hf-cache: holds a control character ({visible(path)}); name a "
+                         "folder whose name can be shown and pasted")
     # docker -v needs an absolute host path; "~" is not expanded by docker.
     return os.path.abspath(os.path.expanduser(path))
 
