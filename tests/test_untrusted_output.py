@@ -120,3 +120,20 @@ def test_the_serve_command_line_refuses_a_token_no_terminal_may_receive():
     with pytest.raises(ForgeError, match=r"control character: x\\x1b\]0;x\\x07") as refused:
         ServePlan(["docker", "run", f"x{TITLE}"], []).shell()
     assert "\x1b" not in str(refused.value)
+
+
+# --- an engine's name from bench --engine: progress lines and file names under --out ------------
+
+@pytest.mark.parametrize("name", [f"e{TITLE}", "../../outside", "." + "e" * 300])
+def test_a_bench_engine_name_that_is_no_plain_name_is_refused_before_any_line_or_file(
+        name, tmp_path, capsys):
+    from verify import bench
+
+    out = tmp_path / "a" / "out"
+    code = bench.main(["--recipe", "gemma-4-26b-a4b-it", "--target", "h200", "--configs", "",
+                       "--collect", "--engine", f"name={name}", "--out", str(out)])
+    shown = capsys.readouterr()
+    assert code == 2 and shown.out == "" and shown.err.startswith("error: --engine ")
+    assert "name must be letters, digits" in shown.err and shown.err.count("\n") == 1
+    assert not any(c in shown.err for c in "\x1b\x07")
+    assert not (tmp_path / "outside").exists()

@@ -60,6 +60,7 @@ from verify.dummy_models import (
     recipe_shape,
 )
 from verify.endpoint import Endpoint, EndpointError, served_model, server_release
+from verify.engine_files import PLAIN_NAME
 from verify.engine_worker import measure_lock, read_result
 from verify.flags import burst_count, endpoint_url
 from verify.machine import detect_target, kill_group
@@ -200,6 +201,10 @@ def parse_engine(text: str, check_site: bool = True) -> dict:
         fields[key.strip()] = value.strip()
     if "name" not in fields:
         raise ForgeError(f"--engine {text!r}: name= is required")
+    if not re.fullmatch(PLAIN_NAME, fields["name"]):
+        # the name becomes file names under --out (engines/<name>.log) and the progress lines
+        raise ForgeError(f"--engine {text!r}: name must be letters, digits and . _ + - @ (128 at "
+                         "most, no leading dot)")
     engine: dict = {"dtype": "fp8", "k": 0, "runner": "default", "attention": None, "moe": None,
               "compile": None, "site": None, "kv": None, **fields}
     engine["stock"] = engine["name"] == "stock"  # the release's default: named so on purpose

@@ -19,8 +19,10 @@ from forge.typed import STRICT, BoundedJson, Name, Seconds, Text, one_of
 from verify.controls import CONTROLS
 from verify.device import DEVICES
 
-# A window's name: letters, digits and . _ - @ (sustained@agree, conc8@random), no leading dot.
-WindowName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9@._+-]{0,127}$")]
+# A window's or an engine's name: letters, digits and . _ - @ (sustained@agree, conc8@random,
+# fa4-k3), no leading dot, 128 characters: it becomes a file name (<name>.log, <name>.spec.json).
+PLAIN_NAME = r"^[A-Za-z0-9][A-Za-z0-9@._+-]{0,127}$"
+WindowName = Annotated[str, Field(pattern=PLAIN_NAME)]
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")]
 Settings = Annotated[dict[Name, BoundedJson], Field(max_length=1_000)]
 # A prompt: text, or token ids (a long window's: up to a model's context, 2**21 tokens at most).
