@@ -53,9 +53,14 @@ def default_repository() -> str:
     explicit = os.environ.get("VLLM_FORGE_REPOSITORY", "").strip()
     if explicit:
         return checked_repository(explicit, "$VLLM_FORGE_REPOSITORY")
-    owner = os.environ.get("GITHUB_REPOSITORY_OWNER", "").strip() or _remote_owner()
-    # GHCR repository names must be lowercase.
-    return f"ghcr.io/{owner.lower()}/vllm-forge" if owner else FALLBACK_REPOSITORY
+    given_owner = os.environ.get("GITHUB_REPOSITORY_OWNER", "").strip()
+    owner = given_owner or _remote_owner()
+    if not owner:
+        return FALLBACK_REPOSITORY
+    # GHCR repository names must be lowercase; an owner that makes no repository name (a space,
+    # a control character, over 255 characters) would reach tags, bake files and the terminal.
+    source = "$GITHUB_REPOSITORY_OWNER" if given_owner else f"{REPO_ROOT / '.git' / 'config'}: the remote's owner"
+    return checked_repository(f"ghcr.io/{owner.lower()}/vllm-forge", source)
 
 
 def _remote_owner() -> str | None:

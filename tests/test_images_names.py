@@ -36,6 +36,17 @@ def test_default_repository_owner_from_github_env(monkeypatch):
     assert images.default_repository() == "ghcr.io/acme-labs/vllm-forge"
 
 
+@pytest.mark.parametrize("owner", ["a\x1b[2Jb", "two words", "x" * 250])
+def test_a_github_owner_that_makes_no_repository_name_is_refused_naming_the_variable(monkeypatch, owner):
+    # the default repository becomes every tag, bake file and printed reference
+    monkeypatch.delenv("VLLM_FORGE_REPOSITORY", raising=False)
+    monkeypatch.setenv("GITHUB_REPOSITORY_OWNER", owner)
+    with pytest.raises(ForgeError, match=r"^\$GITHUB_REPOSITORY_OWNER: not a valid image repository"
+                       ) as refused:
+        images.default_repository()
+    assert "\x1b" not in str(refused.value)
+
+
 def test_default_repository_owner_from_git_remote(monkeypatch, tmp_path):
     monkeypatch.delenv("VLLM_FORGE_REPOSITORY", raising=False)
     monkeypatch.delenv("GITHUB_REPOSITORY_OWNER", raising=False)
