@@ -137,3 +137,36 @@ def test_a_bench_engine_name_that_is_no_plain_name_is_refused_before_any_line_or
     assert "name must be letters, digits" in shown.err and shown.err.count("\n") == 1
     assert not any(c in shown.err for c in "\x1b\x07")
     assert not (tmp_path / "outside").exists()
+
+
+# --- the upgrade report quotes the data files ----------------------------------------------------
+
+def test_a_known_failures_issue_is_escaped_in_the_upgrade_report(tmp_path):
+    """recipes/known-failures.yaml's `issue` is a cell of the report's recipes section (the gb10
+    recipes include an NVFP4 one that the entry names)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.build_cli import REPO_ROOT
+
+    tree = tmp_path / "tree"
+    for name in ("build.py", "pyproject.toml", "forge", "patches", "images", "recipes", "models",
+                 "benchmarks/results"):
+        source, copy = REPO_ROOT / name, tree / name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
+         if source.is_dir() else shutil.copy(source, copy))
+    failures = tree / "recipes" / "known-failures.yaml"
+    # YAML's own escapes: a screen clear and a carriage return inside the quoted string
+    failures.write_text(failures.read_text().replace('issue: "vLLM #39595 (open)"',
+                                                     'issue: "\\e[2J\\r#39595"'))
+    for verbose in ([], ["--verbose"]):
+        result = subprocess.run([sys.executable, "build.py", "upgrade", "--from", "0.25.0", "--to",
+                                 "0.27.1", "--target", "gb10", *verbose], cwd=tree,
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode in (0, 1), result.stderr
+        assert "known failure: " in result.stdout and "(\\x1b[2J\\r#39595)" in result.stdout
+        assert shown_escaped(result.stdout)
+        # the brief report keeps its 100 columns, escapes counted (--verbose prints lines whole)
+        assert verbose or max(len(line) for line in result.stdout.splitlines()) <= 100

@@ -14,6 +14,7 @@ import sys
 
 from forge.errors import ForgeError
 from forge.json_text import dump_json
+from forge.untrusted import visible
 
 NEEDS_WORK = 1
 
@@ -32,8 +33,7 @@ def cmd_upgrade(args) -> int:
         print(render_verbose(upgrade) if getattr(args, "verbose", False) else render(upgrade))
     if upgrade.blocking:
         if args.run:
-            print(f"--run: not started: the upgrade needs work ({upgrade.blocking[0]})",
-                  file=sys.stderr)
+            _say(f"--run: not started: the upgrade needs work ({upgrade.blocking[0]})", sys.stderr)
         return NEEDS_WORK
     return _run(upgrade, args) if args.run else 0
 
@@ -47,8 +47,7 @@ def _run(upgrade, args) -> int:
     gpu = gpu_problem()
     if gpu and cpu_verdict(upgrade, gpu, out) != 0:
         return NEEDS_WORK
-    print(f"--run: step 1: build the {upgrade.after} image for {upgrade.target.name}", file=out,
-          flush=True)
+    _say(f"--run: step 1: build the {upgrade.after} image for {upgrade.target.name}", out)
     try:
         cmd_build(_build_args(upgrade, args))
     except ForgeError as failure:
@@ -57,18 +56,18 @@ def _run(upgrade, args) -> int:
     if gpu:
         commands = [shlex.join(smoke_argv(name, upgrade.target.name, upgrade.after,
                                           args.repository)) for name in recipes]
-        print(f"--run: built; step 2 (smoke) not run: {gpu}. On a GPU host run: "
-              + (" && ".join(commands) or "(no recipe is served on this release)"), file=out)
+        _say(f"--run: built; step 2 (smoke) not run: {gpu}. On a GPU host run: "
+             + (" && ".join(commands) or "(no recipe is served on this release)"), out)
         return NEEDS_WORK
     for step, name in enumerate(recipes, start=2):
         argv = smoke_argv(name, upgrade.target.name, upgrade.after, args.repository)
-        print(f"--run: step {step}: smoke {name}: {shlex.join(argv)}", file=out, flush=True)
+        _say(f"--run: step {step}: smoke {name}: {shlex.join(argv)}", out)
         code = subprocess.run(argv, check=False).returncode
         if code != 0:
-            print(f"--run: step {step} (smoke {name}) failed with exit {code}: its report is in "
-                  f"verify-out/{name}; fix that before publishing", file=out)
+            _say(f"--run: step {step} (smoke {name}) failed with exit {code}: its report is in "
+                 f"verify-out/{name}; fix that before publishing", out)
             return NEEDS_WORK
-    print(f"--run: built and smoked; publish with: {upgrade.next[-1]}", file=out)
+    _say(f"--run: built and smoked; publish with: {upgrade.next[-1]}", out)
     return 0
 
 
@@ -88,7 +87,7 @@ def cpu_verdict(upgrade, gpu: str, out) -> int:
     try:
         runs = cpu_build(release).families
     except ForgeError as why:
-        print(f"--run: no GPU here ({gpu}) and no CPU verdict: {why}", file=out)
+        _say(f"--run: no GPU here ({gpu}) and no CPU verdict: {why}", out)
         return 0
     families: dict[str, str] = {}
     for change in upgrade.recipes:
@@ -97,18 +96,23 @@ def cpu_verdict(upgrade, gpu: str, out) -> int:
             families.setdefault(recipe_family.name, change.recipe)
     for family, name in families.items():
         folder = Path("verify-out") / f"cpu-{name}"
-        print(f"--run: no GPU here ({gpu}): CPU verdict first, {family} family: build.py smoke --vllm "
-              f"{release} --device cpu --recipe {name} --target {upgrade.target.name} --out {folder}",
-              file=out, flush=True)
+        _say(f"--run: no GPU here ({gpu}): CPU verdict first, {family} family: build.py smoke --vllm "
+             f"{release} --device cpu --recipe {name} --target {upgrade.target.name} --out {folder}", out)
         code = run_smoke(SmokeRun(version=release, recipe=name, target=upgrade.target.name, out=folder),
-                         say=lambda line: print(line, file=out, flush=True))
+                         say=lambda line: _say(line, out))
         if code != 0:
-            print(f"--run: the CPU smoke of vLLM {release} failed (exit {code}): its report is "
-                  f"{folder / 'mtp_smoke.json'}; no image built", file=out)
+            _say(f"--run: the CPU smoke of vLLM {release} failed (exit {code}): its report is "
+                 f"{folder / 'mtp_smoke.json'}; no image built", out)
             return 1
-        print(f"--run: CPU verdict PASS for the {family} family on vLLM {release} (what a CPU proves: "
-              "docs/cpu-smoke.md); the GPU checks follow on a GPU host", file=out)
+        _say(f"--run: CPU verdict PASS for the {family} family on vLLM {release} (what a CPU proves: "
+             "docs/cpu-smoke.md); the GPU checks follow on a GPU host", out)
     return 0
+
+
+def _say(line: str, out) -> None:
+    """One line of --run's progress: it quotes what blocks the upgrade (the data files), a
+    failure's message and the smoke's own lines (pip's and git's output)."""
+    print(visible(line), file=out, flush=True)
 
 
 def _build_args(upgrade, args) -> argparse.Namespace:

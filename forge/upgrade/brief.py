@@ -9,6 +9,7 @@ from pathlib import Path
 
 from forge import REPO_ROOT
 from forge.serving.vllm_args import RUNNER_MODULES
+from forge.untrusted import visible
 from forge.upgrade import patch_changes as pc
 from forge.upgrade.compare import Upgrade
 from forge.upgrade.kernels import STATE_WORDS
@@ -94,7 +95,9 @@ def render(u: Upgrade) -> str:
         if body:
             lines.append(f"{title}:")
             lines += [f"  {line}" for line in body]
-    return "\n".join(_fit(line) for line in lines)
+    # visible before _fit: a line quotes the data files, the releases' sources and the records,
+    # and the cut must count the escapes it shows
+    return "\n".join(_fit(visible(line)) for line in lines)
 
 
 def _brief_blocking(u: Upgrade) -> list[str]:

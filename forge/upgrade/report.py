@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from forge.patching.vocabulary import Kind
 from forge.serving.vllm_args import RUNNER_MODULES
+from forge.untrusted import visible
 from forge.upgrade.brief import SHOWN, head_line, index_line, relative
 from forge.upgrade.compare import Upgrade
 from forge.upgrade.kernels import STATE_WORDS
@@ -53,7 +54,8 @@ def render_verbose(u: Upgrade) -> str:
         lines += _section(f"recipe {change.recipe}", _recipe_lines(change))
     lines += _section("image", [side.line() for side in u.images])
     lines += _section("next", u.next)
-    return "\n".join(lines)
+    # a line quotes the data files, the releases' sources and the records: shown, not acted on
+    return "\n".join(visible(line) for line in lines)
 
 
 def _section(title: str, body: list[str]) -> list[str]:
