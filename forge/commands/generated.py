@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from forge.files import write_text_atomically
+from forge.untrusted import visible
 
 
 def check_or_write(path: Path, name: str, what: str, current: str, updated: str, *, check: bool,
                    command: str) -> int:
     """`name` is the file as the user sees it, `what` the generated part ("the patch table")."""
+    name = visible(name)   # a path given by a flag (--readme, --page)
     if check:
         if updated != current:
             print(f"{name}: {what} is stale; run `{command}`")

@@ -10,6 +10,7 @@ from pathlib import Path
 from forge.errors import ForgeError
 from forge.files import append_text
 from forge.json_text import dump_json
+from forge.untrusted import visible
 
 # --- build.py build ----------------------------------------------------------------------------
 
@@ -58,14 +59,17 @@ def _locked_plan(args):
                        f"digest then, unpinned)."), file=sys.stderr, flush=True)
         return plan_with(allow_unlocked=True)
     plan_with(allow_unlocked=True)   # every local check passes before the lock file is written
-    print(write_pin(base.ref, digest, offered, args.lock), file=sys.stderr, flush=True)
+    # visible: the platforms are what the registry's manifest names
+    print(visible(write_pin(base.ref, digest, offered, args.lock)), file=sys.stderr, flush=True)
     return plan_with(allow_unlocked=False)
 
 
 def _wrapped(text: str) -> str:
     from forge.images.plan import WIDTH
 
-    return "\n".join(textwrap.wrap(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False))
+    # visible first: the note quotes the registry's failure, and the escapes wrap as text
+    return "\n".join(textwrap.wrap(visible(text), WIDTH, subsequent_indent="  ",
+                                   break_on_hyphens=False))
 
 
 def cmd_build(args) -> int:
@@ -86,7 +90,7 @@ def cmd_build(args) -> int:
     print(format_plan(plan), flush=True)
     print(build.attestation_note(attest, args.no_attest), flush=True)
     image_id, already_pushed = build.build_and_tag(client, plan, docker_cli, attest, pushed_before)
-    print(f"built {image_id} as {', '.join(plan.tags)}", flush=True)
+    print(visible(f"built {image_id} as {', '.join(plan.tags)}"), flush=True)   # the engine's id
     if args.push:
         build.push(client, plan, pushed_before if already_pushed else None)
     return 0
@@ -102,9 +106,10 @@ def cmd_lock(args) -> int:
     for ref, digest in resolved.items():
         before = pins.get(ref)
         change = "unchanged" if before == digest else ("moved from " + before if before else "new")
-        print(f"{ref} -> {digest} ({change}; {', '.join(offered[ref])})")
+        # visible: the digests and platforms are what the registry answered
+        print(visible(f"{ref} -> {digest} ({change}; {', '.join(offered[ref])})"))
     path = save_lock({**pins, **resolved}, args.lock, {**platforms, **offered})
-    print(f"wrote {path}")
+    print(visible(f"wrote {path}"))
     return 0
 
 
@@ -133,12 +138,13 @@ def cmd_bake(args) -> int:
     if found:
         check_plans(args.vllm, args.target, args.repository, args.lock)
     for ref, (digest, offered) in found.items():
-        print(write_pin(ref, digest, offered, args.lock), file=sys.stderr, flush=True)
+        print(visible(write_pin(ref, digest, offered, args.lock)), file=sys.stderr, flush=True)
     plans = plan_all(args.vllm, args.target, args.repository, args.lock)
     output = write_bake(plans, Path(args.output).resolve(), attest=not args.no_attest)
     for plan in plans:
         print(f"{plan.target.name:<6} {plan.target.platform:<12} {plan.tags[0]}")
-    print(f"wrote {output} (run from {output.parent}: docker buildx bake -f {output.name} --push)")
+    print(visible(f"wrote {output} (run from {output.parent}: docker buildx bake -f {output.name} "
+                  "--push)"))       # a path given by --output
     print("without SBOM and provenance attestations (--no-attest)" if args.no_attest
           else f"with SBOM and provenance attestations: {ATTEST_NEEDS}")
     return 0
@@ -181,6 +187,7 @@ def cmd_publish(args) -> int:
     build, entry = publish(args.target, args.vllm, repository, tag, args.digest,
                            args.verify_report, args.index, move=args.move_tag)
     passed = build["verify"]["passed"]
+    # the tag and digest are checked on load (forge.images.published), the repository by its flag
     print(f"recorded {reference(repository, tag)}@{build['digest']} "
           f"(verify {'passed' if passed else 'did not pass'})")
     moving = reference(repository, image_names.moving_tag(args.target, args.vllm))
@@ -199,14 +206,13 @@ def cmd_publish(args) -> int:
 def cmd_published(args) -> int:
     """Print the known-good image of each target x release."""
     from forge.images.published import known_good_entries, load_index, reference
-    from forge.untrusted import visible
 
     entries = known_good_entries(load_index(args.index), args.target, args.vllm)
     if args.json:
         print(dump_json(entries, indent=2, sort_keys=True))
         return 0
     if not entries:
-        print("no verified image published yet" + (f" for {args.target}" if args.target else ""))
+        print(visible("no verified image published yet" + (f" for {args.target}" if args.target else "")))
         return 1 if (args.target or args.vllm) else 0
     for e in entries:
         # visible: every field is what the index file (--index) holds

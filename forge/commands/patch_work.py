@@ -9,6 +9,7 @@ from forge.patching.series import load_series, patch_id_problem
 from forge.patching.status import status_of
 from forge.patching.vocabulary import Kind, Status
 from forge.schema import pep440_specifier, pep440_version
+from forge.untrusted import visible
 from forge.upstream import releases
 from forge.versions import Release
 
@@ -170,14 +171,15 @@ def _resumed(command: str, args) -> bool:
 def _finish(work, series, outcome) -> int:
     if not outcome.writes:
         work_tree.finish(work, {})
-        print(f"{outcome.how}; removed {work.shown()}")
+        print(visible(f"{outcome.how}; removed {work.shown()}"))
         return 0
     authoring.validate(outcome.writes, series, work.root)
     for path in work_tree.finish(work, outcome.writes):
         print(f"wrote {work_tree.shown(path)}")
-    print(f"{outcome.how}; status on each release the series covers:")
+    print(visible(f"{outcome.how}; status on each release the series covers:"))
     for patch_id, by_release in outcome.statuses.items():
         for version, status in by_release.items():
-            print(f"  {patch_id}  {version}  {status.status}  {status.detail}")
+            # visible: a detail quotes git's output or a cache entry
+            print(visible(f"  {patch_id}  {version}  {status.status}  {status.detail}"))
     print("next: `python3 build.py readme-table`, and the statuses in tests/test_patch_status.py")
     return 0

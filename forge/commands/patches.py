@@ -13,6 +13,7 @@ from forge.patching.report import print_matrix, print_release
 from forge.patching.series import load_series
 from forge.patching.status import matrix, release_status
 from forge.patching.vocabulary import Status
+from forge.untrusted import visible
 from forge.upstream import releases
 
 
@@ -43,7 +44,8 @@ def _installed_report(args, series) -> int:
     record = read_install_record(installed)
     statuses = install_statuses(series, installed, record)
     if not args.json:
-        print(f"installed at {installed.package_dir}" + _record_note(installed, record))
+        # visible: a path given by --site-packages, and the record's own words
+        print(visible(f"installed at {installed.package_dir}" + _record_note(installed, record)))
     print_release(str(installed.version), statuses, series, as_json=args.json, wide=args.wide)
     return 0
 
@@ -65,7 +67,7 @@ def cmd_apply(args) -> int:
                           find_links=args.find_links, pins=args.pin,
                           with_candidates=args.with_candidate)
     for line in report.lines():
-        print(line)
+        print(visible(line))     # a line quotes git's or pip's output and the install's paths
     return 0
 
 
