@@ -63,7 +63,8 @@ def add_family(name: str, like: str, model_id: str, label: str | None = None,
     if like not in family_names(folder):
         raise ForgeError(f"--like: no family {like!r} in {folder} (families: "
                          f"{', '.join(family_names(folder))})")
-    if model_id.count("/") != 1 or " " in model_id:
+    # printable: the id is written into the file and printed in the `next:` command to paste
+    if model_id.count("/") != 1 or " " in model_id or not model_id.isprintable():
         raise ForgeError(f"--model-id: must be a Hugging Face id like org/name (got {model_id!r})")
     for other in family_names(folder):
         if any(model_id in m.ids for m in load_family(other, folder).models.values()):

@@ -120,6 +120,8 @@ def test_new_family_copies_a_family_with_one_model(repo):
     (["new-family", "gemma5", "--like", "gemma4", "--model-id", "google/gemma-4-31B-it"],
      "error: --model-id: models/gemma4.yaml already lists 'google/gemma-4-31B-it'"),
     (["new-family", "gemma5", "--like", "gemma4", "--model-id", "gemma"], "error: --model-id: must be"),
+    (["new-family", "gemma5", "--like", "gemma4", "--model-id", "google/g\x1b]0;x\x07"],
+     "error: --model-id: must be a Hugging Face id like org/name (got 'google/g\\x1b]0;x\\x07')"),
 ])
 def test_new_family_refuses_in_one_line(repo, args, message):
     assert message in refused(repo, *args)
