@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 from forge.errors import ForgeError
+from forge.untrusted import visible, visible_lines
 
 REDRAW_S = 0.1
 CLEAR_LINE = "\r\x1b[K"
@@ -43,7 +44,8 @@ class Progress:
     ends the line with "failed" and lets the exception through."""
 
     def __init__(self, what: str, total: float | None = None, unit: str = "bytes", stream=None):
-        self.what, self.total, self.unit = what, total, unit
+        # visible: what names a release or an image tag, a detail may quote a server's words
+        self.what, self.total, self.unit = visible(what), total, unit
         self.stream = stream or sys.stderr
         self.live = _is_terminal(self.stream)
         self.logged = not self.live and _lines_asked()
@@ -75,7 +77,7 @@ class Progress:
         if total is not None:
             self.total = total
         if detail is not None:
-            self.detail = detail
+            self.detail = visible(detail)
         now = time.monotonic()
         if self.live and now - self._drawn_at >= REDRAW_S:
             self._drawn_at = now
@@ -120,7 +122,7 @@ def say(text: str) -> None:
     live = _live
     if live:
         live._write(CLEAR_LINE)
-    print(text, flush=True)
+    print(visible_lines(text), flush=True)
     if live:
         live.redraw()
 

@@ -170,3 +170,18 @@ def test_a_known_failures_issue_is_escaped_in_the_upgrade_report(tmp_path):
         assert shown_escaped(result.stdout)
         # the brief report keeps its 100 columns, escapes counted (--verbose prints lines whole)
         assert verbose or max(len(line) for line in result.stdout.splitlines()) <= 100
+
+
+def test_a_progress_line_and_a_said_line_show_their_words_escaped(monkeypatch, capsys):
+    """forge.progress: what the work is (a release, an image tag), its detail and the lines said
+    above it; --lines mode writes each as it goes (the terminal's own redraw codes stay codes)."""
+    import io
+
+    from forge.progress import MODE_ENV, Progress, say
+
+    monkeypatch.setenv(MODE_ENV, "lines")
+    stream = io.StringIO()
+    with Progress(f"pushing r/f:x {HOSTILE}", stream=stream) as progress:
+        progress.update(1, detail=HOSTILE)
+        say(f"best config: {HOSTILE}")
+    assert shown_escaped(stream.getvalue()) and shown_escaped(capsys.readouterr().out)

@@ -723,7 +723,7 @@ def main(argv=None) -> int:
         if args.render:
             report = read_json_object(args.render, "bench report (--render)")
             paths = bench_report.write_outputs(report, Path(args.render).parent)
-            print(f"rendered {', '.join(str(p) for p in paths.values())}")
+            print(visible(f"rendered {', '.join(str(p) for p in paths.values())}"))   # --render's folder
             return 0
         if not args.recipe:
             raise ForgeError("--recipe is required")

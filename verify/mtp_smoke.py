@@ -207,7 +207,8 @@ def run_workers(jobs: list[tuple[dict, str]], work: Path, timeout: int) -> dict[
     workers = []
     for spec, label in jobs:
         spec["result_file"] = str(work / f"{label}.result.json")
-        print(f"[mtp_smoke] starting engine ({label}); log: {work / f'{label}.log'}", flush=True)
+        print(visible(f"[mtp_smoke] starting engine ({label}); log: {work / f'{label}.log'}"),
+              flush=True)      # work: under --out
         workers.append(start_worker(label, spec, work / f"{label}.spec.json", work / f"{label}.log"))
 
     def timed_out(worker) -> None:

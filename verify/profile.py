@@ -139,12 +139,12 @@ def report(args) -> int:
     print(visible_lines(text))
     if args.json:
         write_output(args.json, report_json(entries), f"--json {args.json}")
-        print(f"wrote {args.json}")
+        print(visible(f"wrote {args.json}"))
     if args.md:
         write_output(args.md, visible_lines(text), f"--md {args.md}")
-        print(f"wrote {args.md}")
+        print(visible(f"wrote {args.md}"))
     if args.plot:
-        print(f"wrote {profile_report.render_plot(entries, Path(args.plot))}")
+        print(visible(f"wrote {profile_report.render_plot(entries, Path(args.plot))}"))
     return 0
 
 

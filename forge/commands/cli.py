@@ -57,7 +57,7 @@ class OneLineParser(argparse.ArgumentParser):
     user typed is shown with its control characters escaped, never sent to the terminal raw."""
 
     def error(self, message: str):  # type: ignore[override]  # argparse's NoReturn, by SystemExit
-        shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(message.split()))
+        shown = visible(" ".join(message.split()))
         print(f"error: {self.prog}: {shown} ({self.prog} --help lists the flags)", file=sys.stderr)
         raise SystemExit(2)
 
@@ -560,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         if exc.filename is not None:
             # a fault no layer below turned into a ForgeError: still one line naming the file
-            print(f"error: {file_error(exc.filename, exc, 'read or write it')}", file=sys.stderr)
+            print(f"error: {visible(file_error(exc.filename, exc, 'read or write it'))}", file=sys.stderr)
             return 2
         # standard output refused what was printed (a full disk, an I/O error): one line, and
         # the rest of the buffer is dropped, not written at exit with a second traceback

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from forge.errors import ForgeError
 from forge.json_text import dump_json
+from forge.untrusted import visible
 
 # --- build.py serve ----------------------------------------------------------------------------
 
@@ -86,7 +87,7 @@ def cmd_tune_moe(args) -> int:
     if args.import_results:
         proof = _end_to_end(args, moe_tune)
         target = moe_tune.import_results(Path(args.import_results), end_to_end=proof)
-        print(f"wrote {target} and registered it in patches/series.yaml ({proof.text()})")
+        print(visible(f"wrote {target} and registered it in patches/series.yaml ({proof.text()})"))
         return 0
     if not args.dtype:
         raise ForgeError("tune-moe: --dtype is required (bf16 or fp8_w8a8) unless --import-results")
@@ -94,11 +95,12 @@ def cmd_tune_moe(args) -> int:
     results_path = moe_tune.write_results(result, Path(args.results or f"tune-moe-{args.dtype}.json"))
     if args.merge_into:
         merged = moe_tune.write_merged(result, Path(args.merge_into))
-        print(f"wrote {merged} (merged over the shipped file)")
+        print(visible(f"wrote {merged} (merged over the shipped file)"))   # a path given by a flag
     for d in result["decisions"]:
         print(f"M={d['M']:>5}: tuned {d['tuned_us']:8.1f} us, default {d['default_us']:8.1f} us "
               f"-> keep {d['kept']}")
-    print(f"wrote {results_path}; import it with: python3 build.py tune-moe --import-results {results_path}")
+    print(visible(f"wrote {results_path}; import it with: python3 build.py tune-moe --import-results "
+                  f"{results_path}"))
     return 0
 
 

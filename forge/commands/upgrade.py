@@ -99,7 +99,7 @@ def cpu_verdict(upgrade, gpu: str, out) -> int:
         _say(f"--run: no GPU here ({gpu}): CPU verdict first, {family} family: build.py smoke --vllm "
              f"{release} --device cpu --recipe {name} --target {upgrade.target.name} --out {folder}", out)
         code = run_smoke(SmokeRun(version=release, recipe=name, target=upgrade.target.name, out=folder),
-                         say=lambda line: _say(line, out))
+                         say=lambda line: print(line, file=out, flush=True))   # shown escaped
         if code != 0:
             _say(f"--run: the CPU smoke of vLLM {release} failed (exit {code}): its report is "
                  f"{folder / 'mtp_smoke.json'}; no image built", out)

@@ -40,6 +40,7 @@ from forge.errors import ForgeError
 from forge.files import CACHE, one_maker, write_text_atomically
 from forge.json_text import dump_json
 from forge.patching.diffs import load_diff, plan_diff
+from forge.untrusted import visible
 from forge.upstream.releases import cache_dir, locks_dir, sha256_of
 
 if TYPE_CHECKING:
@@ -92,8 +93,8 @@ def cpu_env(build: CpuBuild, constraints: list[str], offline: bool = False,
                          f"run once where PyPI answers")
     with one_maker(env, locks_dir()):
         if read_marker(env, build) is None:
-            say(f"making the CPU engine environment {env} ({build.requirement}, torch {build.torch}; "
-                f"minutes, once)")
+            say(visible(f"making the CPU engine environment {env} ({build.requirement}, torch "
+                        f"{build.torch}; minutes, once)"))   # env: under $VLLM_FORGE_CACHE
             _build_into_place(env, build, constraints)
     return env
 

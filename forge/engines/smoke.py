@@ -27,6 +27,7 @@ from forge.engines.cpu_builds import CpuBuild, cpu_build
 from forge.engines.cpu_env import cpu_env, python_of, run_pip, site_packages
 from forge.errors import ForgeError
 from forge.patching.series import Kind, load_series
+from forge.untrusted import visible
 from forge.upstream.releases import cache_dir
 
 SMOKE = REPO_ROOT / "verify" / "mtp_smoke.py"
@@ -99,7 +100,7 @@ def _apply_series(clone: Path, build: CpuBuild, say) -> None:
 
     report = apply_series(site_packages=str(site_packages(clone)), expected_version=build.version)
     for line in report.lines():
-        say(f"apply: {line}")
+        say(visible(f"apply: {line}"))     # git's and pip's output, the install's paths
 
 
 def _run_mtp_smoke(run: SmokeRun, clone: Path, work: Path, say) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 from forge.errors import ConflictError, ForgeError
 from forge.images.plan import Plan, pin_base
 from forge.json_text import dump_json
+from forge.untrusted import visible
 
 APPLY_CONFLICT_EXIT = 3  # `build.py apply` exits 3 on a conflict; BuildKit reports the RUN's code
 BUILD_REPOSITORY = "vllm-forge-build"  # local only: holds a fresh image until its real tags are set
@@ -232,14 +233,15 @@ def push(client, plan: Plan, already_pushed: str | None = None) -> str:
     if not immutable:  # check_base pins every plan it passes on; this is a caller's mistake
         raise ForgeError(f"push of {plan.moving_ref}: the base digest is unknown, so is the immutable tag")
     if already_pushed:
-        print(f"{immutable} already names this image ({already_pushed}); not pushed again", flush=True)
+        print(visible(f"{immutable} already names this image ({already_pushed}); not pushed again"),
+              flush=True)     # the digest is the registry's answer
         digest = already_pushed
     else:
         digest = _push_one(client, immutable)
-        print(f"pushed {immutable} ({digest})", flush=True)
-    print(f"{plan.moving_ref} not moved: after verify passes on {digest}, `python3 build.py publish "
-          f"--immutable-tag {plan.immutable_tag} --digest {digest} --verify-report DIR --move-tag` "
-          f"moves it", flush=True)
+        print(visible(f"pushed {immutable} ({digest})"), flush=True)   # the engine's push stream
+    print(visible(f"{plan.moving_ref} not moved: after verify passes on {digest}, `python3 build.py "
+                  f"publish --immutable-tag {plan.immutable_tag} --digest {digest} --verify-report "
+                  "DIR --move-tag` moves it"), flush=True)
     return digest
 
 

@@ -32,15 +32,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def print_dry_run(plan: Plan, python: str) -> None:
-    print(f"plan {plan.path}: vLLM {plan.vllm} expected (not checked in a dry run), "
-          f"{plan.gpu_memory_gib:g} GiB to reserve")
+    # visible: the plan's path is a flag's, its jobs' ids and commands the plan file's
+    print(visible(f"plan {plan.path}: vLLM {plan.vllm} expected (not checked in a dry run), "
+                  f"{plan.gpu_memory_gib:g} GiB to reserve"))
     end = 0.0
     for offset, job in schedule.dry_run(plan):
         fields = {"out": f"OUT/{job.id}", "repo": str(REPO), "python": python}
         kind = "timed, alone" if job.timed else "untimed"
         after = f", after {', '.join(job.depends_on)}" if job.depends_on else ""
-        print(f"+{offset:.0f} s  {job.id} ({kind}, {job.gpu_memory_gib:g} GiB, at most {job.timeout_s:g} s{after}): "
-              f"{visible(shlex.join(job.argv(fields)))}")
+        print(visible(f"+{offset:.0f} s  {job.id} ({kind}, {job.gpu_memory_gib:g} GiB, at most "
+                      f"{job.timeout_s:g} s{after}): {shlex.join(job.argv(fields))}"))
         end = max(end, offset + job.timeout_s)
     print(f"at most {end:.0f} s if every job runs to its timeout")
 

@@ -133,7 +133,7 @@ def pack(plan: Plan, out: Path) -> Path | None:
         with tarfile.open(temporary, "w:gz") as archive:
             archive.add(out, arcname=out.name, filter=keep)
     except OSError as error:
-        print(f"cannot pack {out}: {error}", file=sys.stderr)
+        print(visible(f"cannot pack {out}: {error}"), file=sys.stderr)
         return None
     os.replace(temporary, out / ARCHIVE)
     return out / ARCHIVE
