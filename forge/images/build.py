@@ -239,9 +239,9 @@ def push(client, plan: Plan, already_pushed: str | None = None) -> str:
     else:
         digest = _push_one(client, immutable)
         print(visible(f"pushed {immutable} ({digest})"), flush=True)   # the engine's push stream
-    print(visible(f"{plan.moving_ref} not moved: after verify passes on {digest}, `python3 build.py "
-                  f"publish --immutable-tag {plan.immutable_tag} --digest {digest} --verify-report "
-                  "DIR --move-tag` moves it"), flush=True)
+    print(visible(f"{plan.moving_ref} not moved: after verify passes on {digest}, "
+                  f"`python3 build.py publish --immutable-tag {plan.immutable_tag} --digest {digest} "
+                  "--verify-report DIR --move-tag` moves it"), flush=True)
     return digest
 
 
