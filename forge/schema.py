@@ -83,7 +83,7 @@ def validate(data: Any, schema: dict[str, Field], source: str, path: str = "") -
     try:
         return _validator(schema).validate_python(data)
     except ValidationError as exc:
-        error = _first_error(exc.errors())
+        error = first_error(exc.errors())
     where, problem = _describe(error, schema)
     raise SchemaError(f"{source}: {_join(path, where) or '(top level)'}: {problem}")
 
@@ -164,7 +164,7 @@ def _field_checks(field: Field):
 
 # --- pydantic's error as the project's one line --------------------------------------------------
 
-def _first_error(errors: list) -> dict:
+def first_error(errors: list) -> dict:
     """The problem a reader meets first: pydantic lists a mapping's unknown keys after its fields'
     problems; here, as before, an unknown key (the first by name) comes before anything inside
     the mapping that holds it."""
