@@ -2,9 +2,10 @@
 families, records, the upgrade report, ...): one typed boundary per input.
 
 A schema is a dict of field name -> Field, declared where the data is read. `validate` compiles
-it once into a pydantic v2 validator (pydantic-core's typed-dict schema, what a pydantic model
-compiles to; built directly, it takes microseconds where a model class takes milliseconds, and
-a command loads some 50 of these shapes) and the validator refuses what the data cannot hold:
+it once into a pydantic v2 validator: pydantic-core's typed-dict schema, what a pydantic model
+compiles to, built directly (a model class per nested mapping would be some 50 classes for the
+files one command reads, milliseconds each; these take microseconds). pydantic-core is imported
+at the first validation, not before. The validator refuses what the data cannot hold:
 
 - strict types: a bool is no integer, "2" is no integer, a date no string (an integer IS taken
   where a number is wanted: YAML reads `1` as one); no NaN or infinity, no integer past 64 bits;
@@ -69,7 +70,8 @@ MAX_ITEMS = 10_000
 # Integers are counts, ids, bytes: 64 bits hold every one; a 400-digit "count" is a damaged file.
 MAX_INT = 2**63 - 1
 # A compiled validator per schema dict, the dict held with it so its id is not reused while the
-# entry lives (a schema built per call, a recipe's partial one, does not grow this for ever).
+# entry lives; bounded, so a schema built per call (a flag's, forge.images.new_target) does not
+# grow it for ever. Declare a schema once, at module level, and it is compiled once.
 _COMPILED_MAX = 256
 _compiled: dict[int, tuple[dict, Any]] = {}
 _CHECK_ERROR = "forge_check"               # a Field's choices or check refused the value
