@@ -1,14 +1,25 @@
-"""Declarative validation for the project's YAML data (series, targets, recipes, lock).
+"""Declarative validation for the project's YAML and JSON data (series, targets, recipes, model
+families, records, the upgrade report, ...): one typed boundary per input.
 
-A schema is a dict of field name -> Field. `validate` rejects unknown fields, missing required
-fields and bad values, and every error names the file and the dotted path of the field:
+A schema is a dict of field name -> Field, declared where the data is read. `validate` compiles
+it once into a pydantic v2 validator: pydantic-core's typed-dict schema, what a pydantic model
+compiles to, built directly (a model class per nested mapping would be some 50 classes for the
+files one command reads, milliseconds each; these take microseconds). pydantic-core is imported
+at the first validation, not before. The validator refuses what the data cannot hold:
+
+- strict types: a bool is no integer, "2" is no integer, a date no string (an integer IS taken
+  where a number is wanted: YAML reads `1` as one); no NaN or infinity, no integer past 64 bits;
+- no unknown field; mapping keys are text only;
+- every string, list and free-form mapping capped (MAX_TEXT, MAX_ITEMS);
+- a Field's `choices` and `check` run as validators of the field.
+
+Every refusal is one line naming the file and the dotted path of the field (the first problem):
 
     patches/series.yaml: patches[0].kind: must be one of source, moe-config (got 'diff')
 """
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,75 +62,198 @@ def load_yaml(path: Path | str, kind: FileKind = DATA_YAML) -> Any:
         raise SchemaError(str(exc)) from exc
 
 
+# Caps far above any real file (the longest string of the data is ~3,000 characters, a patch's
+# `why`; the longest list 48 items, the largest mapping 70 keys), far below what would make a
+# load slow or a report unreadable: a file past them is damaged or hostile.
+MAX_TEXT = 100_000
+MAX_ITEMS = 10_000
+# Integers are counts, ids, bytes: 64 bits hold every one; a 400-digit "count" is a damaged file.
+MAX_INT = 2**63 - 1
+# A compiled validator per schema dict, the dict held with it so its id is not reused while the
+# entry lives; bounded, so a schema built per call (a flag's, forge.images.new_target) does not
+# grow it for ever. Declare a schema once, at module level, and it is compiled once.
+_COMPILED_MAX = 256
+_compiled: dict[int, tuple[dict, Any]] = {}
+_CHECK_ERROR = "forge_check"               # a Field's choices or check refused the value
+_UNKNOWN = ("extra_forbidden", "invalid_key")
+
+
 def validate(data: Any, schema: dict[str, Field], source: str, path: str = "") -> dict:
     """Check `data` against `schema`; return a new dict with defaults filled in."""
-    if not isinstance(data, dict):
-        _fail(source, path, f"must be a mapping (got {_kind_name(type(data))})")
-    # Keys are sorted as text: YAML keys may be of any type (`1:` beside `zz:`).
-    unknown = sorted(set(data) - set(schema), key=str)
-    if unknown:
-        _fail(source, _join(path, str(unknown[0])),
-              f"unknown field (known: {', '.join(sorted(schema))})")
-    result = {}
-    for name, field in schema.items():
-        where = _join(path, name)
-        if name not in data or data[name] is None:
-            if field.required:
-                _fail(source, where, "required field is missing")
-            result[name] = field.default
-            continue
-        result[name] = _validate_value(data[name], field.kind, source, where)
-        if field.choices is not None and result[name] not in field.choices:
-            _fail(source, where, f"must be one of {', '.join(map(str, field.choices))} "
-                                 f"(got {result[name]!r})")
-        if field.check is not None:
-            problem = field.check(result[name])
-            if problem:
-                _fail(source, where, problem)
-    return result
+    from pydantic_core import ValidationError
+
+    try:
+        return _validator(schema).validate_python(data)
+    except ValidationError as exc:
+        error = first_error(exc.errors())
+    where, problem = _describe(error, schema)
+    raise SchemaError(f"{source}: {_join(path, where) or '(top level)'}: {problem}")
 
 
-def _validate_value(value, kind, source: str, where: str):
+def _validator(schema: dict):
+    entry = _compiled.get(id(schema))
+    if entry is None:
+        from pydantic_core import SchemaValidator
+
+        if len(_compiled) >= _COMPILED_MAX:
+            del _compiled[next(iter(_compiled))]
+        entry = _compiled[id(schema)] = (schema, SchemaValidator(_core_schema(schema)))
+    return entry[1]
+
+
+# --- the declarative schema as pydantic-core's ---------------------------------------------------
+
+def _core_schema(kind) -> Any:
+    from pydantic_core import core_schema as cs
+
     if isinstance(kind, dict):
-        return validate(value, kind, source, where)
+        fields = {name: cs.typed_dict_field(_field_schema(field), required=field.required)
+                  for name, field in kind.items()}
+        mapping = cs.typed_dict_schema(fields, extra_behavior="forbid", strict=True)
+        return cs.no_info_before_validator_function(_none_is_absent, mapping)
     if isinstance(kind, ListOf):
-        if not isinstance(value, list):
-            _fail(source, where, f"must be a list (got {_kind_name(type(value))})")
-        if len(value) < kind.min_items:
-            _fail(source, where, f"must hold at least {kind.min_items} item(s)")
-        return [_validate_value(item, kind.item, source, f"{where}[{i}]")
-                for i, item in enumerate(value)]
-    expected = kind if isinstance(kind, tuple) else (kind,)
-    # YAML reads `1` as int where a float is wanted, and bool is an int subclass: be exact.
-    if float in expected and isinstance(value, int) and not isinstance(value, bool):
-        if abs(value) > sys.float_info.max:     # float() would raise OverflowError
-            _fail(source, where, f"must be {_names(expected)} within about ±1.8e308 (got an "
-                                 f"integer of about {value.bit_length() * 3 // 10} digits)")
-        return float(value)
+        return cs.list_schema(_core_schema(kind.item), min_length=kind.min_items,
+                              max_length=MAX_ITEMS, strict=True)
+    if isinstance(kind, tuple):
+        # Tried in this order: an integer where a number is among the kinds becomes a float.
+        kinds = sorted(kind, key=lambda k: k is not float)
+        return cs.union_schema([_core_schema(k) for k in kinds], mode="left_to_right")
+    scalars = {
+        str: lambda: cs.str_schema(max_length=MAX_TEXT, strict=True),
+        int: lambda: cs.int_schema(ge=-MAX_INT, le=MAX_INT, strict=True),
+        float: lambda: cs.float_schema(allow_inf_nan=False, strict=True),
+        bool: lambda: cs.bool_schema(strict=True),
+        # A free-form mapping: its reader checks the values (often with a schema of its own).
+        dict: lambda: cs.dict_schema(cs.str_schema(max_length=MAX_TEXT, strict=True),
+                                     cs.any_schema(), max_length=MAX_ITEMS, strict=True),
+        list: lambda: cs.list_schema(cs.any_schema(), max_length=MAX_ITEMS, strict=True),
+    }
+    return scalars[kind]()
+
+
+def _field_schema(field: Field) -> Any:
+    from pydantic_core import core_schema as cs
+
+    schema = _core_schema(field.kind)
+    if field.choices is not None or field.check is not None:
+        schema = cs.no_info_after_validator_function(_field_checks(field), schema)
+    if not field.required:
+        schema = cs.with_default_schema(schema, default=field.default)   # copied per use
+    return schema
+
+
+def _none_is_absent(data: Any) -> Any:
+    """`key: null` (or `key:`) reads as the key left out: a default, or "missing"."""
+    if isinstance(data, dict):
+        return {key: value for key, value in data.items() if value is not None}
+    return data
+
+
+def _field_checks(field: Field):
+    from pydantic_core import PydanticCustomError
+
+    def check(value):
+        problem = None
+        if field.choices is not None and value not in field.choices:
+            problem = f"must be one of {', '.join(map(str, field.choices))} (got {value!r})"
+        elif field.check is not None:
+            problem = field.check(value)
+        if problem:
+            raise PydanticCustomError(_CHECK_ERROR, "{problem}", {"problem": problem})
+        return value
+    return check
+
+
+# --- pydantic's error as the project's one line --------------------------------------------------
+
+def first_error(errors: list) -> dict:
+    """The problem a reader meets first: pydantic lists a mapping's unknown keys after its fields'
+    problems; here, as before, an unknown key (the first by name) comes before anything inside
+    the mapping that holds it."""
+    first = errors[0]
+    unknown = [error for error in errors if error["type"] in _UNKNOWN]
+    for depth in range(len(first["loc"])):
+        here = [error for error in unknown if error["loc"][:-1] == first["loc"][:depth]]
+        if here:
+            return min(here, key=lambda error: str(error["loc"][-1]))
+    return first
+
+
+def _describe(error: dict, schema: dict) -> tuple[str, str]:
+    """The dotted path the error's location names, and the problem in the project's words."""
+    kind: Any = schema
+    where, holder = "", schema
+    loc = error["loc"]
+    key = loc[-1:] == ("[key]",)          # a free-form mapping's key, not its value
+    for part in loc[:-1] if key else loc:
+        if isinstance(kind, dict):
+            holder, where = kind, _join(where, _shown(part))
+            kind = kind[part].kind if part in kind else None
+        elif isinstance(kind, ListOf):
+            where, kind = f"{where}[{part}]", kind.item
+        elif kind is dict:
+            where, kind = _join(where, _shown(part)), None
+        elif kind is list:
+            where, kind = f"{where}[{part}]", None
+        else:
+            break          # a union's member: the problem is the union's
+    return where, _problem(error, kind, holder, key)
+
+
+def _problem(error: dict, kind, holder: dict, key: bool) -> str:
+    kind_of_error, value, context = error["type"], error["input"], error.get("ctx") or {}
+    if kind_of_error == _CHECK_ERROR:
+        return context["problem"]
+    if kind_of_error == "missing":
+        return "required field is missing"
+    if kind_of_error in _UNKNOWN:
+        return f"unknown field (known: {', '.join(sorted(holder))})"
+    if kind_of_error == "too_short":
+        return f"must hold at least {context['min_length']} item(s)"
+    if kind_of_error == "too_long":
+        return f"must hold at most {context['max_length']} items (got {context['actual_length']})"
+    if kind_of_error == "string_too_long":
+        what = "keys must be" if key else "must be text of"
+        return f"{what} at most {context['max_length']} characters (got {len(value)})"
+    if kind_of_error in ("greater_than_equal", "less_than_equal"):
+        return f"must be an integer within ±(2^63 - 1) (got one of {len(str(abs(value)))} digits)"
+    if key:
+        return f"mapping keys must be text (got {_kind_name(type(value))}: {value!r:.40})"
+    return _type_problem(_expected(kind), value)
+
+
+def _expected(kind) -> tuple:
+    if isinstance(kind, tuple):
+        return kind
+    return (dict,) if isinstance(kind, dict) else (list,) if isinstance(kind, ListOf) else (kind,)
+
+
+def _type_problem(expected: tuple, value) -> str:
     if isinstance(value, float) and not math.isfinite(value):
-        _fail(source, where, f"must be a finite number (got {value!r})")
-    if isinstance(value, bool) and bool not in expected:
-        _fail(source, where, f"must be {_names(expected)} (got a boolean)")
-    if not isinstance(value, expected):
-        _fail(source, where, f"must be {_names(expected)} (got {_kind_name(type(value))})")
-    return value
+        return f"must be a finite number (got {value!r})"
+    if float in expected and isinstance(value, int) and not isinstance(value, bool):
+        return (f"must be {_names(expected)} within about ±1.8e308 (got an integer of about "
+                f"{value.bit_length() * 3 // 10} digits)")
+    return f"must be {_names(expected)} (got {_kind_name(type(value))})"
+
+
+def _shown(key) -> str:
+    """A key as the path shows it: a key of 100,000 characters would make the line a page."""
+    text = str(key)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
 
 
 def _join(path: str, name: str) -> str:
-    return f"{path}.{name}" if path else name
+    return f"{path}.{name}" if path and name else path or name
 
 
 def _names(kinds: tuple) -> str:
     return " or ".join(_kind_name(k) for k in kinds)
 
 
-def _kind_name(kind: type) -> str:
+def _kind_name(kind) -> str:
     return {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
             list: "a list", dict: "a mapping", type(None): "empty"}.get(kind, kind.__name__)
-
-
-def _fail(source: str, where: str, problem: str):
-    raise SchemaError(f"{source}: {where or '(top level)'}: {problem}")
 
 
 # Checks shared by several schemas.

@@ -11,8 +11,8 @@ Session fixtures start what is missing and leave the machine as they found it:
                     at the end when the session registered it)
   standin_base      the stand-in for upstream's vllm/vllm-openai:v0.25.0 in the local registry: a
                     multi-platform index (amd64 + arm64) of Debian bookworm + python3, python3-yaml,
-                    python3-packaging + the real vLLM 0.25.0 package tree from its PyPI sdist, with a
-                    dist-info like pip writes. Rootfs tarballs are cached in ~/.cache/vllm-forge/bases,
+                    python3-packaging, pydantic-core (IMAGE_WHEELS) + the real vLLM 0.25.0 package
+                    tree from its PyPI sdist, with a dist-info like pip writes. Rootfs tarballs are cached in ~/.cache/vllm-forge/bases,
                     and what the registry is given, as a seed (publish_seeded).
   standin_with_wheels(client, arch, version, requirements, host_ca)
                     a stand-in for another release / platform that also carries pure-Python wheels
@@ -231,6 +231,7 @@ def _standin_context(client, arch: str, version: str, extra_site: Path | None = 
         f"FROM {rootfs_image(client, arch)}\n"
         # Debian's python3 looks in /usr/local/lib/python3.X/dist-packages for what pip installs.
         f"COPY site/ {STANDIN_SITE}/\n"
+        f"COPY image-wheels/ {STANDIN_SITE}/\n"
         + (f"COPY extra-site/ {STANDIN_SITE}/\n" if extra_site else "")
         # Containers here reach PyPI through a TLS-intercepting proxy: pip and requests in the
         # image need this machine's CA bundle (images/README.md, "pip must reach PyPI").
@@ -245,6 +246,7 @@ def _standin_context(client, arch: str, version: str, extra_site: Path | None = 
         archive.add(tree / "vllm", "site/vllm", filter=lambda i: None if "__pycache__" in i.name else i)
         for name, data in _dist_info(version, requires).items():
             _add_bytes(archive, f"site/{name}", data)
+        archive.add(image_wheels_site(arch), "image-wheels")
         if extra_site:
             archive.add(extra_site, "extra-site")
         if host_ca:
@@ -277,7 +279,8 @@ def _standin_record(tag: str) -> Path:
     """Where the id of the image built under `tag` from today's rootfs is kept. A label would say
     it too, but forge's images inherit their base's labels, and the tests compare those with the
     plan's. The tag alone names no content: an engine may hold one built from an older rootfs."""
-    return bases_cache() / f"standin-{ROOTFS_NAME}-{tag.replace('/', '_').replace(':', '_')}.id"
+    return bases_cache() / (f"standin-{ROOTFS_NAME}-{_image_wheels_key()}-"
+                            f"{tag.replace('/', '_').replace(':', '_')}.id")
 
 
 def _built_from_current_rootfs(client, tag: str) -> bool:
@@ -319,23 +322,56 @@ def pure_python_site(requirements: tuple[str, ...]) -> Path:
     but for SITE_COMPILE_SKIP (by this Python: the stand-in's is the same minor version, the
     rootfs's check, tests/infra/make-rootfs.sh); made once per set of requirements and cached in
     the bases cache."""
+    return _cached_site(requirements, ("--platform", "any"))
+
+
+# What upstream's image carries that forge's own code needs there beside the rootfs's PyYAML and
+# packaging: vLLM requires pydantic v2, and forge.schema validates every data file with its
+# pydantic-core (`build.py apply` reads the series inside the image). This machine's versions,
+# binary wheels for the stand-in's Python (3.11) and architecture.
+IMAGE_WHEELS = ("pydantic-core", "typing-extensions")
+_PIP_MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
+def _image_requirements() -> tuple[str, ...]:
+    from importlib.metadata import version
+
+    return tuple(f"{name}=={version(name)}" for name in IMAGE_WHEELS)
+
+
+def _image_wheels_key() -> str:
+    return hashlib.sha256("\n".join(_image_requirements()).encode()).hexdigest()[:8]
+
+
+def image_wheels_site(arch: str) -> Path:
+    """IMAGE_WHEELS for `arch`, unpacked as pip installs them (copied in, nothing runs under
+    emulation)."""
+    machine = _PIP_MACHINES[arch]
+    return _cached_site(_image_requirements(), (
+        "--platform", f"manylinux_2_17_{machine}", "--platform", f"manylinux2014_{machine}",
+        "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311"))
+
+
+def _cached_site(requirements: tuple[str, ...], platform: tuple[str, ...]) -> Path:
     from forge.files import one_maker
     from forge.upstream.releases import locks_dir
 
-    key = hashlib.sha256("\n".join([*sorted(requirements), SITE_COMPILE_SKIP]).encode()).hexdigest()[:12]
+    key = hashlib.sha256("\n".join([*sorted(requirements), SITE_COMPILE_SKIP,
+                                    *(() if platform == ("--platform", "any") else platform)])
+                         .encode()).hexdigest()[:12]
     site = bases_cache() / f"site-{key}"
     with one_maker(site, locks_dir()):   # a second worker waits, then reads the first's
         if not site.is_dir():
-            _make_pure_python_site(site, requirements)
+            _make_site(site, requirements, platform)
     return site
 
 
-def _make_pure_python_site(site: Path, requirements: tuple[str, ...]) -> None:
+def _make_site(site: Path, requirements: tuple[str, ...], platform: tuple[str, ...]) -> None:
     partial = site.with_name(site.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     result = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile",
-         "--disable-pip-version-check", "--only-binary", ":all:", "--platform", "any",
+         "--disable-pip-version-check", "--only-binary", ":all:", *platform,
          "--target", str(partial), *requirements], capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"pip could not install {' '.join(requirements)}:\n"

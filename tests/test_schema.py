@@ -48,6 +48,47 @@ def test_bad_values_name_file_and_field(change, message):
     assert "\n" not in str(failure.value)
 
 
+FREE = {"id": Field(str), "notes": Field(dict, required=False, default={}),
+        "count": Field(int, required=False), "value": Field((int, float, str), required=False),
+        "tags": Field(ListOf(str), required=False, default=[])}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"count": "2"}, "f.yaml: count: must be an integer (got a string)"),
+    ({"count": True}, "f.yaml: count: must be an integer (got a boolean)"),
+    ({"count": 2.0}, "f.yaml: count: must be an integer (got a number)"),
+    ({"count": 2 ** 63}, "f.yaml: count: must be an integer within ±(2^63 - 1) (got one of 19 digits)"),
+    ({"id": "x" * 100_001}, "f.yaml: id: must be text of at most 100000 characters (got 100001)"),
+    ({"tags": ["t"] * 10_001}, "f.yaml: tags: must hold at most 10000 items (got 10001)"),
+    ({"notes": {1: "x"}}, "f.yaml: notes.1: mapping keys must be text (got an integer: 1)"),
+    ({"notes": {"k" * 100_001: "x"}},
+     "f.yaml: notes." + "k" * 60 + "... (100001 characters): keys must be at most 100000 characters"),
+    ({"value": float("nan")}, "f.yaml: value: must be a finite number (got nan)"),
+    ({"value": None, 7: 1}, "f.yaml: 7: unknown field (known: count, id, notes, tags, value)"),
+])
+def test_strict_types_and_bounds(change, message):
+    with pytest.raises(SchemaError) as failure:
+        validate({"id": "a", **change}, FREE, "f.yaml")
+    assert str(failure.value).startswith(message)
+    assert "\n" not in str(failure.value)
+
+
+def test_an_unknown_key_is_named_before_the_problems_inside_its_mapping():
+    data = {**GOOD, "kind": "diff", "zz": 1, "extra": 1, "files": [{"path": 3}]}
+    with pytest.raises(SchemaError, match=r"^f\.yaml: extra: unknown field \(known: enabled, files, "):
+        validate(data, SCHEMA, "f.yaml")
+
+
+def test_null_reads_as_absent_and_defaults_are_not_shared():
+    first = validate({"id": "a", "count": None}, FREE, "f.yaml")
+    assert first == {"id": "a", "notes": {}, "count": None, "value": None, "tags": []}
+    first["tags"].append("changed")
+    assert validate({"id": "a"}, FREE, "f.yaml")["tags"] == []
+    # an integer where a number is among the kinds is a float, as YAML's `1` for `1.0`
+    assert validate({"id": "a", "value": 2}, FREE, "f.yaml")["value"] == 2.0
+    assert isinstance(validate({"id": "a", "value": 2}, FREE, "f.yaml")["value"], float)
+
+
 def test_missing_required_field():
     data = dict(GOOD)
     del data["id"]

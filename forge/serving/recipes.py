@@ -212,6 +212,9 @@ def _partial(schema: dict) -> dict:
             for name, f in schema.items()}
 
 
+PARTIAL_RECIPE = _partial(RECIPE)     # declared once: forge.schema compiles a schema once
+
+
 # recipes/<model>.yaml
 MODEL_FILE = {
     "model": Field(str, check=_hf_id),
@@ -220,7 +223,7 @@ MODEL_FILE = {
     "checkpoint": Field(CHECKPOINT, required=False),
     # Figures users compare against, for the model on any target.
     "reference": Field(ListOf(REFERENCE_ITEM), required=False, default=[]),
-    "defaults": Field(_partial(RECIPE), required=False, default={}),
+    "defaults": Field(PARTIAL_RECIPE, required=False, default={}),
     "targets": Field(dict),
     # Prose that more than one target's `expect.note` cites, each stated once: name -> text.
     "notes": Field(dict, required=False, default={}, check=_notes),
@@ -480,11 +483,11 @@ def _model_file(data, source: str) -> dict:
     values = validate(data, MODEL_FILE, source)
     if not values["targets"]:
         fail_at(source, "targets", "must name at least one target")
-    partial, targets = _partial(RECIPE), known_targets()
+    targets = known_targets()
     for target, body in values["targets"].items():
         if target not in targets:
             fail_at(source, f"targets.{target}", f"unknown target (targets: {', '.join(targets)})")
-        validate({} if body is None else body, partial, source, f"targets.{target}")
+        validate({} if body is None else body, PARTIAL_RECIPE, source, f"targets.{target}")
     _check_notes(values, source)
     return values
 
@@ -810,6 +813,7 @@ KNOWN_FAILURE = {
     "issue": Field(str),
     "why": Field(str),
 }
+KNOWN_FAILURES_FILE_SCHEMA = {"failures": Field(ListOf(KNOWN_FAILURE))}
 
 
 def known_failures_path(root: Path | None = None) -> Path:
@@ -824,8 +828,7 @@ def known_failures_path(root: Path | None = None) -> Path:
 
 def load_known_failures(root: Path | None = None) -> list[dict]:
     path = known_failures_path(root)
-    schema = {"failures": Field(ListOf(KNOWN_FAILURE))}
-    return validate(load_yaml(path), schema, display_path(path))["failures"]
+    return validate(load_yaml(path), KNOWN_FAILURES_FILE_SCHEMA, display_path(path))["failures"]
 
 
 def known_failure(base_model: str, weights: str, tensor_parallel: int,

@@ -1,4 +1,6 @@
-"""A run plan: YAML validated on load, every problem one line naming the plan file and the field.
+"""A run plan: YAML parsed once into a typed pydantic v2 model (strict types, no unknown field, no
+NaN or infinity, every number within MOST, ids matched in full, sizes capped), every problem one
+line naming the plan file and the field.
 
     vllm: "0.27.1"            # the release the host must have installed (checked before any job)
     gpu_memory_gib: 140       # what the jobs may reserve together
@@ -26,9 +28,15 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError, WrapValidator
+from pydantic import Field as Bounded
+from pydantic_core import PydanticCustomError
 
 from forge.data_formats import load_yaml
 from forge.errors import ForgeError
+from forge.schema import MAX_ITEMS, MAX_TEXT, first_error
 
 FIELDS = ("out", "repo", "python")
 TEMPLATE_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -42,9 +50,7 @@ URL = re.compile(r"https?://\S+")
 # NaN timeout never passes, so a job that hangs would be waited on for ever; an infinite grace
 # would wait for ever on a process that ignores SIGTERM.
 MOST = {"gpu_memory_gib": 1e5, "timeout_s": 7 * 24 * 3600.0, "kill_grace_s": 3600.0}
-PLAN_KEYS = {"vllm", "gpu_memory_gib", "env", "kill_grace_s", "pack", "jobs"}
-JOB_KEYS = {"id", "command", "gpu_memory_gib", "timed", "timeout_s", "depends_on", "keep_when_cut", "env",
-            "ready_url"}
+_PLAN_ERROR = "plan"      # a check that says what is wrong in its own words
 
 
 class PlanError(ValueError):
@@ -89,6 +95,109 @@ def fill(text: str, fields: dict[str, str]) -> str:
     return TEMPLATE_FIELD.sub(lambda m: fields[m[1]], text)
 
 
+# --- the file's typed model ------------------------------------------------------------------------
+
+def _refuse(problem: str):
+    raise PydanticCustomError(_PLAN_ERROR, "{problem}", {"problem": problem})
+
+
+def _matching(pattern: re.Pattern):
+    def check(value: str) -> str:
+        if not pattern.fullmatch(value):
+            raise ValueError(pattern.pattern)     # the field's own words say what it must be
+        return value
+    return AfterValidator(check)
+
+
+def _names_known_fields(text: str) -> str:
+    unknown = [name for name in TEMPLATE_FIELD.findall(text) if name not in FIELDS]
+    if unknown:
+        named = ", ".join("{" + name + "}" for name in FIELDS)
+        _refuse(f"{{{unknown[0]}}} is not a field a command may name ({named})")
+    return text
+
+
+def _split(value: Any) -> Any:
+    """One command string is split as a shell would (no shell runs it)."""
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError as error:
+            _refuse(f"cannot split the command: {error}")
+    return value
+
+
+def _env_text(setting: str | int | float) -> str:
+    return _names_known_fields(str(setting))
+
+
+def _env_name(name: Any, handler) -> str:
+    if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+        _refuse(f"{name!r:.80} is not an environment variable name")
+    return handler(name)
+
+
+Text = Annotated[str, Bounded(max_length=MAX_TEXT)]
+Texts = Annotated[list[Text], Bounded(max_length=MAX_ITEMS)]
+Template = Annotated[Text, AfterValidator(_names_known_fields)]
+Command = Annotated[list[Template], Bounded(min_length=1, max_length=MAX_ITEMS), BeforeValidator(_split)]
+EnvName = Annotated[str, WrapValidator(_env_name)]
+EnvValue = Annotated[Text | int | float, AfterValidator(_env_text)]    # a number as its text
+Env = Annotated[dict[EnvName, EnvValue], Bounded(max_length=MAX_ITEMS)]
+_STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
+_UNKNOWN = ("extra_forbidden", "invalid_key")
+
+
+class _JobEntry(BaseModel):
+    model_config = _STRICT
+    id: Annotated[str, _matching(JOB_ID)]
+    gpu_memory_gib: Annotated[float, Bounded(ge=0, le=MOST["gpu_memory_gib"])]
+    timed: bool = False
+    ready_url: Annotated[Text, _matching(URL)] | None = None
+    command: Command
+    timeout_s: Annotated[float, Bounded(gt=0, le=MOST["timeout_s"])]
+    depends_on: Texts = []
+    keep_when_cut: Texts = ["**"]
+    env: Env = {}
+
+
+class _Pack(BaseModel):
+    model_config = _STRICT
+    exclude: Texts = []
+
+
+class _PlanFile(BaseModel):
+    model_config = _STRICT
+    vllm: Annotated[str, _matching(RELEASE)]
+    gpu_memory_gib: Annotated[float, Bounded(gt=0, le=MOST["gpu_memory_gib"])]
+    kill_grace_s: Annotated[float, Bounded(ge=0, le=MOST["kill_grace_s"])] = 10.0
+    env: Env = {}
+    jobs: Annotated[list[_JobEntry], Bounded(min_length=1, max_length=MAX_ITEMS)]
+    pack: _Pack | None = None
+
+
+_LISTS = "a list of strings"      # command, depends_on, keep_when_cut, pack.exclude
+# What each field must be, as an error says it: "<field>: <this>, not <the value>".
+_PLAN_SHAPES = {
+    "vllm": 'a release as a quoted string like "0.27.1"',
+    "gpu_memory_gib": f"a positive number up to {MOST['gpu_memory_gib']:g}",
+    "kill_grace_s": f"a non-negative number up to {MOST['kill_grace_s']:g}",
+    "env": "a mapping of NAME: value",
+    "pack": "a mapping with exclude: [glob, ...]",
+}
+_JOB_SHAPES = {
+    "id": "[a-z0-9][a-z0-9.-]* (it names a folder)",
+    "gpu_memory_gib": f"a non-negative number up to {MOST['gpu_memory_gib']:g}",
+    "timed": "true or false",
+    "ready_url": "an http:// URL the server answers once it is up",
+    "command": _LISTS,
+    "timeout_s": f"a positive number up to {MOST['timeout_s']:g}",
+    "env": "a mapping of NAME: value",
+}
+
+
+# --- loading -----------------------------------------------------------------------------------------
+
 def load_plan(path: Path | str) -> Plan:
     path = Path(path)
     try:
@@ -102,88 +211,79 @@ def _plan(path: Path, data) -> Plan:
     def fail(name: str, problem: str):
         raise PlanError(f"{path}: {name}: {problem}")
 
-    if not isinstance(data, dict):
-        fail("(top)", "a plan is a mapping with vllm, gpu_memory_gib and jobs")
-    _no_unknown(data, PLAN_KEYS, "", fail)
-    vllm = data.get("vllm")
-    if not isinstance(vllm, str) or not RELEASE.fullmatch(vllm):
-        fail("vllm", f"a release as a quoted string like \"0.27.1\", not {vllm!r}")
-    budget = _number(data.get("gpu_memory_gib"), "gpu_memory_gib", fail, positive=True,
-                     most=MOST["gpu_memory_gib"])
-    grace = _number(data.get("kill_grace_s", 10), "kill_grace_s", fail, positive=False,
-                    most=MOST["kill_grace_s"])
-    env = _env(data.get("env", {}), "env", fail)
-    jobs_data = data.get("jobs")
-    if not isinstance(jobs_data, list) or not jobs_data:
-        fail("jobs", "a non-empty list of jobs")
-    jobs = tuple(_job(item, f"jobs[{index}]", budget, fail) for index, item in enumerate(jobs_data))
+    try:
+        model = _PlanFile.model_validate(data)
+    except ValidationError as error:
+        fail(*_describe(first_error(error.errors()), data))
+    jobs = tuple(_job(entry, f"jobs[{index}] ({entry.id})", model.gpu_memory_gib, fail)
+                 for index, entry in enumerate(model.jobs))
     _check_ids(jobs, fail)
-    return Plan(path, vllm, budget, jobs, env, grace, _pack(data.get("pack"), fail))
+    return Plan(path, model.vllm, model.gpu_memory_gib, jobs, model.env, model.kill_grace_s,
+                None if model.pack is None else tuple(model.pack.exclude))
 
 
-def _job(item, where: str, budget: float, fail) -> Job:
-    if not isinstance(item, dict):
-        fail(where, "a job is a mapping with id, command, gpu_memory_gib and timeout_s")
-    job_id = item.get("id")
-    if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
-        fail(f"{where}.id", f"[a-z0-9][a-z0-9.-]* (it names a folder), not {job_id!r}")
-    where = f"{where} ({job_id})"
-    _no_unknown(item, JOB_KEYS, where + ".", fail)
-    reservation = _number(item.get("gpu_memory_gib"), f"{where}.gpu_memory_gib", fail, positive=False,
-                          most=MOST["gpu_memory_gib"])
-    if reservation > budget:
-        fail(f"{where}.gpu_memory_gib", f"{reservation:g} GiB is more than the plan's gpu_memory_gib ({budget:g})")
-    timed = item.get("timed", False)
-    if not isinstance(timed, bool):
-        fail(f"{where}.timed", f"true or false, not {timed!r}")
-    ready_url = item.get("ready_url")
-    if ready_url is not None and (not isinstance(ready_url, str) or not URL.fullmatch(ready_url)):
-        fail(f"{where}.ready_url", f"an http:// URL the server answers once it is up, not {ready_url!r}")
-    if ready_url is not None and timed:
+def _job(entry: _JobEntry, where: str, budget: float, fail) -> Job:
+    """A job whose fields each passed: what holds between them and the plan."""
+    if entry.gpu_memory_gib > budget:
+        fail(f"{where}.gpu_memory_gib",
+             f"{entry.gpu_memory_gib:g} GiB is more than the plan's gpu_memory_gib ({budget:g})")
+    if entry.ready_url is not None and entry.timed:
         fail(f"{where}.timed", "a server (ready_url) is untimed: its clients run beside it")
-    return Job(job_id, _command(item.get("command"), f"{where}.command", fail), reservation, timed,
-               _number(item.get("timeout_s"), f"{where}.timeout_s", fail, positive=True,
-                       most=MOST["timeout_s"]),
-               tuple(_strings(item.get("depends_on", []), f"{where}.depends_on", fail)),
-               tuple(_strings(item.get("keep_when_cut", ["**"]), f"{where}.keep_when_cut", fail)),
-               _env(item.get("env", {}), f"{where}.env", fail), ready_url)
+    return Job(entry.id, tuple(entry.command), entry.gpu_memory_gib, entry.timed, entry.timeout_s,
+               tuple(entry.depends_on), tuple(entry.keep_when_cut), entry.env, entry.ready_url)
 
 
-def _command(value, where: str, fail) -> tuple[str, ...]:
-    if isinstance(value, str):
-        try:
-            value = shlex.split(value)
-        except ValueError as error:
-            fail(where, f"cannot split the command: {error}")
-    argv = _strings(value, where, fail)
-    if not argv:
-        fail(where, "an argv list of strings or one command string, not empty")
-    for part in argv:
-        _check_fields(part, where, fail)
-    return tuple(argv)
+def _describe(error: dict, data) -> tuple[str, str]:
+    """pydantic's error as the field it names and the problem in the plan's words."""
+    loc = error["loc"]
+    if not loc:
+        return "(top)", "a plan is a mapping with vllm, gpu_memory_gib and jobs"
+    if loc[0] == "jobs" and len(loc) > 1:
+        return _describe_job(error, loc[1], loc[2:], data["jobs"][loc[1]])
+    if len(loc) == 1 and error["type"] in _UNKNOWN:
+        return str(loc[0]), f"not a field of a plan (known: {', '.join(sorted(_PlanFile.model_fields))})"
+    if loc[0] == "jobs":
+        return "jobs", _problem(error, "a non-empty list of jobs", None, shown=False)
+    if loc[0] == "pack" and loc[1:2] == ("exclude",):
+        return "pack.exclude", _problem(error, _LISTS, data["pack"]["exclude"])
+    if loc[0] == "env" and len(loc) > 1:
+        return _describe_env("env", error, loc[1:])
+    return str(loc[0]), _problem(error, _PLAN_SHAPES[loc[0]], data.get(loc[0]))
 
 
-def _check_fields(text: str, where: str, fail) -> None:
-    unknown = [name for name in TEMPLATE_FIELD.findall(text) if name not in FIELDS]
-    if unknown:
-        named = ", ".join("{" + name + "}" for name in FIELDS)
-        fail(where, f"{{{unknown[0]}}} is not a field a command may name ({named})")
+def _describe_job(error: dict, index: int, loc: tuple, item) -> tuple[str, str]:
+    where = f"jobs[{index}]"
+    if not loc:
+        return where, "a job is a mapping with id, command, gpu_memory_gib and timeout_s"
+    job_id = item.get("id")
+    if loc[0] == "id":
+        return f"{where}.id", _problem(error, _JOB_SHAPES["id"], job_id)
+    if isinstance(job_id, str) and JOB_ID.fullmatch(job_id):
+        where = f"{where} ({job_id})"
+    if len(loc) == 1 and error["type"] in _UNKNOWN:
+        known = ", ".join(sorted(_JobEntry.model_fields))
+        return f"{where}.{loc[0]}", f"not a field of a plan job (known: {known})"
+    if loc[0] == "env" and len(loc) > 1:
+        return _describe_env(f"{where}.env", error, loc[1:])
+    if loc == ("command",) and error["type"] == "too_short":
+        return f"{where}.command", "an argv list of strings or one command string, not empty"
+    return f"{where}.{loc[0]}", _problem(error, _JOB_SHAPES.get(loc[0], _LISTS), item.get(loc[0]))
 
 
-def _strings(value, where: str, fail) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        fail(where, f"a list of strings, not {value!r}")
-    return value
+def _describe_env(where: str, error: dict, loc: tuple) -> tuple[str, str]:
+    if loc[-1] == "[key]":          # the name's own check said what is wrong
+        return where, _problem(error, "", None)
+    return f"{where}.{loc[0]}", _problem(error, "a string or a number", error["input"])
 
 
-def _number(value, where: str, fail, positive: bool, most: float) -> float:
-    kind = f"a {'positive' if positive else 'non-negative'} number up to {most:g}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        fail(where, f"{kind}, not {_shown(value)}")
-    # compared as they are: a 400-digit int is no float, and NaN compares false to everything
-    if not (0 <= value <= most) or (positive and value == 0):
-        fail(where, f"{kind}, not {_shown(value)}")
-    return float(value)
+def _problem(error: dict, shape: str, value, shown: bool = True) -> str:
+    kind, context = error["type"], error.get("ctx") or {}
+    if kind == _PLAN_ERROR:
+        return context["problem"]
+    if kind in ("too_long", "string_too_long"):
+        unit = "characters" if kind == "string_too_long" else "items"
+        return f"{shape}, at most {context['max_length']} {unit} long"
+    return f"{shape}, not {_shown(value)}" if shown else shape
 
 
 def _shown(value) -> str:
@@ -193,34 +293,6 @@ def _shown(value) -> str:
         return f"an integer of about {value.bit_length() * 3 // 10} digits"
     text = repr(value)
     return text if len(text) <= 80 else text[:80] + "..."
-
-
-def _env(value, where: str, fail) -> dict[str, str]:
-    if not isinstance(value, dict):
-        fail(where, f"a mapping of NAME: value, not {value!r}")
-    env = {}
-    for name, setting in value.items():
-        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
-            fail(where, f"{name!r} is not an environment variable name")
-        if isinstance(setting, bool) or not isinstance(setting, (str, int, float)):
-            fail(f"{where}.{name}", f"a string or a number, not {setting!r}")
-        _check_fields(str(setting), f"{where}.{name}", fail)
-        env[name] = str(setting)
-    return env
-
-
-def _pack(value, fail) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict) or set(value) - {"exclude"}:
-        fail("pack", f"a mapping with exclude: [glob, ...], not {value!r}")
-    return tuple(_strings(value.get("exclude", []), "pack.exclude", fail))
-
-
-def _no_unknown(data: dict, known: set[str], prefix: str, fail) -> None:
-    unknown = sorted(str(key) for key in data if key not in known)
-    if unknown:
-        fail(prefix + unknown[0], f"not a field of a plan{' job' if prefix else ''} (known: {', '.join(sorted(known))})")
 
 
 def _check_ids(jobs: tuple[Job, ...], fail) -> None:
