@@ -4,8 +4,10 @@ socketserver's serve_forever looks for a shutdown request once per poll interval
 told: every server a test stops would hold it that long, about a minute over the suite."""
 from __future__ import annotations
 
+import contextlib
 import socketserver
 import threading
+from collections.abc import Iterator
 
 SHUTDOWN_POLL_S = 0.02
 
@@ -16,3 +18,18 @@ def serve_in_background(server: socketserver.BaseServer) -> threading.Thread:
                               daemon=True)
     thread.start()
     return thread
+
+
+@contextlib.contextmanager
+def hostile_server() -> Iterator[str]:
+    """tests/hostile/server.py's server in this process, its scenarios at /<scenario>/<id>: its
+    base URL while the block runs."""
+    from tests.hostile.server import Handler, Server
+
+    server = Server(("127.0.0.1", 0), Handler)
+    serve_in_background(server)
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

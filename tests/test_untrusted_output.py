@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.loopback import serve_in_background
+from tests import loopback
 
 HOSTILE = "\x1b[2J\x1b]0;owned\x07\rRESULT: PASS"
 
@@ -43,13 +43,8 @@ def test_a_jobs_log_line_is_escaped_in_the_gpu_runners_progress(tmp_path, capsys
 
 @pytest.fixture
 def hostile_server():
-    from tests.hostile.server import Handler, Server
-
-    server = Server(("127.0.0.1", 0), Handler)
-    serve_in_background(server)
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with loopback.hostile_server() as url:
+        yield url
 
 
 def test_a_servers_error_answer_is_escaped_in_verifys_message(hostile_server):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import loopback
 from tests.loopback import serve_in_background
 from verify import bench, mtp_smoke
 
@@ -521,14 +522,8 @@ def test_expect_control_needs_endpoint_and_dummy(tmp_path, capsys, extra):
 
 @pytest.fixture
 def hostile_server():
-    """tests/hostile/server.py's server, in this process: its scenarios at /<scenario>/<id>."""
-    from tests.hostile.server import Handler, Server
-
-    server = Server(("127.0.0.1", 0), Handler)
-    serve_in_background(server)
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with loopback.hostile_server() as url:
+        yield url
 
 
 def test_one_wait_server_probe_ends_at_its_deadline_whatever_the_server_trickles(hostile_server):
