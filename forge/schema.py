@@ -218,7 +218,7 @@ def _problem(error: dict, kind, holder: dict, key: bool) -> str:
     if kind_of_error in ("greater_than_equal", "less_than_equal"):
         return f"must be an integer within ±(2^63 - 1) (got one of {len(str(abs(value)))} digits)"
     if key:
-        return f"mapping keys must be text (got {_kind_name(type(value))}: {value!r:.40})"
+        return f"mapping keys must be text (got {kind_name(type(value))}: {value!r:.40})"
     return _type_problem(_expected(kind), value)
 
 
@@ -234,7 +234,7 @@ def _type_problem(expected: tuple, value) -> str:
     if float in expected and isinstance(value, int) and not isinstance(value, bool):
         return (f"must be {_names(expected)} within about ±1.8e308 (got an integer of about "
                 f"{value.bit_length() * 3 // 10} digits)")
-    return f"must be {_names(expected)} (got {_kind_name(type(value))})"
+    return f"must be {_names(expected)} (got {kind_name(type(value))})"
 
 
 def _shown(key) -> str:
@@ -248,10 +248,11 @@ def _join(path: str, name: str) -> str:
 
 
 def _names(kinds: tuple) -> str:
-    return " or ".join(_kind_name(k) for k in kinds)
+    return " or ".join(kind_name(k) for k in kinds)
 
 
-def _kind_name(kind) -> str:
+def kind_name(kind) -> str:
+    """A Python type as an error names it: 'a string', 'a mapping'."""
     return {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
             list: "a list", dict: "a mapping", type(None): "empty"}.get(kind, kind.__name__)
 

@@ -19,6 +19,7 @@ from packaging.version import Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from forge.data_formats import DataError
+from forge.schema import kind_name
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, frozen=True)
 # A file another program writes (pip's --report): only the fields read are modelled, strictly;
@@ -114,7 +115,20 @@ def problem_line(exc: ValidationError, source: object) -> str:
     errors = exc.errors(include_url=False)
     first = errors[0]
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{source}: {field_path(first['loc'])}: {first['msg']}{more}"
+    return f"{source}: {field_path(first['loc'])}: {_problem(first)}{more}"
+
+
+# pydantic's type errors, by the type the field holds: said in forge.schema's words, with what the
+# file held instead ("must be a string (got a list)"), as every data file's refusal says it.
+_TYPE_ERRORS = {"string_type": str, "bool_type": bool, "int_type": int, "float_type": float,
+                "dict_type": dict, "list_type": list, "model_type": dict, "model_attributes_type": dict}
+
+
+def _problem(error) -> str:
+    expected = _TYPE_ERRORS.get(error["type"])
+    if expected is None:
+        return error["msg"]
+    return f"must be {kind_name(expected)} (got {kind_name(type(error['input']))})"
 
 
 def field_path(location: tuple) -> str:

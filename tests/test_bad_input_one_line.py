@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from forge.schema import kind_name
 from tests.build_cli import REPO_ROOT, run_build
 from tests.test_published import DIGEST_A, REPOSITORY, TAG, write_report
 
@@ -137,8 +138,8 @@ def test_publish_refuses_a_report_whose_check_name_is_not_text(tmp_path, name):
     report.write_text(json.dumps(data))
     index = tmp_path / "published.json"
     result = run_build(*publish_args(index, report))
-    assert_one_line_refusal(result, f"{report}: checks[0].name: must be str "
-                                    f"(got {type(name).__name__})")
+    assert_one_line_refusal(result, f"{report}: checks[0].name: must be a string "
+                                    f"(got {kind_name(type(name))})")
     assert not index.exists()
 
 
@@ -148,7 +149,7 @@ def test_publish_refuses_a_report_whose_check_gating_is_not_a_boolean(tmp_path):
     data["checks"][1]["gating"] = "yes"
     report.write_text(json.dumps(data))
     result = run_build(*publish_args(tmp_path / "published.json", report))
-    assert_one_line_refusal(result, f"{report}: checks[1].gating: must be bool (got str)")
+    assert_one_line_refusal(result, f"{report}: checks[1].gating: must be a boolean (got a string)")
 
 
 # --- the cache -----------------------------------------------------------------------------------

@@ -29,9 +29,9 @@ def test_a_refusal_names_the_file_and_the_field_in_one_line():
     with pytest.raises(DataError) as refused:
         loaded(Report, {"checks": [{"name": "a", "gating": True}, {"name": ["x"], "gating": 1}]},
                "work/report.json")
-    assert str(refused.value) == ("work/report.json: checks[1].name: Input should be a valid string "
+    assert str(refused.value) == ("work/report.json: checks[1].name: must be a string (got a list) "
                                   "(and 1 more)")
-    with pytest.raises(DataError, match=r"^r.json: \(top level\): Input should be a valid dictionary"):
+    with pytest.raises(DataError, match=r"^r.json: \(top level\): must be a mapping \(got a list\)$"):
         loaded(Report, [1], "r.json")
     with pytest.raises(DataError, match=r"^r.json: figures\.a\[0\]: Input should be a finite number$"):
         loaded(Figures, {"figures": {"a": [1.0, float("inf")][::-1]}}, "r.json")
@@ -166,7 +166,7 @@ def test_the_cpu_environment_marker_and_pips_report_load_as_written(tmp_path, mo
     report.write_text(json.dumps(resolved))
     with pytest.raises(DataError) as refused:
         cpu_env.resolved_pins(report, build)
-    assert str(refused.value).startswith(f"{report}: install[0].metadata.version: Input should be a valid string")
+    assert str(refused.value).startswith(f"{report}: install[0].metadata.version: must be a string (got a list)")
 
 
 def test_the_tune_moe_models_hold_what_tune_moe_and_bench_write(tmp_path):

@@ -144,8 +144,8 @@ def checks_read(report: dict) -> list[Check]:
     ({"checks": []}, r"r.json: checks: List should have at least 1 item"),
     ({"checks": [{"name": "x"}]}, r"r.json: checks\[0\]\.status: Field required"),
     ({"checks": [{"name": "x", "status": "ok", "detail": ""}]}, r"r.json: checks\[0\]\.status: Value error, must be one of"),
-    ({"checks": [{"name": ["x"], "status": "PASS", "detail": ""}]}, r"r.json: checks\[0\]\.name: Input should be a valid string"),
-    ({"checks": [{"name": "x", "status": "PASS", "detail": "", "gating": 1}]}, r"r.json: checks\[0\]\.gating: Input should be a valid boolean"),
+    ({"checks": [{"name": ["x"], "status": "PASS", "detail": ""}]}, r"r.json: checks\[0\]\.name: must be a string \(got a list\);"),
+    ({"checks": [{"name": "x", "status": "PASS", "detail": "", "gating": 1}]}, r"r.json: checks\[0\]\.gating: must be a boolean \(got an integer\);"),
 ])
 def test_malformed_checks_name_the_field(tmp_path, report, message):
     from forge.verify_report_file import read_report

@@ -45,7 +45,7 @@ def typed_cases() -> list[dict]:
     return [
         {**PUBLISH, "id": "typed-report-recipe-a-list",
          "setup": [("replace", "work/report.json", '"target": "gb10"', '"recipe": ["gemma"], "target": "gb10"')],
-         "exit": 2, "stderr": ["{work}/report.json", "recipe: Input should be a valid string"], "creates": []},
+         "exit": 2, "stderr": ["{work}/report.json", "recipe: must be a string (got a list)"], "creates": []},
         {**FINISH, "id": "typed-work-state-command-a-list",
          "setup": _work_tree(STATE.replace('"new-patch"', '["new-patch"]')),
          "exit": 2, "stderr": ["build/patch-work/hostile-new/patch-work.json", "command"], "creates": []},
@@ -53,7 +53,7 @@ def typed_cases() -> list[dict]:
          "exit": 2, "stderr": ["build/patch-work/hostile-new/finish.json", "(top level)"], "creates": []},
         {**END_TO_END, "id": "typed-tune-results-decision-a-number",
          "setup": [*MEASURED, ("replace", "work/tune.json", '"decisions": [', '"decisions": [1,')],
-         "exit": 2, "stderr": ["{work}/tune.json", "decisions[0]: Input should be a valid dictionary"],
+         "exit": 2, "stderr": ["{work}/tune.json", "decisions[0]: must be a mapping (got an integer)"],
          "creates": []},
         {**END_TO_END, "id": "typed-bench-run-decode-figure-infinite",
          "setup": [*MEASURED, ("replace", "work/bench.json", '"decode_tok_s": 663.3', '"decode_tok_s": 1e999')],
@@ -61,5 +61,5 @@ def typed_cases() -> list[dict]:
                                "a finite number"], "creates": []},
             {**COLLECT, "id": "typed-engine-result-engine-a-list",
          "setup": [("write", "work/out/engines/e.result.json", '{"engine": ["started"], "windows": {}}')],
-         "stdout": "e.result.json: engine: Input should be a valid dictionary", "stderr": None},
+         "stdout": "e.result.json: engine: must be a mapping (got a list)", "stderr": None},
     ]
