@@ -11,7 +11,7 @@ Session fixtures start what is missing and leave the machine as they found it:
                     at the end when the session registered it)
   standin_base      the stand-in for upstream's vllm/vllm-openai:v0.25.0 in the local registry: a
                     multi-platform index (amd64 + arm64) of Debian bookworm + python3, python3-yaml,
-                    python3-packaging, pydantic-core (IMAGE_WHEELS) + the real vLLM 0.25.0 package
+                    python3-packaging, pydantic (IMAGE_WHEELS) + the real vLLM 0.25.0 package
                     tree from its PyPI sdist, with a dist-info like pip writes. Rootfs tarballs are cached in ~/.cache/vllm-forge/bases,
                     and what the registry is given, as a seed (publish_seeded).
   standin_with_wheels(client, arch, version, requirements, host_ca)
@@ -326,10 +326,11 @@ def pure_python_site(requirements: tuple[str, ...]) -> Path:
 
 
 # What upstream's image carries that forge's own code needs there beside the rootfs's PyYAML and
-# packaging: vLLM requires pydantic v2, and forge.schema validates every data file with its
-# pydantic-core (`build.py apply` reads the series inside the image). This machine's versions,
-# binary wheels for the stand-in's Python (3.11) and architecture.
-IMAGE_WHEELS = ("pydantic-core", "typing-extensions")
+# packaging: vLLM requires pydantic v2 (and so what pydantic requires), forge.schema validates every
+# data file with its pydantic-core (`build.py apply` reads the series inside the image) and verify's
+# engine files are pydantic models (verify/engine_files.py). This machine's versions, binary wheels
+# for the stand-in's Python (3.11) and architecture.
+IMAGE_WHEELS = ("pydantic", "pydantic-core", "typing-extensions", "annotated-types", "typing-inspection")
 _PIP_MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
 
 

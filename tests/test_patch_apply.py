@@ -369,16 +369,25 @@ def test_conflict_error_type_and_exit_code(vllm_site):
     assert caught.value.exit_code == 3
 
 
-def test_apply_runs_with_only_python_pyyaml_and_packaging(vllm_site, tmp_path):
-    """As in a bare image: no site-packages but PyYAML and packaging (no requests, no docker)."""
+def test_apply_runs_with_only_python_pyyaml_packaging_and_pydantic(vllm_site, tmp_path):
+    """As in vLLM's image with nothing of ours installed: no site-packages but PyYAML, packaging and
+    pydantic v2 with what it needs (vLLM requires pydantic; forge.schema validates the series with
+    it), no requests, no docker."""
+    import annotated_types
     import packaging
+    import pydantic
+    import pydantic_core
+    import typing_extensions
+    import typing_inspection
     import yaml
 
     bare = tmp_path / "bare"
     bare.mkdir()
-    for module in (yaml, packaging):
+    for module in (yaml, packaging, pydantic, pydantic_core, annotated_types, typing_inspection):
         package_dir = Path(module.__file__).parent
         (bare / package_dir.name).symlink_to(package_dir)
+    single_file = Path(typing_extensions.__file__)
+    (bare / single_file.name).symlink_to(single_file)
     site = vllm_site("0.25.0")
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(bare)}
     probe = subprocess.run([sys.executable, "-S", "-c", "import requests"], env=env,
