@@ -3,7 +3,7 @@ types the models are made of, and the two ways a model is applied to what a file
 
 - a cache entry (entry_or_none): the model or None, a damaged entry being one to make again;
 - a file a user gives or a run wrote (loaded): the model, or one DataError line naming the file
-  and the first field at fault (`work/report.json: checks[2].status: Input should be ...`).
+  and the first field at fault (`work/report.json: checks[2].name: must be a string (got a list)`).
 
 The configuration: strict types (a 1 is no true, a "2" no count), no key the writer does not
 write, no NaN or infinity (json.loads reads 1e999 as one), frozen. Sizes are bounded by field, far
