@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Time the engine tier (tests/test_engine_cpu.py: real vLLM CPU engines) and keep the result as a
+"""Time the engine tier (the tests marked `engine`: real vLLM CPU engines) and keep the result as a
 record.
 
     python3 -m benchmarks.cpu_smoke --cache warm   # the machine's ~/.cache/vllm-forge (environments made)
     python3 -m benchmarks.cpu_smoke --cache cold   # an empty VLLM_FORGE_CACHE: every CPU environment,
                                                    # its ~3-6 GB of wheels, made anew
 
-The tier runs alone, in one process (`pytest -n 0`), as the suite's engine unit runs on one of its
-workers. The record goes to benchmarks/results/cpu-smoke-<cache>-<commit>/ (kind `suite`): the
+The tier runs alone on two of pytest-xdist's workers, as its two units run in the suite (the 0.26.0
+runs; those of 0.27.1 and the newest CPU build: tests/markers.py). The record goes to benchmarks/results/cpu-smoke-<cache>-<commit>/ (kind `suite`): the
 machine, the tier's seconds, each test's seconds (pytest's JUnit file), the largest engine's peak RSS
 among the runs' reports, and the verdict (pass when every test passed); beside it `pytest.log`.
 Budgets (issue #49): at most 4 minutes warm and 8 minutes cold on the 2-core machine, at most 5 GB
@@ -32,17 +32,18 @@ from forge import REPO_ROOT
 from forge.errors import exit_on_interrupt
 from forge.evidence.records import RECORD_FILE, RESULTS
 
-TIER = "tests/test_engine_cpu.py"
+TIER = ("-m", "engine", "tests")
+WORKERS = ("-n", "2", "--dist", "loadgroup")
 LOG_NAME = "pytest.log"
 
 
 def run_tier(work: Path, cache: str) -> tuple[int, str, float]:
-    """(pytest's exit status, its output, wall seconds) of the tier in one process."""
+    """(pytest's exit status, its output, wall seconds) of the tier."""
     env = {k: v for k, v in os.environ.items() if k != "VLLM_FORGE_CACHE"}
     if cache == "cold":
         env["VLLM_FORGE_CACHE"] = str(work / "cache")
-    command = [sys.executable, "-m", "pytest", "-n", "0", "-q", "-p", "no:cacheprovider",
-               f"--basetemp={work / 'tmp'}", f"--junitxml={work / 'junit.xml'}", TIER]
+    command = [sys.executable, "-m", "pytest", *WORKERS, "-q", "-p", "no:cacheprovider",
+               f"--basetemp={work / 'tmp'}", f"--junitxml={work / 'junit.xml'}", *TIER]
     started = time.monotonic()
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, errors="replace")
@@ -84,7 +85,7 @@ def write_record(results: Path, cache: str, status: int, log: str, seconds: floa
         "schema": 1, "id": record_id, "kind": "suite", "date": when.date().isoformat(),
         "command": f"python3 -m benchmarks.cpu_smoke --cache {cache}",
         "versions": {"python": platform.python_version()},
-        "settings": {"cache": cache, "tier": TIER, "cpu": str(facts["cpu"]), "os": str(facts["os"]),
+        "settings": {"cache": cache, "tier": " ".join((*WORKERS, *TIER)), "cpu": str(facts["cpu"]), "os": str(facts["os"]),
                      "started_utc": when.strftime("%Y-%m-%dT%H:%MZ")},
         "figures": {"cores": facts["cores"], "memory_gib": facts["memory_gib"], "exit_status": status,
                     "tier_s": round(seconds, 1), "max_engine_rss_mib": rss, **tests},

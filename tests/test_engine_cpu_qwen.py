@@ -29,6 +29,8 @@ from forge.engines.smoke import series_constraints
 from forge.upstream.releases import release_tree
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
+# One unit of the suite's workers with the other file that needs 0.27.1 or newer (tests/markers.py).
+UNIT = "engine-0.27.1-on"
 
 RECIPE = "qwen3.6-35b-a3b"
 

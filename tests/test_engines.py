@@ -1,6 +1,6 @@
 """The CPU engine's parts that need no engine: images/cpu-engines.yaml as loaded, what an environment
 installs from a real pinned wheel's metadata, how a CPU engine's settings are adapted, and the
-verdict of a report with checks a CPU cannot hold. The engines themselves: tests/test_engine_cpu.py."""
+verdict of a report with checks a CPU cannot hold. The engines themselves: tests/test_engine_cpu*.py."""
 import json
 
 import pytest

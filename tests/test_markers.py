@@ -133,3 +133,17 @@ def test_a_run_started_with_ctrl_c_ignored_gives_its_commands_ctrl_c_back():
     before, after = done.stdout.split()
     assert before == "0"          # ignored: the child never heard its own Ctrl-C
     assert after == str(-signal.SIGINT)    # an uncaught KeyboardInterrupt: Python dies by the signal
+
+
+def test_files_that_name_one_unit_run_as_one_unit_on_the_workers(tmp_path):
+    """A file's UNIT puts its tests in that unit (tests/markers.py group_units): the engine tier's
+    Qwen tests run on the worker that made the newest CPU build's environment, after its smoke."""
+    project = project_with(tmp_path, {
+        "test_a_first.py": 'UNIT = "shared"\n\ndef test_one():\n    pass\n',
+        "test_b_own.py": "def test_two():\n    pass\n",
+        "test_c_second.py": 'UNIT = "shared"\n\ndef test_three():\n    pass\n'})
+    result = pytest_in(project, "-p", "xdist", "-n", "2", "--dist", "loadgroup", "-v")
+    assert result.returncode == 0, result.stdout + result.stderr
+    ran = {line.split()[-1] for line in result.stdout.splitlines() if " PASSED " in line}
+    assert ran == {"test_a_first.py::test_one@shared", "test_b_own.py::test_two@test_b_own.py",
+                        "test_c_second.py::test_three@shared"}, result.stdout
