@@ -285,3 +285,14 @@ def test_a_lock_without_platforms_cannot_be_checked_and_says_how_to_fix(tmp_path
     line = refused(repo, "--target", "gb10", "--vllm", "0.25.0", "--plan", VLLM_FORGE_LOCK=str(lock))
     assert "platforms.vllm/vllm-openai:v0.25.0: not recorded" in line
     assert "`python3 build.py lock --vllm 0.25.0`" in line
+
+
+def test_a_plan_line_quoting_a_control_character_is_cut_after_it_is_escaped():
+    """A patch's detail or a label quotes data files and the cache: shown escaped, and cut to the
+    plan's width as shown (an ESC is four characters on the screen, `\\x1b`)."""
+    from forge.images.plan import WIDTH, _fit
+
+    line = "    detail " + "\x1b[2J" * 30 + " tail"
+    lines = _fit(line, " " * 6)
+    assert all(len(shown) <= WIDTH for shown in lines), [len(shown) for shown in lines]
+    assert "\x1b" not in "".join(lines) and "\\x1b[2J" in "".join(lines)

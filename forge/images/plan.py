@@ -343,8 +343,9 @@ def _source_url() -> str:
 
 def _fit(line: str, indent: str) -> list[str]:
     """`line` in lines of at most WIDTH characters, continued under `indent` (a digest or a label
-    value without spaces is cut where it must be: `--json` prints every value whole)."""
-    return textwrap.wrap(line, WIDTH, subsequent_indent=indent, break_on_hyphens=False) or [""]
+    value without spaces is cut where it must be: `--json` prints every value whole). Escaped
+    first (forge.untrusted.visible): an escape is four characters on the screen, and is counted so."""
+    return textwrap.wrap(visible(line), WIDTH, subsequent_indent=indent, break_on_hyphens=False) or [""]
 
 
 def format_plan(plan: Plan) -> str:
