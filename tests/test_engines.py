@@ -113,12 +113,19 @@ def test_a_cpu_engine_runs_what_it_can_and_names_what_it_cannot():
     assert "VLLM_USE_V2_MODEL_RUNNER" not in adapted_env and "VLLM_TUNED_CONFIG_FOLDER" not in adapted_env
     # one process, nothing compiled, the warm-up and the batch sized for the gate's 8 prompts
     assert adapted_env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and adapted_env["TORCHDYNAMO_DISABLE"] == "1"
+    assert adapted_env["OMP_NUM_THREADS"] == "1"     # one thread an engine, two engines side by side
     assert adapted["distributed_executor_backend"] == "uni"
     assert adapted["max_num_batched_tokens"] == device.CPU_BATCHED_TOKENS and adapted["max_num_seqs"] == 8
     assert [d.setting for d in dropped] == ["quantization fp8", "attention backend TRITON_ATTN",
                                             "model runner v2", "CUDA graphs"]
     assert kwargs["quantization"] == "fp8" and env["VLLM_USE_V2_MODEL_RUNNER"] == "1"   # inputs untouched
     assert device.adapt("cuda", kwargs, env) == (kwargs, env, [])
+
+
+def test_a_cpu_engine_keeps_the_openmp_threads_the_callers_environment_names(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    _, adapted_env, _ = device.adapt("cpu", {"model": "m"}, {})
+    assert "OMP_NUM_THREADS" not in adapted_env       # the worker inherits the caller's 4
 
 
 def _gate(device_checks: list[Check]) -> list[Check]:

@@ -16,6 +16,7 @@ be published).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,6 +107,13 @@ def _adapt_to_cpu(kwargs: dict, env: dict) -> tuple[dict, dict, list[NotHonoured
     # An eager engine still torch.compiles a few helpers (the sampler's random draw): tracing and
     # compiling them costs every start 10-40 s of a 2-core machine for ops that run the same eagerly.
     env["TORCHDYNAMO_DISABLE"] = "1"
+    # One OpenMP thread an engine, unless the caller's environment says otherwise: the tiny model's
+    # ops gain nothing from more, and --lossless runs two engines side by side whose threads,
+    # each engine binding one to every core, oversubscribe the cores and spin at every barrier. A
+    # lossless 0.32.0 smoke on the 2-core machine: 76 CPU-s and 43 s with vLLM's default, 53 CPU-s
+    # and 35 s with one thread (2026-12-07).
+    if "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = "1"
     kwargs["max_model_len"] = min(kwargs.get("max_model_len") or CPU_MAX_MODEL_LEN, CPU_MAX_MODEL_LEN)
     # Up to 0.26.x the CPU runner warms up with one pass of this many tokens even when eager, each
     # through the 262,144-token lm_head (90 s of a busy 2-core machine at vLLM's default); prompts
