@@ -2,8 +2,9 @@
 """Time `.ci/run` as CI runs it and keep the result as a record.
 
     python3 -m benchmarks.ci_run --cache warm    # the machine keeps ~/.cache/vllm-forge
-    python3 -m benchmarks.ci_run --cache cold    # an empty VLLM_FORGE_CACHE: every vLLM sdist,
-                                                 # tree, environment and rootfs made anew
+    python3 -m benchmarks.ci_run --cache cold    # an empty VLLM_FORGE_CACHE and pip cache: every
+                                                 # vLLM sdist, tree, environment and rootfs made
+                                                 # anew, every wheel downloaded
     python3 -m benchmarks.ci_run --cache cold --engine fresh
                                                  # and Docker engines with no data, as on a new
                                                  # CI machine (none may be running: the tests
@@ -89,6 +90,7 @@ def run_ci(repo: Path, work: Path, cache: str, engine: str) -> tuple[int, str, s
     env["CI"] = "true"
     if cache == "cold":
         env["VLLM_FORGE_CACHE"] = str(work / "cache")
+        env["PIP_CACHE_DIR"] = str(work / "pip-cache")     # pip's own is empty on a new machine too
     if engine == "fresh":
         for name in ENGINE_STATE_VARIABLES:
             env[name] = str(work / name.lower())
