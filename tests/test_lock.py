@@ -186,3 +186,40 @@ def test_a_first_plan_keeps_the_other_pins_and_refuses_a_base_without_the_platfo
     fits = _first_run(standin_base, lock, "--target", "a100", "--vllm", "0.26.0", "--plan")
     assert fits.returncode == 0, fits.stderr
     assert load_lock(lock) == {"other/base:v1": DIGEST, amd64_only: manifest_digest(amd64_only)}
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("platform, field", [
+    ({"os": "linux\u001b]0;owned\u0007", "architecture": "amd64"}, "manifests[0].platform.os"),
+    ({"os": "linux", "architecture": "amd64/../../x"}, "manifests[0].platform.architecture"),
+])
+def test_lock_refuses_a_registry_index_naming_a_platform_no_lock_can_hold(standin_base, tmp_path, platform,
+                                                                          field):
+    """A registry's answer is typed (forge/images/registry_answers.py): an index whose platform is
+    no lowercase word (a control sequence, a path) is refused in one line naming the registry, the
+    index and the field, and nothing is locked; before, its name went into images/lock.yaml as it
+    came."""
+    import json
+
+    import requests
+
+    from tests.fixtures_docker import MANIFEST_LIST, MANIFEST_V2, STANDIN_REPO
+
+    registry = standin_base.registry
+    single = requests.get(registry.url(f"{STANDIN_REPO}/manifests/v{standin_base.version}-amd64"),
+                          headers={"Accept": MANIFEST_V2}, timeout=10)
+    single.raise_for_status()
+    index = json.dumps({"schemaVersion": 2, "mediaType": MANIFEST_LIST, "manifests": [
+        {"mediaType": MANIFEST_V2, "size": len(single.content),
+         "digest": single.headers["Docker-Content-Digest"], "platform": platform}]})
+    put = requests.put(registry.url(f"{STANDIN_REPO}/manifests/v0.23.0"), data=index,
+                       headers={"Content-Type": MANIFEST_LIST}, timeout=30)
+    put.raise_for_status()
+    lock = tmp_path / "lock.yaml"
+    result = run_build("lock", "--vllm", "0.23.0", "--target", "a100", timeout=120,
+                       env={"VLLM_FORGE_BASE_MIRROR": standin_base.mirror, "VLLM_FORGE_LOCK": str(lock)})
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: registry {standin_base.mirror} ") and f"@{put.headers['Docker-Content-Digest']}" in line
+    assert f": {field}: " in line and "\x1b" not in line
+    assert not lock.exists()

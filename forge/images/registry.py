@@ -13,7 +13,6 @@ add others to $VLLM_FORGE_INSECURE_REGISTRIES (comma-separated host[:port]).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import warnings
@@ -296,8 +295,18 @@ def image_config(ref: str | Reference, digest: str, platform: str) -> dict | Non
     offered = _platform_entries(reference, digest)
     if platform not in offered:
         return None
-    manifest = _verified_manifest(reference, offered[platform])
-    return _blob_json(reference, manifest["config"]["digest"])
+    from forge.data_formats import parse_json
+    from forge.images.registry_answers import Manifest
+
+    manifest = _answer(Manifest, _verified_manifest(reference, offered[platform]), reference, offered[platform])
+    source = f"registry {reference.registry} {reference.name}@{offered[platform]}"
+    if manifest.config is None:
+        raise ForgeError(f"{source}: config: required field is missing (an image manifest names its config)")
+    config = parse_json(_blob(reference, manifest.config.digest), f"registry {reference.registry} "
+                                                                  f"{reference.name}@{manifest.config.digest}")
+    if not isinstance(config, dict):
+        raise ForgeError(f"{source}: its config blob is no JSON object")
+    return config
 
 
 def manifest_platforms(ref: str | Reference, digest: str) -> list[str]:
@@ -309,38 +318,50 @@ def manifest_platforms(ref: str | Reference, digest: str) -> list[str]:
 def _platform_entries(reference: Reference, digest: str) -> dict[str, str]:
     """platform -> image manifest digest, for an index (its entries; attestation entries, whose
     platform is unknown/unknown, left out) or a single image (read from its config blob)."""
-    manifest = _verified_manifest(reference, digest)
-    entries = manifest.get("manifests")
-    if entries is None:
-        config = manifest.get("config", {}).get("digest")
-        image = _blob_json(reference, config) if config else {}
-        return {f"{image.get('os', 'unknown')}/{image.get('architecture', 'unknown')}": digest}
+    from forge.images.registry_answers import ImageConfig, Manifest
+
+    manifest = _answer(Manifest, _verified_manifest(reference, digest), reference, digest)
+    if manifest.manifests is None:
+        if manifest.config is None:
+            return {"unknown/unknown": digest}
+        config_digest = manifest.config.digest
+        image = _answer(ImageConfig, _blob(reference, config_digest), reference, config_digest)
+        return {f"{image.os}/{image.architecture}": digest}
     offered: dict[str, str] = {}
-    for entry in entries:
-        wanted = entry.get("platform", {})
-        name = f"{wanted.get('os', 'unknown')}/{wanted.get('architecture', 'unknown')}"
+    for entry in manifest.manifests:
+        name = f"{entry.platform.os}/{entry.platform.architecture}"
         if "unknown" not in name:
-            offered.setdefault(name, entry["digest"])
+            offered.setdefault(name, entry.digest)
     return offered
 
 
-def _verified_manifest(reference: Reference, digest: str) -> dict:
+def _answer(model, content: bytes, reference: Reference, digest: str):
+    """The registry's JSON answer for `digest` as `model`, or one line naming the registry, the
+    manifest or blob and the field (forge/images/registry_answers.py)."""
+    from forge.data_formats import parse_json
+    from forge.typed import loaded
+
+    source = f"registry {reference.registry} {reference.name}@{digest}"
+    return loaded(model, parse_json(content, source), source)
+
+
+def _verified_manifest(reference: Reference, digest: str) -> bytes:
     response = _get_manifest(reference, digest, method="GET")
     if response.status_code == 404:
         raise ForgeError(f"registry {reference.registry} has no manifest {reference.name}@{digest}")
     if _sha256_digest(response.content) != digest:
         raise ForgeError(f"registry {reference.registry} served {reference.name}@{digest} with other content")
-    return json.loads(response.content)
+    return response.content
 
 
-def _blob_json(reference: Reference, digest: str) -> dict:
+def _blob(reference: Reference, digest: str) -> bytes:
     response = client_for(reference.registry).request(
         "GET", f"{reference.repository}/blobs/{digest}", f"reading {reference.name}@{digest}",
         pull_scope(reference))
     if response.status_code != 200 or _sha256_digest(response.content) != digest:
         raise ForgeError(f"registry {reference.registry} did not serve blob {reference.name}@{digest} "
                          f"(HTTP {response.status_code})")
-    return json.loads(response.content)
+    return response.content
 
 
 def _sha256_digest(data: bytes) -> str:
