@@ -26,9 +26,6 @@ ALLOWED = {
     ("forge/serving/serve.py", "roce_devices", ".read_text"): "an RDMA port's link_layer under /sys",
     ("verify/device.py", "_cpu_model", ".read_text"): "the CPU's model name in /proc/cpuinfo",
     # JSON that is no file: an HTTP reply or a command's output, parsed from memory
-    ("forge/images/registry.py", "_verified_manifest", "json.loads"):
-        "a registry's manifest reply, after its digest is checked",
-    ("forge/images/registry.py", "_blob_json", "json.loads"): "a registry's blob reply, digest checked",
     ("forge/serving/serve.py", "route_to", "json.loads"): "the output of `ip -json route get`",
     ("forge/serving/serve.py", "_interface_holding", "json.loads"): "the output of `ip -json addr`",
     ("forge/watch/drift.py", "_launch", "json.loads"): "the drift probe's standard output",
