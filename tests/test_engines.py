@@ -2,6 +2,7 @@
 installs from a real pinned wheel's metadata, how a CPU engine's settings are adapted, and the
 verdict of a report with checks a CPU cannot hold. The engines themselves: tests/test_engine_cpu*.py."""
 import json
+import sys
 
 import pytest
 import yaml
@@ -186,3 +187,18 @@ def test_a_torch_nobody_publishes_is_refused_in_one_line_naming_it(tmp_path, mon
     assert "torch==2.13.99+cpu" in message and "PyTorch's CPU index" in message
     assert not cpu_env.env_dir(build).exists()
     assert [p.name for p in cpu_env.env_dir(build).parent.iterdir() if not p.name.startswith(".lock")] == []
+
+
+def test_the_import_check_keeps_what_it_compiles_even_where_the_caller_writes_no_bytecode(tmp_path, monkeypatch):
+    """The environments are installed without byte-compiling (cpu_env.ENGINE_MODULES says why): the
+    import check compiles what an engine loads, and keeps it under a caller whose
+    PYTHONDONTWRITEBYTECODE would have every run compile it again."""
+    from forge.engines.cpu_env import _run
+
+    (tmp_path / "engine_module.py").write_text("VALUE = 1\n")
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    _run([sys.executable, "-c", "import engine_module"], "import")
+    assert not (tmp_path / "__pycache__").exists()            # the caller's setting, as it was
+    _run([sys.executable, "-c", "import engine_module"], "import", writes_bytecode=True)
+    assert list((tmp_path / "__pycache__").glob("engine_module.*.pyc"))
