@@ -39,6 +39,7 @@ Seconds = Annotated[float, Field(ge=0)]
 # A list or mapping of names (installed packages, requirement lines, a tree's files): the largest
 # real one is an sdist's 10,296 files; releases.MEMBERS_CAP bounds an extraction at 200,000.
 MAX_ITEMS = 200_000
+Names = Annotated[list[Name], Field(max_length=MAX_ITEMS)]
 
 
 

@@ -13,9 +13,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from forge.typed import FOREIGN, MAX_ITEMS, STRICT, Name, Sha256, VersionText
-
-Names = Annotated[list[Name], Field(max_length=MAX_ITEMS)]
+from forge.typed import FOREIGN, MAX_ITEMS, STRICT, Name, Names, Sha256, VersionText
 
 
 class CpuEnvMarker(BaseModel):

@@ -299,11 +299,10 @@ def image_config(ref: str | Reference, digest: str, platform: str) -> dict | Non
     from forge.images.registry_answers import Manifest
 
     manifest = _answer(Manifest, _verified_manifest(reference, offered[platform]), reference, offered[platform])
-    source = f"registry {reference.registry} {reference.name}@{offered[platform]}"
+    source = _source(reference, offered[platform])
     if manifest.config is None:
         raise ForgeError(f"{source}: config: required field is missing (an image manifest names its config)")
-    config = parse_json(_blob(reference, manifest.config.digest), f"registry {reference.registry} "
-                                                                  f"{reference.name}@{manifest.config.digest}")
+    config = parse_json(_blob(reference, manifest.config.digest), _source(reference, manifest.config.digest))
     if not isinstance(config, dict):
         raise ForgeError(f"{source}: its config blob is no JSON object")
     return config
@@ -341,8 +340,13 @@ def _answer(model, content: bytes, reference: Reference, digest: str):
     from forge.data_formats import parse_json
     from forge.typed import loaded
 
-    source = f"registry {reference.registry} {reference.name}@{digest}"
+    source = _source(reference, digest)
     return loaded(model, parse_json(content, source), source)
+
+
+def _source(reference: Reference, digest: str) -> str:
+    """How a refusal names a registry's manifest or blob."""
+    return f"registry {reference.registry} {reference.name}@{digest}"
 
 
 def _verified_manifest(reference: Reference, digest: str) -> bytes:

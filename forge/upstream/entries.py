@@ -13,11 +13,10 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from forge.typed import MAX_ITEMS, STRICT, Name, Seconds, Sha256, VersionText
+from forge.typed import MAX_ITEMS, STRICT, Name, Names, Seconds, Sha256, VersionText
 
 # PyPI's most prolific projects publish a few thousand versions; vLLM a few hundred releases.
 Versions = Annotated[list[VersionText], Field(max_length=100_000)]
-Names = Annotated[list[Name], Field(max_length=MAX_ITEMS)]
 
 
 class PypiEntry(BaseModel):
