@@ -92,7 +92,10 @@ def _clone(env: Path, clone: Path) -> None:
 
 
 def _pip_into(clone: Path, pin: str) -> None:
-    run_pip(str(python_of(clone)), ["install", "--only-binary", ":all:", pin], f"--drift {pin}: pip cannot install it")
+    # --no-compile, as the environment itself (forge.engines.cpu_env.ENGINE_MODULES says why): the
+    # engine compiles the few modules of the upgrade it imports, not all of transformers' thousands.
+    run_pip(str(python_of(clone)), ["install", "--no-compile", "--only-binary", ":all:", pin],
+            f"--drift {pin}: pip cannot install it")
 
 
 def _apply_series(clone: Path, build: CpuBuild, say) -> None:
