@@ -2,11 +2,15 @@
 build and agrees with the wheels it serves; pip's resolution is pinned with each wheel's sha256, an
 environment installs those wheels in hash-checking mode, and a lock resolved from other inputs or
 damaged is set aside or refused in one line. Resolving here runs the real pip against wheels made
-in the test's own folder (no index); the engine tier installs the committed lock itself
+in the test's own folder, and the URLs come from a package index on loopback serving some of
+them; the engine tier installs the committed lock itself
 (tests/engine_runs.py asserts every passing environment says `pinned_by: lock`)."""
 from __future__ import annotations
 
 import hashlib
+import http.server
+import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -24,6 +28,7 @@ from forge.engines.cpu_lock import CPU_LOCK, LockedWheel, load_cpu_lock, lock_te
 from forge.engines.smoke import series_constraints
 from forge.errors import ForgeError
 from tests.build_cli import REPO_ROOT
+from tests.loopback import serve_in_background
 
 
 def test_the_committed_lock_is_current_for_every_cpu_build():
@@ -85,27 +90,74 @@ def _sha256(path: Path) -> str:
 @pytest.fixture
 def tiny_build(tmp_path, monkeypatch) -> CpuBuild:
     """A CPU build whose wheel needs dep-a (1.0 and 2.0 on offer), a left-out project and torch; pip
-    sees only the test's folder."""
+    resolves from the test's folder alone, and the package index (on loopback) serves dep-a 1.0's
+    file and has no torch, as PyPI has no `+cpu` torch."""
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    _wheel(wheels, "dep-a", "1.0")
     _wheel(wheels, "dep-a", "2.0")
     _wheel(wheels, "left-thing", "1.0")
     _wheel(wheels, "torch", "2.0")
     engine = _wheel(wheels, "tiny-cpu", "1.0", ("dep-a>=1", "left-thing", "torch==9.9"))
+    served = _wheel(wheels, "dep-a", "1.0")
+    index = _index_serving(served)
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    monkeypatch.setenv("VLLM_FORGE_PYPI", f"{index}/simple/")
     monkeypatch.setenv("VLLM_FORGE_CACHE", str(tmp_path / "cache"))
-    return CpuBuild(package="tiny-cpu", version="1.0", wheel=engine.name, sha256=_sha256(engine), torch="2.0",
-                    leave_out={"left-thing": "not needed"}, defects=(), fixes=())
+    yield CpuBuild(package="tiny-cpu", version="1.0", wheel=engine.name, sha256=_sha256(engine), torch="2.0",
+                   leave_out={"left-thing": "not needed"}, defects=(), fixes=())
+    index.server.shutdown()
+    index.server.server_close()
+
+
+class _Index(str):
+    server: http.server.ThreadingHTTPServer
+
+
+def _index_serving(wheel: Path, listed_url: str | None = None) -> _Index:
+    """A PEP 691 index on loopback: one project, `wheel`'s, whose page lists it and serves it
+    (`listed_url`: the URL its page gives for the file instead, as a hostile index would)."""
+    project = canonicalize_name(wheel.name.split("-")[0])
+    content = wheel.read_bytes()       # served as it is now, whatever becomes of the file
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            base = f"http://127.0.0.1:{self.server.server_address[1]}"
+            if self.path == f"/simple/{project}/":
+                page = {"meta": {"api-version": "1.0"}, "name": project,
+                        "files": [{"filename": wheel.name, "url": listed_url or f"{base}/files/{wheel.name}",
+                                   "hashes": {"sha256": hashlib.sha256(content).hexdigest()}}]}
+                self._send(200, json.dumps(page).encode(), "application/vnd.pypi.simple.v1+json")
+            elif self.path == f"/files/{wheel.name}":
+                self._send(200, content, "application/octet-stream")
+            else:
+                self._send(404, b"", "text/plain")
+
+        def _send(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    serve_in_background(server)
+    index = _Index(f"http://127.0.0.1:{server.server_address[1]}")
+    index.server = server
+    return index
 
 
 def test_pips_resolution_is_pinned_with_each_wheels_sha256_and_read_back_only_for_its_inputs(tiny_build, tmp_path):
     wheels_folder = tmp_path / "wheels"
     source, wheels = cpu_env.lock_entry(tiny_build, ["dep-a<2"])
+    index = os.environ["VLLM_FORGE_PYPI"].removesuffix("/simple/")
     assert sorted(wheels, key=lambda w: w.name) == [
-        LockedWheel("dep-a", "1.0", _sha256(wheels_folder / "dep_a-1.0-py3-none-any.whl")),
-        LockedWheel("torch", "2.0", _sha256(wheels_folder / "torch-2.0-py3-none-any.whl"))]
+        LockedWheel("dep-a", "1.0", _sha256(wheels_folder / "dep_a-1.0-py3-none-any.whl"),
+                    f"{index}/files/dep_a-1.0-py3-none-any.whl"),
+        LockedWheel("torch", "2.0", _sha256(wheels_folder / "torch-2.0-py3-none-any.whl"))]   # no index has it
     assert source["constraints"] == ["dep-a<2"] and source["left_out"] == ["left-thing"]
     assert list((tmp_path / "cache" / "cpu-engines").iterdir()) == []     # its download folder is gone
 
@@ -128,6 +180,7 @@ def test_an_environment_installs_the_pinned_wheels_and_pip_refuses_one_whose_sha
     work = tmp_path / "work"
     work.mkdir()
     engine = wheels_folder / tiny_build.wheel
+    (wheels_folder / "dep_a-1.0-py3-none-any.whl").unlink()     # pip can have it from its URL alone
 
     tampered = [LockedWheel(w.name, w.version, "0" * 64) if w.name == "dep-a" else w for w in wheels]
     with pytest.raises(ForgeError) as refused:
@@ -138,6 +191,26 @@ def test_an_environment_installs_the_pinned_wheels_and_pip_refuses_one_whose_sha
     cpu_env.install_pinned(str(cpu_env.python_of(env)), wheels, engine, tiny_build, work)
     installed = sorted(p.name for p in cpu_env.site_packages(env).glob("*.dist-info"))
     assert installed == ["dep_a-1.0.dist-info", "tiny_cpu-1.0.dist-info", "torch-2.0.dist-info"]
+
+
+@pytest.mark.parametrize("listed, found", [
+    ("../../files/dep_a-1.0-py3-none-any.whl", "{index}/files/dep_a-1.0-py3-none-any.whl"),   # relative: joined
+    ("file:///etc/passwd", None),                        # not the index's to serve: found by name instead
+    ("ftp://127.0.0.1/dep_a-1.0-py3-none-any.whl", None),
+])
+def test_a_wheels_url_is_the_indexs_http_url_for_that_very_file_or_none(tmp_path, monkeypatch, listed, found):
+    from forge.upstream.pypi import file_url
+
+    wheel = _wheel(tmp_path, "dep-a", "1.0")
+    index = _index_serving(wheel, listed)
+    monkeypatch.setenv("VLLM_FORGE_PYPI", f"{index}/simple/")
+    try:
+        assert file_url("dep-a", _sha256(wheel)) == (found and found.format(index=index))
+        assert file_url("dep-a", "0" * 64) is None         # no file of the project has that sha256
+        assert file_url("torch", _sha256(wheel)) is None   # a project the index does not have
+    finally:
+        index.server.shutdown()
+        index.server.server_close()
 
 
 def test_build_py_cpu_lock_of_a_release_with_no_cpu_build_is_refused_and_writes_nothing(tmp_path):
@@ -157,6 +230,9 @@ def test_build_py_cpu_lock_of_a_release_with_no_cpu_build_is_refused_and_writes_
     (lambda d: d["0.27.1"]["wheels"][1].update(version="one"), "0.27.1.wheels[1].version"),
     (lambda d: d["0.27.1"]["wheels"].append(dict(d["0.27.1"]["wheels"][0])), "0.27.1.wheels"),
     (lambda d: d["0.27.1"]["resolved_from"].pop("python"), "0.27.1.resolved_from.python"),
+    (lambda d: d["0.27.1"]["wheels"][0].update(url="file:///etc/passwd"), "0.27.1.wheels[0].url"),
+    (lambda d: d["0.27.1"]["wheels"][0].update(url="https://x/a.whl\x1b[2J"), "0.27.1.wheels[0].url"),
+    (lambda d: d["0.27.1"]["wheels"][0].update(url=d["0.27.1"]["wheels"][1]["url"]), "0.27.1.wheels[0].url"),
     (lambda d: d["0.27.1"].update(extra=1), "0.27.1.extra"),
     (lambda d: d.update({"newest": d["0.27.1"]}), "newest"),
 ])

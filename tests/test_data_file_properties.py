@@ -202,11 +202,18 @@ def test_cpu_engines(scratch, data):
     assert_loads_or_refuses_in_one_line(lambda: load_cpu_engines(path), path)
 
 
+def _lock_excerpt() -> dict:
+    """One release of the lock with a few of its wheels, a URL among them: each of its 456 wheels
+    is the same shape, and near misses of the whole file cost seconds an example to write."""
+    lock = _real_yaml("images/cpu-engines-lock.yaml")
+    version = next(iter(lock))
+    return {version: {**lock[version], "wheels": lock[version]["wheels"][:3]}}
+
+
 @SETTINGS
 @given(st.data())
 def test_cpu_engines_lock(scratch, data):
-    path = _write_yaml(scratch / f"cpu-engines-lock-{next(_names)}.yaml",
-                       data.draw(near_misses(_real_yaml("images/cpu-engines-lock.yaml"))))
+    path = _write_yaml(scratch / f"cpu-engines-lock-{next(_names)}.yaml", data.draw(near_misses(_lock_excerpt())))
     assert_loads_or_refuses_in_one_line(lambda: load_cpu_lock(path), path)
 
 

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 MARKER = "forge-env.json"
 PIP_TIMEOUT_S = 1800      # a cold 0.26.0 environment downloads ~3 GB of torch and CUDA libraries
 IMPORT_TIMEOUT_S = 300
+INDEX_READERS = 8         # index pages read at once by `build.py cpu-lock`
 METADATA_CAP = 1 << 20    # a wheel's METADATA: a few KB
 # What the environment's interpreter prints once vllm, torch and transformers imported.
 VERSIONS_PROBE = "import torch, transformers, vllm; print(vllm.__version__, torch.__version__, transformers.__version__)"
@@ -174,7 +175,20 @@ def lock_entry(build: CpuBuild, constraints: list[str]) -> tuple[dict, list[Lock
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".pinning-", dir=folder) as work:
         wheels = resolve(build, constraints, fetch_wheel(build, Path(work)), Path(work))
-    return resolved_from(build, constraints), wheels
+    return resolved_from(build, constraints), with_urls(wheels)
+
+
+def with_urls(wheels: list[LockedWheel]) -> list[LockedWheel]:
+    """`wheels`, each with the URL where the package index serves that very file (by its sha256),
+    where it does; a few index pages at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
+
+    from forge.upstream.pypi import file_url
+
+    with ThreadPoolExecutor(INDEX_READERS) as pool:
+        urls = list(pool.map(lambda w: file_url(w.name, w.sha256), wheels))
+    return [replace(wheel, url=url) for wheel, url in zip(wheels, urls)]
 
 
 def resolve(build: CpuBuild, constraints: list[str], wheel: Path, work: Path) -> list[LockedWheel]:

@@ -93,6 +93,13 @@ def _parse_project_page(data: object, url: str) -> list[str]:
 
 def _fetch(name: str) -> list[str] | None:
     """The project's versions from the index; None when the index cannot be reached."""
+    page = _project_page(name)
+    return None if page is None else _parse_project_page(*page)
+
+
+def _project_page(name: str) -> tuple[object, str] | None:
+    """The project's PEP 691 page as parsed JSON, and its URL; None when the index cannot be
+    reached or does not speak JSON; UnknownProject when it has no such project."""
     try:
         import requests  # late: `build.py apply` runs in bare images without it
     except ImportError:
@@ -111,7 +118,29 @@ def _fetch(name: str) -> list[str] | None:
     if answer.status >= 400 or answer.content_type.split(";")[0].strip() not in (
             JSON_ACCEPT, "application/json"):
         return None               # an index that does not speak JSON: as one not reached
-    return _parse_project_page(parse_json(answer.body, f"the package index page {visible(url)}"), url)
+    return parse_json(answer.body, f"the package index page {visible(url)}"), url
+
+
+def file_url(name: str, sha256: str) -> str | None:
+    """Where the index serves project `name`'s file whose sha256 is `sha256` (an http(s) URL);
+    None where the index has no such project or no such file (a wheel of another index, as
+    PyTorch's `+cpu` builds are). ForgeError when the index cannot be read."""
+    from urllib.parse import urljoin
+
+    try:
+        page = _project_page(name)
+    except UnknownProject:
+        return None
+    if page is None:
+        raise ForgeError(f"cannot read {name!r} from the package index {simple_url()}")
+    data, url = page
+    _parse_project_page(data, url)           # the page's shape, checked (a list of named files)
+    for entry in data["files"]:              # type: ignore[index]
+        hashes = entry.get("hashes")
+        if isinstance(hashes, dict) and hashes.get("sha256") == sha256 and isinstance(entry.get("url"), str):
+            found = urljoin(url, entry["url"])
+            return found if found.startswith(("https://", "http://")) else None
+    return None
 
 
 def published_versions(name: str, offline: bool = False, refresh: bool = False) -> list[Version]:
