@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import http.server
 import json
 import zipfile
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from forge.upstream import releases
-from tests.loopback import serve_in_background
+from tests.loopback import QuietHandler, serving
 
 PYPI_SIMPLE = "https://pypi.org/simple/"
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
@@ -85,19 +84,19 @@ def local_index(wheels: list[Path], newest: dict[str, str] | None = None) -> Ite
             fetched[name] = (response.status_code, response.text)
         return fetched[name]
 
-    class Index(http.server.BaseHTTPRequestHandler):
+    class Index(QuietHandler):
         def do_GET(self):
             parts = [p for p in self.path.split("/") if p]
             if len(parts) == 2 and parts[0] == "files" and parts[1] in by_file:
-                self._send(200, by_file[parts[1]].read_bytes(), "application/octet-stream")
+                self.send(200, by_file[parts[1]].read_bytes())
             elif len(parts) == 2 and parts[0] == "simple":
                 page = self._page(canonicalize_name(parts[1]))
                 if page is None:
-                    self._send(404, b"", "text/plain")
+                    self.send(404, b"", "text/plain")
                 else:
-                    self._send(200, json.dumps(page).encode(), JSON_TYPE)
+                    self.send(200, json.dumps(page).encode(), JSON_TYPE)
             else:
-                self._send(404, b"", "text/plain")
+                self.send(404, b"", "text/plain")
 
         def _page(self, name: str) -> dict | None:
             local = added.get(name, [])
@@ -120,23 +119,8 @@ def local_index(wheels: list[Path], newest: dict[str, str] | None = None) -> Ite
                 page["versions"] = [v for v in page["versions"] if Version(v) <= caps[name]]
             return page
 
-        def _send(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
-    serve_in_background(server)
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/simple/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Index) as base:
+        yield f"{base}/simple/"
 
 
 def _at_most(filename: str, cap: Version) -> bool:

@@ -5,6 +5,7 @@ told: every server a test stops would hold it that long, about a minute over the
 from __future__ import annotations
 
 import contextlib
+import http.server
 import socketserver
 import threading
 from collections.abc import Iterator
@@ -26,7 +27,29 @@ def hostile_server() -> Iterator[str]:
     base URL while the block runs."""
     from tests.hostile.server import Handler, Server
 
-    server = Server(("127.0.0.1", 0), Handler)
+    with serving(Handler, Server) as url:
+        yield url
+
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A loopback server's request handler that answers with `send` and logs nothing (the test's
+    output stays its own)."""
+
+    def send(self, code: int, body: bytes, content_type: str = "application/octet-stream") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler],
+            server_class: type[socketserver.TCPServer] = http.server.ThreadingHTTPServer) -> Iterator[str]:
+    """`handler` served by a `server_class` on a free loopback port while the block runs: its base URL."""
+    server = server_class(("127.0.0.1", 0), handler)
     serve_in_background(server)
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

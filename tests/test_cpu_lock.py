@@ -8,12 +8,12 @@ them; the engine tier installs the committed lock itself
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
 import os
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ from forge.engines.cpu_lock import CPU_LOCK, LockedWheel, load_cpu_lock, lock_te
 from forge.engines.smoke import series_constraints
 from forge.errors import ForgeError
 from tests.build_cli import REPO_ROOT
-from tests.loopback import serve_in_background
+from tests.loopback import QuietHandler, serving
 
 
 def test_the_committed_lock_is_current_for_every_cpu_build():
@@ -88,7 +88,7 @@ def _sha256(path: Path) -> str:
 
 
 @pytest.fixture
-def tiny_build(tmp_path, monkeypatch) -> CpuBuild:
+def tiny_build(tmp_path, monkeypatch) -> Iterator[CpuBuild]:
     """A CPU build whose wheel needs dep-a (1.0 and 2.0 on offer), a left-out project and torch; pip
     resolves from the test's folder alone, and the package index (on loopback) serves dep-a 1.0's
     file and has no torch, as PyPI has no `+cpu` torch."""
@@ -98,56 +98,35 @@ def tiny_build(tmp_path, monkeypatch) -> CpuBuild:
     _wheel(wheels, "left-thing", "1.0")
     _wheel(wheels, "torch", "2.0")
     engine = _wheel(wheels, "tiny-cpu", "1.0", ("dep-a>=1", "left-thing", "torch==9.9"))
-    served = _wheel(wheels, "dep-a", "1.0")
-    index = _index_serving(served)
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
-    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
-    monkeypatch.setenv("VLLM_FORGE_PYPI", f"{index}/simple/")
-    monkeypatch.setenv("VLLM_FORGE_CACHE", str(tmp_path / "cache"))
-    yield CpuBuild(package="tiny-cpu", version="1.0", wheel=engine.name, sha256=_sha256(engine), torch="2.0",
-                   leave_out={"left-thing": "not needed"}, defects=(), fixes=())
-    index.server.shutdown()
-    index.server.server_close()
+    with serving(_index_of(_wheel(wheels, "dep-a", "1.0"))) as index:
+        monkeypatch.setenv("PIP_NO_INDEX", "1")
+        monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+        monkeypatch.setenv("VLLM_FORGE_PYPI", f"{index}/simple/")
+        monkeypatch.setenv("VLLM_FORGE_CACHE", str(tmp_path / "cache"))
+        yield CpuBuild(package="tiny-cpu", version="1.0", wheel=engine.name, sha256=_sha256(engine),
+                       torch="2.0", leave_out={"left-thing": "not needed"}, defects=(), fixes=())
 
 
-class _Index(str):
-    server: http.server.ThreadingHTTPServer
-
-
-def _index_serving(wheel: Path, listed_url: str | None = None) -> _Index:
-    """A PEP 691 index on loopback: one project, `wheel`'s, whose page lists it and serves it
-    (`listed_url`: the URL its page gives for the file instead, as a hostile index would)."""
+def _index_of(wheel: Path, listed_url: str | None = None) -> type[QuietHandler]:
+    """A PEP 691 index: one project, `wheel`'s, whose page lists it and serves it (`listed_url`:
+    the URL its page gives for the file instead, as a hostile index would)."""
     project = canonicalize_name(wheel.name.split("-")[0])
     content = wheel.read_bytes()       # served as it is now, whatever becomes of the file
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Index(QuietHandler):
         def do_GET(self):
             base = f"http://127.0.0.1:{self.server.server_address[1]}"
             if self.path == f"/simple/{project}/":
                 page = {"meta": {"api-version": "1.0"}, "name": project,
                         "files": [{"filename": wheel.name, "url": listed_url or f"{base}/files/{wheel.name}",
                                    "hashes": {"sha256": hashlib.sha256(content).hexdigest()}}]}
-                self._send(200, json.dumps(page).encode(), "application/vnd.pypi.simple.v1+json")
+                self.send(200, json.dumps(page).encode(), "application/vnd.pypi.simple.v1+json")
             elif self.path == f"/files/{wheel.name}":
-                self._send(200, content, "application/octet-stream")
+                self.send(200, content)
             else:
-                self._send(404, b"", "text/plain")
+                self.send(404, b"", "text/plain")
 
-        def _send(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    serve_in_background(server)
-    index = _Index(f"http://127.0.0.1:{server.server_address[1]}")
-    index.server = server
-    return index
+    return Index
 
 
 def test_pips_resolution_is_pinned_with_each_wheels_sha256_and_read_back_only_for_its_inputs(tiny_build, tmp_path):
@@ -202,15 +181,11 @@ def test_a_wheels_url_is_the_indexs_http_url_for_that_very_file_or_none(tmp_path
     from forge.upstream.pypi import file_url
 
     wheel = _wheel(tmp_path, "dep-a", "1.0")
-    index = _index_serving(wheel, listed)
-    monkeypatch.setenv("VLLM_FORGE_PYPI", f"{index}/simple/")
-    try:
+    with serving(_index_of(wheel, listed)) as index:
+        monkeypatch.setenv("VLLM_FORGE_PYPI", f"{index}/simple/")
         assert file_url("dep-a", _sha256(wheel)) == (found and found.format(index=index))
         assert file_url("dep-a", "0" * 64) is None         # no file of the project has that sha256
         assert file_url("torch", _sha256(wheel)) is None   # a project the index does not have
-    finally:
-        index.server.shutdown()
-        index.server.server_close()
 
 
 def test_build_py_cpu_lock_of_a_release_with_no_cpu_build_is_refused_and_writes_nothing(tmp_path):
