@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,13 @@ INI = "[pytest]\nmarkers =\n    docker: d\n    slow: s\naddopts = -p no:cachepro
 
 
 def pytest_in(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    """A real pytest on `project` alone, with the suite's plugins importable."""
+    """A real pytest on `project` alone, with the suite's plugins importable; its temporary
+    folders in this run's (tests/conftest.py), not in the system's /tmp."""
     return subprocess.run([sys.executable, "-m", "pytest", "-c", str(project / "pytest.ini"),
                            "--rootdir", str(project), *args, str(project)],
                           capture_output=True, text=True, timeout=300, cwd=project,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", **env})
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
+                               "TMPDIR": tempfile.gettempdir(), **env})
 
 
 def collect(project: Path, *args: str) -> subprocess.CompletedProcess:
