@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from forge.engines.cpu_lock import CPU_LOCK, LockedWheel, load_cpu_lock, lock_te
 from forge.engines.smoke import series_constraints
 from forge.errors import ForgeError
 from tests.build_cli import REPO_ROOT
+from tests.local_index import forge_fixture_wheel
 from tests.loopback import QuietHandler, serving
 
 
@@ -69,20 +69,6 @@ def test_the_lock_pins_every_requirement_of_the_real_wheels_inside_its_specifier
 
 # --- resolving, writing and installing, on wheels made here --------------------------------------
 
-def _wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
-    stem = f"{name.replace('-', '_')}-{version}"
-    wheel = folder / f"{stem}-py3-none-any.whl"
-    metadata = "".join(f"Requires-Dist: {r}\n" for r in requires)
-    with zipfile.ZipFile(wheel, "w") as archive:
-        archive.writestr(f"{name.replace('-', '_')}/__init__.py", f"VERSION = {version!r}\n")
-        archive.writestr(f"{stem}.dist-info/METADATA",
-                         f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{metadata}")
-        archive.writestr(f"{stem}.dist-info/WHEEL",
-                         "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        archive.writestr(f"{stem}.dist-info/RECORD", "")
-    return wheel
-
-
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -94,11 +80,11 @@ def tiny_build(tmp_path, monkeypatch) -> Iterator[CpuBuild]:
     file and has no torch, as PyPI has no `+cpu` torch."""
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    _wheel(wheels, "dep-a", "2.0")
-    _wheel(wheels, "left-thing", "1.0")
-    _wheel(wheels, "torch", "2.0")
-    engine = _wheel(wheels, "tiny-cpu", "1.0", ("dep-a>=1", "left-thing", "torch==9.9"))
-    with serving(_index_of(_wheel(wheels, "dep-a", "1.0"))) as index:
+    forge_fixture_wheel(wheels, "dep-a", "2.0", [])
+    forge_fixture_wheel(wheels, "left-thing", "1.0", [])
+    forge_fixture_wheel(wheels, "torch", "2.0", [])
+    engine = forge_fixture_wheel(wheels, "tiny-cpu", "1.0", ["dep-a>=1", "left-thing", "torch==9.9"])
+    with serving(_index_of(forge_fixture_wheel(wheels, "dep-a", "1.0", []))) as index:
         monkeypatch.setenv("PIP_NO_INDEX", "1")
         monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
         monkeypatch.setenv("VLLM_FORGE_PYPI", f"{index}/simple/")
@@ -180,7 +166,7 @@ def test_an_environment_installs_the_pinned_wheels_and_pip_refuses_one_whose_sha
 def test_a_wheels_url_is_the_indexs_http_url_for_that_very_file_or_none(tmp_path, monkeypatch, listed, found):
     from forge.upstream.pypi import file_url
 
-    wheel = _wheel(tmp_path, "dep-a", "1.0")
+    wheel = forge_fixture_wheel(tmp_path, "dep-a", "1.0", [])
     with serving(_index_of(wheel, listed)) as index:
         monkeypatch.setenv("VLLM_FORGE_PYPI", f"{index}/simple/")
         assert file_url("dep-a", _sha256(wheel)) == (found and found.format(index=index))
