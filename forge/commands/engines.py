@@ -35,8 +35,8 @@ def cmd_cpu_lock(args) -> int:
     from forge.files import write_text_atomically
 
     lock = Path(args.lock) if args.lock else CPU_LOCK
-    builds = [cpu_build(str(version)) for version in args.vllm] or [cpu_build(v) for v in cpu_releases()]
-    pinned = set(cpu_releases())
+    pinned = cpu_releases()
+    builds = [cpu_build(str(version)) for version in args.vllm or pinned]
     entries = {version: entry for version, entry in current_entries(lock).items() if version in pinned}
     for build in builds:
         entries[build.version] = lock_entry(build, series_constraints(build.version))
